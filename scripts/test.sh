@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: lint (ruff), types (mypy), tests (pytest). Installs what it needs first.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/scripts/bootstrap.sh" --test
+cd "$ROOT"
+echo "== ruff"; .venv/bin/ruff check src tests
+echo "== mypy"; .venv/bin/mypy
+echo "== pytest"; .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

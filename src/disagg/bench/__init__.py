@@ -1,0 +1,1 @@
+"""disagg.bench."""

@@ -1,0 +1,1 @@
+"""Engines: where tasks run (local processes by default; Slurm)."""

@@ -1,0 +1,83 @@
+"""Where a slice's tasks run: the engine interface (one base class, one module per backend).
+
+The controller drives an engine through the slice lifecycle:
+launch-machine → prepare-task → launch-task → (poll) → destroy-machine.
+Every method is idempotent: calling it again after a crash with the same arguments must not run
+anything twice or fail because the first call already happened. Handles are plain strings that
+the controller persists, so a restarted controller can ask the engine about them again.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Literal
+
+TaskState = Literal["pending", "held", "running", "completed", "failed", "cancelled", "lost"]
+
+
+@dataclass(frozen=True)
+class SliceMachine:
+    """One machine of a slice with what the slice holds on it."""
+
+    name: str                      # the slice machine's name as the engine will know it
+    host: str                      # the physical machine it runs on (a cluster machine name)
+    cpus: float
+    memory_gb: float
+    devices: tuple[str, ...] = ()  # device ids attached to it (local and remote), in order
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """What an engine needs to run a job on a composed slice."""
+
+    slice_id: str
+    job_id: str
+    command: tuple[str, ...]
+    machines: tuple[SliceMachine, ...]
+    tasks: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    state: TaskState
+    exit_code: int | None = None
+    detail: str = ""
+
+
+class Engine(ABC):
+    """Runs jobs on slices. Implementations: `local` (processes), `slurm`."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def launch_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
+        """Make the slice machine exist for the engine with its devices (e.g. a Slurm node joins)."""
+
+    @abstractmethod
+    def destroy_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
+        """Make it leave. Safe when it never joined or already left."""
+
+    @abstractmethod
+    def prepare_task(self, spec: SliceSpec) -> str:
+        """Stage the job (held, not running) and return its handle. Same spec → same handle."""
+
+    @abstractmethod
+    def launch_task(self, handle: str) -> None:
+        """Start (release) a prepared job. Safe to repeat."""
+
+    @abstractmethod
+    def status(self, handle: str) -> TaskStatus:
+        """Where the job is. An unknown handle is `lost`."""
+
+    @abstractmethod
+    def cancel(self, handle: str) -> None:
+        """Stop the job if it runs. Safe to repeat."""
+
+    @abstractmethod
+    def logs(self, handle: str) -> str:
+        """The job's output so far (stdout and stderr)."""
+
+    def close(self) -> None:
+        """Release what the engine holds (connections, threads). Running jobs are left alone."""

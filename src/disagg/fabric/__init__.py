@@ -1,0 +1,1 @@
+"""Fabric drivers: attach/detach devices (emulated by default)."""

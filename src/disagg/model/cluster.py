@@ -1,0 +1,146 @@
+"""The cluster: machines, pools, devices, links and what already runs on them.
+
+A `Cluster` is an immutable snapshot. Policies read it; only the shell (simulator, controller)
+builds a new one when the world changes. Device ids are stable: `<machine-or-pool>/<kind><index>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+DeviceKind = Literal["gpu", "nvme", "fpga", "memory"]
+#: Disaggregable kinds in the order their placement phases run (DESIGN: gpu, then nvme, ...).
+DEVICE_KINDS: tuple[DeviceKind, ...] = ("gpu", "nvme", "fpga", "memory")
+
+DeviceHealth = Literal["healthy", "failed", "drained"]
+
+
+def device_id(location: str, kind: str, index: int) -> str:
+    """The stable id of a device: the name of where it sits, its kind and its index there."""
+    return f"{location}/{kind}{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One disaggregable unit. `location` is a machine or a pool name."""
+
+    id: str
+    kind: DeviceKind
+    model: str
+    location: str
+    index: int
+    capacity: float = 1.0
+    health: DeviceHealth = "healthy"
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """A server node: it has CPUs and memory of its own and may host devices."""
+
+    name: str
+    rack: str
+    cpus: float
+    memory_gb: float
+    uplink_gbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A set of devices with no CPU of their own (an I/O box, a PCIe/CXL chassis)."""
+
+    name: str
+    rack: str
+    uplink_gbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A network edge with a bandwidth. Ids: `up:<node>` (node↔rack switch), `rack:<rack>` (rack↔spine)."""
+
+    id: str
+    gbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Something already running: a task's share of a machine, the devices it holds, its traffic."""
+
+    job: str
+    machine: str
+    cpus: float
+    memory_gb: float
+    devices: tuple[str, ...] = ()
+    network_gbps: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An immutable snapshot of the inventory and its current use."""
+
+    machines: tuple[Machine, ...]
+    pools: tuple[Pool, ...] = ()
+    devices: tuple[Device, ...] = ()
+    rack_uplink_gbps: float = 100.0
+    allocations: tuple[Allocation, ...] = ()
+    _cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def machine_index(self) -> dict[str, int]:
+        return {m.name: i for i, m in enumerate(self.machines)}
+
+    @cached_property
+    def pool_index(self) -> dict[str, int]:
+        return {p.name: i for i, p in enumerate(self.pools)}
+
+    @cached_property
+    def device_by_id(self) -> dict[str, Device]:
+        return {d.id: d for d in self.devices}
+
+    @cached_property
+    def locations(self) -> tuple[str, ...]:
+        """Every place a device can sit: machines first (same order), then pools."""
+        return tuple(m.name for m in self.machines) + tuple(p.name for p in self.pools)
+
+    @cached_property
+    def location_index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.locations)}
+
+    @cached_property
+    def location_rack(self) -> tuple[str, ...]:
+        return tuple(m.rack for m in self.machines) + tuple(p.rack for p in self.pools)
+
+    @cached_property
+    def racks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.location_rack))
+
+    def uplink(self, location: str) -> str:
+        """The link id of a machine's or pool's uplink to its rack switch."""
+        return f"up:{location}"
+
+    def path(self, src: str, dst: str) -> tuple[str, ...]:
+        """The links traffic between two locations crosses (empty when they are the same place)."""
+        if src == dst:
+            return ()
+        racks = self.location_rack
+        idx = self.location_index
+        r_src, r_dst = racks[idx[src]], racks[idx[dst]]
+        if r_src == r_dst:
+            return (self.uplink(src), self.uplink(dst))
+        return (self.uplink(src), f"rack:{r_src}", f"rack:{r_dst}", self.uplink(dst))
+
+    @cached_property
+    def links(self) -> tuple[Link, ...]:
+        ups = [Link(self.uplink(m.name), m.uplink_gbps) for m in self.machines]
+        ups += [Link(self.uplink(p.name), p.uplink_gbps) for p in self.pools]
+        return tuple(ups) + tuple(Link(f"rack:{r}", self.rack_uplink_gbps) for r in self.racks)
+
+    @cached_property
+    def link_by_id(self) -> dict[str, Link]:
+        return {lk.id: lk for lk in self.links}
+
+    @cached_property
+    def device_kinds(self) -> tuple[DeviceKind, ...]:
+        present = {d.kind for d in self.devices}
+        return tuple(k for k in DEVICE_KINDS if k in present)

@@ -1,0 +1,59 @@
+"""Jobs and their tasks: what a user asks for.
+
+A job is a gang of `count` identical tasks. Each task asks for server-centric resources (cpus,
+memory) on one machine and for disaggregable devices (gpu, nvme, fpga, memory) that may be local
+or remote. `importance` is the paper's z in [1, 10], 1 being the most important.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from disagg.model.cluster import DEVICE_KINDS, DeviceKind
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """What each task of a job needs. `devices` maps a kind to a count; `models` may pin a kind's model."""
+
+    count: int = 1
+    cpus: float = 1.0
+    memory_gb: float = 1.0
+    devices: Mapping[str, int] = field(default_factory=dict)
+    models: Mapping[str, str] = field(default_factory=dict)
+
+    def wants(self, kind: str) -> int:
+        return int(self.devices.get(kind, 0))
+
+    @property
+    def kinds(self) -> tuple[DeviceKind, ...]:
+        """The disaggregable kinds this request uses, in phase order."""
+        return tuple(k for k in DEVICE_KINDS if self.devices.get(k, 0) > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job waiting in the queue.
+
+    `wait_rounds` is the paper's W: how many scheduling rounds the job has been left unscheduled.
+    The caller (simulator or controller) raises it with `waited()`; policies only read it.
+    `network_gbps`, when given, overrides the profile's bandwidth demand per remote device.
+    """
+
+    name: str
+    image: str
+    tasks: TaskRequest
+    submit_s: float = 0.0
+    importance: float = 1.0
+    slo_s: float | None = None
+    wait_rounds: int = 0
+    network_gbps: float | None = None
+    command: tuple[str, ...] = ()
+
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.name}/{i}" for i in range(self.tasks.count))
+
+    def waited(self) -> Job:
+        """The same job after one more round unscheduled (W + 1)."""
+        return replace(self, wait_rounds=self.wait_rounds + 1)

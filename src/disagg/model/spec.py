@@ -1,0 +1,357 @@
+"""Cluster and jobs specs (YAML or JSON) → model objects, with errors that say what is wrong.
+
+Parsing is pure (`parse_cluster`, `parse_jobs` take already-read data); `load_*` read a file.
+Every problem names the source, the path of the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from disagg.model.cluster import (
+    DEVICE_KINDS,
+    Allocation,
+    Cluster,
+    Device,
+    Machine,
+    Pool,
+    device_id,
+)
+from disagg.model.errors import SpecError
+from disagg.model.jobs import Job, TaskRequest
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceGroupSpec(BaseModel):
+    model_config = _STRICT
+    count: int = Field(ge=0, le=4096)
+    model: str = Field(default="generic", min_length=1, max_length=64)
+    capacity: float = Field(default=1.0, gt=0)
+
+
+def _groups(value: Any) -> Any:
+    """A kind maps to one group or a list of groups (a pool may hold 4 P100 and 1 P40)."""
+    if isinstance(value, dict):
+        return [value]
+    return value
+
+
+class DevicesSpec(BaseModel):
+    model_config = _STRICT
+    gpu: list[DeviceGroupSpec] = []
+    nvme: list[DeviceGroupSpec] = []
+    fpga: list[DeviceGroupSpec] = []
+    memory: list[DeviceGroupSpec] = []
+
+    @field_validator("gpu", "nvme", "fpga", "memory", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return _groups(value)
+
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class MachineSpec(BaseModel):
+    model_config = _STRICT
+    name: str = Field(pattern=_NAME, max_length=128)
+    rack: str = Field(default="r0", pattern=_NAME, max_length=128)
+    cpus: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+    uplink_gbps: float = Field(default=10.0, gt=0)
+    devices: DevicesSpec = DevicesSpec()
+
+
+class PoolSpec(BaseModel):
+    model_config = _STRICT
+    name: str = Field(pattern=_NAME, max_length=128)
+    rack: str = Field(default="r0", pattern=_NAME, max_length=128)
+    uplink_gbps: float = Field(default=40.0, gt=0)
+    devices: DevicesSpec = DevicesSpec()
+
+
+class NetworkSpec(BaseModel):
+    model_config = _STRICT
+    rack_uplink_gbps: float = Field(default=100.0, gt=0)
+
+
+class AllocationSpec(BaseModel):
+    model_config = _STRICT
+    job: str = Field(min_length=1, max_length=128)
+    machine: str
+    cpus: float = Field(default=0.0, ge=0)
+    memory_gb: float = Field(default=0.0, ge=0)
+    devices: list[str] = []
+    network_gbps: float = Field(default=0.0, ge=0)
+
+
+class ClusterSpec(BaseModel):
+    model_config = _STRICT
+    machines: list[MachineSpec] = Field(min_length=1)
+    pools: list[PoolSpec] = []
+    network: NetworkSpec = NetworkSpec()
+    allocations: list[AllocationSpec] = []
+    failed_devices: list[str] = []
+
+
+class TasksSpec(BaseModel):
+    model_config = _STRICT
+    count: int = Field(default=1, ge=1, le=10_000)
+    cpus: float = Field(default=1.0, gt=0)
+    memory_gb: float = Field(default=1.0, gt=0)
+    gpu: int = Field(default=0, ge=0, le=4096)
+    nvme: int = Field(default=0, ge=0, le=4096)
+    fpga: int = Field(default=0, ge=0, le=4096)
+    memory: int = Field(default=0, ge=0, le=4096)
+    gpu_model: str | None = None
+    nvme_model: str | None = None
+    fpga_model: str | None = None
+    memory_model: str | None = None
+
+
+class JobSpec(BaseModel):
+    model_config = _STRICT
+    name: str = Field(pattern=_NAME, max_length=128)
+    image: str = Field(default="unknown", min_length=1, max_length=256)
+    submit_s: float = Field(default=0.0, ge=0)
+    importance: float = Field(default=1.0, ge=1.0, le=10.0)
+    slo_s: float | None = Field(default=None, gt=0)
+    wait_rounds: int = Field(default=0, ge=0)
+    network_gbps: float | None = Field(default=None, ge=0)
+    command: list[str] = []
+    tasks: TasksSpec = TasksSpec()
+
+
+class JobsSpec(BaseModel):
+    model_config = _STRICT
+    jobs: list[JobSpec]
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _lookup(data: Any, loc: tuple[int | str, ...]) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _problems(exc: ValidationError, data: Any) -> list[str]:
+    """One sentence per pydantic error: path, value, and what is allowed."""
+    out = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if p not in ("list[DeviceGroupSpec]",))
+        kind = err["type"]
+        path = _format_loc(loc)
+        if kind == "extra_forbidden":
+            out.append(f"{path}: unknown field {loc[-1]!r}")
+            continue
+        if kind == "missing":
+            out.append(f"{path}: required field is missing")
+            continue
+        value = err.get("input", _lookup(data, loc))
+        out.append(f"{path}: value {value!r} is not allowed: {err['msg']}")
+    return out
+
+
+def _allowed_fields(model: type[BaseModel]) -> str:
+    return ", ".join(model.model_fields)
+
+
+def read_document(path: str | Path) -> Any:
+    """Read a YAML or JSON file; a parse error becomes a SpecError naming the file and the line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
+    try:
+        if p.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SpecError(str(p), [f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}"]) from exc
+
+
+def _validate(model: type[BaseModel], data: Any, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise SpecError(source, [f"(top level): expected a mapping with fields {_allowed_fields(model)}, "
+                                 f"got {type(data).__name__}"])
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = _problems(exc, data)
+        hint = _unknown_field_hints(exc)
+        raise SpecError(source, [p + hint.get(p, "") for p in problems]) from None
+
+
+_MODELS_BY_FIELD: dict[str, type[BaseModel]] = {
+    "machines": MachineSpec, "pools": PoolSpec, "network": NetworkSpec, "allocations": AllocationSpec,
+    "devices": DevicesSpec, "tasks": TasksSpec, "jobs": JobSpec, "gpu": DeviceGroupSpec,
+    "nvme": DeviceGroupSpec, "fpga": DeviceGroupSpec, "memory": DeviceGroupSpec,
+}
+
+
+def _unknown_field_hints(exc: ValidationError) -> dict[str, str]:
+    """For an unknown field, list the fields allowed where it stands."""
+    hints: dict[str, str] = {}
+    for err in exc.errors():
+        if err["type"] != "extra_forbidden":
+            continue
+        loc = tuple(p for p in err["loc"])
+        parents = [p for p in loc[:-1] if isinstance(p, str)]
+        model: type[BaseModel] | None = _MODELS_BY_FIELD.get(parents[-1]) if parents else None
+        if model is None:
+            continue
+        path = _format_loc(loc)
+        hints[f"{path}: unknown field {loc[-1]!r}"] = f" (allowed: {_allowed_fields(model)})"
+    return hints
+
+
+def _make_devices(location: str, spec: DevicesSpec, failed: set[str]) -> list[Device]:
+    out: list[Device] = []
+    for kind in DEVICE_KINDS:
+        index = 0
+        for group in getattr(spec, kind):
+            for _ in range(group.count):
+                did = device_id(location, kind, index)
+                health: Literal["healthy", "failed"] = "failed" if did in failed else "healthy"
+                out.append(Device(did, kind, group.model, location, index, group.capacity, health))
+                index += 1
+    return out
+
+
+def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
+    """Validate a cluster spec and build the snapshot. Raises SpecError listing every problem."""
+    spec: ClusterSpec = _validate(ClusterSpec, data, source)
+    problems: list[str] = []
+    names = [m.name for m in spec.machines] + [p.name for p in spec.pools]
+    for name, n in Counter(names).items():
+        if n > 1:
+            problems.append(f"machines/pools: name {name!r} is used {n} times; names must be unique")
+    failed = set(spec.failed_devices)
+    devices: list[Device] = []
+    for m in spec.machines:
+        devices += _make_devices(m.name, m.devices, failed)
+    for p in spec.pools:
+        devices += _make_devices(p.name, p.devices, failed)
+    by_id = {d.id: d for d in devices}
+    for i, did in enumerate(spec.failed_devices):
+        if did not in by_id:
+            problems.append(f"failed_devices[{i}]: device {did!r} does not exist")
+    machines = {m.name: m for m in spec.machines}
+    used_cpu: Counter[str] = Counter()
+    used_mem: Counter[str] = Counter()
+    holder: dict[str, str] = {}
+    for i, a in enumerate(spec.allocations):
+        where = f"allocations[{i}]"
+        if a.machine not in machines:
+            problems.append(f"{where}.machine: value {a.machine!r} is not a machine of this cluster "
+                            f"(machines: {', '.join(sorted(machines)[:10])})")
+            continue
+        used_cpu[a.machine] += a.cpus
+        used_mem[a.machine] += a.memory_gb
+        for j, did in enumerate(a.devices):
+            if did not in by_id:
+                problems.append(f"{where}.devices[{j}]: device {did!r} does not exist "
+                                f"(ids look like <machine-or-pool>/<kind><index>, e.g. m0/gpu0)")
+            elif did in holder:
+                problems.append(f"{where}.devices[{j}]: device {did!r} is already given to {holder[did]!r}")
+            else:
+                holder[did] = a.job
+    for name, cpus in used_cpu.items():
+        if cpus > machines[name].cpus + 1e-9:
+            problems.append(f"allocations: machine {name!r} has {machines[name].cpus:g} cpus, "
+                            f"allocations use {cpus:g}")
+    for name, mem in used_mem.items():
+        if mem > machines[name].memory_gb + 1e-9:
+            problems.append(f"allocations: machine {name!r} has {machines[name].memory_gb:g} GB memory, "
+                            f"allocations use {mem:g}")
+    if problems:
+        raise SpecError(source, problems)
+    return Cluster(
+        machines=tuple(Machine(m.name, m.rack, m.cpus, m.memory_gb, m.uplink_gbps) for m in spec.machines),
+        pools=tuple(Pool(p.name, p.rack, p.uplink_gbps) for p in spec.pools),
+        devices=tuple(devices),
+        rack_uplink_gbps=spec.network.rack_uplink_gbps,
+        allocations=tuple(
+            Allocation(a.job, a.machine, a.cpus, a.memory_gb, tuple(a.devices), a.network_gbps)
+            for a in spec.allocations
+        ),
+    )
+
+
+def job_from_spec(j: JobSpec) -> Job:
+    t = j.tasks
+    devices = {k: getattr(t, k) for k in DEVICE_KINDS if getattr(t, k) > 0}
+    models = {k: getattr(t, f"{k}_model") for k in DEVICE_KINDS if getattr(t, f"{k}_model")}
+    return Job(
+        name=j.name, image=j.image, submit_s=j.submit_s, importance=j.importance, slo_s=j.slo_s,
+        wait_rounds=j.wait_rounds, network_gbps=j.network_gbps, command=tuple(j.command),
+        tasks=TaskRequest(t.count, t.cpus, t.memory_gb, devices, models),
+    )
+
+
+def never_fits(job: Job, cluster: Cluster) -> str | None:
+    """Why a job can never be placed on this cluster, even empty; None when it could."""
+    t = job.tasks
+    if not any(m.cpus >= t.cpus and m.memory_gb >= t.memory_gb for m in cluster.machines):
+        best_cpu = max(m.cpus for m in cluster.machines)
+        best_mem = max(m.memory_gb for m in cluster.machines)
+        return (f"each task needs {t.cpus:g} cpus and {t.memory_gb:g} GB memory on one machine; "
+                f"the largest machine has {best_cpu:g} cpus and {best_mem:g} GB")
+    total_cpu = sum(m.cpus for m in cluster.machines)
+    if t.count * t.cpus > total_cpu:
+        return f"needs {t.count * t.cpus:g} cpus in all; the cluster has {total_cpu:g}"
+    for kind in t.kinds:
+        model = t.models.get(kind)
+        have = sum(1 for d in cluster.devices if d.kind == kind and (model is None or d.model == model))
+        need = t.count * t.wants(kind)
+        if need > have:
+            what = f"{kind} of model {model}" if model else kind
+            return f"needs {need} {what} in all; the cluster has {have}"
+    return None
+
+
+def parse_jobs(data: Any, cluster: Cluster | None = None, source: str = "<jobs>") -> list[Job]:
+    """Validate a jobs spec. With a cluster, a job that can never fit on it is an error too."""
+    spec: JobsSpec = _validate(JobsSpec, data, source)
+    problems: list[str] = []
+    for name, n in Counter(j.name for j in spec.jobs).items():
+        if n > 1:
+            problems.append(f"jobs: name {name!r} is used {n} times; job names must be unique")
+    jobs = [job_from_spec(j) for j in spec.jobs]
+    if cluster is not None:
+        for i, job in enumerate(jobs):
+            why = never_fits(job, cluster)
+            if why:
+                problems.append(f"jobs[{i}] ({job.name}): can never fit on this cluster: {why}")
+    if problems:
+        raise SpecError(source, problems)
+    return jobs
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    return parse_cluster(read_document(path), str(path))
+
+
+def load_jobs(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
+    return parse_jobs(read_document(path), cluster, str(path))
+

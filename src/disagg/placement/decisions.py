@@ -1,0 +1,110 @@
+"""What a policy returns: placements, and for every job left waiting, a reason.
+
+Decisions are plain data. The caller (simulator, controller, `disagg place`) applies them; a
+placed job's tasks list the machine for cpu/memory and every device with whether it is remote and
+the links its traffic crosses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Reason(StrEnum):
+    """Why a job was not placed this round."""
+
+    NEVER_FITS = "never-fits"          # larger than the cluster even when empty
+    NO_CAPACITY = "no-capacity"        # not enough free cpu/memory on any machine now
+    NO_DEVICES = "no-devices"          # not enough free devices of a kind (within reach)
+    NO_BANDWIDTH = "no-bandwidth"      # devices free, but the links to them are full
+    SLO_AT_RISK = "slo-at-risk"        # NA policy: the placement would miss the SLO; postponed
+    CONTENTION = "contention"          # resources went to jobs ahead of it this round
+    POSTPONED = "postponed"            # waiting costs less than the best placement (U arc chosen)
+    BLOCKED = "blocked"                # FIFO head-of-line: a job ahead of it is waiting
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    id: str
+    kind: str
+    remote: bool
+    location: str
+    path: tuple[str, ...] = ()
+    network_gbps: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    task: str
+    machine: str
+    cpus: float
+    memory_gb: float
+    devices: tuple[DeviceGrant, ...] = ()
+    expected_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlacement:
+    job: str
+    tasks: tuple[TaskPlacement, ...]
+
+    @property
+    def remote_devices(self) -> int:
+        return sum(1 for t in self.tasks for d in t.devices if d.remote)
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    job: str
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """The result of one scheduling round. `timings` holds build_s, solve_s, decode_s, round_s."""
+
+    policy: str
+    placed: tuple[JobPlacement, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def placed_names(self) -> set[str]:
+        return {p.job for p in self.placed}
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape `disagg place --json` prints."""
+        return {
+            "policy": self.policy,
+            "placed": [
+                {
+                    "job": p.job,
+                    "tasks": [
+                        {
+                            "task": t.task,
+                            "machine": t.machine,
+                            "cpus": t.cpus,
+                            "memory_gb": t.memory_gb,
+                            "devices": [
+                                {"id": d.id, "kind": d.kind, "remote": d.remote, "location": d.location,
+                                 "path": list(d.path), "network_gbps": d.network_gbps}
+                                for d in t.devices
+                            ],
+                            "expected_s": t.expected_s,
+                        }
+                        for t in p.tasks
+                    ],
+                }
+                for p in self.placed
+            ],
+            "unplaced": [{"job": u.job, "reason": u.message, "code": str(u.reason)} for u in self.unplaced],
+            "timings": {k: round(v, 6) for k, v in self.timings.items()},
+            "stats": dict(self.stats),
+        }
+
+
+def as_dict(obj: Any) -> Any:
+    return asdict(obj)
