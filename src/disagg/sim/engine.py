@@ -1,0 +1,585 @@
+"""The simulation loop: arrivals, scheduling rounds, task starts and completions on a simulated cluster.
+
+Who calls what: `simulate(...)` owns a `Kernel` and a `SimCluster`. Every `interval_s` seconds (while
+jobs wait) it builds an immutable `Cluster` snapshot — machines, devices with their health, and one
+`Allocation` per running task with its devices and its traffic — and hands it with the queue to the
+policy, exactly as `disagg place` does. It then applies the `Decisions` to its own state, re-checking
+that nothing is over-committed (a placement that would over-commit is refused and counted as a
+conflict, Nomad's plan re-validation), and raises `wait_rounds` of every job left waiting.
+
+Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
+(scheduler latency) and the run's total `wall_s`.
+
+A job's tasks run as a gang: the job progresses at the pace of its slowest task, and its completion is
+re-planned whenever a task starts or ends on a machine or link it shares (the execution model, see
+execution.py). Optional device failures abort the job holding the device; it goes back to the queue and
+restarts from scratch once placed again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from disagg.model import Allocation, Cluster, Device, Job
+from disagg.placement.base import Policy
+from disagg.placement.decisions import Decisions, JobPlacement
+from disagg.profiles import Profile, lookup
+from disagg.sim.execution import DeviceUse, task_stretch
+from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.workload import Submission
+
+_EPS = 1e-9
+#: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
+TRANSFER_KINDS = ("gpu", "nvme", "fpga")
+
+
+@dataclass(frozen=True, slots=True)
+class FailureModel:
+    """Devices fail after an exponential time with mean `mtbf_s` and come back after one of mean `mttr_s`."""
+
+    mtbf_s: float
+    mttr_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """How the loop runs. `max_time_s` and `stall_rounds` stop a run that cannot finish."""
+
+    interval_s: float = 5.0
+    failures: FailureModel | None = None
+    max_time_s: float = 10_000_000.0
+    stall_rounds: int = 2000
+
+
+# -- events --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobArrived:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoundDue:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFailed:
+    device: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRepaired:
+    device: int
+
+
+Event = JobArrived | RoundDue | JobFinished | DeviceFailed | DeviceRepaired
+
+
+# -- records -------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What the metrics need of one finished (or unfinished) job."""
+
+    name: str
+    image: str
+    submit_s: float
+    base_s: float
+    slo_s: float | None
+    warmup: bool
+    start_s: float = math.nan
+    finish_s: float = math.nan
+    gpus: int = 0
+    remote_gpus: int = 0
+    restarts: int = 0
+
+
+@dataclass
+class SimResult:
+    """Everything one run produced: per-job records, series for plots, counters and timings."""
+
+    policy: str
+    records: list[JobRecord]
+    latencies_s: array  # type: ignore[type-arg]
+    gpu_times: array  # type: ignore[type-arg]
+    gpu_in_use: array  # type: ignore[type-arg]
+    total_gpus: int
+    rounds: int
+    conflicts: int
+    sim_end_s: float
+    wall_s: float
+    stalled: bool
+    events: int
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+# -- the simulated cluster -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Grant:
+    device: int
+    remote: bool
+    links: tuple[str, ...]
+    gbps: float
+
+
+@dataclass(slots=True)
+class _Task:
+    name: str
+    machine: int
+    cpus: float
+    memory_gb: float
+    grants: list[_Grant]
+
+
+@dataclass(slots=True)
+class _Running:
+    sub: Submission
+    job: Job
+    profile: Profile
+    tasks: list[_Task]
+    start_s: float
+    remaining: float
+    stretch: float
+    last_s: float
+    finish_seq: int = -1
+    own_traffic: dict[str, float] = field(default_factory=dict)
+    machines: set[int] = field(default_factory=set)
+
+
+class SimCluster:
+    """The simulator's own mutable view of the cluster: what is free, who holds what, link traffic."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.base = cluster
+        self.machines = cluster.machines
+        self.m_index = dict(cluster.machine_index)
+        self.cpu_free = [m.cpus for m in cluster.machines]
+        self.mem_free = [m.memory_gb for m in cluster.machines]
+        self.cpu_used = [0.0] * len(cluster.machines)
+        self.devices: list[Device] = list(cluster.devices)
+        self.d_index = {d.id: i for i, d in enumerate(self.devices)}
+        self.holder: dict[int, str] = {}
+        self.link_cap = {lk.id: lk.gbps for lk in cluster.links}
+        self.link_used = dict.fromkeys(self.link_cap, 0.0)
+        self.allocations: dict[str, Allocation] = {
+            f"{a.job}#pre{i}": a for i, a in enumerate(cluster.allocations)
+        }
+        for a in cluster.allocations:  # pre-existing use in the spec holds its share for the whole run
+            m = self.m_index[a.machine]
+            self.cpu_free[m] -= a.cpus
+            self.mem_free[m] -= a.memory_gb
+            self.cpu_used[m] += a.cpus
+            for did in a.devices:
+                self.holder[self.d_index[did]] = a.job
+        self._devices_tuple: tuple[Device, ...] = tuple(self.devices)
+        self.total_gpus = sum(1 for d in self.devices if d.kind == "gpu")
+
+    def snapshot(self) -> Cluster:
+        """A fresh immutable snapshot; the static parts are shared, allocations are the current ones."""
+        b = self.base
+        return Cluster(
+            machines=b.machines, pools=b.pools, devices=self._devices_tuple,
+            rack_uplink_gbps=b.rack_uplink_gbps, allocations=tuple(self.allocations.values()),
+        )
+
+    def set_health(self, device: int, health: str) -> None:
+        self.devices[device] = replace(self.devices[device], health=health)  # type: ignore[arg-type]
+        self._devices_tuple = tuple(self.devices)
+
+
+# -- the loop ------------------------------------------------------------------------------------------
+
+
+class Simulation:
+    """One run of one policy over one workload on one cluster. Use `run()` once."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        submissions: Sequence[Submission],
+        policy: Policy,
+        rng: np.random.Generator,
+        config: SimConfig | None = None,
+        failure_rng: np.random.Generator | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.config = config or SimConfig()
+        if self.config.interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {self.config.interval_s}")
+        self.state = SimCluster(cluster)
+        self.subs = list(submissions)
+        self.policy = policy
+        self.rng = rng
+        self.failure_rng = failure_rng or np.random.default_rng(0)
+        self.clock = clock
+        self.kernel: Kernel[Event] = Kernel()
+        self.queue: dict[str, Job] = {}
+        self.queued_sub: dict[str, Submission] = {}
+        self.running: dict[str, _Running] = {}
+        self.on_machine: list[set[str]] = [set() for _ in cluster.machines]
+        self.on_link: dict[str, set[str]] = {lk: set() for lk in self.state.link_cap}
+        self.records: dict[str, JobRecord] = {}
+        self.latencies = array("d")
+        self.gpu_times = array("d", [0.0])
+        self.gpu_in_use = array("d", [0.0])
+        self.gpus_busy = 0
+        self.rounds = 0
+        self.conflicts = 0
+        self.round_pending = False
+        self.to_finish = sum(1 for s in self.subs if not s.warmup) or len(self.subs)
+        self.finished_counted = 0
+        self.idle_rounds = 0
+        self.stalled = False
+        self.counters = {"placed": 0, "restarts": 0, "failures": 0}
+        self.progress: Callable[[float], None] | None = None
+
+    # -- setup --
+
+    def _seed_events(self) -> None:
+        for i, sub in enumerate(self.subs):
+            self.kernel.schedule(max(sub.job.submit_s, 0.0), Priority.ARRIVAL, JobArrived(i))
+        fm = self.config.failures
+        if fm is not None:
+            for i, d in enumerate(self.state.devices):
+                if d.health == "healthy":
+                    at = float(self.failure_rng.exponential(fm.mtbf_s))
+                    self.kernel.schedule(at, Priority.FAILURE, DeviceFailed(i))
+
+    def run(self) -> SimResult:
+        """Simulate until every (non-warm-up) job has finished, the run stalls, or max_time_s passes."""
+        wall0 = self.clock()
+        self._seed_events()
+        k = self.kernel
+        while self.finished_counted < self.to_finish:
+            item = k.pop()
+            if item is None or item.time > self.config.max_time_s or self.stalled:
+                break
+            ev = item.event
+            if isinstance(ev, JobFinished):
+                self._finish(ev.name)
+            elif isinstance(ev, JobArrived):
+                self._arrive(self.subs[ev.index])
+            elif isinstance(ev, RoundDue):
+                self._round()
+            elif isinstance(ev, DeviceFailed):
+                self._fail(ev.device)
+            elif isinstance(ev, DeviceRepaired):
+                self._repair(ev.device)
+            if self.progress is not None:
+                self.progress(k.now)
+        for name, job in self.queue.items():  # never started: keep a record so "completed" < "jobs"
+            self._record_for(self.queued_sub[name])
+            del job
+        return SimResult(
+            policy=self.policy.name, records=list(self.records.values()), latencies_s=self.latencies,
+            gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
+            rounds=self.rounds, conflicts=self.conflicts, sim_end_s=k.now, wall_s=self.clock() - wall0,
+            stalled=self.stalled, events=k.popped, counters=dict(self.counters),
+        )
+
+    # -- arrivals and rounds --
+
+    def _record_for(self, sub: Submission) -> JobRecord:
+        rec = self.records.get(sub.job.name)
+        if rec is None:
+            job = sub.job
+            rec = JobRecord(job.name, job.image, job.submit_s, sub.base_s, job.slo_s, sub.warmup)
+            self.records[sub.job.name] = rec
+        return rec
+
+    def _arrive(self, sub: Submission) -> None:
+        self.queue[sub.job.name] = sub.job
+        self.queued_sub[sub.job.name] = sub
+        self._record_for(sub)
+        self._want_round()
+
+    def _want_round(self) -> None:
+        """Make sure a round is pending at the next tick of the interval grid (now, if on the grid)."""
+        if self.round_pending:
+            return
+        step = self.config.interval_s
+        now = self.kernel.now
+        at = math.ceil(now / step - 1e-9) * step
+        self.kernel.schedule(max(at, now), Priority.ROUND, RoundDue())
+        self.round_pending = True
+
+    def _round(self) -> None:
+        self.round_pending = False
+        if not self.queue:
+            return
+        now = self.kernel.now
+        snapshot = self.state.snapshot()
+        queue = list(self.queue.values())
+        t0 = self.clock()
+        decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
+        elapsed = self.clock() - t0
+        self.latencies.append(float(decisions.timings.get("round_s", elapsed)))
+        self.rounds += 1
+        placed = self._apply(decisions, now)
+        for name, job in self.queue.items():
+            self.queue[name] = job.waited()
+        if placed == 0 and not self.running:
+            self.idle_rounds += 1
+            if self.idle_rounds >= self.config.stall_rounds and self.kernel.peek_time() is None:
+                self.stalled = True
+        else:
+            self.idle_rounds = 0
+        if self.queue:
+            self.kernel.schedule(now + self.config.interval_s, Priority.ROUND, RoundDue())
+            self.round_pending = True
+
+    # -- applying decisions --
+
+    def _apply(self, decisions: Decisions, now: float) -> int:
+        placed = 0
+        for jp in decisions.placed:
+            if jp.job not in self.queue:
+                self.conflicts += 1
+                continue
+            tasks = self._check(jp, self.queue[jp.job])
+            if tasks is None:
+                self.conflicts += 1
+                continue
+            self._start(jp.job, tasks, now)
+            placed += 1
+        return placed
+
+    def _check(self, jp: JobPlacement, job: Job) -> list[_Task] | None:
+        """The placement as tasks, or None when it would over-commit anything (nothing is changed)."""
+        st = self.state
+        if len(jp.tasks) != job.tasks.count:
+            return None
+        cpu: dict[int, float] = {}
+        mem: dict[int, float] = {}
+        traffic: dict[str, float] = {}
+        seen: set[int] = set()
+        profile = lookup(job.image)
+        tasks: list[_Task] = []
+        for tp in jp.tasks:
+            m = st.m_index.get(tp.machine)
+            if m is None:
+                return None
+            cpu[m] = cpu.get(m, 0.0) + tp.cpus
+            mem[m] = mem.get(m, 0.0) + tp.memory_gb
+            grants: list[_Grant] = []
+            for g in tp.devices:
+                d = st.d_index.get(g.id)
+                if d is None or d in seen or d in st.holder or st.devices[d].health != "healthy":
+                    return None
+                seen.add(d)
+                dev = st.devices[d]
+                remote = dev.location != tp.machine
+                links = st.base.path(tp.machine, dev.location) if remote else ()
+                gbps = 0.0
+                if remote:
+                    gbps = g.network_gbps or job.network_gbps or profile.network_gbps
+                    for lk in links:
+                        traffic[lk] = traffic.get(lk, 0.0) + gbps
+                grants.append(_Grant(d, remote, links, gbps))
+            tasks.append(_Task(tp.task, m, tp.cpus, tp.memory_gb, grants))
+        for m, c in cpu.items():
+            if c > st.cpu_free[m] + _EPS or mem[m] > st.mem_free[m] + _EPS:
+                return None
+        for lk, extra in traffic.items():
+            if st.link_used[lk] + extra > st.link_cap[lk] + _EPS:
+                return None
+        return tasks
+
+    def _start(self, name: str, tasks: list[_Task], now: float) -> None:
+        st = self.state
+        job = self.queue.pop(name)
+        sub = self.queued_sub.pop(name)
+        run = _Running(sub, job, lookup(job.image), tasks, now, sub.base_s, 1.0, now)
+        gpus = remote_gpus = 0
+        for t in tasks:
+            st.cpu_free[t.machine] -= t.cpus
+            st.mem_free[t.machine] -= t.memory_gb
+            st.cpu_used[t.machine] += t.cpus
+            run.machines.add(t.machine)
+            self.on_machine[t.machine].add(name)
+            for g in t.grants:
+                st.holder[g.device] = name
+                if st.devices[g.device].kind == "gpu":
+                    gpus += 1
+                    remote_gpus += g.remote
+                for lk in g.links:
+                    st.link_used[lk] += g.gbps
+                    run.own_traffic[lk] = run.own_traffic.get(lk, 0.0) + g.gbps
+                    self.on_link[lk].add(name)
+            st.allocations[t.name] = Allocation(
+                job=name, machine=st.machines[t.machine].name, cpus=t.cpus, memory_gb=t.memory_gb,
+                devices=tuple(st.devices[g.device].id for g in t.grants),
+                network_gbps=sum(g.gbps for g in t.grants),
+            )
+        self.running[name] = run
+        rec = self._record_for(sub)
+        rec.start_s = now
+        rec.gpus = gpus
+        rec.remote_gpus = remote_gpus
+        self.counters["placed"] += 1
+        self._gpus_changed(now, gpus)
+        self._reevaluate(self._neighbours(run) | {name}, now)
+
+    def _neighbours(self, run: _Running) -> set[str]:
+        out: set[str] = set()
+        for m in run.machines:
+            out |= self.on_machine[m]
+        for lk in run.own_traffic:
+            out |= self.on_link[lk]
+        out.discard(run.job.name)
+        return out
+
+    def _gpus_changed(self, now: float, delta: int) -> None:
+        if delta == 0:
+            return
+        self.gpus_busy += delta
+        if self.gpu_times[-1] == now:
+            self.gpu_in_use[-1] = self.gpus_busy
+        else:
+            self.gpu_times.append(now)
+            self.gpu_in_use.append(self.gpus_busy)
+
+    # -- the execution model applied --
+
+    def _stretch(self, run: _Running) -> float:
+        st = self.state
+        worst = 1.0
+        for t in run.tasks:
+            uses: list[DeviceUse] = []
+            remote_mem_gb = 0.0
+            for g in t.grants:
+                dev = st.devices[g.device]
+                if dev.kind == "memory":
+                    if g.remote:
+                        remote_mem_gb += dev.capacity
+                    continue
+                if dev.kind not in TRANSFER_KINDS:
+                    continue
+                if not g.remote:
+                    uses.append(DeviceUse(False))
+                    continue
+                load = 0.0
+                bottleneck = math.inf
+                for lk in g.links:
+                    cap = st.link_cap[lk]
+                    bottleneck = min(bottleneck, cap)
+                    load = max(load, (st.link_used[lk] - run.own_traffic.get(lk, 0.0)) / cap)
+                uses.append(DeviceUse(True, bottleneck, load))
+            total_cpus = st.machines[t.machine].cpus
+            others = (st.cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
+            cache = t.memory_gb / (t.memory_gb + remote_mem_gb) if remote_mem_gb > 0 else None
+            worst = max(worst, task_stretch(run.profile, uses, others, cache))
+        return worst
+
+    def _reevaluate(self, names: set[str], now: float) -> None:
+        """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic."""
+        for name in sorted(names):
+            run = self.running.get(name)
+            if run is None:
+                continue
+            run.remaining = max(0.0, run.remaining - (now - run.last_s) / run.stretch)
+            run.last_s = now
+            new = self._stretch(run)
+            if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
+                continue
+            run.stretch = new
+            if run.finish_seq >= 0:
+                self.kernel.cancel(run.finish_seq)
+            at = now + run.remaining * new
+            run.finish_seq = self.kernel.schedule(at, Priority.FINISH, JobFinished(name))
+
+    def _release(self, run: _Running) -> int:
+        st = self.state
+        gpus = 0
+        for t in run.tasks:
+            st.cpu_free[t.machine] += t.cpus
+            st.mem_free[t.machine] += t.memory_gb
+            st.cpu_used[t.machine] -= t.cpus
+            self.on_machine[t.machine].discard(run.job.name)
+            for g in t.grants:
+                st.holder.pop(g.device, None)
+                gpus += st.devices[g.device].kind == "gpu"
+                for lk in g.links:
+                    st.link_used[lk] = max(0.0, st.link_used[lk] - g.gbps)
+                    self.on_link[lk].discard(run.job.name)
+            st.allocations.pop(t.name, None)
+        return gpus
+
+    def _finish(self, name: str) -> None:
+        run = self.running.pop(name)
+        now = self.kernel.now
+        gpus = self._release(run)
+        rec = self.records[name]
+        rec.finish_s = now
+        if not run.sub.warmup or self.to_finish == len(self.subs):
+            self.finished_counted += 1
+        self._gpus_changed(now, -gpus)
+        self._reevaluate(self._neighbours(run), now)
+        if self.queue:
+            self._want_round()
+
+    # -- failures --
+
+    def _fail(self, device: int) -> None:
+        st = self.state
+        now = self.kernel.now
+        fm = self.config.failures
+        assert fm is not None
+        st.set_health(device, "failed")
+        self.counters["failures"] += 1
+        holder = st.holder.get(device)
+        if holder is not None and holder in self.running:
+            run = self.running.pop(holder)
+            self.kernel.cancel(run.finish_seq)
+            gpus = self._release(run)
+            self._gpus_changed(now, -gpus)
+            self._reevaluate(self._neighbours(run), now)
+            self.records[holder].restarts += 1
+            self.counters["restarts"] += 1
+            self.queue[holder] = run.job  # restarts from scratch, keeps its wait counter
+            self.queued_sub[holder] = run.sub
+            self._want_round()
+        self.kernel.schedule(now + float(self.failure_rng.exponential(fm.mttr_s)), Priority.FAILURE,
+                             DeviceRepaired(device))
+
+    def _repair(self, device: int) -> None:
+        fm = self.config.failures
+        assert fm is not None
+        self.state.set_health(device, "healthy")
+        now = self.kernel.now
+        self.kernel.schedule(now + float(self.failure_rng.exponential(fm.mtbf_s)), Priority.FAILURE,
+                             DeviceFailed(device))
+        if self.queue:
+            self._want_round()
+
+
+def simulate(
+    cluster: Cluster,
+    submissions: Sequence[Submission],
+    policy: Policy,
+    seed: int,
+    config: SimConfig | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Run one policy over one workload. The policy's rng and the failures' rng derive from `seed`."""
+    policy_seq, failure_seq = np.random.SeedSequence([seed, 7]).spawn(2)
+    sim = Simulation(cluster, submissions, policy, np.random.default_rng(policy_seq), config,
+                     np.random.default_rng(failure_seq))
+    sim.progress = progress
+    return sim.run()

@@ -1,0 +1,97 @@
+"""A tiny discrete-event kernel: a heap of `(time, priority, seq, event)`.
+
+Why so small: the simulator needs exactly three things — events ordered by simulated time, a fixed
+order among events that fall at the same instant (completions before arrivals before a scheduling
+round, so a round sees everything that happened at its instant), and a tie-breaker that makes every
+run with the same seed replay identically. `seq` is that tie-breaker: it grows with every
+`schedule` call, so two events at the same time and priority pop in the order they were scheduled.
+
+Cancelling is lazy: `cancel(seq)` marks an entry dead and `pop` skips it. The heap is compacted when
+dead entries outnumber live ones, so memory stays proportional to what is pending.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Generic, TypeVar
+
+E = TypeVar("E")
+
+
+class Priority(IntEnum):
+    """Order of events at the same instant: lower runs first."""
+
+    FINISH = 0      # a job's tasks complete and free what they held
+    FAILURE = 1     # a device fails or is repaired
+    ARRIVAL = 2     # a job enters the queue
+    ROUND = 3       # the scheduler runs on everything above
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled(Generic[E]):
+    """An event that has popped: when it fires and what it is."""
+
+    time: float
+    priority: int
+    seq: int
+    event: E
+
+
+class Kernel(Generic[E]):
+    """The event heap and the simulated clock. `now` only moves forward, and only in `pop`."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+        self._heap: list[tuple[float, int, int, E]] = []
+        self._seq = 0
+        self._dead: set[int] = set()
+        self.popped = 0
+
+    def __len__(self) -> int:
+        """How many live events are pending."""
+        return len(self._heap) - len(self._dead)
+
+    def schedule(self, time: float, priority: int, event: E) -> int:
+        """Put `event` on the heap at `time`; returns its seq (the handle for `cancel`).
+
+        Scheduling in the past is a bug in the caller, so it raises rather than reorder history.
+        """
+        if time < self.now:
+            raise ValueError(f"cannot schedule at t={time} before now={self.now}")
+        seq = self._seq
+        self._seq += 1
+        heapq.heappush(self._heap, (time, int(priority), seq, event))
+        return seq
+
+    def cancel(self, seq: int) -> None:
+        """Forget a pending event. Idempotent; cancelling one that already fired does nothing harmful."""
+        if seq < self._seq:
+            self._dead.add(seq)
+        if len(self._dead) > 64 and len(self._dead) * 2 > len(self._heap):
+            self._compact()
+
+    def _compact(self) -> None:
+        # Maintain heap invariant after dropping dead entries.
+        self._heap = [item for item in self._heap if item[2] not in self._dead]
+        heapq.heapify(self._heap)
+        self._dead.clear()
+
+    def peek_time(self) -> float | None:
+        """When the next live event fires, or None when nothing is pending."""
+        while self._heap and self._heap[0][2] in self._dead:
+            self._dead.discard(heapq.heappop(self._heap)[2])
+        return self._heap[0][0] if self._heap else None
+
+    def pop(self) -> Scheduled[E] | None:
+        """Advance the clock to the next live event and return it; None when the heap is empty."""
+        while self._heap:
+            time, priority, seq, event = heapq.heappop(self._heap)
+            if seq in self._dead:
+                self._dead.discard(seq)
+                continue
+            self.now = time
+            self.popped += 1
+            return Scheduled(time, priority, seq, event)
+        return None
