@@ -1,1 +1,31 @@
-"""disagg.store."""
+"""Persistent state of the controller (SQLAlchemy 2): SQLite (WAL) by default, PostgreSQL by URL.
+
+The schema comes from the Alembic migrations in `disagg.store.migrations`; `Store.migrate()` runs
+them at start.
+"""
+
+from disagg.store.repository import (
+    DEFAULT_URL,
+    LIVE_SLICE_STATES,
+    IdempotencyConflict,
+    Principal,
+    Store,
+    device_dict,
+    job_dict,
+    new_id,
+    normalize_url,
+    slice_dict,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "LIVE_SLICE_STATES",
+    "IdempotencyConflict",
+    "Principal",
+    "Store",
+    "device_dict",
+    "job_dict",
+    "new_id",
+    "normalize_url",
+    "slice_dict",
+]

@@ -1,0 +1,227 @@
+"""The local engine: a job's tasks run as processes on this host, one directory per slice.
+
+Layout of `<root>/<handle>/`: `spec.json` (what prepare-task staged), `hostfile`, `machines/<name>`
+(one marker per launched slice machine), `started` (claimed by the runner, or by a cancel that came
+first), `exit` (written by the runner when every task has ended), `task-<i>.stdout|stderr`.
+
+Every task sees its devices: `CUDA_VISIBLE_DEVICES` (indices of its GPUs on the composed node),
+`DISAGG_DEVICES` (the device ids), `DISAGG_HOSTFILE` (the slice's hostfile, one line per slice
+machine with its slots, OpenMPI style), `DISAGG_TASK_INDEX`, `DISAGG_TASK_COUNT`, `DISAGG_JOB`,
+`DISAGG_SLICE`, `DISAGG_MACHINE`.
+
+The runner (`disagg.engines.local_runner`) runs in its own session, so the jobs outlive a controller
+killed with SIGKILL and a restarted controller finds them again from these files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskStatus
+from disagg.engines.local_runner import claim, write_atomic
+from disagg.fabric.emulated import OperationLatencies
+
+#: A launched runner that has not claimed its job after this long is taken as lost.
+START_GRACE_S = 30.0
+
+
+class LocalEngine(Engine):
+    """Runs jobs as local processes. `latencies` emulate the node operations (boot, hand-over)."""
+
+    name = "local"
+
+    def __init__(self, root: str | Path, latencies: OperationLatencies | None = None) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.latencies = latencies or OperationLatencies().scaled(0.0)
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _dir(self, handle: str) -> Path:
+        if not handle or "/" in handle or handle.startswith("."):
+            raise ValueError(f"bad handle {handle!r}")
+        return self.root / handle
+
+    # --- slice machines --------------------------------------------------------------------
+    def launch_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
+        marker = self._dir(spec.slice_id) / "machines" / machine.name
+        if marker.exists():
+            return
+        time.sleep(self.latencies.launch_machine)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(marker, json.dumps({"host": machine.host, "devices": list(machine.devices)}))
+
+    def destroy_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
+        """The machine leaves; what runs of the slice's job goes with it."""
+        marker = self._dir(spec.slice_id) / "machines" / machine.name
+        self.cancel(spec.slice_id)
+        if not marker.exists():
+            return
+        time.sleep(self.latencies.destroy_machine)
+        marker.unlink(missing_ok=True)
+
+    # --- tasks -----------------------------------------------------------------------------
+    def prepare_task(self, spec: SliceSpec) -> str:
+        d = self._dir(spec.slice_id)
+        if (d / "spec.json").exists():
+            return spec.slice_id
+        time.sleep(self.latencies.prepare_task)
+        d.mkdir(parents=True, exist_ok=True)
+        hostfile = d / "hostfile"
+        layout = _task_layout(spec)
+        write_atomic(hostfile, "".join(f"{m.name} slots=1\n" for m in spec.machines))
+        tasks = []
+        for i, (machine, devices) in enumerate(layout):
+            gpus = [str(k) for k, dev in enumerate(devices) if "/gpu" in dev]
+            env = {
+                "CUDA_VISIBLE_DEVICES": ",".join(gpus), "DISAGG_DEVICES": ",".join(devices),
+                "DISAGG_HOSTFILE": str(hostfile), "DISAGG_TASK_INDEX": str(i),
+                "DISAGG_TASK_COUNT": str(spec.tasks), "DISAGG_JOB": spec.job_id,
+                "DISAGG_SLICE": spec.slice_id, "DISAGG_MACHINE": machine.name, "DISAGG_HOST": machine.host,
+                **spec.env,
+            }
+            tasks.append({"machine": machine.name, "env": env})
+        write_atomic(d / "spec.json", json.dumps({"command": list(spec.command), "tasks": tasks}))
+        return spec.slice_id
+
+    def launch_task(self, handle: str) -> None:
+        """Start the runner unless one already claimed the job (or a cancel did). Safe to repeat."""
+        d = self._dir(handle)
+        if not (d / "spec.json").exists():
+            raise RuntimeError(f"job {handle} was never prepared")
+        if (d / "started").exists():
+            return
+        time.sleep(self.latencies.launch_task)
+        if (d / "started").exists():
+            return
+        write_atomic(d / "launched", json.dumps({"at": time.time()}))
+        self._children[handle] = subprocess.Popen(
+            [sys.executable, "-m", "disagg.engines.local_runner", str(d)],
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(d / "runner.log", "ab"),  # noqa: SIM115 - the child keeps it
+        )
+
+    def _reap(self, handle: str) -> None:
+        child = self._children.get(handle)
+        if child is not None and child.poll() is not None:
+            del self._children[handle]
+
+    def _runner(self, d: Path) -> psutil.Process | None:
+        """The live runner process of a job directory, if any (pid reuse and zombies excluded)."""
+        try:
+            info = json.loads((d / "started").read_text())
+        except (OSError, ValueError):
+            return None
+        if "pid" not in info:
+            return None
+        try:
+            proc = psutil.Process(info["pid"])
+            if abs(proc.create_time() - info["create_time"]) > 0.5 or proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except psutil.Error:
+            return None
+
+    def status(self, handle: str) -> TaskStatus:
+        d = self._dir(handle)
+        self._reap(handle)
+        if not (d / "spec.json").exists():
+            return TaskStatus("lost", detail="no such job on this engine")
+        exit_status = _read_exit(d)
+        if exit_status is not None:
+            return exit_status
+        started = d / "started"
+        if started.exists():
+            if self._runner(d) is not None:
+                return TaskStatus("running")
+            exit_status = _read_exit(d)  # it may have ended between the two looks
+            if exit_status is not None:
+                return exit_status
+            try:
+                info = json.loads(started.read_text())
+            except (OSError, ValueError):
+                info = {}
+            if info.get("cancelled"):
+                return TaskStatus("cancelled")
+            if "pid" not in info:  # the runner is writing its claim right now
+                return TaskStatus("running")
+            return TaskStatus("lost", detail="the runner died without an exit status")
+        launched = d / "launched"
+        if launched.exists() and time.time() - launched.stat().st_mtime > START_GRACE_S:
+            return TaskStatus("lost", detail="launched but never started")
+        return TaskStatus("pending" if launched.exists() else "held")
+
+    def cancel(self, handle: str) -> None:
+        """Make sure the job is not running and will never start. Safe to repeat."""
+        d = self._dir(handle)
+        if not d.exists():
+            return
+        if claim(d / "started", json.dumps({"cancelled": True})):
+            return  # no runner ever claimed it; none ever will
+        proc = self._runner(d)
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        child = self._children.pop(handle, None)
+        if child is not None:
+            child.wait(timeout=10)
+        else:
+            try:
+                proc.wait(timeout=10)
+            except psutil.Error:
+                pass
+        if _read_exit(d) is None:
+            write_atomic(d / "exit", json.dumps({"code": -9, "cancelled": True, "at": time.time()}))
+
+    def logs(self, handle: str) -> str:
+        d = self._dir(handle)
+        outs = sorted(d.glob("task-*.stdout"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+        parts = []
+        for out in outs:
+            i = out.name.split(".")[0].split("-")[1]
+            err = d / f"task-{i}.stderr"
+            text = out.read_text(errors="replace")
+            err_text = err.read_text(errors="replace") if err.exists() else ""
+            if len(outs) > 1:
+                parts.append(f"=== task {i} ===\n")
+            parts.append(text)
+            if err_text:
+                parts.append(f"--- stderr ---\n{err_text}")
+        return "".join(parts)
+
+    def handles(self) -> list[str]:
+        """Every job directory the engine knows (for reconciliation)."""
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+
+    def close(self) -> None:
+        for handle in list(self._children):
+            self._reap(handle)
+
+
+def _read_exit(d: Path) -> TaskStatus | None:
+    try:
+        info = json.loads((d / "exit").read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("cancelled"):
+        return TaskStatus("cancelled", exit_code=info.get("code"))
+    code = int(info["code"])
+    return TaskStatus("completed" if code == 0 else "failed", exit_code=code)
+
+
+def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:
+    """Task i runs on slice machine i (a slice machine is one task's vNode) with its devices."""
+    if len(spec.machines) != spec.tasks:
+        raise ValueError(f"slice {spec.slice_id}: {spec.tasks} tasks need {spec.tasks} slice machines, "
+                         f"got {len(spec.machines)}")
+    return [(m, m.devices) for m in spec.machines]

@@ -1,0 +1,257 @@
+"""A slice machine joins and leaves Slurm as a dynamic node with exactly its composed GPUs.
+
+Why dynamic nodes (see docs/design-decisions.md, "Slurm: a slice machine is a dynamic node"):
+Slurm 22.05 cannot change the GPU count of a node whose GPUs are backed by device files at
+runtime, and a static node needs a slurm.conf rewrite plus a slurmctld restart (1–4 s, for every
+slice, serialised). A dynamic node (`slurmd -Z`) registers itself with its own gres.conf in
+≈ 0.1–0.4 s and is deleted with `scontrol delete`. Slurm allows one dynamic node per IP address
+(`--conf` takes no `Port=`), so each slice machine gets its own network namespace with a veth
+into the site's bridge: the namespace is the emulated machine that boots and joins.
+
+Everything a node is lives in `<site.root>/nodes/<name>/`: `slurm.conf` (a copy, so gres.conf
+next to it is this node's), `gres.conf`, `dev/gpu<i>` (character devices standing for the slice's
+devices, GRES index i = `devices[i]`), `node.json` (devices, address, namespace). Join and leave
+are idempotent and survive a restart of the process that called them (slurmd is its own session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from disagg.engines.slurm_site import SlurmError, SlurmSite
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What a slice machine brings to Slurm."""
+
+    name: str
+    cpus: int
+    memory_mb: int
+    devices: tuple[str, ...] = ()   # disagg device ids, GRES index i is devices[i]
+
+
+@dataclass(frozen=True)
+class JoinedNode:
+    """A slice machine's record on disk."""
+
+    name: str
+    devices: tuple[str, ...]
+    index: int          # host part of its address; also names its namespace and veth
+    netns: str          # the namespace that stands for the machine
+
+
+def valid_node_name(name: str) -> bool:
+    """Slurm node names that hostlist expressions and our paths handle: letters, digits, `-`, `_`."""
+    return bool(name) and len(name) <= 60 and all(c.isalnum() or c in "-_" for c in name) and name[0].isalpha()
+
+
+def _ip(*args: str) -> None:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SlurmError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+
+def _make_device_file(path: Path) -> None:
+    """A character device (like /dev/null) that Slurm can hand out as one GPU."""
+    if not path.exists():
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+class DynamicNodes:
+    """Joins slice machines to a site's Slurm as dynamic nodes in their own network namespaces."""
+
+    def __init__(self, site: SlurmSite, join_timeout_s: float = 15.0) -> None:
+        if not site.netns or not site.bridge:
+            raise SlurmError("slurm site has no network namespace and bridge for dynamic nodes (netns, bridge)")
+        self.site = site
+        self.join_timeout_s = join_timeout_s
+        site.nodes_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- records -----------------------------------------------------------------------------
+    def node_dir(self, name: str) -> Path:
+        return self.site.nodes_dir / name
+
+    def record(self, name: str) -> JoinedNode | None:
+        """The on-disk record of a joined (or half-joined) node, or None."""
+        path = self.node_dir(name) / "node.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return JoinedNode(name, tuple(data["devices"]), int(data["index"]), str(data["netns"]))
+
+    def joined(self) -> list[JoinedNode]:
+        """Every node this site's disagg has records for (joined or half-joined)."""
+        out = []
+        for path in sorted(self.site.nodes_dir.glob("*/node.json")):
+            rec = self.record(path.parent.name)
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Address allocation and namespace set-up are serialised across processes."""
+        with open(self.site.nodes_dir / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _allocate(self, spec: NodeSpec) -> JoinedNode:
+        used = {n.index for n in self.joined()}
+        free = [i for i in range(2, 255) if i not in used]
+        if not free:
+            raise SlurmError(f"no free address in {self.site.subnet}.0/24 for node {spec.name}")
+        rec = JoinedNode(spec.name, spec.devices, free[0], f"{self.site.netns}-n{free[0]}")
+        d = self.node_dir(spec.name)
+        (d / "dev").mkdir(parents=True, exist_ok=True)
+        (d / "node.json").write_text(json.dumps({"devices": list(spec.devices), "index": rec.index,
+                                                 "netns": rec.netns}))
+        return rec
+
+    # -- join --------------------------------------------------------------------------------
+    def slurmd_pid(self, name: str) -> int | None:
+        """The pid of the node's slurmd if it runs."""
+        pidfile = self.node_dir(name) / "slurmd.pid"
+        try:
+            pid = int(pidfile.read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+    def join(self, spec: NodeSpec) -> JoinedNode:
+        """Boot the slice machine (namespace + slurmd) and wait until Slurm shows it idle. Idempotent."""
+        if not valid_node_name(spec.name):
+            raise SlurmError(f"slice machine name {spec.name!r} is not a valid Slurm node name "
+                             "(a letter, then letters, digits, '-' or '_', at most 60)")
+        with self._locked():
+            rec = self.record(spec.name)
+            if rec is not None and rec.devices != spec.devices:
+                raise SlurmError(f"node {spec.name} already joined with devices {list(rec.devices)}, "
+                                 f"not {list(spec.devices)}")
+            if rec is None:
+                rec = self._allocate(spec)
+            if self.slurmd_pid(spec.name) is None:
+                self._write_config(spec)
+                self._make_netns(rec)
+                self._start_slurmd(spec, rec)
+        self._wait_joined(spec.name)
+        return rec
+
+    def _write_config(self, spec: NodeSpec) -> None:
+        d = self.node_dir(spec.name)
+        text = self.site.conf.read_text()
+        (d / "slurm.conf").write_text(text)
+        for line in text.splitlines():   # slurmd does not create its spool directory itself
+            if line.strip().lower().startswith("slurmdspooldir="):
+                Path(line.split("=", 1)[1].strip().replace("%n", spec.name)).mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(len(spec.devices)):
+            _make_device_file(d / "dev" / f"gpu{i}")
+            lines.append(f"Name=gpu File={d / 'dev' / f'gpu{i}'}")
+        (d / "gres.conf").write_text("AutoDetect=off\n" + "\n".join(lines) + "\n")
+
+    def _make_netns(self, rec: JoinedNode) -> None:
+        if Path(f"/run/netns/{rec.netns}").exists():
+            return
+        host_if, node_if = f"dvh{rec.index}", f"dvn{rec.index}"
+        _ip("netns", "add", rec.netns)
+        _ip("-n", str(self.site.netns), "link", "add", host_if, "type", "veth", "peer", "name", node_if,
+            "netns", rec.netns)
+        _ip("-n", str(self.site.netns), "link", "set", host_if, "master", self.site.bridge, "up")
+        _ip("-n", rec.netns, "addr", "add", f"{self.site.subnet}.{rec.index}/24", "dev", node_if)
+        _ip("-n", rec.netns, "link", "set", node_if, "up")
+        _ip("-n", rec.netns, "link", "set", "lo", "up")
+
+    def _start_slurmd(self, spec: NodeSpec, rec: JoinedNode) -> None:
+        d = self.node_dir(spec.name)
+        conf = f"CPUs={spec.cpus} RealMemory={spec.memory_mb} Feature={self.site.feature}"
+        if spec.devices:
+            conf += f" Gres=gpu:{len(spec.devices)}"
+        with open(d / "slurmd.out", "ab") as out:
+            # `nsenter --net`, not `ip netns exec`: the latter remounts /sys and slurmd loses its cgroup view.
+            proc = subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{rec.netns}", "slurmd", "-D", "-Z", "-N", spec.name,
+                 "-f", str(d / "slurm.conf"), "--conf", conf],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, env={**os.environ, "SLURM_CONF": str(d / "slurm.conf")},
+            )
+        (d / "slurmd.pid").write_text(str(proc.pid))
+
+    def node_state(self, name: str) -> list[str] | None:
+        """Slurm's state of a node as words (e.g. ['IDLE', 'DYNAMIC_NORM']), or None when Slurm does not know it."""
+        proc = self.site.run(["scontrol", "-o", "show", "node", name], check=False)
+        if proc.returncode != 0 or "State=" not in proc.stdout:
+            return None
+        state = proc.stdout.split("State=", 1)[1].split()[0]
+        return state.upper().split("+")
+
+    def _wait_joined(self, name: str) -> None:
+        deadline = time.monotonic() + self.join_timeout_s
+        delay = 0.02
+        while time.monotonic() < deadline:
+            state = self.node_state(name)
+            if state and state[0] in ("IDLE", "MIXED", "ALLOCATED") and "NOT_RESPONDING" not in state:
+                return
+            if self.slurmd_pid(name) is None:
+                break
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+        log = self.node_dir(name) / "slurmd.out"
+        tail = log.read_text()[-800:] if log.exists() else ""
+        raise SlurmError(f"node {name} did not join Slurm (state {self.node_state(name)}): {tail}")
+
+    # -- leave -------------------------------------------------------------------------------
+    def leave(self, name: str) -> None:
+        """Stop everything the slice machine runs, delete the node from Slurm, free its namespace. Idempotent."""
+        rec = self.record(name)
+        if rec is not None:
+            self._kill_namespace(rec)
+        self._delete_from_slurm(name)
+        with self._locked():
+            if rec is not None and Path(f"/run/netns/{rec.netns}").exists():
+                _ip("netns", "del", rec.netns)   # takes the veth pair with it
+            shutil.rmtree(self.node_dir(name), ignore_errors=True)
+
+    def _kill_namespace(self, rec: JoinedNode) -> None:
+        """SIGKILL slurmd and every job step process in the node's namespace (the machine powers off)."""
+        if not Path(f"/run/netns/{rec.netns}").exists():
+            return
+        for _ in range(20):
+            out = subprocess.run(["ip", "netns", "pids", rec.netns], capture_output=True, text=True,
+                                 check=False).stdout.split()
+            if not out:
+                return
+            for pid in out:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.02)
+
+    def _delete_from_slurm(self, name: str) -> None:
+        """`scontrol delete` is refused while Slurm still counts a job on the node; mark it down first."""
+        deadline = time.monotonic() + 15.0
+        while True:
+            if self.node_state(name) is None:
+                return
+            proc = self.site.run(["scontrol", "delete", f"nodename={name}"], check=False)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise SlurmError(f"scontrol delete nodename={name}: {proc.stderr.strip()}")
+            self.site.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=disagg-leave"],
+                          check=False)
+            time.sleep(0.1)

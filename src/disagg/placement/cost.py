@@ -1,0 +1,86 @@
+"""The cost model: the seed's utility (Eq. 6) and arc costs (Eqs. 7 and 8), integer-scaled.
+
+Ut(φ) = (τ − φ)/τ                      if φ ≤ τ
+Ut(φ) = ((τ − φ)/τ) · (10 − z)/9        if φ > τ         (z: importance, 1 = most important)
+c     = (1 − Ut(φ)) · P                 placing arcs (Eq. 7)
+c_U   = (1 − Ut(φ_U)) · P + W           the unscheduled arc (Eq. 8)
+
+φ_U, the "expected time" of waiting, is taken as 2τ: waiting is worse than any placement that
+finishes within twice the goal, and worse for important jobs (their utility falls faster). W grows
+by `WAIT_STEP` each round the job waits, so no job starves. Costs are multiplied by `SCALE` and
+rounded, because the solver works on integers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from disagg.model import Job
+from disagg.profiles import Profile, expected_s, lookup
+
+SCALE = 1_000_000
+#: At most this much (in SCALE units, a thousandth of a utility unit) is added to the unscheduled arc
+#: of the oldest job, so that of two equally good jobs the one that has waited longer is placed.
+AGE_TIEBREAK = 1000
+#: What one round of waiting adds to the unscheduled arc (in utility units, before SCALE).
+WAIT_STEP = 0.1
+#: Preferences P: the device on the task's own machine, in its rack, across racks.
+P_LOCAL = 1.0
+P_RACK = 1.05
+P_CROSS = 1.1
+#: A small preference against spending a machine's cpus on a task that does not want the devices
+#: sitting idle there (keeps CPU-only work away from GPU machines while others fit).
+P_SPARE_DEVICES = 0.05
+#: Tie-break that spreads tasks over machines by how busy their cpus are (Firmament's load spreading).
+SPREAD = 0.02
+
+
+def utility(phi: ArrayLike, tau: ArrayLike, z: ArrayLike) -> NDArray[np.float64]:
+    """Eq. 6, vectorised."""
+    phi_a = np.asarray(phi, dtype=np.float64)
+    tau_a = np.asarray(tau, dtype=np.float64)
+    z_a = np.asarray(z, dtype=np.float64)
+    base = (tau_a - phi_a) / tau_a
+    return np.where(phi_a <= tau_a, base, base * (10.0 - z_a) / 9.0)
+
+
+def placing_cost(phi: ArrayLike, tau: ArrayLike, z: ArrayLike, preference: ArrayLike) -> NDArray[np.int64]:
+    """Eq. 7, scaled to integers. Never negative (Ut ≤ 1)."""
+    c = (1.0 - utility(phi, tau, z)) * np.asarray(preference, dtype=np.float64)
+    return np.rint(np.maximum(c, 0.0) * SCALE).astype(np.int64)
+
+
+def unscheduled_cost(tau: ArrayLike, z: ArrayLike, wait_rounds: ArrayLike) -> NDArray[np.int64]:
+    """Eq. 8 with φ_U = 2τ. The +1 breaks the tie with a placement of the same cost in favour of placing."""
+    tau_a = np.asarray(tau, dtype=np.float64)
+    c = (1.0 - utility(2.0 * tau_a, tau_a, z)) * P_LOCAL + WAIT_STEP * np.asarray(wait_rounds, np.float64)
+    return np.rint(c * SCALE).astype(np.int64) + 1
+
+
+def age_bonus(order: ArrayLike, n: int) -> NDArray[np.int64]:
+    """Tie-break for the unscheduled arc: the earlier in the queue (longer wait), the larger."""
+    o = np.asarray(order, dtype=np.float64)
+    return np.rint(AGE_TIEBREAK * (n - o) / max(n, 1)).astype(np.int64)
+
+
+def goal_s(job: Job, profile: Profile) -> float:
+    """τ: the job's SLO, or 1.5× its profile's local time, or 1 s for an unknown image (neutral)."""
+    if job.slo_s is not None:
+        return job.slo_s
+    if profile.known:
+        return 1.5 * profile.base_s
+    return 1.0
+
+
+def profile_of(job: Job) -> Profile:
+    return lookup(job.image)
+
+
+def phi(job: Job, profile: Profile, remote_share: float, load: float) -> float:
+    return expected_s(profile, remote_share, load, goal_s(job, profile))
+
+
+def remote_gbps(job: Job, profile: Profile) -> float:
+    """Bandwidth one remote device of this job draws on its path."""
+    return job.network_gbps if job.network_gbps is not None else profile.network_gbps

@@ -1,0 +1,34 @@
+"""`drmaestro`: the seed's multi-phase min-cost flow; devices may be remote; network load ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from disagg.model import Cluster, Job
+from disagg.placement.base import Clock, no_clock
+from disagg.placement.decisions import Decisions
+from disagg.placement.flow import FlowOptions, FlowPlacer
+
+
+class DRMaestroPolicy:
+    """DRMaestro: multi-phase min-cost flow; remote devices allowed; blind to network load."""
+
+    name = "drmaestro"
+    options = FlowOptions(name="drmaestro", remote=True, network_aware=False)
+
+    def __init__(self) -> None:
+        self._placer = FlowPlacer(self.options)
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+              clock: Clock = no_clock) -> Decisions:
+        """Deterministic: `rng` is unused (min-cost flow has no random choices)."""
+        return self._placer.place(snapshot, queue, now, clock)
+
+
+class DRMaestroNAPolicy(DRMaestroPolicy):
+    """DRMaestro NA: prices link load into φ and postpones placements that would miss the SLO."""
+
+    name = "drmaestro-na"
+    options = FlowOptions(name="drmaestro-na", remote=True, network_aware=True)

@@ -1,0 +1,59 @@
+"""`fifo`: FlowOS-RM's order — first in, first out, first fit, head-of-line blocking."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from disagg.model import Cluster, Job
+from disagg.placement.base import Clock, no_clock
+from disagg.placement.decisions import Decisions, DeviceGrant
+from disagg.placement.sequential import (
+    Ask,
+    by_submit,
+    cpu_fit_mask,
+    no_machine,
+    place_sequentially,
+    short_of_devices,
+    take_local,
+    take_remote_from,
+)
+from disagg.placement.state import FreeState
+
+
+def _first_fit(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
+    fits = cpu_fit_mask(state, ask)
+    if not fits.any():
+        raise no_machine(state, ask)
+    return int(np.argmax(fits))
+
+
+def _first_fit_devices(state: FreeState, ask: Ask, m: int, kind: str, n: int,
+                       rng: np.random.Generator) -> list[DeviceGrant]:
+    """Local ones first, then the pool in inventory order (pools before other machines)."""
+    got = take_local(state, ask, m, kind, n)
+    n_machines = state.n_machines
+    order = list(range(n_machines, len(state.loc_rack))) + list(range(n_machines))
+    for loc in order:
+        while len(got) < n and loc != m and state.free_count[kind][loc] > 0:
+            grant = take_remote_from(state, ask, m, kind, loc)
+            if grant is None:
+                break
+            got.append(grant)
+        if len(got) == n:
+            return got
+    if len(got) < n:
+        raise short_of_devices(state, ask, m, kind, n, len(got))
+    return got
+
+
+class FifoPolicy:
+    """FIFO: FlowOS-RM's order — first in, first out, first fit; a job that waits blocks those behind it."""
+
+    name = "fifo"
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+              clock: Clock = no_clock) -> Decisions:
+        return place_sequentially(self.name, snapshot, queue, now, rng, by_submit, _first_fit,
+                                  _first_fit_devices, blocking=True, clock=clock)

@@ -1,0 +1,648 @@
+"""The multi-phase min-cost-flow placer shared by `drmaestro`, `drmaestro-na` and `firmament`.
+
+Pipeline of one round (see README.md in this folder):
+
+    queue order → admit → phase 1 (cpu, memory) → phase k per device kind → gang check → decisions
+                    ↑_________________ retry jobs that lost only to contention ________________|
+
+Phase 1: job → class aggregator → machines → sink, and job → U → sink. Tasks of one job are one
+node with supply = task count (they have identical arcs, so this is the same flow problem with
+fewer nodes); jobs with the same request shape, profile, goal and importance share a class
+aggregator (the seed's X), and each class links only to its cheapest machines that fit (enough
+for twice its tasks), which keeps the graph linear in the queue.
+
+Phase k: one node per task with supply = devices of the kind it wants (its sub-tasks), arcs to
+its own machine (local), to its rack's aggregator and to a cross-rack aggregator (remote), and to
+U. Aggregators link to every location (machine or pool) with free devices. Phase-1 decisions are
+the preferences: the local arc costs P_LOCAL, the remote ones P_RACK / P_CROSS.
+
+Flow solutions can over-commit what a flow cannot express (several classes on one machine's cpu
+and memory, link bandwidth); the decoder checks each task against `FreeState` in queue order and
+a task that does not fit fails its job (gang), which is retried in the next iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from disagg.model import DEVICE_KINDS, Cluster, Job
+from disagg.placement.base import Clock, no_clock
+from disagg.placement.cost import (
+    P_CROSS,
+    P_LOCAL,
+    P_RACK,
+    P_SPARE_DEVICES,
+    SCALE,
+    SPREAD,
+    age_bonus,
+    goal_s,
+    phi,
+    placing_cost,
+    profile_of,
+    remote_gbps,
+    unscheduled_cost,
+)
+from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
+from disagg.placement.network import FlowNetwork
+from disagg.placement.queue import Refusal, admit, order_queue
+from disagg.placement.solver import solve
+from disagg.placement.state import FreeState, Journal
+from disagg.profiles import Profile
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+#: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
+LOAD_COST = 0.2
+#: How far the decoder looks along an aggregator's list for a device it can really use.
+SCAN_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class FlowOptions:
+    """What distinguishes the flow policies: may devices be remote, is the network load priced in."""
+
+    name: str
+    remote: bool = True
+    network_aware: bool = False
+    max_iterations: int = 3
+    min_candidates: int = 32
+
+
+@dataclass
+class JobState:
+    """One job during one round."""
+
+    job: Job
+    order: int
+    profile: Profile
+    tau: float
+    z: float
+    gbps: float
+    phi_local: float
+    journal: Journal = field(default_factory=Journal)
+    machines: list[int] = field(default_factory=list)
+    grants: list[list[DeviceGrant]] = field(default_factory=list)
+    failure: tuple[Reason, str] | None = None
+
+    def fail(self, state: FreeState, reason: Reason, message: str) -> None:
+        state.rollback(self.journal)
+        self.machines = []
+        self.grants = []
+        self.failure = (reason, message)
+
+
+@dataclass
+class Timings:
+    build_s: float = 0.0
+    solve_s: float = 0.0
+    decode_s: float = 0.0
+
+    def as_dict(self, round_s: float) -> dict[str, float]:
+        return {"build_s": self.build_s, "solve_s": self.solve_s, "decode_s": self.decode_s, "round_s": round_s}
+
+
+def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
+    """`profiles.expected_s` over arrays (same formula, kept in step by a test)."""
+    base = profile.base_s if profile.known else tau
+    ts = profile.transfer_share
+    stretch = profile.remote_factor * (1.0 + profile.load_sensitivity * np.clip(load, 0.0, 1.0))
+    out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
+    return out
+
+
+class FlowPlacer:
+    """Runs the phases for a set of options. Stateless between rounds: all state is per call."""
+
+    def __init__(self, options: FlowOptions) -> None:
+        self.options = options
+        self._queue_len = 0
+
+    # -- the round ---------------------------------------------------------------------------------
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock = no_clock) -> Decisions:
+        start = clock()
+        timings = Timings()
+        state = FreeState(snapshot)
+        ordered = order_queue(queue, now)
+        admitted, refused = admit(state, ordered)
+        jobs = [self._job_state(j, i) for i, j in enumerate(admitted)]
+        self._queue_len = len(jobs)
+        timings.build_s += clock() - start
+        pending = jobs
+        placed: list[JobState] = []
+        iterations = 0
+        for _ in range(self.options.max_iterations):
+            if not pending:
+                break
+            iterations += 1
+            survivors = self._phase_one(state, pending, timings, clock)
+            for kind in DEVICE_KINDS:
+                wanting = [js for js in survivors if js.job.tasks.wants(kind) > 0]
+                if wanting:
+                    self._phase_device(state, wanting, kind, timings, clock)
+                    survivors = [js for js in survivors if js.failure is None]
+            placed += survivors
+            retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
+            if not survivors:
+                break
+            for js in retry:
+                js.failure = None
+            pending = retry
+        decode_start = clock()
+        decisions = self._decisions(state, ordered, placed, jobs, refused)
+        timings.decode_s += clock() - decode_start
+        return Decisions(
+            policy=self.options.name,
+            placed=decisions[0],
+            unplaced=decisions[1],
+            timings=timings.as_dict(clock() - start),
+            stats={"admitted": len(admitted), "iterations": iterations},
+        )
+
+    def _job_state(self, job: Job, order: int) -> JobState:
+        profile = profile_of(job)
+        tau = goal_s(job, profile)
+        return JobState(
+            job=job, order=order, profile=profile, tau=tau, z=job.importance,
+            gbps=remote_gbps(job, profile), phi_local=phi(job, profile, 0.0, 0.0),
+        )
+
+    # -- phase 1: cpu and memory -------------------------------------------------------------------
+
+    def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
+        t0 = clock()
+        opts = self.options
+        n_machines = state.n_machines
+        classes: dict[tuple[object, ...], int] = {}
+        job_class = np.empty(len(jobs), dtype=np.int64)
+        for i, js in enumerate(jobs):
+            t = js.job.tasks
+            key = (t.cpus, t.memory_gb, tuple(sorted(t.devices.items())), tuple(sorted(t.models.items())),
+                   js.profile.name, js.tau, js.z, js.gbps)
+            job_class[i] = classes.setdefault(key, len(classes))
+        counts = np.array([js.job.tasks.count for js in jobs], dtype=np.int64)
+        class_tasks = np.bincount(job_class, weights=counts, minlength=len(classes)).astype(np.int64)
+        representative: dict[int, JobState] = {}
+        for i, js in enumerate(jobs):
+            representative.setdefault(int(job_class[i]), js)
+
+        used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
+        up_load = state.link_load()[:n_machines] if opts.network_aware else np.zeros(n_machines)
+        local_free = {k: state.local_free(k) for k in state.kinds}
+        any_local = {k: local_free[k] > 0 for k in state.kinds}
+
+        cls_tails: list[IntArray] = []
+        cls_heads: list[IntArray] = []
+        cls_caps: list[IntArray] = []
+        cls_costs: list[IntArray] = []
+        class_min_cost = np.full(len(classes), np.iinfo(np.int64).max, dtype=np.int64)
+        for c in range(len(classes)):
+            js = representative[c]
+            t = js.job.tasks
+            fit = self._fit(state, js, local_free)
+            cand = np.nonzero(fit > 0)[0]
+            if len(cand) == 0:
+                continue
+            want_total = sum(t.wants(k) for k in t.kinds)
+            if want_total:
+                local = np.zeros(len(cand))
+                for k in t.kinds:
+                    local += np.minimum(local_free[k][cand] if k in local_free else 0, t.wants(k))
+                share = (want_total - local) / want_total
+            else:
+                share = np.zeros(len(cand))
+            load = up_load[cand]
+            ph = expected_vec(js.profile, share, load, js.tau)
+            pref = P_LOCAL + SPREAD * used_frac[cand]
+            unwanted = [k for k in state.kinds if t.wants(k) == 0]
+            for k in unwanted:
+                pref = pref + P_SPARE_DEVICES * any_local[k][cand]
+            cost = placing_cost(ph, js.tau, js.z, pref)
+            if opts.network_aware:
+                keep = ~((share > 0) & (ph > js.tau) & (ph > js.phi_local))
+                cand, cost = cand[keep], cost[keep]
+            limit = max(opts.min_candidates, 2 * int(class_tasks[c]))
+            if len(cand) > limit:
+                best = np.argpartition(cost, limit - 1)[:limit]
+                cand, cost = cand[best], cost[best]
+            if len(cand) == 0:
+                continue
+            cls_tails.append(np.full(len(cand), c, dtype=np.int64))
+            cls_heads.append(cand)
+            cls_caps.append(np.minimum(fit[cand], class_tasks[c]))
+            cls_costs.append(cost)
+            class_min_cost[c] = int(cost.min())
+
+        net = FlowNetwork()
+        n_jobs, n_classes = len(jobs), len(classes)
+        job0 = net.add_nodes(n_jobs)
+        class0 = net.add_nodes(n_classes)
+        mach0 = net.add_nodes(n_machines)
+        unsched = net.add_nodes(1)
+        sink = net.add_nodes(1)
+        total = int(counts.sum())
+        net.supplies[job0:job0 + n_jobs] = counts
+        net.supplies[sink] = -total
+        taus = np.array([js.tau for js in jobs])
+        zs = np.array([js.z for js in jobs])
+        waits = np.array([js.job.wait_rounds for js in jobs])
+        u_cost = unscheduled_cost(taus, zs, waits) + age_bonus([js.order for js in jobs], self._queue_len)
+        jobs_idx = np.arange(n_jobs, dtype=np.int64)
+        net.add_arcs("job->class", job0 + jobs_idx, class0 + job_class, counts, 0)
+        net.add_arcs("job->U", job0 + jobs_idx, unsched, counts, u_cost)
+        if cls_tails:
+            tails = np.concatenate(cls_tails)
+            heads = np.concatenate(cls_heads)
+            caps = np.concatenate(cls_caps)
+            costs = np.concatenate(cls_costs)
+        else:
+            tails = heads = caps = costs = np.zeros(0, dtype=np.int64)
+        net.add_arcs("class->machine", class0 + tails, mach0 + heads, caps, costs)
+        # A machine's cpu and memory bound how many of the smallest tasks it takes; the decoder
+        # checks the real fit of each task (several classes may share a machine).
+        min_cpu = min(js.job.tasks.cpus for js in jobs)
+        min_mem = min(js.job.tasks.memory_gb for js in jobs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            machine_cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
+        machine_cap = np.clip(machine_cap, 0, total).astype(np.int64)
+        used_machines = np.unique(heads)
+        net.add_arcs("machine->sink", mach0 + used_machines, sink, machine_cap[used_machines], 0)
+        net.add_arcs("U->sink", [unsched], sink, [total], 0)
+        t1 = clock()
+        flows = solve(net)
+        t2 = clock()
+        timings.build_s += t1 - t0
+        timings.solve_s += t2 - t1
+
+        to_class = flows[net.block("job->class")]
+        cm_flow = flows[net.block("class->machine")]
+        # Per class, its machines with flow, cheapest first.
+        lists: dict[int, list[list[int]]] = {}
+        nz = np.nonzero(cm_flow)[0]
+        order = nz[np.lexsort((costs[nz], tails[nz]))]
+        for a in order:
+            lists.setdefault(int(tails[a]), []).append([int(heads[a]), int(cm_flow[a])])
+        survivors: list[JobState] = []
+        for i, js in enumerate(jobs):
+            count = int(counts[i])
+            c = int(job_class[i])
+            if int(to_class[i]) < count:
+                self._explain_phase_one(state, js, class_min_cost[c], int(u_cost[i]))
+                continue
+            if self._assign_machines(state, js, lists.get(c, [])):
+                survivors.append(js)
+        timings.decode_s += clock() - t2
+        return survivors
+
+    def _fit(self, state: FreeState, js: JobState, local_free: dict[str, IntArray]) -> IntArray:
+        """How many tasks of this job each machine can take (server-centric policies: with its devices)."""
+        t = js.job.tasks
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fit = np.minimum(np.floor((state.cpu + 1e-9) / t.cpus), np.floor((state.mem + 1e-9) / t.memory_gb))
+        fit = np.maximum(fit, 0).astype(np.int64)
+        if not self.options.remote:
+            for k in t.kinds:
+                have = local_free.get(k, np.zeros(state.n_machines, dtype=np.int64))
+                fit = np.minimum(fit, have // t.wants(k))
+        return fit
+
+    def _assign_machines(self, state: FreeState, js: JobState, machines: list[list[int]]) -> bool:
+        """Give each task a machine from its class's flow list, checking the real fit (gang)."""
+        t = js.job.tasks
+        for _ in range(t.count):
+            chosen = -1
+            for entry in machines[:SCAN_LIMIT]:
+                if entry[1] > 0 and state.take_cpu(entry[0], t.cpus, t.memory_gb, js.journal):
+                    entry[1] -= 1
+                    chosen = entry[0]
+                    break
+            if chosen < 0:
+                chosen = self._repair(state, js)
+            if chosen < 0:
+                js.fail(state, Reason.CONTENTION, "fits, but the machines it was given went to jobs ahead of "
+                                                  "it this round")
+                return False
+            js.machines.append(chosen)
+        while machines and machines[0][1] == 0:
+            machines.pop(0)
+        js.grants = [[] for _ in js.machines]
+        return True
+
+    def _repair(self, state: FreeState, js: JobState) -> int:
+        """The flow's machines for this class are used up (several classes shared a machine): take the
+        machine with the most free cpus that still fits the task (and its devices, server-centric)."""
+        t = js.job.tasks
+        ok = (state.cpu + 1e-9 >= t.cpus) & (state.mem + 1e-9 >= t.memory_gb)
+        if not self.options.remote:
+            for k in t.kinds:
+                ok &= state.local_free(k) >= t.wants(k)
+        if not ok.any():
+            return -1
+        m = int(np.argmax(np.where(ok, state.cpu, -np.inf)))
+        return m if state.take_cpu(m, t.cpus, t.memory_gb, js.journal) else -1
+
+    def _explain_phase_one(self, state: FreeState, js: JobState, best: int, u_cost: int) -> None:
+        t = js.job.tasks
+        if best == np.iinfo(np.int64).max:
+            if not self.options.remote and t.kinds:
+                wants = ", ".join(f"{t.wants(k)} {k}" for k in t.kinds)
+                js.fail(state, Reason.NO_DEVICES, (
+                    f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and {wants} on the same "
+                    f"machine (server-centric); no machine has that free now"))
+            elif self.options.network_aware:
+                js.fail(state, Reason.SLO_AT_RISK, (
+                    f"every machine with {t.cpus:g} cpus free would need remote devices that miss the SLO "
+                    f"({js.tau:g} s) under the current network load; postponed"))
+            else:
+                js.fail(state, Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free")
+        elif best >= u_cost:
+            js.fail(state, Reason.POSTPONED, (
+                f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}, "
+                f"W={js.job.wait_rounds}); postponed"))
+        else:
+            js.fail(state, Reason.CONTENTION, "fits, but lost this round to jobs ahead of it in the queue")
+
+    # -- phase k: devices of one kind --------------------------------------------------------------
+
+    def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
+                      clock: Clock) -> None:
+        """One phase for one device kind. Location nodes are (location, model) pairs so that a task
+        pinned to a model only reaches devices of that model; with one model per kind (the usual
+        case) this is one node per location."""
+        t0 = clock()
+        opts = self.options
+        n_loc = len(state.loc_rack)
+        owners: list[tuple[JobState, int]] = [(js, ti) for js in jobs for ti in range(len(js.machines))]
+        n_tasks = len(owners)
+        own = np.array([js.machines[ti] for js, ti in owners], dtype=np.int64)
+        want = np.array([js.job.tasks.wants(kind) for js, _ in owners], dtype=np.int64)
+        tau = np.array([js.tau for js, _ in owners])
+        z = np.array([js.z for js, _ in owners])
+        gbps = np.array([js.gbps for js, _ in owners])
+        waits = np.array([js.job.wait_rounds for js, _ in owners])
+        phi_local = np.array([js.phi_local for js, _ in owners])
+        models, free = state.free_by_model(kind)
+        n_models = len(models)
+        model_of = {m: i for i, m in enumerate(models)}
+        # -1: any model; -2: a model that has no free device at all.
+        pinned = np.array([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
+                           for js, _ in owners], dtype=np.int64)
+        load = state.link_load()
+        headroom = state.link_cap - state.link_used
+
+        net = FlowNetwork()
+        task0 = net.add_nodes(n_tasks)
+        rack0 = net.add_nodes(state.n_racks * n_models)
+        cross0 = net.add_nodes(n_models)
+        loc0 = net.add_nodes(n_loc * n_models)
+        unsched = net.add_nodes(1)
+        sink = net.add_nodes(1)
+        total = int(want.sum())
+        net.supplies[task0:task0 + n_tasks] = want
+        net.supplies[sink] = -total
+        idx = np.arange(n_tasks, dtype=np.int64)
+
+        local_cost = placing_cost(phi_local, tau, z, P_LOCAL)
+        u_cost = unscheduled_cost(tau, z, waits) + age_bonus([js.order for js, _ in owners], self._queue_len)
+        net.add_arcs("task->U", task0 + idx, unsched, want, u_cost)
+        never = np.iinfo(np.int64).max
+        best_cost = np.full(n_tasks, never, dtype=np.int64)
+        rack_ok = cross_ok = slo_blocked = np.zeros(n_tasks, dtype=bool)
+        rack_cost = cross_cost = np.zeros(n_tasks, dtype=np.int64)
+        if opts.remote:
+            own_rack_link = n_loc + state.loc_rack[own]
+            can_send = headroom[own] + 1e-9 >= gbps
+            load_rack = load[own] if opts.network_aware else np.zeros(n_tasks)
+            load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n_tasks)
+            phi_rack = np.array([expected_vec(js.profile, np.ones(1), np.array([load_rack[i]]), js.tau)[0]
+                                 for i, (js, _) in enumerate(owners)])
+            phi_cross = np.array([expected_vec(js.profile, np.ones(1), np.array([load_cross[i]]), js.tau)[0]
+                                  for i, (js, _) in enumerate(owners)])
+            rack_cost = placing_cost(phi_rack, tau, z, P_RACK)
+            cross_cost = placing_cost(phi_cross, tau, z, P_CROSS)
+            rack_ok = can_send.copy()
+            cross_ok = can_send & (headroom[own_rack_link] + 1e-9 >= gbps) & (state.n_racks > 1)
+            if opts.network_aware:
+                miss_rack = (phi_rack > tau) & (phi_rack > phi_local)
+                miss_cross = (phi_cross > tau) & (phi_cross > phi_local)
+                slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
+                rack_ok = rack_ok & ~miss_rack
+                cross_ok = cross_ok & ~miss_cross
+            best_cost = np.minimum(np.where(rack_ok, rack_cost, never), np.where(cross_ok, cross_cost, never))
+        min_gbps = float(gbps.min()) if n_tasks else 0.0
+        remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
+        local_flow: list[tuple[int, IntArray, IntArray]] = []
+        remote_flow: list[tuple[str, int, IntArray, IntArray]] = []
+        loc_blocks: list[tuple[str, int, IntArray]] = []
+        for mi in range(n_models):
+            fm = free[:, mi]
+            takes = (pinned == -1) | (pinned == mi)
+            has_local = takes & (fm[own] > 0)
+            sel = idx[has_local]
+            net.add_arcs(f"local:{mi}", task0 + sel, loc0 + own[sel] * n_models + mi,
+                         np.minimum(want[sel], fm[own[sel]]), local_cost[sel])
+            local_flow.append((mi, sel, np.zeros(0, dtype=np.int64)))
+            best_cost[sel] = np.minimum(best_cost[sel], local_cost[sel])
+            if opts.remote:
+                r_sel = idx[takes & rack_ok]
+                net.add_arcs(f"rack:{mi}", task0 + r_sel, rack0 + state.loc_rack[own[r_sel]] * n_models + mi,
+                             want[r_sel], rack_cost[r_sel])
+                c_sel = idx[takes & cross_ok]
+                net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], cross_cost[c_sel])
+                remote_flow.append(("rack", mi, r_sel, np.zeros(0, dtype=np.int64)))
+                remote_flow.append(("cross", mi, c_sel, np.zeros(0, dtype=np.int64)))
+                locs = np.nonzero((fm > 0) & (headroom[:n_loc] + 1e-9 >= min_gbps))[0]
+                loc_cost = np.zeros(len(locs), dtype=np.int64)
+                cross_loc_cost = np.zeros(len(locs), dtype=np.int64)
+                if opts.network_aware:
+                    loc_cost = np.rint(LOAD_COST * SCALE * np.clip(load[locs], 0, 1)).astype(np.int64)
+                    rack_load = np.clip(load[n_loc + state.loc_rack[locs]], 0, 1)
+                    cross_loc_cost = loc_cost + np.rint(LOAD_COST * SCALE * rack_load).astype(np.int64)
+                net.add_arcs(f"rack->loc:{mi}", rack0 + state.loc_rack[locs] * n_models + mi,
+                             loc0 + locs * n_models + mi, fm[locs], loc_cost)
+                net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc0 + locs * n_models + mi,
+                             fm[locs], cross_loc_cost)
+                loc_blocks.append(("rack", mi, locs))
+            all_locs = np.nonzero(fm > 0)[0]
+            net.add_arcs(f"loc->sink:{mi}", loc0 + all_locs * n_models + mi, sink, fm[all_locs], 0)
+        net.add_arcs("U->sink", [unsched], sink, [total], 0)
+        t1 = clock()
+        flows = solve(net)
+        t2 = clock()
+        timings.build_s += t1 - t0
+        timings.solve_s += t2 - t1
+
+        # What the flow gave each task: (where from, model, count); where: local, rack or cross.
+        given: list[list[tuple[str, int, int]]] = [[] for _ in range(n_tasks)]
+        for mi, sel, _ in local_flow:
+            for i, f in zip(sel, flows[net.block(f"local:{mi}")], strict=True):
+                if f:
+                    given[int(i)].append(("local", mi, int(f)))
+        for source, mi, sel, _ in remote_flow:
+            for i, f in zip(sel, flows[net.block(f"{source}:{mi}")], strict=True):
+                if f:
+                    given[int(i)].append((source, mi, int(f)))
+        for _, mi, locs in loc_blocks:
+            rl = flows[net.block(f"rack->loc:{mi}")]
+            for a in np.nonzero(rl)[0]:
+                key = ("rack", int(state.loc_rack[locs[a]]), mi)
+                remote_lists.setdefault(key, []).append([int(locs[a]), int(rl[a])])
+            cl = flows[net.block(f"cross->loc:{mi}")]
+            remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
+        f_unsched = flows[net.block("task->U")]
+
+        # Decode in queue order; a task that cannot get all its devices fails its whole job.
+        tasks_of: dict[int, list[int]] = {}
+        for i, (js, _) in enumerate(owners):
+            tasks_of.setdefault(id(js), []).append(i)
+        for js in jobs:
+            for i in tasks_of[id(js)]:
+                if js.failure is not None:
+                    break
+                if f_unsched[i] > 0:
+                    self._explain_device(state, js, kind, int(own[i]), int(want[i]), int(best_cost[i]),
+                                         int(u_cost[i]), bool(slo_blocked[i]))
+                    break
+                rack = int(state.loc_rack[own[i]])
+                sources = [(models[mi], count, None if src == "local" else
+                            remote_lists.get((src, rack if src == "rack" else 0, mi), []))
+                           for src, mi, count in given[i]]
+                self._grant(state, js, owners[i][1], kind, int(own[i]), sources)
+        timings.decode_s += clock() - t2
+
+    def _grant(self, state: FreeState, js: JobState, ti: int, kind: str, own: int,
+               sources: list[tuple[str, int, list[list[int]] | None]]) -> None:
+        """Take the devices the flow gave one task (local ones: list None); fail the job if the
+        real state says no."""
+        devices = state.cluster.devices
+        locations = state.cluster.locations
+        why = "none"
+        for model, count, entries in sources:
+            for _ in range(count):
+                if entries is None:
+                    dev = state.take_device(kind, own, model, js.journal)
+                    if dev is None:
+                        break
+                    js.grants[ti].append(DeviceGrant(devices[dev].id, kind, False, locations[own]))
+                    continue
+                grant, why = self._take_remote(state, js, kind, own, model, entries)
+                if grant is None:
+                    break
+                js.grants[ti].append(grant)
+            else:
+                continue
+            break
+        else:
+            return
+        if why == "slo":
+            js.fail(state, Reason.SLO_AT_RISK, (
+                f"remote {kind} for {js.job.name}/{ti} on {locations[own]} would miss the SLO "
+                f"({js.tau:g} s) once this round's traffic is on the links; postponed"))
+        elif why == "bandwidth":
+            js.fail(state, Reason.NO_BANDWIDTH, (
+                f"needs {js.job.tasks.wants(kind)} {kind} for task {js.job.name}/{ti} on {locations[own]}; "
+                f"the links to the free ones lack {js.gbps:g} Gb/s of headroom"))
+        else:
+            js.fail(state, Reason.CONTENTION, f"the {kind} it was given went to jobs ahead of it this round")
+
+    def _take_remote(self, state: FreeState, js: JobState, kind: str, own: int, model: str,
+                     entries: list[list[int]]) -> tuple[DeviceGrant | None, str]:
+        devices = state.cluster.devices
+        locations = state.cluster.locations
+        why = "none"
+        while entries and entries[0][1] == 0:
+            entries.pop(0)
+        for entry in entries[:SCAN_LIMIT]:
+            loc = entry[0]
+            if entry[1] == 0:
+                continue
+            if loc == own:
+                dev = state.take_device(kind, loc, model, js.journal)
+                if dev is None:
+                    continue
+                entry[1] -= 1
+                return DeviceGrant(devices[dev].id, kind, False, locations[loc]), ""
+            path = state.path(own, loc)
+            if not state.take_traffic(path, js.gbps, js.journal):
+                why = "bandwidth"
+                continue
+            if self.options.network_aware:
+                after = phi(js.job, js.profile, 1.0, state.load(path))
+                if after > js.tau and after > js.phi_local:
+                    state.undo_last_traffic(js.journal)
+                    why = "slo"
+                    continue
+            dev = state.take_device(kind, loc, model, js.journal)
+            if dev is None:
+                state.undo_last_traffic(js.journal)
+                continue
+            entry[1] -= 1
+            names = tuple(state.link_names[p] for p in path)
+            return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
+        return None, why
+
+    def _explain_device(self, state: FreeState, js: JobState, kind: str, own: int, want: int, best: int,
+                        u_cost: int, slo_blocked: bool) -> None:
+        where = state.cluster.locations[own]
+        local = int(state.free_count.get(kind, np.zeros(1, dtype=np.int64))[own]) if kind in state.free_count else 0
+        if best == np.iinfo(np.int64).max or best >= u_cost:
+            if slo_blocked:
+                js.fail(state, Reason.SLO_AT_RISK, (
+                    f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
+                    f"the SLO ({js.tau:g} s) under the current network load; postponed"))
+                return
+            if not self.options.remote:
+                js.fail(state, Reason.NO_DEVICES, f"needs {want} {kind} on {where}, {local} free there "
+                                                  f"(server-centric: no remote devices)")
+                return
+            reach = state.reachable(kind, own, js.gbps)
+            if best == np.iinfo(np.int64).max or reach < want:
+                up = state.link_cap[own]
+                js.fail(state, Reason.NO_DEVICES if reach < want else Reason.NO_BANDWIDTH, (
+                    f"needs {want} {kind}, {reach} free within {up:g} Gb/s of {where}"))
+                return
+            js.fail(state, Reason.POSTPONED, (
+                f"waiting costs less than its best {kind} placement (cost {best / SCALE:.3f} ≥ "
+                f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed"))
+            return
+        js.fail(state, Reason.CONTENTION, f"its {kind} went to jobs ahead of it in the queue this round")
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
+                   refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
+        machines = state.cluster.machines
+        placed_names = {js.job.name for js in placed}
+        by_name = {js.job.name: js for js in jobs}
+        out_placed: list[JobPlacement] = []
+        for js in sorted(placed, key=lambda s: s.order):
+            t = js.job.tasks
+            tasks = []
+            for ti, m in enumerate(js.machines):
+                grants = tuple(js.grants[ti])
+                n_remote = sum(1 for g in grants if g.remote)
+                share = n_remote / len(grants) if grants else 0.0
+                links = {state.link_index[x] for g in grants for x in g.path}
+                load = state.load(sorted(links)) if self.options.network_aware else 0.0
+                tasks.append(TaskPlacement(
+                    task=f"{js.job.name}/{ti}", machine=machines[m].name, cpus=t.cpus, memory_gb=t.memory_gb,
+                    devices=grants, expected_s=round(phi(js.job, js.profile, share, load), 3),
+                ))
+            out_placed.append(JobPlacement(js.job.name, tuple(tasks)))
+        out_unplaced: list[Unplaced] = []
+        for job in ordered:
+            if job.name in placed_names:
+                continue
+            if job.name in refused:
+                r = refused[job.name]
+                out_unplaced.append(Unplaced(job.name, r.reason, r.message))
+                continue
+            js = by_name[job.name]
+            reason, message = js.failure or (Reason.CONTENTION, "lost this round to jobs ahead of it")
+            out_unplaced.append(Unplaced(job.name, reason, message))
+        return tuple(out_placed), tuple(out_unplaced)

@@ -1,0 +1,64 @@
+"""`greedy`: Kubernetes-like filter + score (least-allocated), server-centric devices."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from disagg.model import Cluster, Job
+from disagg.placement.base import Clock, no_clock
+from disagg.placement.decisions import Decisions, DeviceGrant, Reason
+from disagg.placement.sequential import (
+    Ask,
+    Refused,
+    cpu_fit_mask,
+    local_fit_mask,
+    no_machine,
+    place_sequentially,
+    take_local,
+)
+from disagg.placement.state import FreeState
+
+
+def _by_priority(queue: Sequence[Job], now: float) -> list[Job]:
+    """Kubernetes' queue: higher priority first (importance 1 is highest), then oldest."""
+    return sorted(queue, key=lambda j: (j.importance, j.submit_s, j.name))
+
+
+def _least_allocated(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
+    t = ask.job.tasks
+    # Filter: cpu and memory fit, and the machine holds the task's devices itself.
+    fits = cpu_fit_mask(state, ask)
+    if not fits.any():
+        raise no_machine(state, ask)
+    feasible = fits & local_fit_mask(state, ask)
+    if not feasible.any():
+        wants = ", ".join(f"{t.wants(k)} {k}" for k in t.kinds)
+        best = {k: int(state.local_free(k)[fits].max(initial=0)) for k in t.kinds}
+        have = ", ".join(f"{v} {k}" for k, v in best.items())
+        raise Refused(Reason.NO_DEVICES, f"needs {wants} on one machine with {t.cpus:g} cpus free; "
+                                         f"the best such machine has {have}")
+    # Score: least allocated after placing (mean of free cpu and memory shares); select: the highest.
+    score = ((state.cpu - t.cpus) / state.cpu_total + (state.mem - t.memory_gb) / state.mem_total) / 2
+    score = np.where(feasible, score, -np.inf)
+    return int(np.argmax(score))
+
+
+def _local_only(state: FreeState, ask: Ask, m: int, kind: str, n: int, rng: np.random.Generator) -> list[DeviceGrant]:
+    got = take_local(state, ask, m, kind, n)
+    if len(got) < n:
+        raise Refused(Reason.NO_DEVICES, f"needs {n} {kind} on {state.cluster.locations[m]}, {len(got)} free "
+                                         f"of the model asked for")
+    return got
+
+
+class GreedyPolicy:
+    """Greedy: Kubernetes-like filter + score (least-allocated); devices only from the task's machine."""
+
+    name = "greedy"
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+              clock: Clock = no_clock) -> Decisions:
+        return place_sequentially(self.name, snapshot, queue, now, rng, _by_priority, _least_allocated,
+                                  _local_only, clock=clock)

@@ -1,0 +1,90 @@
+"""The queue side of a round: order by total wait, then take the jobs that fit in what is free.
+
+DRMaestro (Alg. 1): "Only the jobs that can fit in the currently available resources are gathered
+from the queue, and to prevent starvation, the queue is sorted by the total wait time."
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from disagg.model import Job
+from disagg.placement.decisions import Reason
+from disagg.placement.state import FreeState
+
+
+def order_queue(queue: Sequence[Job], now: float) -> list[Job]:
+    """Longest total wait first; ties by submit time, then name (deterministic)."""
+    return sorted(queue, key=lambda j: (-(now - j.submit_s), j.submit_s, j.name))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: Reason
+    message: str
+
+
+def task_fit_counts(state: FreeState, cpus: float, mem: float) -> np.ndarray:
+    """How many tasks of this shape each machine can take now (cpu and memory only)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        by_cpu = np.floor((state.cpu + 1e-9) / cpus)
+        by_mem = np.floor((state.mem + 1e-9) / mem)
+    return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
+
+
+def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str, Refusal]]:
+    """Split the ordered queue into the jobs this round considers and those refused, with why.
+
+    A job is considered when (a) one of its tasks fits on some machine now, its gang fits in the
+    sum of what machines can take, and (b) the cluster-wide free cpus, memory and devices left after
+    the jobs ahead of it cover it. Necessary, not sufficient: the flow decides the rest.
+    """
+    left_cpu = float(state.cpu.sum())
+    left_mem = float(state.mem.sum())
+    left_dev: dict[tuple[str, str | None], int] = {}
+    shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
+    taken: list[Job] = []
+    refused: dict[str, Refusal] = {}
+    for job in ordered:
+        t = job.tasks
+        shape = (t.cpus, t.memory_gb)
+        if shape not in shape_fit:
+            fits = task_fit_counts(state, t.cpus, t.memory_gb)
+            shape_fit[shape] = (int(fits.sum()), float(state.cpu.max(initial=0)), float(state.mem.max(initial=0)))
+        total_fit, best_cpu, best_mem = shape_fit[shape]
+        if total_fit < t.count:
+            refused[job.name] = Refusal(Reason.NO_CAPACITY, (
+                f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
+                f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
+            continue
+        need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
+        if need_cpu > left_cpu + 1e-9 or need_mem > left_mem + 1e-9:
+            refused[job.name] = Refusal(Reason.CONTENTION, (
+                f"needs {need_cpu:g} cpus and {need_mem:g} GB; {left_cpu:g} cpus and {left_mem:g} GB "
+                f"are left after the jobs ahead of it in the queue"))
+            continue
+        short = None
+        for kind in t.kinds:
+            key = (kind, t.models.get(kind))
+            if key not in left_dev:
+                left_dev[key] = state.total_free(kind, key[1])
+            need = t.count * t.wants(kind)
+            if need > left_dev[key]:
+                what = f"{kind} ({key[1]})" if key[1] else kind
+                total = state.total_free(kind, key[1])
+                reason = Reason.NO_DEVICES if need > total else Reason.CONTENTION
+                short = Refusal(reason, f"needs {need} {what}; {total} free, {left_dev[key]} left after "
+                                        f"the jobs ahead of it in the queue")
+                break
+        if short is not None:
+            refused[job.name] = short
+            continue
+        left_cpu -= need_cpu
+        left_mem -= need_mem
+        for kind in t.kinds:
+            left_dev[(kind, t.models.get(kind))] -= t.count * t.wants(kind)
+        taken.append(job)
+    return taken, refused

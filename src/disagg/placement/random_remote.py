@@ -1,0 +1,61 @@
+"""`random-remote`: local devices first, else random remote ones (the Slurm "rgpu" extension's way)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from disagg.model import Cluster, Job
+from disagg.placement.base import Clock, no_clock
+from disagg.placement.decisions import Decisions, DeviceGrant
+from disagg.placement.sequential import (
+    Ask,
+    by_submit,
+    cpu_fit_mask,
+    local_fit_mask,
+    no_machine,
+    place_sequentially,
+    short_of_devices,
+    take_local,
+    take_remote_from,
+)
+from disagg.placement.state import FreeState
+
+
+def _prefer_local(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
+    """The first machine that holds the task's devices; else the first with cpu and memory."""
+    fits = cpu_fit_mask(state, ask)
+    if not fits.any():
+        raise no_machine(state, ask)
+    local = fits & local_fit_mask(state, ask)
+    return int(np.argmax(local)) if local.any() else int(np.argmax(fits))
+
+
+def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
+                       rng: np.random.Generator) -> list[DeviceGrant]:
+    got = take_local(state, ask, m, kind, n)
+    while len(got) < n:
+        free = state.free_count[kind].copy()
+        free[m] = 0
+        candidates = np.nonzero(free > 0)[0]
+        grant = None
+        for loc in rng.permutation(candidates):
+            grant = take_remote_from(state, ask, m, kind, int(loc))
+            if grant is not None:
+                break
+        if grant is None:
+            raise short_of_devices(state, ask, m, kind, n, len(got))
+        got.append(grant)
+    return got
+
+
+class RandomRemotePolicy:
+    """Random-remote: local devices first, else random remote ones (Slurm rgpu); queue in submit order."""
+
+    name = "random-remote"
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+              clock: Clock = no_clock) -> Decisions:
+        return place_sequentially(self.name, snapshot, queue, now, rng, by_submit, _prefer_local,
+                                  _local_then_random, clock=clock)

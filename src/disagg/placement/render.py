@@ -1,0 +1,35 @@
+"""Decisions as Rich tables (pure: builds renderables, prints nothing)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from disagg.placement.decisions import Decisions
+
+
+def decisions_table(decisions: Decisions) -> list[Table]:
+    placed = Table(title=f"{decisions.policy}: placed {len(decisions.placed)} job(s)", title_justify="left")
+    for col in ("job", "task", "machine", "cpus", "memory GB", "devices", "expected s"):
+        placed.add_column(col, justify="right" if col in ("cpus", "memory GB", "expected s") else "left")
+    for p in decisions.placed:
+        for t in p.tasks:
+            devices = ", ".join(f"{d.id}{' (remote)' if d.remote else ''}" for d in t.devices) or "-"
+            exp = f"{t.expected_s:.1f}" if t.expected_s is not None else "-"
+            placed.add_row(p.job, t.task, t.machine, f"{t.cpus:g}", f"{t.memory_gb:g}", devices, exp)
+    tables = [placed]
+    if decisions.unplaced:
+        waiting = Table(title=f"{decisions.policy}: waiting {len(decisions.unplaced)} job(s)", title_justify="left")
+        waiting.add_column("job")
+        waiting.add_column("why")
+        waiting.add_column("reason")
+        for u in decisions.unplaced:
+            waiting.add_row(u.job, str(u.reason), u.message)
+        tables.append(waiting)
+    t = decisions.timings
+    if t:
+        timing = Table(title="timings (s)", title_justify="left")
+        for k in t:
+            timing.add_column(k, justify="right")
+        timing.add_row(*(f"{v:.4f}" for v in t.values()))
+        tables.append(timing)
+    return tables

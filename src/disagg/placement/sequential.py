@@ -1,0 +1,153 @@
+"""The shared loop of the one-job-at-a-time baselines (greedy, random-remote, fifo).
+
+Each baseline is three small stages, Nomad/Kubernetes style: an order for the queue, a machine
+choice per task (filter → score → select), and a device choice per kind. The loop reserves from
+`FreeState` (so nothing is over-committed), and rolls a job back if any task of its gang fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from disagg.model import Cluster, Job
+from disagg.placement.base import Clock, no_clock
+from disagg.placement.cost import phi, profile_of, remote_gbps
+from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
+from disagg.placement.state import FreeState, Journal
+
+
+class Refused(Exception):
+    """A stage could not serve a task; carries the reason for the job."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class Ask:
+    """The job being placed, with what the stages need to know about it."""
+
+    job: Job
+    gbps: float
+    journal: Journal
+
+
+Order = Callable[[Sequence[Job], float], list[Job]]
+PickMachine = Callable[[FreeState, Ask, np.random.Generator], int]
+PickDevices = Callable[[FreeState, Ask, int, str, int, np.random.Generator], list[DeviceGrant]]
+
+
+def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+                       order: Order, pick_machine: PickMachine, pick_devices: PickDevices,
+                       blocking: bool = False, clock: Clock = no_clock) -> Decisions:
+    start = clock()
+    state = FreeState(snapshot)
+    placed: list[JobPlacement] = []
+    unplaced: list[Unplaced] = []
+    blocked_by: str | None = None
+    for job in order(queue, now):
+        if blocked_by is not None:
+            unplaced.append(Unplaced(job.name, Reason.BLOCKED, f"waits behind {blocked_by} (first in, first out)"))
+            continue
+        ask = Ask(job, remote_gbps(job, profile_of(job)), Journal())
+        try:
+            placed.append(_place_job(state, ask, rng, pick_machine, pick_devices))
+        except Refused as exc:
+            state.rollback(ask.journal)
+            unplaced.append(Unplaced(job.name, exc.reason, exc.message))
+            if blocking:
+                blocked_by = job.name
+    elapsed = clock() - start
+    return Decisions(policy=name, placed=tuple(placed), unplaced=tuple(unplaced),
+                     timings={"build_s": 0.0, "solve_s": 0.0, "decode_s": elapsed, "round_s": elapsed})
+
+
+def _place_job(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machine: PickMachine,
+               pick_devices: PickDevices) -> JobPlacement:
+    job = ask.job
+    t = job.tasks
+    tasks = []
+    machines = state.cluster.machines
+    profile = profile_of(job)
+    for ti in range(t.count):
+        m = pick_machine(state, ask, rng)
+        if not state.take_cpu(m, t.cpus, t.memory_gb, ask.journal):
+            raise Refused(Reason.NO_CAPACITY, f"machine {machines[m].name} lost its cpus")  # stage bug guard
+        grants: list[DeviceGrant] = []
+        for kind in t.kinds:
+            grants += pick_devices(state, ask, m, kind, t.wants(kind), rng)
+        share = sum(g.remote for g in grants) / len(grants) if grants else 0.0
+        tasks.append(TaskPlacement(f"{job.name}/{ti}", machines[m].name, t.cpus, t.memory_gb, tuple(grants),
+                                   round(phi(job, profile, share, 0.0), 3)))
+    return JobPlacement(job.name, tuple(tasks))
+
+
+# -- stages shared by the baselines ---------------------------------------------------------------
+
+def by_submit(queue: Sequence[Job], now: float) -> list[Job]:
+    """First in, first out."""
+    return sorted(queue, key=lambda j: (j.submit_s, j.name))
+
+
+def cpu_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
+    t = ask.job.tasks
+    return (state.cpu + 1e-9 >= t.cpus) & (state.mem + 1e-9 >= t.memory_gb)
+
+
+def local_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
+    """Machines that hold all of one task's devices locally."""
+    t = ask.job.tasks
+    mask = np.ones(state.n_machines, dtype=bool)
+    for kind in t.kinds:
+        mask &= state.local_free(kind) >= t.wants(kind)
+    return mask
+
+
+def no_machine(state: FreeState, ask: Ask) -> Refused:
+    t = ask.job.tasks
+    return Refused(Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free "
+                                       f"(most free: {state.cpu.max(initial=0):g} cpus)")
+
+
+def take_local(state: FreeState, ask: Ask, m: int, kind: str, n: int) -> list[DeviceGrant]:
+    """Up to n devices from the machine itself."""
+    model = ask.job.tasks.models.get(kind)
+    out = []
+    name = state.cluster.locations[m]
+    for _ in range(n):
+        dev = state.take_device(kind, m, model, ask.journal)
+        if dev is None:
+            break
+        out.append(DeviceGrant(state.cluster.devices[dev].id, kind, False, name))
+    return out
+
+
+def take_remote_from(state: FreeState, ask: Ask, m: int, kind: str, loc: int) -> DeviceGrant | None:
+    """One device at `loc` for a task on machine `m`, if the path has the bandwidth."""
+    model = ask.job.tasks.models.get(kind)
+    path = state.path(m, loc)
+    if not state.take_traffic(path, ask.gbps, ask.journal):
+        return None
+    dev = state.take_device(kind, loc, model, ask.journal)
+    if dev is None:
+        state.undo_last_traffic(ask.journal)
+        return None
+    links = tuple(state.link_names[p] for p in path)
+    return DeviceGrant(state.cluster.devices[dev].id, kind, True, state.cluster.locations[loc], links, ask.gbps)
+
+
+def short_of_devices(state: FreeState, ask: Ask, m: int, kind: str, n: int, got: int) -> Refused:
+    """Why a task on machine m could not get n devices of a kind: none free, or no bandwidth to them."""
+    where = state.cluster.locations[m]
+    reach = state.reachable(kind, m, ask.gbps) + got
+    free = state.total_free(kind) + got
+    if reach < free and free >= n:
+        return Refused(Reason.NO_BANDWIDTH, f"needs {n} {kind} for a task on {where}; {free} free in the cluster "
+                                            f"but only {reach} within {ask.gbps:g} Gb/s of headroom from {where}")
+    return Refused(Reason.NO_DEVICES, f"needs {n} {kind} for a task on {where}, {reach} free within "
+                                      f"{state.link_cap[m]:g} Gb/s of {where}")

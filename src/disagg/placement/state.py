@@ -1,0 +1,224 @@
+"""The free resources of one round, as arrays, with reservations that can be rolled back.
+
+A policy copies what it needs from the immutable snapshot into a `FreeState` and reserves from it
+as it decides. Every reservation goes into a `Journal` so a job that fails its gang check gives
+back exactly what it took. This is the one place that enforces "never over-commit": every
+`take_*` checks capacity and refuses rather than going negative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from disagg.model import Cluster, DeviceKind
+
+_EPS = 1e-9
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass
+class Journal:
+    """What one job took this round, to give back if its gang fails."""
+
+    cpu: list[tuple[int, float, float]] = field(default_factory=list)
+    devices: list[int] = field(default_factory=list)
+    traffic: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
+
+
+class FreeState:
+    """Mutable free capacity derived from a snapshot: cpus, memory, devices, link bandwidth."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        machines = cluster.machines
+        n_machines = len(machines)
+        locations = cluster.locations
+        n_loc = len(locations)
+        self.n_machines = n_machines
+        self.cpu_total: FloatArray = np.array([m.cpus for m in machines], dtype=np.float64)
+        self.mem_total: FloatArray = np.array([m.memory_gb for m in machines], dtype=np.float64)
+        self.cpu: FloatArray = self.cpu_total.copy()
+        self.mem: FloatArray = self.mem_total.copy()
+        # Racks and links: links are ordered [uplink of each location..., uplink of each rack...].
+        rack_index = {r: i for i, r in enumerate(cluster.racks)}
+        self.loc_rack: IntArray = np.array([rack_index[r] for r in cluster.location_rack], dtype=np.int64)
+        self.n_racks = len(rack_index)
+        gbps = [m.uplink_gbps for m in machines] + [p.uplink_gbps for p in cluster.pools]
+        self.link_cap: FloatArray = np.array(gbps + [cluster.rack_uplink_gbps] * self.n_racks, dtype=np.float64)
+        self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
+        self.link_names: list[str] = [f"up:{x}" for x in locations] + [f"rack:{r}" for r in cluster.racks]
+        self.link_index: dict[str, int] = {name: i for i, name in enumerate(self.link_names)}
+        # Devices: per kind, per location, a list of free device indices (into cluster.devices).
+        self.kinds: tuple[DeviceKind, ...] = cluster.device_kinds
+        self.free: dict[str, list[list[int]]] = {k: [[] for _ in range(n_loc)] for k in self.kinds}
+        held = {d for a in cluster.allocations for d in a.devices}
+        loc_index = cluster.location_index
+        self.dev_loc: IntArray = np.empty(len(cluster.devices), dtype=np.int64)
+        for i, d in enumerate(cluster.devices):
+            self.dev_loc[i] = loc_index[d.location]
+            if d.health == "healthy" and d.id not in held:
+                self.free[d.kind][self.dev_loc[i]].append(i)
+        self.free_count: dict[str, IntArray] = {
+            k: np.array([len(x) for x in self.free[k]], dtype=np.int64) for k in self.kinds
+        }
+        self._apply_allocations()
+
+    def _apply_allocations(self) -> None:
+        cl = self.cluster
+        m_index = cl.machine_index
+        by_id = cl.device_by_id
+        for a in cl.allocations:
+            m = m_index[a.machine]
+            self.cpu[m] -= a.cpus
+            self.mem[m] -= a.memory_gb
+            if a.network_gbps <= 0:
+                continue
+            self.link_used[m] += a.network_gbps
+            remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
+            for loc in remote:
+                path = self.path(m, cl.location_index[loc])
+                for link in path[1:]:
+                    self.link_used[link] += a.network_gbps / len(remote)
+
+    # -- paths and loads ---------------------------------------------------------------------------
+
+    def rack_link(self, loc: int) -> int:
+        return len(self.loc_rack) + int(self.loc_rack[loc])
+
+    def path(self, src: int, dst: int) -> tuple[int, ...]:
+        """Link indices between two locations (same as Cluster.path, by index)."""
+        if src == dst:
+            return ()
+        if self.loc_rack[src] == self.loc_rack[dst]:
+            return (src, dst)
+        return (src, self.rack_link(src), self.rack_link(dst), dst)
+
+    def load(self, links: tuple[int, ...] | list[int]) -> float:
+        """Utilisation (0..1+) of the busiest link among `links`."""
+        if not links:
+            return 0.0
+        idx = np.fromiter(links, dtype=np.int64)
+        return float(np.max(self.link_used[idx] / self.link_cap[idx]))
+
+    def link_load(self) -> FloatArray:
+        return self.link_used / self.link_cap
+
+    def headroom(self, links: tuple[int, ...]) -> float:
+        if not links:
+            return float("inf")
+        idx = np.fromiter(links, dtype=np.int64)
+        return float(np.min(self.link_cap[idx] - self.link_used[idx]))
+
+    # -- reservations ------------------------------------------------------------------------------
+
+    def fits(self, m: int, cpus: float, mem: float) -> bool:
+        return bool(self.cpu[m] + _EPS >= cpus and self.mem[m] + _EPS >= mem)
+
+    def take_cpu(self, m: int, cpus: float, mem: float, journal: Journal) -> bool:
+        if not self.fits(m, cpus, mem):
+            return False
+        self.cpu[m] -= cpus
+        self.mem[m] -= mem
+        journal.cpu.append((m, cpus, mem))
+        return True
+
+    def take_device(self, kind: str, loc: int, model: str | None, journal: Journal) -> int | None:
+        """Take one free device of `kind` (and `model`, if given) at `loc`; None if there is none."""
+        free = self.free[kind][loc]
+        if not free:
+            return None
+        devices = self.cluster.devices
+        for pos in range(len(free) - 1, -1, -1):
+            if model is None or devices[free[pos]].model == model:
+                dev = free.pop(pos)
+                self.free_count[kind][loc] -= 1
+                journal.devices.append(dev)
+                return dev
+        return None
+
+    def take_traffic(self, links: tuple[int, ...], gbps: float, journal: Journal) -> bool:
+        if not links or gbps <= 0:
+            return True
+        idx = np.fromiter(links, dtype=np.int64)
+        if np.any(self.link_used[idx] + gbps > self.link_cap[idx] + _EPS):
+            return False
+        self.link_used[idx] += gbps
+        journal.traffic.append((links, gbps))
+        return True
+
+    def undo_last_traffic(self, journal: Journal) -> None:
+        """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
+        links, gbps = journal.traffic.pop()
+        self.link_used[np.fromiter(links, dtype=np.int64)] -= gbps
+
+    def free_by_model(self, kind: str) -> tuple[list[str], IntArray]:
+        """The models of free devices of a kind and an (locations × models) array of free counts."""
+        n_loc = len(self.loc_rack)
+        if kind not in self.free:
+            return ["generic"], np.zeros((n_loc, 1), dtype=np.int64)
+        devices = self.cluster.devices
+        models = sorted({d.model for d in devices if d.kind == kind})
+        if len(models) == 1:
+            return models, self.free_count[kind].reshape(-1, 1).copy()
+        col = {m: i for i, m in enumerate(models)}
+        out = np.zeros((n_loc, len(models)), dtype=np.int64)
+        for loc, lst in enumerate(self.free[kind]):
+            for d in lst:
+                out[loc, col[devices[d].model]] += 1
+        return models, out
+
+    def rollback(self, journal: Journal) -> None:
+        """Give back everything in the journal (a failed gang)."""
+        for m, cpus, mem in journal.cpu:
+            self.cpu[m] += cpus
+            self.mem[m] += mem
+        devices = self.cluster.devices
+        for dev in journal.devices:
+            kind = devices[dev].kind
+            loc = int(self.dev_loc[dev])
+            self.free[kind][loc].append(dev)
+            self.free_count[kind][loc] += 1
+        for links, gbps in journal.traffic:
+            self.link_used[np.fromiter(links, dtype=np.int64)] -= gbps
+        journal.cpu.clear()
+        journal.devices.clear()
+        journal.traffic.clear()
+
+    # -- summaries for explanations ------------------------------------------------------------------
+
+    def total_free(self, kind: str, model: str | None = None) -> int:
+        if kind not in self.free_count:
+            return 0
+        if model is None:
+            return int(self.free_count[kind].sum())
+        devices = self.cluster.devices
+        return sum(1 for lst in self.free[kind] for d in lst if devices[d].model == model)
+
+    def reachable(self, kind: str, own: int, gbps: float) -> int:
+        """Free devices of `kind` a task on location `own` could use: its own, plus remote ones whose
+        path has `gbps` of headroom on every link."""
+        free = self.free_count.get(kind)
+        if free is None:
+            return 0
+        total = int(free[own])
+        headroom = self.link_cap - self.link_used
+        if headroom[own] + _EPS < gbps:
+            return total
+        n_loc = len(self.loc_rack)
+        same_rack = self.loc_rack == self.loc_rack[own]
+        rack_ok = headroom[n_loc + self.loc_rack] + _EPS >= gbps
+        own_rack_ok = headroom[n_loc + self.loc_rack[own]] + _EPS >= gbps
+        reach = (headroom[:n_loc] + _EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
+        reach[own] = False
+        return total + int(free[reach].sum())
+
+    def local_free(self, kind: str) -> IntArray:
+        """Free devices of `kind` that sit in each machine (not pools)."""
+        if kind not in self.free_count:
+            return np.zeros(self.n_machines, dtype=np.int64)
+        return self.free_count[kind][: self.n_machines]

@@ -1,0 +1,1 @@
+"""Alembic migrations of the controller store (run at start by `disagg.store.migrate`)."""

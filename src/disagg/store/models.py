@@ -1,0 +1,149 @@
+"""The controller's persistent state as SQLAlchemy 2 tables.
+
+One table per concept: tokens, jobs, slices, slice steps, machines, pools, devices. The schema is
+created by the Alembic migrations shipped in `disagg.store.migrations` (never by `create_all` at
+run time), so SQLite and PostgreSQL databases evolve the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Job states as the API shows them.
+JOB_STATES = ("queued", "composing", "running", "completed", "failed", "cancelled")
+#: Jobs that will not change any more.
+JOB_FINAL = ("completed", "failed", "cancelled")
+#: Slice states: composing → running → tearing-down → done.
+SLICE_STATES = ("composing", "running", "tearing-down", "done")
+#: What a slice's teardown does to its job once the slice is gone.
+OUTCOMES = ("completed", "failed", "cancelled", "requeue")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TokenRow(Base):
+    """A bearer token, stored hashed. `tenant` owns jobs; `admin` may see and touch everything."""
+
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class JobRow(Base):
+    """A submitted job and where it stands. `reason` explains a waiting job."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, index=True)  # submission order (ns clock)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    image: Mapped[str] = mapped_column(String(256))
+    command: Mapped[list[str]] = mapped_column(JSON)
+    tasks: Mapped[dict[str, Any]] = mapped_column(JSON)
+    slo_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    importance: Mapped[float] = mapped_column(Float)
+    max_retries: Mapped[int] = mapped_column(Integer, default=2)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    wait_rounds: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    slice_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    idempotency_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idem"),)
+
+
+class SliceRow(Base):
+    """A job's composed environment. `placement` is the decision it was built from (JSON)."""
+
+    __tablename__ = "slices"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    placement: Mapped[dict[str, Any]] = mapped_column(JSON)
+    handle: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class StepRow(Base):
+    """One step of a slice's life, recorded before (`started`) and after (`done`/`failed`) it runs."""
+
+    __tablename__ = "slice_steps"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    slice_id: Mapped[str] = mapped_column(ForeignKey("slices.id"), index=True)
+    op: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str] = mapped_column(String(256))
+    status: Mapped[str] = mapped_column(String(16))
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    __table_args__ = (UniqueConstraint("slice_id", "op", "target", name="uq_steps_slice_op_target"),)
+
+
+class MachineRow(Base):
+    """A server node of the inventory (from the cluster spec)."""
+
+    __tablename__ = "machines"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # machine | pool
+    rack: Mapped[str] = mapped_column(String(128))
+    cpus: Mapped[float] = mapped_column(Float)
+    memory_gb: Mapped[float] = mapped_column(Float)
+    uplink_gbps: Mapped[float] = mapped_column(Float)
+    position: Mapped[int] = mapped_column(Integer)
+
+
+class DeviceRow(Base):
+    """A device of the inventory. `health`: healthy | failed; `drained`: left out of new slices."""
+
+    __tablename__ = "devices"
+    id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(64))
+    location: Mapped[str] = mapped_column(String(128))
+    index: Mapped[int] = mapped_column(Integer)
+    capacity: Mapped[float] = mapped_column(Float)
+    health: Mapped[str] = mapped_column(String(16), default="healthy")
+    drained: Mapped[bool] = mapped_column(Boolean, default=False)
+    slice_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    position: Mapped[int] = mapped_column(Integer)
+
+
+class LinkRow(Base):
+    """A network link's health as the controller last saw it (`up` false: dropped)."""
+
+    __tablename__ = "links"
+    id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    gbps: Mapped[float] = mapped_column(Float)
+    up: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+Index("ix_jobs_state_seq", JobRow.state, JobRow.seq)
+
+
+def device_state(row: DeviceRow) -> str:
+    """The one word the API shows: failed > attached > drained > free."""
+    if row.health == "failed":
+        return "failed"
+    if row.slice_id is not None:
+        return "attached"
+    if row.drained:
+        return "drained"
+    return "free"

@@ -1,0 +1,270 @@
+"""The store: one database (SQLite in WAL mode by default, PostgreSQL by URL) and the queries on it.
+
+`Store.write()` opens a transaction that commits on success and rolls back on any error, so a
+request or a controller step either lands whole or not at all. On SQLite every write transaction
+starts with `BEGIN IMMEDIATE` (it takes the write lock up front, so two writers queue on
+`busy_timeout` instead of failing on a lock upgrade); reads use a second, deferred engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from disagg.model import Allocation, Cluster, Device, Machine, Pool
+from disagg.store.models import (
+    DeviceRow,
+    JobRow,
+    LinkRow,
+    MachineRow,
+    SliceRow,
+    StepRow,
+    TokenRow,
+    device_state,
+)
+
+DEFAULT_URL = "sqlite:///disagg.db"
+#: Slices that still hold resources.
+LIVE_SLICE_STATES = ("composing", "running", "tearing-down")
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain paths and `postgresql://` URLs; SQLAlchemy wants a driver for PostgreSQL."""
+    if "://" not in url:
+        return f"sqlite:///{url}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request comes from."""
+
+    tenant: str
+    admin: bool
+
+
+class IdempotencyConflict(ValueError):
+    """The same idempotency key was used with a different request body."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class Store:
+    """The controller's database. Thread-safe: every call opens its own session."""
+
+    def __init__(self, url: str = DEFAULT_URL) -> None:
+        self.url = normalize_url(url)
+        self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
+        if self.dialect == "sqlite":
+            self.engine = _sqlite_engine(self.url, immediate=True)
+            self.read_engine = _sqlite_engine(self.url, immediate=False)
+        else:
+            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+            self.read_engine = self.engine
+        self._write = sessionmaker(self.engine, expire_on_commit=False)
+        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (Alembic). Safe to call on every start."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A transaction that commits at the end of the block, or rolls back on error."""
+        with self._write() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session, session.begin():
+            yield session
+
+    # --- tokens ----------------------------------------------------------------------------
+    def create_token(self, tenant: str, admin: bool = False) -> str:
+        """A new bearer token for `tenant`; only its hash is stored, so it is shown once."""
+        token = "dg_" + secrets.token_urlsafe(24)
+        with self.write() as s:
+            s.add(TokenRow(token_hash=hash_token(token), tenant=tenant, admin=admin, created_at=time.time()))
+        return token
+
+    def principal(self, token: str) -> Principal | None:
+        with self.read() as s:
+            row = s.scalars(select(TokenRow).where(TokenRow.token_hash == hash_token(token))).first()
+            return None if row is None else Principal(row.tenant, row.admin)
+
+    def has_admin(self) -> bool:
+        with self.read() as s:
+            return s.scalars(select(TokenRow).where(TokenRow.admin.is_(True))).first() is not None
+
+    # --- inventory -------------------------------------------------------------------------
+    def sync_inventory(self, cluster: Cluster) -> None:
+        """Add the spec's machines, pools, devices and links that the store lacks; keep health."""
+        with self.write() as s:
+            have_m = {r.name for r in s.scalars(select(MachineRow))}
+            for i, m in enumerate(cluster.machines):
+                if m.name not in have_m:
+                    s.add(MachineRow(name=m.name, kind="machine", rack=m.rack, cpus=m.cpus,
+                                     memory_gb=m.memory_gb, uplink_gbps=m.uplink_gbps, position=i))
+            for i, p in enumerate(cluster.pools):
+                if p.name not in have_m:
+                    s.add(MachineRow(name=p.name, kind="pool", rack=p.rack, cpus=0.0, memory_gb=0.0,
+                                     uplink_gbps=p.uplink_gbps, position=len(cluster.machines) + i))
+            have_d = {r.id for r in s.scalars(select(DeviceRow))}
+            for i, d in enumerate(cluster.devices):
+                if d.id not in have_d:
+                    s.add(DeviceRow(id=d.id, kind=d.kind, model=d.model, location=d.location, index=d.index,
+                                    capacity=d.capacity, health="failed" if d.health == "failed" else "healthy",
+                                    drained=False, slice_id=None, position=i))
+            have_l = {r.id for r in s.scalars(select(LinkRow))}
+            for link in cluster.links:
+                if link.id not in have_l:
+                    s.add(LinkRow(id=link.id, gbps=link.gbps, up=True))
+
+    def cluster(self, session: Session | None = None) -> Cluster:
+        """The inventory as a snapshot (health included) with what live slices hold as allocations."""
+        if session is None:
+            with self.read() as s:
+                return self.cluster(s)
+        s = session
+        mrows = list(s.scalars(select(MachineRow).order_by(MachineRow.position)))
+        down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+        machines = tuple(Machine(r.name, r.rack, r.cpus, r.memory_gb, r.uplink_gbps)
+                         for r in mrows if r.kind == "machine")
+        pools = tuple(Pool(r.name, r.rack, r.uplink_gbps) for r in mrows if r.kind == "pool")
+        devices = []
+        for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position)):
+            health = "failed" if r.health == "failed" else "drained" if r.drained else "healthy"
+            if f"up:{r.location}" in down:  # unreachable behind a dropped uplink
+                health = "failed"
+            devices.append(Device(r.id, r.kind, r.model, r.location, r.index, r.capacity, health))  # type: ignore[arg-type]
+        allocations = []
+        for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
+            allocations += allocations_of(sl.job_id, sl.placement)
+        return Cluster(machines=machines, pools=pools, devices=tuple(devices), allocations=tuple(allocations))
+
+    # --- views -----------------------------------------------------------------------------
+    def devices_view(self) -> list[dict[str, Any]]:
+        with self.read() as s:
+            return [device_dict(r) for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position))]
+
+    def machines_view(self) -> list[dict[str, Any]]:
+        with self.read() as s:
+            holders: dict[str, list[str]] = {}
+            for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
+                for m in sl.placement.get("machines", []):
+                    holders.setdefault(m["host"], []).append(sl.id)
+            devs: dict[str, list[DeviceRow]] = {}
+            for d in s.scalars(select(DeviceRow)):
+                devs.setdefault(d.location, []).append(d)
+            out = []
+            for r in s.scalars(select(MachineRow).order_by(MachineRow.position)):
+                slices = sorted(set(holders.get(r.name, [])))
+                states = [device_state(d) for d in devs.get(r.name, [])]
+                state = "attached" if slices else "free"
+                if states and all(st == "failed" for st in states) and r.kind == "pool":
+                    state = "failed"
+                out.append({"id": r.name, "kind": r.kind, "location": r.rack, "state": state,
+                            "slice": slices[0] if slices else None, "slices": slices, "cpus": r.cpus,
+                            "memory_gb": r.memory_gb, "devices": [d.id for d in devs.get(r.name, [])]})
+            return out
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs, slices and devices by state (for /metrics and the dashboard)."""
+        with self.read() as s:
+            jobs = dict(s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).tuples().all())
+            slices = dict(s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state))
+                          .tuples().all())
+            devices: dict[str, int] = {}
+            for r in s.scalars(select(DeviceRow)):
+                st = device_state(r)
+                devices[st] = devices.get(st, 0) + 1
+        return {"jobs": jobs, "slices": slices, "devices": devices}
+
+
+def allocations_of(job_id: str, placement: dict[str, Any]) -> list[Allocation]:
+    """What a slice's placement holds, as the policy's Allocation records (one per task)."""
+    out = []
+    for t in placement.get("tasks", []):
+        gbps = sum(float(d.get("network_gbps", 0.0)) for d in t.get("devices", []))
+        out.append(Allocation(job_id, t["machine"], float(t["cpus"]), float(t["memory_gb"]),
+                              tuple(d["id"] for d in t.get("devices", [])), gbps))
+    return out
+
+
+def device_dict(r: DeviceRow) -> dict[str, Any]:
+    return {"id": r.id, "kind": r.kind, "model": r.model, "location": r.location, "state": device_state(r),
+            "slice": r.slice_id, "health": r.health, "drained": r.drained}
+
+
+def job_dict(r: JobRow) -> dict[str, Any]:
+    return {
+        "id": r.id, "tenant": r.tenant, "name": r.name, "image": r.image, "command": list(r.command),
+        "tasks": dict(r.tasks), "slo_s": r.slo_s, "importance": r.importance, "max_retries": r.max_retries,
+        "state": r.state, "reason": r.reason, "reason_code": r.reason_code, "wait_rounds": r.wait_rounds,
+        "attempts": r.attempts, "exit_code": r.exit_code, "slice": r.slice_id,
+        "submitted_at": r.submitted_at, "updated_at": r.updated_at,
+    }
+
+
+def slice_dict(r: SliceRow, steps: list[StepRow] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": r.id, "job": r.job_id, "attempt": r.attempt, "state": r.state, "outcome": r.outcome,
+        "detail": r.detail, "machines": list(r.placement.get("machines", [])), "handle": r.handle,
+        "created_at": r.created_at, "updated_at": r.updated_at,
+    }
+    if steps is not None:
+        out["steps"] = [{"op": st.op, "target": st.target, "status": st.status, "tries": st.tries,
+                         "started_at": st.started_at, "ended_at": st.ended_at, "error": st.error}
+                        for st in steps]
+    return out
