@@ -46,6 +46,20 @@ class TaskStatus:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class ForeignHolding:
+    """Resources an engine's jobs that were not submitted by disagg hold (a user's direct `sbatch`).
+
+    The controller keeps `machine`'s `cpus` and `devices` away from the policy while they are held.
+    """
+
+    job: str                        # the engine's id for the foreign job
+    node: str                       # the engine's node name
+    machine: str | None             # the cluster machine behind the node, when known
+    cpus: float = 0.0
+    devices: tuple[str, ...] = ()   # disagg device ids
+
+
 class Engine(ABC):
     """Runs jobs on slices. Implementations: `local` (processes), `slurm`."""
 
@@ -79,5 +93,9 @@ class Engine(ABC):
     def logs(self, handle: str) -> str:
         """The job's output so far (stdout and stderr)."""
 
-    def close(self) -> None:
+    def foreign_holdings(self) -> list[ForeignHolding]:
+        """What jobs not submitted by disagg hold now. Engines that run only disagg's jobs hold nothing."""
+        return []
+
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release what the engine holds (connections, threads). Running jobs are left alone."""

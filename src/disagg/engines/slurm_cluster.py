@@ -62,7 +62,9 @@ def install_packages(timeout_s: float = 300.0) -> None:
             raise SlurmError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
 
 
-def default_nodes(count: int = 4, gpus: int = 4, cpus: int = 16, memory_mb: int = 64000) -> tuple[StaticNode, ...]:
+def default_nodes(
+    count: int = 4, gpus: int = 4, cpus: int = 16, memory_mb: int = 64000
+) -> tuple[StaticNode, ...]:
     """`count` static nodes `n0…` standing for machines `m0…` with `gpus` GPUs each (`m<i>/gpu<j>`)."""
     return tuple(
         StaticNode(f"n{i}", f"m{i}", cpus, memory_mb, tuple(f"m{i}/gpu{j}" for j in range(gpus)))
@@ -138,7 +140,8 @@ class SlurmCluster:
         for i, n in enumerate(self.nodes):
             gres = f" Gres=gpu:{len(n.gpus)}" if n.gpus else ""
             lines.append(f"NodeName={n.name} NodeHostname={host} NodeAddr={site.controller_addr} "
-                         f"Port={STATIC_PORT0 + i} CPUs={n.cpus} RealMemory={n.memory_mb}{gres} State=UNKNOWN")
+                         f"Port={STATIC_PORT0 + i} CPUs={n.cpus} RealMemory={n.memory_mb}{gres} "
+                         "State=UNKNOWN")
         names = ",".join(n.name for n in self.nodes)
         lines.append(f"PartitionName=static Nodes={names} Default=YES MaxTime=INFINITE State=UP")
         lines.append(f"PartitionName={site.partition} Nodes=dynset MaxTime=INFINITE State=UP")
@@ -172,8 +175,9 @@ class SlurmCluster:
     def _spawn(self, key: str, args: list[str], in_netns: bool = True) -> None:
         log = open(self.root / "log" / f"{key}.out", "ab")  # noqa: SIM115 - lives as long as the daemon
         cmd = [*self.site.prefix(), *args] if in_netns else args
-        self.procs[key] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                           env=self.site.env(), start_new_session=True)
+        self.procs[key] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT, env=self.site.env(),
+                                           start_new_session=True)
         log.close()
 
     def _make_netns(self) -> None:
@@ -208,10 +212,10 @@ class SlurmCluster:
         return self.site
 
     def _all_idle(self) -> bool:
-        for key, proc in self.procs.items():
-            if proc.poll() is not None:
+        for key, daemon in self.procs.items():
+            if daemon.poll() is not None:
                 log = (self.root / "log" / f"{key}.out").read_text()[-600:]
-                raise SlurmError(f"{key} exited {proc.returncode}: {log}")
+                raise SlurmError(f"{key} exited {daemon.returncode}: {log}")
         proc = self.site.run(["sinfo", "-h", "-p", "static", "-t", "idle", "-o", "%D"], check=False)
         return proc.returncode == 0 and proc.stdout.strip() == str(len(self.nodes))
 
@@ -261,7 +265,8 @@ class SlurmCluster:
 
 def _kill_netns(name: str) -> None:
     """SIGKILL every process left in a namespace (job steps of a node whose slurmd is gone)."""
-    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False).stdout.split()
+    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                          check=False).stdout.split()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)

@@ -54,7 +54,8 @@ class JoinedNode:
 
 def valid_node_name(name: str) -> bool:
     """Slurm node names that hostlist expressions and our paths handle: letters, digits, `-`, `_`."""
-    return bool(name) and len(name) <= 60 and all(c.isalnum() or c in "-_" for c in name) and name[0].isalpha()
+    return (bool(name) and len(name) <= 60 and name[0].isalpha()
+            and all(c.isalnum() or c in "-_" for c in name))
 
 
 def _ip(*args: str) -> None:
@@ -74,7 +75,8 @@ class DynamicNodes:
 
     def __init__(self, site: SlurmSite, join_timeout_s: float = 15.0) -> None:
         if not site.netns or not site.bridge:
-            raise SlurmError("slurm site has no network namespace and bridge for dynamic nodes (netns, bridge)")
+            raise SlurmError("slurm site has no network namespace and bridge for dynamic nodes "
+                             "(fields netns, bridge)")
         self.site = site
         self.join_timeout_s = join_timeout_s
         site.nodes_dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +160,8 @@ class DynamicNodes:
         (d / "slurm.conf").write_text(text)
         for line in text.splitlines():   # slurmd does not create its spool directory itself
             if line.strip().lower().startswith("slurmdspooldir="):
-                Path(line.split("=", 1)[1].strip().replace("%n", spec.name)).mkdir(parents=True, exist_ok=True)
+                spool = Path(line.split("=", 1)[1].strip().replace("%n", spec.name))
+                spool.mkdir(parents=True, exist_ok=True)
         lines = []
         for i in range(len(spec.devices)):
             _make_device_file(d / "dev" / f"gpu{i}")
@@ -193,7 +196,7 @@ class DynamicNodes:
         (d / "slurmd.pid").write_text(str(proc.pid))
 
     def node_state(self, name: str) -> list[str] | None:
-        """Slurm's state of a node as words (e.g. ['IDLE', 'DYNAMIC_NORM']), or None when Slurm does not know it."""
+        """Slurm's state of a node as words (['IDLE', 'DYNAMIC_NORM']), or None if Slurm does not know it."""
         proc = self.site.run(["scontrol", "-o", "show", "node", name], check=False)
         if proc.returncode != 0 or "State=" not in proc.stdout:
             return None
@@ -217,7 +220,7 @@ class DynamicNodes:
 
     # -- leave -------------------------------------------------------------------------------
     def leave(self, name: str) -> None:
-        """Stop everything the slice machine runs, delete the node from Slurm, free its namespace. Idempotent."""
+        """Stop what the slice machine runs, delete the node from Slurm, free its namespace. Idempotent."""
         rec = self.record(name)
         if rec is not None:
             self._kill_namespace(rec)

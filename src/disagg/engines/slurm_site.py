@@ -24,7 +24,7 @@ class SlurmError(RuntimeError):
 
 @dataclass(frozen=True)
 class StaticNode:
-    """A Slurm node configured in slurm.conf: the physical machine it stands for and its GPUs in GRES order."""
+    """A node configured in slurm.conf: the physical machine it stands for, its GPUs in GRES order."""
 
     name: str
     machine: str
@@ -100,12 +100,16 @@ class SlurmSite:
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    def run(self, args: Sequence[str], check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: Sequence[str], check: bool = True, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (`scontrol`, `sbatch`, …) against this site."""
         cmd = [*self.prefix(), *args]
-        proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout,
+                              check=False)
         if check and proc.returncode != 0:
-            raise SlurmError(f"{' '.join(args)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
+            said = (proc.stderr or proc.stdout).strip()
+            raise SlurmError(f"{' '.join(args)} exited {proc.returncode}: {said}")
         return proc
 
     def json(self, args: Sequence[str]) -> dict[str, object]:

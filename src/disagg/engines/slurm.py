@@ -1,0 +1,388 @@
+"""The Slurm engine: a slice machine is a Slurm node with exactly its composed GPUs; a job is a held
+batch job.
+
+Slice operations on Slurm (FlowOS-RM's Table 1, with Slurm in Mesos's place):
+
+- launch-machine: the slice machine joins Slurm as a dynamic node whose GRES `gpu:N` are device
+  files standing for the slice's attached devices (`slurm_node.DynamicNodes`);
+- prepare-task: `sbatch --hold` pinned to the slice's nodes (`--nodelist`, `--nodes`, `--ntasks`,
+  `--gres=gpu:N`); the handle is `<slurm job id>/<slice key>`;
+- launch-task: `scontrol release`;
+- status: `squeue --json` (no accounting database is needed): job state and, once it ended, the
+  exit code that the job script itself wrote next to its output (Slurm forgets finished jobs
+  after `MinJobAge`; the file does not);
+- destroy-machine: the node's processes are stopped, the node is deleted from Slurm, its
+  device files go away — the GPUs are back in the pool.
+
+Every task sees `DISAGG_DEVICES` (the disagg device ids behind its `CUDA_VISIBLE_DEVICES`, in the
+same order), `DISAGG_SLICE`, `DISAGG_JOB` and Slurm's own `SLURMD_NODENAME`.
+Jobs that users submit directly are reported by `foreign_holdings` so the controller keeps their
+nodes' CPUs and GPUs away from the policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from disagg.engines.base import Engine, ForeignHolding, SliceMachine, SliceSpec, TaskState, TaskStatus
+from disagg.engines.slurm_node import DynamicNodes, NodeSpec
+from disagg.engines.slurm_site import SlurmError, SlurmSite
+
+JOB_PREFIX = "disagg-"
+COMMENT_PREFIX = "disagg job="
+
+#: Slurm job states → engine task states (a held PENDING job is told apart by its reason).
+_STATES: dict[str, TaskState] = {
+    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending",
+    "RUNNING": "running", "COMPLETING": "running", "SUSPENDED": "running", "STAGE_OUT": "running",
+    "COMPLETED": "completed",
+    "FAILED": "failed", "TIMEOUT": "failed", "OUT_OF_MEMORY": "failed", "DEADLINE": "failed",
+    "PREEMPTED": "failed", "SPECIAL_EXIT": "failed",
+    "CANCELLED": "cancelled",
+    "NODE_FAIL": "lost", "BOOT_FAIL": "lost", "REVOKED": "lost",
+}
+_HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
+_HOLDING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STAGE_OUT")
+
+
+def slice_key(slice_id: str) -> str:
+    """A file- and Slurm-name-safe form of a slice id (the job is named `disagg-<key>`)."""
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", slice_id)
+    if not key or len(key) > 100:
+        raise ValueError(f"slice id {slice_id!r} cannot name a Slurm job (1–100 characters)")
+    return key
+
+
+def device_kind(device: str) -> str:
+    """`pool0/gpu3` → `gpu` (device ids are `<location>/<kind><index>`)."""
+    return device.rsplit("/", 1)[-1].rstrip("0123456789")
+
+
+def is_disagg_job(job: Mapping[str, Any]) -> bool:
+    """disagg's jobs carry both its name prefix and its comment; a user's `disagg-foo` job is foreign."""
+    return (str(job.get("name", "")).startswith(JOB_PREFIX)
+            and str(job.get("comment", "")).startswith(COMMENT_PREFIX))
+
+
+def parse_gres_indices(detail: str) -> list[int]:
+    """`gpu:3(IDX:0,2-3)` → [0, 2, 3]; `gpu:0` or no IDX → []."""
+    m = re.search(r"IDX:([0-9,\-]+)", detail)
+    if not m:
+        return []
+    out: list[int] = []
+    for part in m.group(1).split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A disagg job as Slurm and disagg's files know it (for reconciliation)."""
+
+    handle: str
+    slice_key: str
+    state: TaskState
+
+
+class SlurmEngine(Engine):
+    """Runs slices as Slurm nodes and jobs as held Slurm batch jobs. See the module docstring."""
+
+    name = "slurm"
+
+    def __init__(self, site: SlurmSite, nodes: DynamicNodes | None = None) -> None:
+        self.site = site
+        self.nodes = nodes or DynamicNodes(site)
+        site.jobs_dir.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_config(cls, site_json: str | Path) -> SlurmEngine:
+        """Build from a site file (`engine: slurm`, `slurm_site: <path>` in the controller config)."""
+        return cls(SlurmSite.load(Path(site_json)))
+
+    # -- machines ----------------------------------------------------------------------------
+    def launch_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
+        """The slice machine joins Slurm with its GPUs as GRES. Idempotent."""
+        gpus = tuple(d for d in machine.devices if device_kind(d) == "gpu")
+        self.nodes.join(NodeSpec(machine.name, max(1, math.ceil(machine.cpus)),
+                                 max(1, int(machine.memory_gb * 1024)), gpus))
+
+    def destroy_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
+        """Stop what runs on it, delete the node from Slurm, remove its device files. Idempotent."""
+        self.nodes.leave(machine.name)
+
+    # -- jobs --------------------------------------------------------------------------------
+    def _job_dir(self, key: str) -> Path:
+        return self.site.jobs_dir / key
+
+    @staticmethod
+    def _split(handle: str) -> tuple[str, str]:
+        job_id, sep, key = handle.partition("/")
+        if not sep or not job_id.isdigit() or not key:
+            raise ValueError(f"not a Slurm engine handle: {handle!r} (expected '<job id>/<slice key>')")
+        return job_id, key
+
+    def _squeue(self) -> list[dict[str, Any]]:
+        """Every job slurmctld still knows (22.05's `squeue --json` ignores filters; we filter here)."""
+        jobs = self.site.json(["squeue", "--all", "--states=all"]).get("jobs", [])
+        return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+
+    def _find(self, job_id: str) -> dict[str, Any] | None:
+        for job in self._squeue():
+            if str(job.get("job_id")) == job_id:
+                return job
+        return None
+
+    def prepare_task(self, spec: SliceSpec) -> str:
+        """Submit the job held, pinned to the slice's nodes. Same slice → same handle, never a second job."""
+        key = slice_key(spec.slice_id)
+        d = self._job_dir(key)
+        recorded = d / "handle"
+        if recorded.exists():
+            return recorded.read_text().strip()
+        name = JOB_PREFIX + key
+        for job in self._squeue():   # submitted before a crash, handle not yet recorded
+            if job.get("name") == name and is_disagg_job(job):
+                handle = f"{job['job_id']}/{key}"
+                recorded.write_text(handle)
+                return handle
+        if not spec.machines:
+            raise ValueError(f"slice {spec.slice_id}: no machines to run on")
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "task.sh").write_text(self._task_script(spec))
+        (d / "job.sh").write_text(self._job_script(spec, d))
+        args = ["sbatch", "--parsable", "--hold", f"--job-name={name}",
+                f"--comment={COMMENT_PREFIX}{spec.job_id} slice={spec.slice_id}",
+                f"--partition={self.site.partition}",
+                f"--nodelist={','.join(m.name for m in spec.machines)}",
+                f"--nodes={len(spec.machines)}", f"--ntasks={max(spec.tasks, len(spec.machines))}",
+                f"--output={d / 'output.log'}", f"--error={d / 'output.log'}", f"--chdir={d}"]
+        counts = {sum(device_kind(x) == "gpu" for x in m.devices) for m in spec.machines}
+        if len(counts) == 1 and (n := counts.pop()) > 0:
+            args.append(f"--gres=gpu:{n}")
+        elif len(counts) > 1:
+            args.append("--exclusive")   # uneven GPU counts: the whole node (all its GPUs) is the job's
+        out = self.site.run([*args, str(d / "job.sh")]).stdout.strip()
+        job_id = out.split(";")[0]
+        handle = f"{job_id}/{key}"
+        recorded.write_text(handle)
+        return handle
+
+    def _task_script(self, spec: SliceSpec) -> str:
+        """Per-task wrapper: maps the node's CUDA_VISIBLE_DEVICES to disagg device ids, runs the command."""
+        cases = []
+        for m in spec.machines:
+            gpus = " ".join(shlex.quote(x) for x in m.devices if device_kind(x) == "gpu")
+            other = " ".join(shlex.quote(x) for x in m.devices if device_kind(x) != "gpu")
+            cases.append(f"  {shlex.quote(m.name)}) gpus=({gpus}); other=({other}); "
+                         f"export DISAGG_MACHINE={shlex.quote(m.host)};;")
+        return "\n".join([
+            "#!/bin/bash",
+            "# disagg task wrapper: generated by the Slurm engine.",
+            "gpus=(); other=()",
+            'case "${SLURMD_NODENAME:-}" in',
+            *cases,
+            "esac",
+            "# an exclusive (uneven) job's steps get no GRES of their own: the node's GPUs are all the job's",
+            'if [[ -z "${CUDA_VISIBLE_DEVICES:-}" && ${#gpus[@]} -gt 0 ]]; then',
+            '  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $(( ${#gpus[@]} - 1 ))); export CUDA_VISIBLE_DEVICES',
+            "fi",
+            "ids=()",
+            'IFS=, read -ra idx <<< "${CUDA_VISIBLE_DEVICES:-}"',
+            'for i in "${idx[@]}"; do ids+=("${gpus[$i]}"); done',
+            'ids+=("${other[@]}")',
+            'DISAGG_DEVICES=$(IFS=,; echo "${ids[*]}"); export DISAGG_DEVICES',
+            'export DISAGG_NODE="${SLURMD_NODENAME:-}"',
+            'exec "$@"',
+            "",
+        ])
+
+    def _job_script(self, spec: SliceSpec, d: Path) -> str:
+        """Batch script: env, one `srun` over every task, exit code written where status finds it later."""
+        env = {**spec.env, "DISAGG_SLICE": spec.slice_id, "DISAGG_JOB": spec.job_id}
+        exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items() if re.fullmatch(r"[A-Za-z_]\w*", k)]
+        cmd = " ".join(shlex.quote(c) for c in spec.command)
+        return "\n".join([
+            "#!/bin/bash",
+            f"# disagg job {spec.job_id} on slice {spec.slice_id}: generated by the Slurm engine.",
+            *exports,
+            f"srun --kill-on-bad-exit=1 bash {shlex.quote(str(d / 'task.sh'))} {cmd}",
+            "rc=$?",
+            f'echo "$rc" > {shlex.quote(str(d / "exit.tmp"))} && mv {shlex.quote(str(d / "exit.tmp"))} '
+            f'{shlex.quote(str(d / "exit"))}',
+            'exit "$rc"',
+            "",
+        ])
+
+    def launch_task(self, handle: str) -> None:
+        """Release the held job. Safe to repeat: a job that is no longer held is left alone."""
+        job_id, _ = self._split(handle)
+        if self.status(handle).state == "held":
+            self.site.run(["scontrol", "release", job_id])
+
+    def status(self, handle: str) -> TaskStatus:
+        """Slurm's state of the job; after it left slurmctld's memory, the exit code file decides."""
+        job_id, key = self._split(handle)
+        d = self._job_dir(key)
+        job = self._find(job_id)
+        exit_code = self._exit_code(d)
+        if job is None:
+            if exit_code is not None:
+                ended: TaskState = "completed" if exit_code == 0 else "failed"
+                return TaskStatus(ended, exit_code, "from the job's exit file")
+            if (d / "cancelled").exists():
+                return TaskStatus("cancelled", None, "cancelled by disagg")
+            return TaskStatus("lost", None, f"Slurm job {job_id} is unknown to slurmctld")
+        state = str(job.get("job_state", "")).upper()
+        reason = str(job.get("state_reason", ""))
+        detail = f"slurm {state} ({reason})" if reason and reason != "None" else f"slurm {state}"
+        if state == "PENDING" and reason in _HELD_REASONS:
+            return TaskStatus("held", None, detail)
+        mapped = _STATES.get(state, "lost")
+        if mapped in ("completed", "failed") and exit_code is None:
+            exit_code = _wait_status_code(job.get("exit_code"))
+        if mapped == "completed" and exit_code not in (None, 0):
+            mapped = "failed"
+        if mapped == "running" and state == "COMPLETING" and exit_code is not None:
+            mapped = "completed" if exit_code == 0 else "failed"
+        return TaskStatus(mapped, exit_code if mapped in ("completed", "failed") else None, detail)
+
+    @staticmethod
+    def _exit_code(d: Path) -> int | None:
+        try:
+            return int((d / "exit").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def cancel(self, handle: str) -> None:
+        """scancel the job (running or held). Safe to repeat and on finished jobs."""
+        job_id, key = self._split(handle)
+        d = self._job_dir(key)
+        if d.exists():
+            (d / "cancelled").touch()
+        self.site.run(["scancel", job_id], check=False)
+
+    def logs(self, handle: str) -> str:
+        _, key = self._split(handle)
+        path = self._job_dir(key) / "output.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # -- jobs outside disagg -----------------------------------------------------------------
+    def foreign_holdings(self) -> list[ForeignHolding]:
+        """Nodes, CPUs and GPUs held by running Slurm jobs that disagg did not submit.
+
+        GPU indices (`IDX` in Slurm's GRES detail) are mapped to disagg device ids through the site's
+        static nodes, or through a slice machine's record when a user pinned a job to one.
+        """
+        static = {n.name: n for n in self.site.static_nodes}
+        out: list[ForeignHolding] = []
+        for job in self._squeue():
+            if is_disagg_job(job):
+                continue
+            if str(job.get("job_state", "")).upper() not in _HOLDING_STATES:
+                continue
+            res = job.get("job_resources") or {}
+            allocated = res.get("allocated_nodes", []) if isinstance(res, dict) else []
+            details = job.get("gres_detail") or []
+            for i, node in enumerate(allocated):
+                name = str(node.get("nodename", ""))
+                gres = str(details[i]) if i < len(details) else ""
+                indices = parse_gres_indices(gres) if gres.startswith("gpu") else []
+                known: tuple[str, ...] = ()
+                machine: str | None = None
+                if name in static:
+                    known, machine = static[name].gpus, static[name].machine
+                elif (rec := self.nodes.record(name)) is not None:
+                    known = rec.devices
+                devices = tuple(known[j] if j < len(known) else f"{name}:gpu{j}" for j in indices)
+                cpus = _count_cores(node)
+                out.append(ForeignHolding(str(job.get("job_id")), name, machine, cpus, devices))
+        return out
+
+    # -- reconciliation ----------------------------------------------------------------------
+    def disagg_jobs(self) -> list[SlurmJob]:
+        """Every disagg job that Slurm or disagg's job files know, with its state (for reconciliation)."""
+        seen: dict[str, str] = {}
+        for job in self._squeue():
+            name = str(job.get("name", ""))
+            if is_disagg_job(job):
+                key = name[len(JOB_PREFIX):]
+                seen[key] = f"{job['job_id']}/{key}"
+        for path in self.site.jobs_dir.glob("*/handle"):
+            seen.setdefault(path.parent.name, path.read_text().strip())
+        return [SlurmJob(h, k, self.status(h).state) for k, h in sorted(seen.items())]
+
+    def joined_machines(self) -> list[str]:
+        """Slice machines that have joined (or half-joined) Slurm through this site."""
+        return [n.name for n in self.nodes.joined()]
+
+    def adopt(self, spec: SliceSpec) -> tuple[str, TaskStatus] | None:
+        """After a controller restart: the handle and state of the slice's job if Slurm or disagg has it.
+
+        None means the job was never submitted (the caller may prepare it). A running job is returned
+        as it is and never submitted again (`prepare_task` would return the same handle).
+        """
+        key = slice_key(spec.slice_id)
+        for job in self.disagg_jobs():
+            if job.slice_key == key:
+                return job.handle, self.status(job.handle)
+        return None
+
+    def clean_orphans(self, keep_slices: Iterable[str], keep_machines: Iterable[str]) -> dict[str, list[str]]:
+        """Cancel disagg jobs of slices not in `keep_slices`, make machines not in `keep_machines` leave.
+
+        Returns what was cleaned: `{"jobs": handles, "machines": names}`. Job files of cleaned slices stay
+        (logs survive); a later `prepare_task` of the same slice id would return the old handle, so a
+        slice id is never reused.
+        """
+        keep_keys = {slice_key(s) for s in keep_slices}
+        keep_m = set(keep_machines)
+        cleaned: dict[str, list[str]] = {"jobs": [], "machines": []}
+        for job in self.disagg_jobs():
+            if job.slice_key not in keep_keys and job.state in ("pending", "held", "running"):
+                self.cancel(job.handle)
+                cleaned["jobs"].append(job.handle)
+        for name in self.joined_machines():
+            if name not in keep_m:
+                self.nodes.leave(name)
+                cleaned["machines"].append(name)
+        return cleaned
+
+    def node_gres(self) -> Mapping[str, str]:
+        """`{node: gres}` as Slurm reports it now (e.g. `gpu:4`), for checks that GPUs came back."""
+        out: dict[str, str] = {}
+        for line in self.site.run(["sinfo", "-h", "-N", "-o", "%N %G"]).stdout.splitlines():
+            name, _, gres = line.strip().partition(" ")
+            if name:
+                out[name] = gres.strip()
+        return out
+
+
+def _wait_status_code(raw: object) -> int | None:
+    """squeue 22.05 reports the raw wait status (exit code << 8 | signal)."""
+    if not isinstance(raw, int):
+        return None
+    return raw >> 8 if raw > 255 else raw
+
+
+def _count_cores(node: Mapping[str, Any]) -> float:
+    sockets = node.get("sockets", {})
+    n = 0
+    if isinstance(sockets, dict):
+        for sock in sockets.values():
+            cores = sock.get("cores", {}) if isinstance(sock, dict) else {}
+            n += sum(1 for v in cores.values() if v == "allocated") if isinstance(cores, dict) else 0
+    with contextlib.suppress(TypeError, ValueError):
+        n = max(n, int(node.get("cpus_used", 0)))
+    return float(n)
+
+
+__all__ = ["COMMENT_PREFIX", "JOB_PREFIX", "SlurmEngine", "SlurmError", "SlurmJob", "device_kind",
+           "is_disagg_job", "parse_gres_indices", "slice_key"]
