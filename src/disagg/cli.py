@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from disagg.control.commands import register as register_controller
 from disagg.model import SpecError, load_cluster, load_jobs
 
 app = typer.Typer(
@@ -105,6 +106,11 @@ def bench_placement(
         raise fail(str(exc)) from None
     result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed)
     sys.stdout.write(json.dumps(result) + "\n")
+
+
+# The controller's commands: serve, token create, submit/jobs/logs/cancel/slices/machines/devices,
+# bench slices, bench api.
+register_controller(app, bench_app)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ killed with SIGKILL and a restarted controller finds them again from these files
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -81,10 +82,15 @@ class LocalEngine(Engine):
         for i, (machine, devices) in enumerate(layout):
             gpus = [str(k) for k, dev in enumerate(devices) if "/gpu" in dev]
             env = {
-                "CUDA_VISIBLE_DEVICES": ",".join(gpus), "DISAGG_DEVICES": ",".join(devices),
-                "DISAGG_HOSTFILE": str(hostfile), "DISAGG_TASK_INDEX": str(i),
-                "DISAGG_TASK_COUNT": str(spec.tasks), "DISAGG_JOB": spec.job_id,
-                "DISAGG_SLICE": spec.slice_id, "DISAGG_MACHINE": machine.name, "DISAGG_HOST": machine.host,
+                "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+                "DISAGG_DEVICES": ",".join(devices),
+                "DISAGG_HOSTFILE": str(hostfile),
+                "DISAGG_TASK_INDEX": str(i),
+                "DISAGG_TASK_COUNT": str(spec.tasks),
+                "DISAGG_JOB": spec.job_id,
+                "DISAGG_SLICE": spec.slice_id,
+                "DISAGG_MACHINE": machine.name,
+                "DISAGG_HOST": machine.host,
                 **spec.env,
             }
             tasks.append({"machine": machine.name, "env": env})
@@ -104,7 +110,9 @@ class LocalEngine(Engine):
         write_atomic(d / "launched", json.dumps({"at": time.time()}))
         self._children[handle] = subprocess.Popen(
             [sys.executable, "-m", "disagg.engines.local_runner", str(d)],
-            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
             stderr=open(d / "runner.log", "ab"),  # noqa: SIM115 - the child keeps it
         )
 
@@ -168,18 +176,14 @@ class LocalEngine(Engine):
         proc = self._runner(d)
         if proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         child = self._children.pop(handle, None)
         if child is not None:
             child.wait(timeout=10)
         else:
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.wait(timeout=10)
-            except psutil.Error:
-                pass
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, "cancelled": True, "at": time.time()}))
 
@@ -222,6 +226,8 @@ def _read_exit(d: Path) -> TaskStatus | None:
 def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:
     """Task i runs on slice machine i (a slice machine is one task's vNode) with its devices."""
     if len(spec.machines) != spec.tasks:
-        raise ValueError(f"slice {spec.slice_id}: {spec.tasks} tasks need {spec.tasks} slice machines, "
-                         f"got {len(spec.machines)}")
+        raise ValueError(
+            f"slice {spec.slice_id}: {spec.tasks} tasks need {spec.tasks} slice machines, "
+            f"got {len(spec.machines)}"
+        )
     return [(m, m.devices) for m in spec.machines]

@@ -53,8 +53,11 @@ def run(directory: Path) -> int:
         out = open(directory / f"task-{i}.stdout", "ab")  # noqa: SIM115 - closed after wait
         err = open(directory / f"task-{i}.stderr", "ab")  # noqa: SIM115
         try:
-            procs.append(subprocess.Popen(spec["command"], env=env, stdout=out, stderr=err,
-                                          stdin=subprocess.DEVNULL, cwd=directory))
+            procs.append(
+                subprocess.Popen(
+                    spec["command"], env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=directory
+                )
+            )
         except OSError as exc:
             err.write(f"disagg: cannot start {spec['command'][0]!r}: {exc.strerror}\n".encode())
             codes.append(127)

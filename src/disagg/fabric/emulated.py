@@ -27,21 +27,27 @@ from disagg.fabric.base import AttachmentInfo, FabricDriver, FabricError, Mechan
 from disagg.model import Cluster
 
 #: The six slice operations, in the order of a slice's life.
-OPERATIONS = ("attach-device", "launch-machine", "prepare-task", "launch-task", "detach-device",
-              "destroy-machine")
+OPERATIONS = (
+    "attach-device",
+    "launch-machine",
+    "prepare-task",
+    "launch-task",
+    "detach-device",
+    "destroy-machine",
+)
 
 
 @dataclass(frozen=True)
 class OperationLatencies:
     """How long each slice operation takes on the emulated testbed (seconds, before `scale`)."""
 
-    attach_device: float = 4.0      # ExpEther hot-plug of one remote PCIe device
-    launch_machine: float = 30.0    # boot with a ~3 GB container image over GbE
-    prepare_task: float = 2.0       # hand the task to the node's agent
-    launch_task: float = 3.0        # start the task (running state)
-    detach_device: float = 2.0      # hot-unplug
-    destroy_machine: float = 10.0   # shut down, leave the active nodes
-    attach_local: float = 0.0       # a device in the machine itself needs no fabric operation
+    attach_device: float = 4.0  # ExpEther hot-plug of one remote PCIe device
+    launch_machine: float = 30.0  # boot with a ~3 GB container image over GbE
+    prepare_task: float = 2.0  # hand the task to the node's agent
+    launch_task: float = 3.0  # start the task (running state)
+    detach_device: float = 2.0  # hot-unplug
+    destroy_machine: float = 10.0  # shut down, leave the active nodes
+    attach_local: float = 0.0  # a device in the machine itself needs no fabric operation
 
     def scaled(self, factor: float) -> OperationLatencies:
         """The same latencies times `factor` (tests and benchmarks run the testbed faster)."""
@@ -68,15 +74,19 @@ class EmulatedFabric(FabricDriver):
 
     name = "emulated"
 
-    def __init__(self, state_path: str | Path, cluster: Cluster,
-                 latencies: OperationLatencies | None = None, scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        state_path: str | Path,
+        cluster: Cluster,
+        latencies: OperationLatencies | None = None,
+        scale: float = 1.0,
+    ) -> None:
         self.path = Path(state_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.cluster = cluster
         self.latencies = (latencies or OperationLatencies()).scaled(scale)
         self._local = threading.local()
-        with self._tx() as db:
-            db.executescript(_SCHEMA)
+        self._conn().executescript(_SCHEMA)
 
     # --- plumbing --------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -117,7 +127,9 @@ class EmulatedFabric(FabricDriver):
         if machine not in self.cluster.machine_index:
             raise FabricError(f"machine {machine!r} does not exist on this fabric", retryable=False)
         with self._tx() as db:
-            row = db.execute("SELECT machine, mechanism FROM attachments WHERE device=?", (device,)).fetchone()
+            row = db.execute(
+                "SELECT machine, mechanism FROM attachments WHERE device=?", (device,)
+            ).fetchone()
             if row is not None and row[0] == machine:
                 return AttachmentInfo(device, machine, row[1])
             self._check(db, device, machine, row)
@@ -130,7 +142,9 @@ class EmulatedFabric(FabricDriver):
         if timing_out:
             raise FabricError(f"attach of {device} to {machine} timed out", retryable=True)
         with self._tx() as db:
-            row = db.execute("SELECT machine, mechanism FROM attachments WHERE device=?", (device,)).fetchone()
+            row = db.execute(
+                "SELECT machine, mechanism FROM attachments WHERE device=?", (device,)
+            ).fetchone()
             if row is not None and row[0] == machine:
                 return AttachmentInfo(device, machine, row[1])
             self._check(db, device, machine, row)  # the world may have changed while we waited
@@ -162,7 +176,9 @@ class EmulatedFabric(FabricDriver):
         return [AttachmentInfo(d, m, mech) for d, m, mech in rows]
 
     def healthy(self, device: str) -> bool:
-        return self._conn().execute("SELECT 1 FROM failed_devices WHERE device=?", (device,)).fetchone() is None
+        return (
+            self._conn().execute("SELECT 1 FROM failed_devices WHERE device=?", (device,)).fetchone() is None
+        )
 
     # --- health and load, as the controller's monitor reads them ----------------------------
     def failed_devices(self) -> set[str]:
@@ -194,8 +210,9 @@ class EmulatedFabric(FabricDriver):
 
     def drop_link(self, link: str) -> None:
         if link not in self.cluster.link_by_id:
-            raise FabricError(f"link {link!r} does not exist (links look like up:<node> or rack:<rack>)",
-                              retryable=False)
+            raise FabricError(
+                f"link {link!r} does not exist (links look like up:<node> or rack:<rack>)", retryable=False
+            )
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO down_links VALUES (?)", (link,))
 
@@ -206,8 +223,11 @@ class EmulatedFabric(FabricDriver):
     def inject_attach_timeouts(self, count: int) -> None:
         """The next `count` attaches time out (after their latency), as a flaky HBA would."""
         with self._tx() as db:
-            db.execute("INSERT INTO counters VALUES ('attach_timeouts', ?) "
-                       "ON CONFLICT(name) DO UPDATE SET value=excluded.value", (count,))
+            db.execute(
+                "INSERT INTO counters VALUES ('attach_timeouts', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                (count,),
+            )
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

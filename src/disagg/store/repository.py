@@ -154,18 +154,47 @@ class Store:
             have_m = {r.name for r in s.scalars(select(MachineRow))}
             for i, m in enumerate(cluster.machines):
                 if m.name not in have_m:
-                    s.add(MachineRow(name=m.name, kind="machine", rack=m.rack, cpus=m.cpus,
-                                     memory_gb=m.memory_gb, uplink_gbps=m.uplink_gbps, position=i))
+                    s.add(
+                        MachineRow(
+                            name=m.name,
+                            kind="machine",
+                            rack=m.rack,
+                            cpus=m.cpus,
+                            memory_gb=m.memory_gb,
+                            uplink_gbps=m.uplink_gbps,
+                            position=i,
+                        )
+                    )
             for i, p in enumerate(cluster.pools):
                 if p.name not in have_m:
-                    s.add(MachineRow(name=p.name, kind="pool", rack=p.rack, cpus=0.0, memory_gb=0.0,
-                                     uplink_gbps=p.uplink_gbps, position=len(cluster.machines) + i))
+                    s.add(
+                        MachineRow(
+                            name=p.name,
+                            kind="pool",
+                            rack=p.rack,
+                            cpus=0.0,
+                            memory_gb=0.0,
+                            uplink_gbps=p.uplink_gbps,
+                            position=len(cluster.machines) + i,
+                        )
+                    )
             have_d = {r.id for r in s.scalars(select(DeviceRow))}
             for i, d in enumerate(cluster.devices):
                 if d.id not in have_d:
-                    s.add(DeviceRow(id=d.id, kind=d.kind, model=d.model, location=d.location, index=d.index,
-                                    capacity=d.capacity, health="failed" if d.health == "failed" else "healthy",
-                                    drained=False, slice_id=None, position=i))
+                    s.add(
+                        DeviceRow(
+                            id=d.id,
+                            kind=d.kind,
+                            model=d.model,
+                            location=d.location,
+                            index=d.index,
+                            capacity=d.capacity,
+                            health="failed" if d.health == "failed" else "healthy",
+                            drained=False,
+                            slice_id=None,
+                            position=i,
+                        )
+                    )
             have_l = {r.id for r in s.scalars(select(LinkRow))}
             for link in cluster.links:
                 if link.id not in have_l:
@@ -178,9 +207,12 @@ class Store:
                 return self.cluster(s)
         s = session
         mrows = list(s.scalars(select(MachineRow).order_by(MachineRow.position)))
-        down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
-        machines = tuple(Machine(r.name, r.rack, r.cpus, r.memory_gb, r.uplink_gbps)
-                         for r in mrows if r.kind == "machine")
+        links = list(s.scalars(select(LinkRow)))
+        down = {r.id for r in links if not r.up}
+        rack_gbps = next((r.gbps for r in links if r.id.startswith("rack:")), 100.0)
+        machines = tuple(
+            Machine(r.name, r.rack, r.cpus, r.memory_gb, r.uplink_gbps) for r in mrows if r.kind == "machine"
+        )
         pools = tuple(Pool(r.name, r.rack, r.uplink_gbps) for r in mrows if r.kind == "pool")
         devices = []
         for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position)):
@@ -191,7 +223,13 @@ class Store:
         allocations = []
         for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
             allocations += allocations_of(sl.job_id, sl.placement)
-        return Cluster(machines=machines, pools=pools, devices=tuple(devices), allocations=tuple(allocations))
+        return Cluster(
+            machines=machines,
+            pools=pools,
+            devices=tuple(devices),
+            rack_uplink_gbps=rack_gbps,
+            allocations=tuple(allocations),
+        )
 
     # --- views -----------------------------------------------------------------------------
     def devices_view(self) -> list[dict[str, Any]]:
@@ -214,17 +252,28 @@ class Store:
                 state = "attached" if slices else "free"
                 if states and all(st == "failed" for st in states) and r.kind == "pool":
                     state = "failed"
-                out.append({"id": r.name, "kind": r.kind, "location": r.rack, "state": state,
-                            "slice": slices[0] if slices else None, "slices": slices, "cpus": r.cpus,
-                            "memory_gb": r.memory_gb, "devices": [d.id for d in devs.get(r.name, [])]})
+                out.append(
+                    {
+                        "id": r.name,
+                        "kind": r.kind,
+                        "location": r.rack,
+                        "state": state,
+                        "slice": slices[0] if slices else None,
+                        "slices": slices,
+                        "cpus": r.cpus,
+                        "memory_gb": r.memory_gb,
+                        "devices": [d.id for d in devs.get(r.name, [])],
+                    }
+                )
             return out
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Jobs, slices and devices by state (for /metrics and the dashboard)."""
         with self.read() as s:
             jobs = dict(s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).tuples().all())
-            slices = dict(s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state))
-                          .tuples().all())
+            slices = dict(
+                s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state)).tuples().all()
+            )
             devices: dict[str, int] = {}
             for r in s.scalars(select(DeviceRow)):
                 st = device_state(r)
@@ -237,34 +286,79 @@ def allocations_of(job_id: str, placement: dict[str, Any]) -> list[Allocation]:
     out = []
     for t in placement.get("tasks", []):
         gbps = sum(float(d.get("network_gbps", 0.0)) for d in t.get("devices", []))
-        out.append(Allocation(job_id, t["machine"], float(t["cpus"]), float(t["memory_gb"]),
-                              tuple(d["id"] for d in t.get("devices", [])), gbps))
+        out.append(
+            Allocation(
+                job_id,
+                t["machine"],
+                float(t["cpus"]),
+                float(t["memory_gb"]),
+                tuple(d["id"] for d in t.get("devices", [])),
+                gbps,
+            )
+        )
     return out
 
 
 def device_dict(r: DeviceRow) -> dict[str, Any]:
-    return {"id": r.id, "kind": r.kind, "model": r.model, "location": r.location, "state": device_state(r),
-            "slice": r.slice_id, "health": r.health, "drained": r.drained}
+    return {
+        "id": r.id,
+        "kind": r.kind,
+        "model": r.model,
+        "location": r.location,
+        "state": device_state(r),
+        "slice": r.slice_id,
+        "health": r.health,
+        "drained": r.drained,
+    }
 
 
 def job_dict(r: JobRow) -> dict[str, Any]:
     return {
-        "id": r.id, "tenant": r.tenant, "name": r.name, "image": r.image, "command": list(r.command),
-        "tasks": dict(r.tasks), "slo_s": r.slo_s, "importance": r.importance, "max_retries": r.max_retries,
-        "state": r.state, "reason": r.reason, "reason_code": r.reason_code, "wait_rounds": r.wait_rounds,
-        "attempts": r.attempts, "exit_code": r.exit_code, "slice": r.slice_id,
-        "submitted_at": r.submitted_at, "updated_at": r.updated_at,
+        "id": r.id,
+        "tenant": r.tenant,
+        "name": r.name,
+        "image": r.image,
+        "command": list(r.command),
+        "tasks": dict(r.tasks),
+        "slo_s": r.slo_s,
+        "importance": r.importance,
+        "max_retries": r.max_retries,
+        "state": r.state,
+        "reason": r.reason,
+        "reason_code": r.reason_code,
+        "wait_rounds": r.wait_rounds,
+        "attempts": r.attempts,
+        "exit_code": r.exit_code,
+        "slice": r.slice_id,
+        "submitted_at": r.submitted_at,
+        "updated_at": r.updated_at,
     }
 
 
 def slice_dict(r: SliceRow, steps: list[StepRow] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": r.id, "job": r.job_id, "attempt": r.attempt, "state": r.state, "outcome": r.outcome,
-        "detail": r.detail, "machines": list(r.placement.get("machines", [])), "handle": r.handle,
-        "created_at": r.created_at, "updated_at": r.updated_at,
+        "id": r.id,
+        "job": r.job_id,
+        "attempt": r.attempt,
+        "state": r.state,
+        "outcome": r.outcome,
+        "detail": r.detail,
+        "machines": list(r.placement.get("machines", [])),
+        "handle": r.handle,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
     }
     if steps is not None:
-        out["steps"] = [{"op": st.op, "target": st.target, "status": st.status, "tries": st.tries,
-                         "started_at": st.started_at, "ended_at": st.ended_at, "error": st.error}
-                        for st in steps]
+        out["steps"] = [
+            {
+                "op": st.op,
+                "target": st.target,
+                "status": st.status,
+                "tries": st.tries,
+                "started_at": st.started_at,
+                "ended_at": st.ended_at,
+                "error": st.error,
+            }
+            for st in steps
+        ]
     return out

@@ -1,0 +1,223 @@
+"""Request and response bodies of the REST API (Pydantic, strict, unknown fields refused).
+
+Strict models make the API refuse what its own OpenAPI schema refuses (`true` is not a number,
+`"1"` is not an integer), so a fuzzer driven by that schema finds no gap between the two.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_IN = ConfigDict(extra="forbid", strict=True)
+_OUT = ConfigDict(extra="forbid")
+
+#: Text without NUL (PostgreSQL and exec() refuse it).
+Text = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=1, max_length=128)]
+Model = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=1, max_length=64)]
+Arg = Annotated[str, Field(pattern=r"^[^\x00]*$", max_length=4096)]
+
+JobState = Literal["queued", "composing", "running", "completed", "failed", "cancelled"]
+DeviceState = Literal["free", "attached", "failed", "drained"]
+SliceState = Literal["composing", "running", "tearing-down", "done"]
+
+
+class TasksIn(BaseModel):
+    """Each task of the job (a job is a gang of `count` identical tasks)."""
+
+    model_config = _IN
+    count: int = Field(default=1, ge=1, le=64)
+    cpus: float = Field(default=1.0, gt=0, le=1024)
+    memory_gb: float = Field(default=1.0, gt=0, le=65536)
+    gpu: int = Field(default=0, ge=0, le=64)
+    nvme: int = Field(default=0, ge=0, le=64)
+    fpga: int = Field(default=0, ge=0, le=64)
+    memory: int = Field(default=0, ge=0, le=64)
+    gpu_model: Model | None = None
+    nvme_model: Model | None = None
+    fpga_model: Model | None = None
+    memory_model: Model | None = None
+
+
+class JobIn(BaseModel):
+    """POST /v1/jobs. `command` runs as is (no shell) on every task; `importance` is DRMaestro's z."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "train",
+                    "image": "rodinia/nw",
+                    "command": ["sh", "-c", "echo hi"],
+                    "tasks": {"count": 1, "cpus": 1, "memory_gb": 1, "gpu": 1},
+                    "slo_s": 600,
+                    "importance": 1.0,
+                }
+            ]
+        },
+    )
+    name: Name
+    image: Annotated[str, Field(pattern=r"^[^\x00]*$", min_length=1, max_length=256)] = "unknown"
+    command: list[Arg] = Field(min_length=1, max_length=256)
+    tasks: TasksIn = TasksIn()
+    slo_s: float | None = Field(default=None, gt=0, le=1e9)
+    importance: float = Field(default=1.0, ge=1.0, le=10.0)
+    max_retries: int = Field(default=2, ge=0, le=10)
+
+
+class TasksOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    count: int
+    cpus: float
+    memory_gb: float
+
+
+class GrantOut(BaseModel):
+    model_config = _OUT
+    id: str
+    kind: str
+    remote: bool
+    location: str
+    path: list[str]
+    network_gbps: float
+
+
+class TaskPlacementOut(BaseModel):
+    model_config = _OUT
+    task: str
+    machine: str
+    cpus: float
+    memory_gb: float
+    devices: list[GrantOut]
+
+
+class JobOut(BaseModel):
+    model_config = _OUT
+    id: str
+    tenant: str
+    name: str
+    image: str
+    command: list[str]
+    tasks: TasksOut
+    slo_s: float | None
+    importance: float
+    max_retries: int
+    state: JobState
+    reason: str | None = Field(description="Why the job waits (or why it ended), in words.")
+    reason_code: str | None
+    wait_rounds: int
+    attempts: int
+    exit_code: int | None
+    slice: str | None
+    placement: list[TaskPlacementOut] | None = None
+    submitted_at: float
+    updated_at: float
+
+
+class JobList(BaseModel):
+    model_config = _OUT
+    jobs: list[JobOut]
+
+
+class LogsOut(BaseModel):
+    model_config = _OUT
+    job: str
+    logs: str
+
+
+class StepOut(BaseModel):
+    model_config = _OUT
+    op: str
+    target: str
+    status: str
+    tries: int
+    started_at: float | None
+    ended_at: float | None
+    error: str | None
+
+
+class SliceMachineOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    host: str
+    devices: list[str]
+
+
+class SliceOut(BaseModel):
+    model_config = _OUT
+    id: str
+    job: str
+    attempt: int
+    state: SliceState
+    outcome: str | None
+    detail: str | None
+    machines: list[SliceMachineOut]
+    handle: str | None
+    created_at: float
+    updated_at: float
+    steps: list[StepOut] | None = None
+
+
+class SliceList(BaseModel):
+    model_config = _OUT
+    slices: list[SliceOut]
+
+
+class MachineOut(BaseModel):
+    model_config = _OUT
+    id: str
+    kind: Literal["machine", "pool"]
+    location: str
+    state: DeviceState
+    slice: str | None
+    slices: list[str]
+    cpus: float
+    memory_gb: float
+    devices: list[str]
+
+
+class MachineList(BaseModel):
+    model_config = _OUT
+    machines: list[MachineOut]
+
+
+class DeviceOut(BaseModel):
+    model_config = _OUT
+    id: str
+    kind: str
+    model: str
+    location: str
+    state: DeviceState
+    slice: str | None
+    health: str
+    drained: bool
+
+
+class DeviceList(BaseModel):
+    model_config = _OUT
+    devices: list[DeviceOut]
+
+
+class HealthOut(BaseModel):
+    model_config = _OUT
+    status: Literal["ok"]
+    policy: str
+    last_round: dict[str, float]
+
+
+class FieldProblem(BaseModel):
+    model_config = _OUT
+    field: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx answer: a sentence, and for bad input the fields at fault and what is allowed."""
+
+    model_config = _OUT
+    detail: str
+    problems: list[FieldProblem] = []

@@ -1,0 +1,355 @@
+"""The controller's sub-commands of `disagg`: serve, token create, and the REST clients
+submit / jobs / logs / cancel / slices / machines / devices (Rich tables, or `--json` for scripts).
+
+Client commands talk to the API at `--url` (or DISAGG_URL) with `--token` (or DISAGG_TOKEN).
+Exit codes: 0 ok, 1 the controller could not be reached or failed, 2 bad input (a 4xx answer).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from disagg.model import SpecError
+
+EXIT_BAD_INPUT = 2
+err = Console(stderr=True)
+
+token_app = typer.Typer(help="Bearer tokens of the controller.", no_args_is_help=True)
+
+Url = Annotated[str, typer.Option("--url", envvar="DISAGG_URL", help="The controller's API.")]
+Token = Annotated[str | None, typer.Option("--token", envvar="DISAGG_TOKEN", help="A bearer token.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DEFAULT_API = "http://127.0.0.1:8080"
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+# --- serve -----------------------------------------------------------------------------------
+def serve(
+    host: Annotated[str | None, typer.Option(envvar="DISAGG_HOST", help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(envvar="DISAGG_PORT", min=1, max=65535)] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DISAGG_DB", help="Store URL: sqlite:///path.db (default ./disagg.db) or postgresql://…"
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(envvar="DISAGG_CLUSTER", help="Cluster spec (default: the FlowOS-RM testbed)."),
+    ] = None,
+    state_dir: Annotated[
+        str | None,
+        typer.Option(envvar="DISAGG_STATE_DIR", help="Fabric state and job files (default: <db>.d)."),
+    ] = None,
+    policy: Annotated[str | None, typer.Option(envvar="DISAGG_POLICY", help="Placement policy.")] = None,
+    latency_scale: Annotated[
+        float | None,
+        typer.Option(
+            envvar="DISAGG_LATENCY_SCALE",
+            min=0.0,
+            help="Scale the emulated testbed's latencies (1 = seed's).",
+        ),
+    ] = None,
+    tick_s: Annotated[
+        float | None, typer.Option(envvar="DISAGG_TICK_S", min=0.001, help="Loop period.")
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option(envvar="DISAGG_CONFIG", help="YAML file with these settings.")
+    ] = None,
+) -> None:
+    """Start the controller: REST API, dashboard at /, scheduling loop, emulated fabric, local engine."""
+    import uvicorn
+
+    from disagg.api import create_app
+    from disagg.control.service import open_service, settings_from
+    from disagg.placement.registry import UnknownPolicyError, get_policy
+
+    try:
+        settings = settings_from(
+            config,
+            host=host,
+            port=port,
+            db=db,
+            cluster=cluster,
+            state_dir=state_dir,
+            policy=policy,
+            latency_scale=latency_scale,
+            tick_s=tick_s,
+        )
+        get_policy(settings.policy)
+        service = open_service(settings)
+    except (SpecError, UnknownPolicyError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = service.store
+    if not store.has_admin():
+        token = store.create_token("admin", admin=True)
+        sys.stdout.write(f"admin token (shown once, keep it): {token}\n")
+    sys.stdout.write(
+        f"disagg controller on http://{settings.host}:{settings.port} (store {store.dialect}, "
+        f"policy {settings.policy}); {service.reconciled.summary()}\n"
+    )
+    sys.stdout.flush()
+    service.controller.start()
+    try:
+        uvicorn.run(
+            create_app(service.controller), host=settings.host, port=settings.port, log_level="warning"
+        )
+    finally:
+        service.close()
+
+
+@token_app.command("create")
+def token_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the token acts for.")],
+    admin: Annotated[
+        bool, typer.Option("--admin", help="An admin token (sees and touches everything).")
+    ] = False,
+    db: Annotated[str, typer.Option(envvar="DISAGG_DB", help="Store URL.")] = "sqlite:///disagg.db",
+) -> None:
+    """Print a new bearer token, alone on stdout."""
+    import re
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from disagg.store import Store
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", tenant):
+        raise _fail(f"--tenant: {tenant!r} is not allowed; use letters, digits, '_', '.', '-' (up to 128)")
+    try:
+        store = Store(db)
+        store.migrate()
+        token = store.create_token(tenant, admin=admin)
+        store.close()
+    except SQLAlchemyError as exc:
+        raise _fail(f"--db: cannot use the store at {db!r}: {exc.__class__.__name__}: {exc}", 1) from None
+    sys.stdout.write(token + "\n")
+
+
+# --- the client --------------------------------------------------------------------------------
+def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) -> Any:
+    if not token:
+        raise _fail("no token: pass --token or set DISAGG_TOKEN (disagg token create prints one)")
+    try:
+        r = httpx.request(
+            method, url.rstrip("/") + path, headers={"Authorization": f"Bearer {token}"}, timeout=30, **kwargs
+        )
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach the controller at {url}: {exc}", 1) from None
+    if r.status_code >= 400:
+        try:
+            body = r.json()
+            detail = body.get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        raise _fail(f"{r.status_code}: {detail}", EXIT_BAD_INPUT if r.status_code < 500 else 1)
+    return r.json()
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def submit(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    command: Annotated[list[str], typer.Argument(help="The command each task runs (after --).")],
+    image: Annotated[str, typer.Option(help="Image; picks the job's profile (e.g. rodinia/nw).")] = "unknown",
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks in the gang (MPI-style when > 1).")] = 1,
+    cpus: Annotated[float, typer.Option(help="CPUs per task.")] = 1.0,
+    memory_gb: Annotated[float, typer.Option(help="Memory per task, GB.")] = 1.0,
+    gpus: Annotated[int, typer.Option(min=0, help="GPUs per task.")] = 0,
+    nvme: Annotated[int, typer.Option(min=0, help="NVMe drives per task.")] = 0,
+    gpu_model: Annotated[str | None, typer.Option(help="Pin the GPU model (e.g. P100).")] = None,
+    slo_s: Annotated[float | None, typer.Option(help="Completion-time goal, seconds.")] = None,
+    importance: Annotated[float, typer.Option(help="DRMaestro's z, 1 (most) to 10.")] = 1.0,
+    max_retries: Annotated[int, typer.Option(min=0, help="Re-queues allowed after faults.")] = 2,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Make a repeated submit return the same job.")
+    ] = None,
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit a job: `disagg submit train --gpus 1 -- sh -c 'nvidia-smi'`."""
+    task: dict[str, Any] = {"count": tasks, "cpus": cpus, "memory_gb": memory_gb, "gpu": gpus, "nvme": nvme}
+    if gpu_model:
+        task["gpu_model"] = gpu_model
+    body: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "command": command,
+        "tasks": task,
+        "importance": importance,
+        "max_retries": max_retries,
+    }
+    if slo_s is not None:
+        body["slo_s"] = slo_s
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    job = _call("POST", url, "/v1/jobs", token, json=body, headers=headers)
+    if as_json:
+        _print_json(job)
+    else:
+        Console().print(f"job [bold]{job['id']}[/] ({job['name']}) is {job['state']}")
+
+
+def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(title="jobs")
+    for col in ("id", "name", "state", "tasks", "gpus", "slice", "waited", "reason"):
+        table.add_column(col)
+    for j in jobs:
+        table.add_row(
+            j["id"],
+            j["name"],
+            j["state"],
+            str(j["tasks"]["count"]),
+            str(j["tasks"].get("gpu", 0)),
+            j["slice"] or "",
+            str(j["wait_rounds"]),
+            j["reason"] or "",
+        )
+    return table
+
+
+def jobs(
+    job_id: Annotated[str | None, typer.Argument(help="Show one job in full.")] = None,
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """List your jobs (all jobs with an admin token), or show one with its placement and reason."""
+    if job_id is not None:
+        job = _call("GET", url, f"/v1/jobs/{job_id}", token)
+        if as_json:
+            _print_json(job)
+            return
+        console = Console()
+        console.print(_jobs_table([job]))
+        for t in job.get("placement") or []:
+            devs = ", ".join(f"{d['id']}{' (remote)' if d['remote'] else ''}" for d in t["devices"])
+            console.print(
+                f"  {t['task']} on {t['machine']}: {t['cpus']:g} cpus, {t['memory_gb']:g} GB; {devs}"
+            )
+        return
+    params = {"state": state} if state else None
+    data = _call("GET", url, "/v1/jobs", token, params=params)
+    if as_json:
+        _print_json(data)
+    else:
+        Console().print(_jobs_table(data["jobs"]))
+
+
+def logs(
+    job_id: Annotated[str, typer.Argument(help="The job.")],
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Print what a job's tasks wrote (its latest attempt)."""
+    data = _call("GET", url, f"/v1/jobs/{job_id}/logs", token)
+    if as_json:
+        _print_json(data)
+    else:
+        sys.stdout.write(data["logs"])
+
+
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job.")],
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Cancel a job; its slice is torn down."""
+    job = _call("DELETE", url, f"/v1/jobs/{job_id}", token)
+    if as_json:
+        _print_json(job)
+    else:
+        Console().print(f"job [bold]{job['id']}[/] is {job['state']}")
+
+
+def slices(
+    state: Annotated[str | None, typer.Option(help="Only slices in this state.")] = None,
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """List slices: their machines, devices and state."""
+    params = {"state": state} if state else None
+    data = _call("GET", url, "/v1/slices", token, params=params)
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(title="slices")
+    for col in ("id", "job", "state", "outcome", "machines", "devices"):
+        table.add_column(col)
+    for s in data["slices"]:
+        table.add_row(
+            s["id"],
+            s["job"],
+            s["state"],
+            s["outcome"] or "",
+            ", ".join(f"{m['name']}@{m['host']}" for m in s["machines"]),
+            ", ".join(d for m in s["machines"] for d in m["devices"]),
+        )
+    Console().print(table)
+
+
+def machines(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+    """List machines and pools."""
+    data = _call("GET", url, "/v1/machines", token)
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(title="machines")
+    for col in ("id", "kind", "rack", "state", "cpus", "memory GB", "slices"):
+        table.add_column(col)
+    for m in data["machines"]:
+        table.add_row(
+            m["id"],
+            m["kind"],
+            m["location"],
+            m["state"],
+            f"{m['cpus']:g}",
+            f"{m['memory_gb']:g}",
+            ", ".join(m["slices"]),
+        )
+    Console().print(table)
+
+
+def devices(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+    """List devices: free, attached (and to which slice), failed or drained."""
+    data = _call("GET", url, "/v1/devices", token)
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(title="devices")
+    for col in ("id", "kind", "model", "location", "state", "slice"):
+        table.add_column(col)
+    for d in data["devices"]:
+        table.add_row(d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"] or "")
+    Console().print(table)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add the controller's commands to the `disagg` app and its `bench` group."""
+    from disagg.bench.api import bench_api
+    from disagg.bench.slices import bench_slices
+
+    app.command()(serve)
+    app.add_typer(token_app, name="token")
+    for fn in (submit, jobs, logs, cancel, slices, machines, devices):
+        app.command()(fn)
+    bench_app.command("slices")(bench_slices)
+    bench_app.command("api")(bench_api)

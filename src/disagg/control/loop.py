@@ -1,0 +1,534 @@
+"""The controller and its scheduling loop.
+
+One thread runs rounds; each round, in order:
+  1. monitor   — ask the fabric which devices failed and which links dropped (LegoOS's per-component
+                 monitors reporting to a global manager); slices that use them are sent to teardown
+                 and their jobs re-queued; nothing else is touched;
+  2. poll      — ask the engine about running slices; an ended job sends its slice to teardown;
+  3. place     — call the policy (`disagg.placement.registry`, default `drmaestro-na`) on a snapshot
+                 and the queue, then apply its decisions in one transaction that re-checks that no
+                 machine, device or link is over-committed (a conflicting placement stays queued);
+                 jobs left waiting get `wait_rounds` + 1 and the reason stored;
+  4. dispatch  — hand slices that are composing or tearing down to worker threads (one per slice).
+A submission wakes the loop at once; otherwise it runs every `tick_s`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from disagg.control.metrics import ControllerMetrics
+from disagg.control.slice import SliceRunner, build_placement
+from disagg.engines.base import Engine
+from disagg.fabric.emulated import EmulatedFabric
+from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
+from disagg.placement.decisions import Decisions, JobPlacement
+from disagg.placement.registry import get_policy
+from disagg.store import LIVE_SLICE_STATES, IdempotencyConflict, Store, job_dict, new_id
+from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
+
+log = logging.getLogger(__name__)
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    policy: str = "drmaestro-na"
+    tick_s: float = 0.25
+    window: int = 64  # queued jobs handed to the policy per round (oldest first)
+    workers: int = 16  # slices composed or torn down at once
+    parallel_steps: bool = True
+    seed: int = 0
+
+
+class JobRejected(ValueError):
+    """A job that can never run on this cluster; `field` names what to change."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def model_job(row: JobRow) -> Job:
+    """A stored job as the policies see it (its id is its name)."""
+    t = row.tasks
+    devices: dict[str, int] = {k: int(t.get(k, 0)) for k in DEVICE_KINDS if int(t.get(k, 0) or 0) > 0}
+    models: dict[str, str] = {k: str(t[f"{k}_model"]) for k in DEVICE_KINDS if t.get(f"{k}_model")}
+    return Job(
+        name=row.id,
+        image=row.image,
+        submit_s=row.submitted_at,
+        importance=row.importance,
+        slo_s=row.slo_s,
+        wait_rounds=row.wait_rounds,
+        command=tuple(row.command),
+        tasks=TaskRequest(
+            int(t.get("count", 1)), float(t.get("cpus", 1.0)), float(t.get("memory_gb", 1.0)), devices, models
+        ),
+    )
+
+
+class Controller:
+    """The live controller: store + fabric + engine + policy, driven by one loop thread."""
+
+    def __init__(
+        self, store: Store, fabric: EmulatedFabric, engine: Engine, config: ControllerConfig | None = None
+    ) -> None:
+        self.store = store
+        self.fabric = fabric
+        self.engine = engine
+        self.config = config or ControllerConfig()
+        self.policy = get_policy(self.config.policy)
+        self.metrics = ControllerMetrics(store)
+        self.slices = SliceRunner(
+            store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps
+        )
+        self.rng = np.random.default_rng(self.config.seed)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="slice")
+        self._inflight: set[str] = set()
+        self._lock = threading.Lock()
+        self._cluster: Cluster = store.cluster()
+        self.last_round: dict[str, Any] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="controller-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, wait_workers: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._pool.shutdown(wait=wait_workers)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must survive a bad round; the next one retries
+                log.exception("controller round failed")
+            self._wake.wait(self.config.tick_s)
+            self._wake.clear()
+
+    def tick(self) -> None:
+        """One round: monitor, poll, place, dispatch."""
+        self.monitor()
+        self.poll()
+        self.schedule()
+        self.dispatch()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._inflight
+
+    # --- 1. monitor ------------------------------------------------------------------------
+    def monitor(self) -> None:
+        """Mirror the fabric's device and link health into the store; re-queue affected slices."""
+        failed = self.fabric.failed_devices()
+        down = self.fabric.down_links()
+        victims: dict[str, str] = {}
+        with self.store.write() as s:
+            for dev in s.scalars(select(DeviceRow)):
+                if dev.id in failed and dev.health != "failed":
+                    dev.health = "failed"
+                if dev.id in failed and dev.slice_id is not None:
+                    victims.setdefault(dev.slice_id, f"device {dev.id} failed")
+            for link in s.scalars(select(LinkRow)):
+                link.up = link.id not in down
+            if down:
+                for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(("composing", "running")))):
+                    for t in sl.placement.get("tasks", []):
+                        for d in t.get("devices", []):
+                            hit = [lk for lk in d.get("path", []) if lk in down]
+                            if hit:
+                                victims.setdefault(sl.id, f"link {hit[0]} dropped (device {d['id']})")
+        for slice_id, why in victims.items():
+            if self.slices.abort(slice_id, "requeue", why):
+                log.warning("slice %s: %s; job re-queued", slice_id, why)
+
+    # --- 2. poll ---------------------------------------------------------------------------
+    def poll(self) -> None:
+        with self.store.read() as s:
+            running = [
+                (r.id, r.handle) for r in s.scalars(select(SliceRow).where(SliceRow.state == "running"))
+            ]
+        for slice_id, handle in running:
+            with self._lock:
+                if slice_id in self._inflight:
+                    continue
+            st = self.engine.status(handle or slice_id)
+            if st.state in ("completed", "failed"):
+                self._finish(slice_id, st.state, st.exit_code)
+            elif st.state in ("lost", "cancelled"):
+                self.slices.abort(slice_id, "requeue", f"job lost on the engine: {st.detail or st.state}")
+
+    def _finish(self, slice_id: str, outcome: str, exit_code: int | None) -> None:
+        now = time.time()
+        with self.store.write() as s:
+            n = s.execute(
+                update(SliceRow)
+                .where(SliceRow.id == slice_id, SliceRow.state == "running")
+                .values(
+                    state="tearing-down", outcome=outcome, updated_at=now, detail=f"exit code {exit_code}"
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if n:
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.slice_id == slice_id, JobRow.state == "running")
+                    .values(
+                        state=outcome,
+                        exit_code=exit_code,
+                        updated_at=now,
+                        reason=None if outcome == "completed" else f"exit code {exit_code}",
+                        reason_code=None if outcome == "completed" else "exit-code",
+                    )
+                )
+
+    # --- 3. place --------------------------------------------------------------------------
+    def schedule(self) -> Decisions | None:
+        with self.store.read() as s:
+            rows = list(
+                s.scalars(
+                    select(JobRow)
+                    .where(JobRow.state == "queued")
+                    .order_by(JobRow.seq)
+                    .limit(self.config.window)
+                )
+            )
+            snapshot = self.store.cluster(s)
+        if not rows:
+            return None
+        t0 = time.perf_counter()
+        queue = [model_job(r) for r in rows]
+        decisions = self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
+        placed = self.apply(decisions, [r.id for r in rows])
+        elapsed = time.perf_counter() - t0
+        self.metrics.round_seconds.observe(elapsed)
+        self.last_round = {
+            "at": time.time(),
+            "queued": len(rows),
+            "placed": placed,
+            "unplaced": len(decisions.unplaced),
+            "round_s": elapsed,
+        }
+        return decisions
+
+    def apply(self, decisions: Decisions, considered: list[str]) -> int:
+        """Apply decisions in one transaction, re-checking capacity; returns how many were placed."""
+        now = time.time()
+        placed = 0
+        with self.store.write() as s:
+            cluster = self.store.cluster(s)
+            cpu = {m.name: m.cpus for m in cluster.machines}
+            mem = {m.name: m.memory_gb for m in cluster.machines}
+            for a in cluster.allocations:
+                cpu[a.machine] -= a.cpus
+                mem[a.machine] -= a.memory_gb
+            devs = {d.id: d for d in s.scalars(select(DeviceRow).with_for_update())}
+            down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+            decided: set[str] = set()
+            for p in decisions.placed:
+                job = s.get(JobRow, p.job)
+                decided.add(p.job)
+                if job is None or job.state != "queued":
+                    continue
+                problem = _over_commit(p, cpu, mem, devs, down)
+                if problem:
+                    job.wait_rounds += 1
+                    job.reason, job.reason_code, job.updated_at = (
+                        f"placement conflict: {problem}",
+                        "contention",
+                        now,
+                    )
+                    continue
+                slice_id = new_id("s")
+                tasks = _tasks_json(p)
+                for t in p.tasks:
+                    cpu[t.machine] -= t.cpus
+                    mem[t.machine] -= t.memory_gb
+                    for g in t.devices:
+                        devs[g.id].slice_id = slice_id
+                job.attempts += 1
+                s.add(
+                    SliceRow(
+                        id=slice_id,
+                        job_id=job.id,
+                        attempt=job.attempts,
+                        state="composing",
+                        outcome=None,
+                        detail=None,
+                        placement=build_placement(slice_id, tasks),
+                        handle=None,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+                s.flush()
+                job.state, job.slice_id, job.reason, job.reason_code = "composing", slice_id, None, None
+                job.updated_at = now
+                placed += 1
+            for u in decisions.unplaced:
+                decided.add(u.job)
+                job = s.get(JobRow, u.job)
+                if job is not None and job.state == "queued":
+                    job.wait_rounds += 1
+                    job.reason, job.reason_code, job.updated_at = u.message, str(u.reason), now
+            for job_id in considered:
+                if job_id not in decided:
+                    job = s.get(JobRow, job_id)
+                    if job is not None and job.state == "queued":
+                        job.wait_rounds += 1
+        return placed
+
+    # --- 4. dispatch -----------------------------------------------------------------------
+    def dispatch(self) -> None:
+        with self.store.read() as s:
+            work = [
+                (r.id, r.state)
+                for r in s.scalars(
+                    select(SliceRow)
+                    .where(SliceRow.state.in_(("composing", "tearing-down")))
+                    .order_by(SliceRow.created_at)
+                )
+            ]
+        for slice_id, state in work:
+            with self._lock:
+                if slice_id in self._inflight:
+                    continue
+                self._inflight.add(slice_id)
+            self._pool.submit(self._work, slice_id, state)
+
+    def _work(self, slice_id: str, state: str) -> None:
+        try:
+            if state == "composing":
+                self.slices.compose(slice_id)
+            else:
+                self.slices.teardown(slice_id)
+        except Exception:
+            log.exception("slice %s: %s step failed; will retry", slice_id, state)
+        finally:
+            with self._lock:
+                self._inflight.discard(slice_id)
+            self._wake.set()
+
+    # --- what the API calls ----------------------------------------------------------------
+    def submit(
+        self, tenant: str, request: dict[str, Any], idempotency_key: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        """Store a new job (state queued) or, for a repeated idempotency key, return the first one.
+
+        Returns (job, created). Raises JobRejected when the job can never fit, IdempotencyConflict
+        when the key was used with another body.
+        """
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        if idempotency_key is not None:
+            found = self._by_key(tenant, idempotency_key, digest)
+            if found is not None:
+                return found, False
+        tasks = dict(request["tasks"])
+        probe = Job(
+            name="probe",
+            image=request["image"],
+            tasks=TaskRequest(
+                int(tasks["count"]),
+                float(tasks["cpus"]),
+                float(tasks["memory_gb"]),
+                {k: int(tasks.get(k) or 0) for k in DEVICE_KINDS if int(tasks.get(k) or 0) > 0},
+                {k: str(tasks[f"{k}_model"]) for k in DEVICE_KINDS if tasks.get(f"{k}_model")},
+            ),
+        )
+        why = never_fits(probe, self._cluster)
+        if why:
+            raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
+        now = time.time()
+        row = JobRow(
+            id=new_id("j"),
+            seq=time.time_ns(),
+            tenant=tenant,
+            name=request["name"],
+            image=request["image"],
+            command=list(request["command"]),
+            tasks=tasks,
+            slo_s=request.get("slo_s"),
+            importance=float(request.get("importance", 1.0)),
+            max_retries=int(request.get("max_retries", 2)),
+            state="queued",
+            reason="waiting for the next scheduling round",
+            reason_code="new",
+            wait_rounds=0,
+            attempts=0,
+            exit_code=None,
+            slice_id=None,
+            submitted_at=now,
+            updated_at=now,
+            idempotency_key=idempotency_key,
+            request_hash=digest,
+        )
+        try:
+            with self.store.write() as s:
+                s.add(row)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            found = self._by_key(tenant, idempotency_key, digest)  # a concurrent twin won the race
+            if found is None:
+                raise
+            return found, False
+        self._wake.set()
+        return job_dict(row), True
+
+    def _by_key(self, tenant: str, key: str, digest: str) -> dict[str, Any] | None:
+        with self.store.read() as s:
+            row = s.scalars(
+                select(JobRow).where(JobRow.tenant == tenant, JobRow.idempotency_key == key)
+            ).first()
+            if row is None:
+                return None
+            if row.request_hash != digest:
+                raise IdempotencyConflict(
+                    f"Idempotency-Key {key!r} was used for job {row.id} with a different request body"
+                )
+            return job_dict(row)
+
+    def cancel(self, job_id: str) -> dict[str, Any] | None:
+        """Cancel a job: a queued one stops waiting; a live slice is torn down. Safe to repeat."""
+        now = time.time()
+        with self.store.write() as s:
+            job = s.get(JobRow, job_id)
+            if job is None:
+                return None
+            if job.state not in ("completed", "failed", "cancelled"):
+                job.state, job.reason, job.reason_code, job.updated_at = (
+                    "cancelled",
+                    "cancelled by user",
+                    "cancelled",
+                    now,
+                )
+                if job.slice_id is not None:
+                    s.execute(
+                        update(SliceRow)
+                        .where(SliceRow.id == job.slice_id, SliceRow.state.in_(("composing", "running")))
+                        .values(
+                            state="tearing-down",
+                            outcome="cancelled",
+                            detail="cancelled by user",
+                            updated_at=now,
+                        )
+                    )
+            out = job_dict(job)
+        self._wake.set()
+        return out
+
+    def logs(self, job_id: str) -> str:
+        with self.store.read() as s:
+            job = s.get(JobRow, job_id)
+            if job is None or job.slice_id is None:
+                return ""
+            sl = s.get(SliceRow, job.slice_id)
+            handle = (sl.handle if sl is not None else None) or job.slice_id
+        try:
+            return self.engine.logs(handle)
+        except (OSError, ValueError):
+            return ""
+
+    def set_device(self, device_id: str, action: str) -> dict[str, Any] | None:
+        """Admin actions on a device: drain, fail (fault injection), repair."""
+        with self.store.read() as s:
+            if s.get(DeviceRow, device_id) is None:
+                return None
+        if action == "fail":
+            self.fabric.fail_device(device_id)
+            self.monitor()
+        elif action == "repair":
+            self.fabric.repair_device(device_id)
+        with self.store.write() as s:
+            dev = s.get(DeviceRow, device_id)
+            assert dev is not None
+            if action == "drain":
+                dev.drained = True
+            elif action == "repair":
+                dev.health, dev.drained = "healthy", False
+        self._wake.set()
+        from disagg.store import device_dict
+
+        with self.store.read() as s:
+            row = s.get(DeviceRow, device_id)
+            assert row is not None
+            return device_dict(row)
+
+
+def _tasks_json(p: JobPlacement) -> list[dict[str, Any]]:
+    return [
+        {
+            "task": t.task,
+            "machine": t.machine,
+            "cpus": t.cpus,
+            "memory_gb": t.memory_gb,
+            "devices": [
+                {
+                    "id": d.id,
+                    "kind": d.kind,
+                    "remote": d.remote,
+                    "location": d.location,
+                    "path": list(d.path),
+                    "network_gbps": d.network_gbps,
+                }
+                for d in t.devices
+            ],
+        }
+        for t in p.tasks
+    ]
+
+
+def _over_commit(
+    p: JobPlacement, cpu: dict[str, float], mem: dict[str, float], devs: dict[str, DeviceRow], down: set[str]
+) -> str | None:
+    """Why applying this placement now would over-commit something (None when it fits)."""
+    need_cpu: dict[str, float] = {}
+    need_mem: dict[str, float] = {}
+    seen: set[str] = set()
+    for t in p.tasks:
+        if t.machine not in cpu:
+            return f"machine {t.machine} is not in the inventory"
+        need_cpu[t.machine] = need_cpu.get(t.machine, 0.0) + t.cpus
+        need_mem[t.machine] = need_mem.get(t.machine, 0.0) + t.memory_gb
+        for g in t.devices:
+            d = devs.get(g.id)
+            if d is None:
+                return f"device {g.id} is not in the inventory"
+            if g.id in seen or d.slice_id is not None:
+                return f"device {g.id} is already held"
+            if d.health != "healthy" or d.drained:
+                return f"device {g.id} is {'failed' if d.health != 'healthy' else 'drained'}"
+            hit = [lk for lk in g.path if lk in down]
+            if hit:
+                return f"link {hit[0]} to device {g.id} is down"
+            seen.add(g.id)
+    for m, c in need_cpu.items():
+        if c > cpu[m] + _EPS:
+            return f"machine {m} has {cpu[m]:g} cpus free, the job needs {c:g}"
+        if need_mem[m] > mem[m] + _EPS:
+            return f"machine {m} has {mem[m]:g} GB free, the job needs {need_mem[m]:g}"
+    return None
+
+
+__all__ = ["LIVE_SLICE_STATES", "Controller", "ControllerConfig", "JobRejected", "model_job"]
