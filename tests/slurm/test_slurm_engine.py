@@ -122,8 +122,8 @@ def test_prepare_is_idempotent_and_cancel_of_a_held_job(engine: SlurmEngine) -> 
     engine.launch_machine(spec, spec.machines[0])
     engine.launch_machine(spec, spec.machines[0])          # joining twice is a no-op
     handle = engine.prepare_task(spec)
-    (engine.site.jobs_dir / "s5" / "handle").unlink()     # crash between sbatch and recording the handle
-    assert engine.prepare_task(spec) == handle             # found again by name, not submitted twice
+    (engine.site.jobs_dir / "s5" / "slurm_job_id").unlink()   # crash between sbatch and noting its id
+    assert engine.prepare_task(spec) == handle == "s5"     # found again by name, not submitted twice
     assert [j for j in disagg_jobs_in_squeue(engine) if j == f"{JOB_PREFIX}s5"] == [f"{JOB_PREFIX}s5"]
     engine.cancel(handle)
     engine.cancel(handle)

@@ -72,8 +72,9 @@ def disagg_trial(engine: SlurmEngine, shape: str, trial: int) -> tuple[dict[str,
         handle = engine.prepare_task(spec)
 
     steps["prepare_task"] = _timed(prepare)
-    steps["launch_task"] = _timed(lambda: engine.site.run(["scontrol", "release", handle.split("/")[0]]))
-    steps["to_running"] = _timed(lambda: _wait_running(engine.site, handle.split("/")[0]))
+    job_id = str(engine.slurm_job_id(handle))
+    steps["launch_task"] = _timed(lambda: engine.site.run(["scontrol", "release", job_id]))
+    steps["to_running"] = _timed(lambda: _wait_running(engine.site, job_id))
     steps["total"] = sum(steps[s] for s in STEPS)
     t0 = time.perf_counter()
     engine.cancel(handle)

@@ -6,7 +6,8 @@ Slice operations on Slurm (FlowOS-RM's Table 1, with Slurm in Mesos's place):
 - launch-machine: the slice machine joins Slurm as a dynamic node whose GRES `gpu:N` are device
   files standing for the slice's attached devices (`slurm_node.DynamicNodes`);
 - prepare-task: `sbatch --hold` pinned to the slice's nodes (`--nodelist`, `--nodes`, `--ntasks`,
-  `--gres=gpu:N`); the handle is `<slurm job id>/<slice key>`;
+  `--gres=gpu:N`); the handle is the slice key (the slice id made file-safe), like the local
+  engine's, and the Slurm job id is kept in the slice's job directory;
 - launch-task: `scontrol release`;
 - status: `squeue --json` (no accounting database is needed): job state and, once it ended, the
   exit code that the job script itself wrote next to its output (Slurm forgets finished jobs
@@ -122,12 +123,29 @@ class SlurmEngine(Engine):
     def _job_dir(self, key: str) -> Path:
         return self.site.jobs_dir / key
 
-    @staticmethod
-    def _split(handle: str) -> tuple[str, str]:
-        job_id, sep, key = handle.partition("/")
-        if not sep or not job_id.isdigit() or not key:
-            raise ValueError(f"not a Slurm engine handle: {handle!r} (expected '<job id>/<slice key>')")
-        return job_id, key
+    def _split(self, handle: str) -> tuple[str | None, str]:
+        """handle → (Slurm job id or None when never submitted, slice key)."""
+        if not handle or handle != slice_key(handle) or handle.startswith("."):
+            raise ValueError(f"not a Slurm engine handle: {handle!r} (a slice key)")
+        return self._job_id(handle), handle
+
+    def slurm_job_id(self, handle: str) -> str | None:
+        """The Slurm job id behind a handle, None when the job was never submitted."""
+        return self._split(handle)[0]
+
+    def _job_id(self, key: str) -> str | None:
+        """The Slurm job id of a slice: from its job directory, else found by name (a crash came
+        between `sbatch` and writing the id down) and written down then."""
+        recorded = self._job_dir(key) / "slurm_job_id"
+        if recorded.exists():
+            return recorded.read_text().strip()
+        name = JOB_PREFIX + key
+        for job in self._squeue():
+            if job.get("name") == name and is_disagg_job(job):
+                recorded.parent.mkdir(parents=True, exist_ok=True)
+                recorded.write_text(str(job["job_id"]))
+                return str(job["job_id"])
+        return None
 
     def _squeue(self) -> list[dict[str, Any]]:
         """Every job slurmctld still knows (22.05's `squeue --json` ignores filters; we filter here)."""
@@ -144,15 +162,9 @@ class SlurmEngine(Engine):
         """Submit the job held, pinned to the slice's nodes. Same slice → same handle, never a second job."""
         key = slice_key(spec.slice_id)
         d = self._job_dir(key)
-        recorded = d / "handle"
-        if recorded.exists():
-            return recorded.read_text().strip()
+        if self._job_id(key) is not None:
+            return key
         name = JOB_PREFIX + key
-        for job in self._squeue():   # submitted before a crash, handle not yet recorded
-            if job.get("name") == name and is_disagg_job(job):
-                handle = f"{job['job_id']}/{key}"
-                recorded.write_text(handle)
-                return handle
         if not spec.machines:
             raise ValueError(f"slice {spec.slice_id}: no machines to run on")
         d.mkdir(parents=True, exist_ok=True)
@@ -170,10 +182,8 @@ class SlurmEngine(Engine):
         elif len(counts) > 1:
             args.append("--exclusive")   # uneven GPU counts: the whole node (all its GPUs) is the job's
         out = self.site.run([*args, str(d / "job.sh")]).stdout.strip()
-        job_id = out.split(";")[0]
-        handle = f"{job_id}/{key}"
-        recorded.write_text(handle)
-        return handle
+        (d / "slurm_job_id").write_text(out.split(";")[0])
+        return key
 
     def _task_script(self, spec: SliceSpec) -> str:
         """Per-task wrapper: maps the node's CUDA_VISIBLE_DEVICES to disagg device ids, runs the command."""
@@ -224,6 +234,8 @@ class SlurmEngine(Engine):
     def launch_task(self, handle: str) -> None:
         """Release the held job. Safe to repeat: a job that is no longer held is left alone."""
         job_id, _ = self._split(handle)
+        if job_id is None:
+            raise SlurmError(f"job {handle} was never prepared")
         if self.status(handle).state == "held":
             self.site.run(["scontrol", "release", job_id])
 
@@ -231,7 +243,7 @@ class SlurmEngine(Engine):
         """Slurm's state of the job; after it left slurmctld's memory, the exit code file decides."""
         job_id, key = self._split(handle)
         d = self._job_dir(key)
-        job = self._find(job_id)
+        job = self._find(job_id) if job_id is not None else None
         exit_code = self._exit_code(d)
         if job is None:
             if exit_code is not None:
@@ -239,6 +251,8 @@ class SlurmEngine(Engine):
                 return TaskStatus(ended, exit_code, "from the job's exit file")
             if (d / "cancelled").exists():
                 return TaskStatus("cancelled", None, "cancelled by disagg")
+            if job_id is None:
+                return TaskStatus("lost", None, f"no Slurm job was submitted for {handle}")
             return TaskStatus("lost", None, f"Slurm job {job_id} is unknown to slurmctld")
         state = str(job.get("job_state", "")).upper()
         reason = str(job.get("state_reason", ""))
@@ -267,11 +281,11 @@ class SlurmEngine(Engine):
         d = self._job_dir(key)
         if d.exists():
             (d / "cancelled").touch()
-        self.site.run(["scancel", job_id], check=False)
+        if job_id is not None:
+            self.site.run(["scancel", job_id], check=False)
 
     def logs(self, handle: str) -> str:
-        _, key = self._split(handle)
-        path = self._job_dir(key) / "output.log"
+        path = self._job_dir(slice_key(handle)) / "output.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
     # -- jobs outside disagg -----------------------------------------------------------------
@@ -309,15 +323,17 @@ class SlurmEngine(Engine):
     # -- reconciliation ----------------------------------------------------------------------
     def disagg_jobs(self) -> list[SlurmJob]:
         """Every disagg job that Slurm or disagg's job files know, with its state (for reconciliation)."""
-        seen: dict[str, str] = {}
+        keys = set(self.handles())
         for job in self._squeue():
-            name = str(job.get("name", ""))
             if is_disagg_job(job):
-                key = name[len(JOB_PREFIX):]
-                seen[key] = f"{job['job_id']}/{key}"
-        for path in self.site.jobs_dir.glob("*/handle"):
-            seen.setdefault(path.parent.name, path.read_text().strip())
-        return [SlurmJob(h, k, self.status(h).state) for k, h in sorted(seen.items())]
+                keys.add(str(job["name"])[len(JOB_PREFIX):])
+        return [SlurmJob(k, k, self.status(k).state) for k in sorted(keys)]
+
+    def handles(self) -> list[str]:
+        """Every slice this engine has a job directory for (the reconciliation hook the controller calls)."""
+        if not self.site.jobs_dir.exists():
+            return []
+        return sorted(p.name for p in self.site.jobs_dir.iterdir() if p.is_dir())
 
     def joined_machines(self) -> list[str]:
         """Slice machines that have joined (or half-joined) Slurm through this site."""
