@@ -1,0 +1,56 @@
+"""Small helpers for the controller's tests: waiting for a state, reading jobs, job bodies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from disagg.control.service import Service, Settings, open_service
+from disagg.store import job_dict
+from disagg.store.models import JobRow
+
+FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
+
+
+def make_service(tmp_path: Path, db: str | None = None, cluster: str | None = None, scale: float = FAST,
+                 **kw: object) -> Service:
+    settings = Settings(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
+                        state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, **kw)  # type: ignore[arg-type]
+    return open_service(settings)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll until `predicate()` holds; fail with `what` after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def job(svc: Service, job_id: str) -> dict[str, Any]:
+    with svc.store.read() as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        return job_dict(row)
+
+
+def body(name: str = "train", command: list[str] | None = None, **tasks: Any) -> dict[str, Any]:
+    t = {"count": 1, "cpus": 1.0, "memory_gb": 1.0, "gpu": 1, "nvme": 0, "fpga": 0, "memory": 0}
+    t.update(tasks)
+    return {"name": name, "image": "rodinia/nw", "command": command or ["sh", "-c", "echo hi"],
+            "tasks": t, "slo_s": 600.0, "importance": 1.0, "max_retries": 2}
+
+
+def submit(svc: Service, tenant: str = "t", **kw: Any) -> str:
+    j, created = svc.controller.submit(tenant, body(**kw))
+    assert created
+    return str(j["id"])
+
+
+def wait_state(svc: Service, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> dict[str, Any]:
+    wait_for(lambda: job(svc, job_id)["state"] in states, timeout, f"job {job_id} to be {'/'.join(states)}")
+    return job(svc, job_id)

@@ -1,0 +1,160 @@
+"""The emulated fabric and the local engine: idempotent operations, faults, state that outlives the
+controller, tasks that see their devices."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from control_helpers import wait_for
+
+from disagg.control.service import DEFAULT_CLUSTER
+from disagg.engines.base import SliceMachine, SliceSpec
+from disagg.engines.local import LocalEngine
+from disagg.fabric.base import FabricError
+from disagg.fabric.emulated import REMOTE_ATTACH_GBPS, EmulatedFabric, OperationLatencies
+from disagg.model import load_cluster
+
+
+@pytest.fixture
+def fabric(tmp_path: Path) -> EmulatedFabric:
+    return EmulatedFabric(tmp_path / "fabric.db", load_cluster(DEFAULT_CLUSTER), scale=0.0)
+
+
+def test_attach_and_detach_are_idempotent(fabric: EmulatedFabric) -> None:
+    a = fabric.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")
+    again = fabric.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")
+    assert a == again and a.mechanism == "pcie-over-ethernet"
+    assert [(x.device, x.machine) for x in fabric.attachments()] == [("iobox0/gpu0", "node0")]
+    fabric.detach("iobox0/gpu0", "node0")
+    fabric.detach("iobox0/gpu0", "node0")
+    fabric.detach("iobox0/gpu1", "node3")  # never attached: fine
+    assert fabric.attachments() == []
+
+
+def test_a_device_held_by_one_machine_cannot_go_to_another(fabric: EmulatedFabric) -> None:
+    fabric.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")
+    with pytest.raises(FabricError, match="attached to node0") as exc:
+        fabric.attach("iobox0/gpu0", "node1", "pcie-over-ethernet")
+    assert not exc.value.retryable
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    (lambda f: f.fail_device("iobox0/gpu2"), "has failed"),
+    (lambda f: f.drop_link("up:iobox0"), "link up:iobox0"),
+    (lambda f: f.drop_link("up:node2"), "link up:node2"),
+], ids=["device-failed", "pool-uplink-down", "machine-uplink-down"])
+def test_faults_refuse_attaches_that_need_the_broken_part(fabric: EmulatedFabric, fault, message) -> None:
+    fault(fabric)
+    with pytest.raises(FabricError, match=message):
+        fabric.attach("iobox0/gpu2", "node2", "pcie-over-ethernet")
+    # something that does not use the broken part still works
+    fabric.attach("iobox1/nvme0", "node1", "pcie-over-ethernet")
+
+
+def test_attach_timeouts_are_injected_and_retryable(fabric: EmulatedFabric) -> None:
+    fabric.inject_attach_timeouts(1)
+    with pytest.raises(FabricError, match="timed out") as exc:
+        fabric.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")
+    assert exc.value.retryable
+    fabric.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")  # the next one goes through
+
+
+def test_fabric_state_survives_a_new_driver_on_the_same_file(tmp_path: Path) -> None:
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    f1 = EmulatedFabric(tmp_path / "f.db", cluster, scale=0.0)
+    f1.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")
+    f1.fail_device("iobox0/gpu4")
+    f1.drop_link("up:node3")
+    # no close(): as if the process died
+    f2 = EmulatedFabric(tmp_path / "f.db", cluster, scale=0.0)
+    assert [(a.device, a.machine) for a in f2.attachments()] == [("iobox0/gpu0", "node0")]
+    assert f2.failed_devices() == {"iobox0/gpu4"} and not f2.healthy("iobox0/gpu4")
+    assert f2.down_links() == {"up:node3"}
+    load = f2.link_load()
+    assert load["up:node0"] == REMOTE_ATTACH_GBPS and load["up:iobox0"] == REMOTE_ATTACH_GBPS
+    assert load["up:node1"] == 0.0
+
+
+def test_latencies_default_to_the_seed_testbed_and_scale() -> None:
+    lat = OperationLatencies()
+    assert lat.launch_machine > lat.attach_device > 0  # image download over GbE dominates (seed 000)
+    fast = lat.scaled(0.01)
+    assert fast.of("launch-machine") == pytest.approx(lat.launch_machine * 0.01)
+
+
+def _spec(slice_id: str, command: list[str], machines: int = 1) -> SliceSpec:
+    ms = tuple(SliceMachine(f"{slice_id}-m{i}", f"node{i}", 1, 1, (f"iobox0/gpu{2 * i}", f"iobox0/gpu{2 * i + 1}"))
+               for i in range(machines))
+    return SliceSpec(slice_id=slice_id, job_id="j-1", command=tuple(command), machines=ms, tasks=machines)
+
+
+ENV_DUMP = [sys.executable, "-c", "import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
+            "if k.startswith(('DISAGG', 'CUDA'))}))"]
+
+
+def test_tasks_run_with_their_devices_and_the_hostfile(tmp_path: Path) -> None:
+    engine = LocalEngine(tmp_path / "tasks")
+    spec = _spec("s-1", ENV_DUMP, machines=2)
+    for m in spec.machines:
+        engine.launch_machine(spec, m)
+    handle = engine.prepare_task(spec)
+    assert engine.prepare_task(spec) == handle
+    assert engine.status(handle).state == "held"
+    engine.launch_task(handle)
+    wait_for(lambda: engine.status(handle).state == "completed", what="the job to end")
+    logs = engine.logs(handle)
+    envs = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    assert [e["DISAGG_TASK_INDEX"] for e in envs] == ["0", "1"]
+    assert envs[0]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert envs[1]["DISAGG_DEVICES"] == "iobox0/gpu2,iobox0/gpu3"
+    hostfile = Path(envs[0]["DISAGG_HOSTFILE"]).read_text().splitlines()
+    assert hostfile == ["s-1-m0 slots=1", "s-1-m1 slots=1"]
+
+
+def test_a_repeated_launch_runs_the_job_once(tmp_path: Path) -> None:
+    engine = LocalEngine(tmp_path / "tasks")
+    marks = tmp_path / "marks"
+    spec = _spec("s-2", ["sh", "-c", f"echo run >> {marks}"])
+    handle = engine.prepare_task(spec)
+    for _ in range(3):
+        engine.launch_task(handle)
+    LocalEngine(tmp_path / "tasks").launch_task(handle)  # a restarted controller repeats it too
+    wait_for(lambda: engine.status(handle).state == "completed", what="the job to end")
+    assert marks.read_text() == "run\n"
+
+
+def test_jobs_outlive_the_engine_object_and_cancel_stops_them(tmp_path: Path) -> None:
+    engine = LocalEngine(tmp_path / "tasks")
+    spec = _spec("s-3", ["sleep", "30"])
+    handle = engine.prepare_task(spec)
+    engine.launch_task(handle)
+    wait_for(lambda: engine.status(handle).state == "running", what="the job to run")
+    restarted = LocalEngine(tmp_path / "tasks")  # the controller came back: it finds the job running
+    assert restarted.status(handle).state == "running"
+    restarted.cancel(handle)
+    restarted.cancel(handle)
+    assert restarted.status(handle).state == "cancelled"
+
+
+def test_a_cancel_before_launch_means_the_job_never_starts(tmp_path: Path) -> None:
+    engine = LocalEngine(tmp_path / "tasks")
+    marks = tmp_path / "marks"
+    handle = engine.prepare_task(_spec("s-4", ["sh", "-c", f"echo run >> {marks}"]))
+    engine.cancel(handle)
+    engine.launch_task(handle)  # a late launch (a crash between the two) is refused by the claim
+    assert engine.status(handle).state == "cancelled"
+    assert not marks.exists()
+
+
+def test_exit_codes_and_stderr_are_kept(tmp_path: Path) -> None:
+    engine = LocalEngine(tmp_path / "tasks")
+    handle = engine.prepare_task(_spec("s-5", ["sh", "-c", "echo out; echo oops >&2; exit 3"]))
+    engine.launch_task(handle)
+    wait_for(lambda: engine.status(handle).state == "failed", what="the job to fail")
+    st = engine.status(handle)
+    assert st.exit_code == 3
+    assert "out" in engine.logs(handle) and "oops" in engine.logs(handle)
+    assert engine.status("s-nope").state == "lost"

@@ -1,0 +1,226 @@
+"""The slice state machine and the scheduling loop on a live controller (SQLite, emulated testbed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from control_helpers import job, submit, wait_for, wait_state
+from sqlalchemy import select, update
+
+from conftest import make_service
+from disagg.control.service import Service
+from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
+from disagg.store.models import DeviceRow, SliceRow, StepRow
+
+
+def _steps(svc: Service, slice_id: str) -> list[StepRow]:
+    with svc.store.read() as s:
+        return list(s.scalars(select(StepRow).where(StepRow.slice_id == slice_id).order_by(StepRow.id)))
+
+
+def _slice(svc: Service, slice_id: str) -> SliceRow:
+    with svc.store.read() as s:
+        row = s.get(SliceRow, slice_id)
+        assert row is not None
+        return row
+
+
+def test_a_job_runs_through_all_six_operations_each_recorded_before_and_after(service: Service) -> None:
+    j = submit(service, gpu=2, count=2, command=["sh", "-c", "echo task $DISAGG_TASK_INDEX on $DISAGG_DEVICES"])
+    done = wait_state(service, j, ("completed", "failed"))
+    assert done["state"] == "completed" and done["exit_code"] == 0 and done["attempts"] == 1
+    wait_for(lambda: _slice(service, done["slice"]).state == "done", what="teardown")
+    steps = _steps(service, done["slice"])
+    ops = [st.op for st in steps]
+    for op in ("attach-device", "launch-machine", "prepare-task", "launch-task", "stop-task", "detach-device",
+               "destroy-machine"):
+        assert op in ops
+    assert ops.count("attach-device") == 4 and ops.count("launch-machine") == 2
+    assert ops.count("detach-device") == 4 and ops.count("destroy-machine") == 2
+    for st in steps:
+        assert st.status == "done" and st.started_at is not None and st.ended_at is not None
+        assert st.started_at <= st.ended_at
+    assert _slice(service, done["slice"]).state == "done"
+    assert service.fabric.attachments() == []
+    assert "task 0" in service.controller.logs(j) and "task 1" in service.controller.logs(j)
+
+
+def _overlap(steps: list[StepRow], op: str) -> bool:
+    chosen = [st for st in steps if st.op == op]
+    return max(st.started_at or 0 for st in chosen) < min(st.ended_at or 0 for st in chosen)
+
+
+def test_independent_steps_run_at_the_same_time(tmp_path: Path) -> None:
+    svc = make_service(tmp_path, scale=0.02)  # attach 80 ms, launch-machine 600 ms
+    svc.controller.start()
+    try:
+        j = submit(svc, gpu=1, count=4, cpus=1.0)
+        done = wait_state(svc, j, ("completed", "failed"), timeout=30)
+        wait_for(lambda: _slice(svc, done["slice"]).state == "done", what="teardown")
+        steps = _steps(svc, done["slice"])
+        assert _overlap(steps, "attach-device")
+        assert _overlap(steps, "launch-machine")
+        assert _overlap(steps, "detach-device")
+    finally:
+        svc.close()
+
+
+def test_a_step_interrupted_by_a_crash_is_repeated_safely(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)  # the loop is not started: we drive it by hand
+    try:
+        j = submit(svc, gpu=1, command=["sh", "-c", "echo once"])
+        svc.controller.schedule()
+        slice_id = job(svc, j)["slice"]
+        sl = _slice(svc, slice_id)
+        machine = sl.placement["machines"][0]
+        dev = machine["devices"][0]
+        # the controller recorded the attach as started, the fabric attached, then it died
+        with svc.store.write() as s:
+            s.add(StepRow(slice_id=slice_id, op="attach-device", target=dev, status="started", tries=1))
+        svc.fabric.attach(dev, machine["host"], "pcie-over-ethernet")
+        svc.controller.slices.compose(slice_id)
+        attach = next(st for st in _steps(svc, slice_id) if st.op == "attach-device")
+        assert attach.status == "done" and attach.tries == 2
+        assert job(svc, j)["state"] == "running"
+        svc.controller.start()
+        assert wait_state(svc, j, ("completed", "failed"))["state"] == "completed"
+        assert svc.controller.logs(j) == "once\n"
+    finally:
+        svc.close()
+
+
+def test_a_failed_attach_compensates_only_what_started_and_requeues(service: Service) -> None:
+    service.fabric.inject_attach_timeouts(3)  # every try of the first attach times out
+    j = submit(service, gpu=1)
+    done = wait_state(service, j, ("completed", "failed"))
+    assert done["state"] == "completed" and done["attempts"] == 2
+    with service.store.read() as s:
+        first = s.scalars(select(SliceRow).where(SliceRow.job_id == j, SliceRow.attempt == 1)).one()
+    steps = _steps(service, first.id)
+    assert first.outcome == "requeue" and "timed out" in (first.detail or "")
+    assert [st.op for st in steps if st.status == "failed"] == ["attach-device"]
+    assert "launch-machine" not in [st.op for st in steps]  # never started, so never compensated
+    assert "destroy-machine" not in [st.op for st in steps]
+
+
+def test_the_jobs_own_retry_policy_decides_when_to_give_up(service: Service) -> None:
+    service.fabric.inject_attach_timeouts(100)
+    j, _ = service.controller.submit("t", {**_body(), "max_retries": 0})
+    done = wait_state(service, j["id"], ("completed", "failed"))
+    assert done["state"] == "failed" and done["reason_code"] == "retries-exhausted"
+
+
+def _body() -> dict[str, object]:
+    from control_helpers import body
+
+    return body()
+
+
+def test_waiting_jobs_are_explained_and_their_wait_grows(service: Service) -> None:
+    first = submit(service, gpu=4, gpu_model="P100", command=["sleep", "2"])
+    wait_state(service, first, ("running",))
+    second = submit(service, gpu=4, gpu_model="P100", command=["true"])
+    wait_for(lambda: job(service, second)["wait_rounds"] >= 3, what="the wait counter to rise")
+    waiting = job(service, second)
+    assert waiting["state"] == "queued"
+    assert waiting["reason"] and waiting["reason_code"] not in (None, "new")
+    assert wait_state(service, second, ("completed",), timeout=30)["state"] == "completed"
+
+
+def test_applying_decisions_rechecks_that_nothing_is_over_committed(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    try:
+        a = submit(svc, gpu=1)
+        b = submit(svc, gpu=1)
+        grant = DeviceGrant("iobox0/gpu0", "gpu", True, "iobox0", ("up:iobox0", "up:node0"), 1.0)
+
+        def placement(job_id: str) -> JobPlacement:
+            return JobPlacement(job_id, (TaskPlacement(f"{job_id}/0", "node0", 1.0, 1.0, (grant,)),))
+
+        stale = Decisions("test", placed=(placement(a), placement(b)))  # both got the same GPU
+        assert svc.controller.apply(stale, [a, b]) == 1
+        assert job(svc, a)["state"] == "composing"
+        loser = job(svc, b)
+        assert loser["state"] == "queued" and loser["reason_code"] == "contention"
+        assert "iobox0/gpu0 is already held" in loser["reason"]
+        too_big = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node0", 50.0, 1.0),)),))
+        assert svc.controller.apply(too_big, [b]) == 0
+        assert "node0 has 9 cpus free" in job(svc, b)["reason"]
+    finally:
+        svc.close()
+
+
+def _device_of(svc: Service, job_id: str) -> tuple[str, str]:
+    sl = _slice(svc, job(svc, job_id)["slice"])
+    m = sl.placement["machines"][0]
+    return m["devices"][0], m["host"]
+
+
+def test_a_failed_device_affects_only_the_slice_that_uses_it(service: Service) -> None:
+    a = submit(service, gpu=1, cpus=6, command=["sleep", "30"])
+    b = submit(service, gpu=1, cpus=6, command=["sleep", "30"])
+    wait_state(service, a, ("running",))
+    wait_state(service, b, ("running",))
+    slice_b = job(service, b)["slice"]
+    dev_a, _ = _device_of(service, a)
+    slice_a = job(service, a)["slice"]
+    service.controller.set_device(dev_a, "fail")
+    wait_for(lambda: _slice(service, slice_a).state == "done", what="the broken slice to be torn down")
+    assert _slice(service, slice_a).outcome == "requeue"
+    again = wait_state(service, a, ("running",))
+    assert again["slice"] != slice_a and again["attempts"] == 2
+    new_dev, _ = _device_of(service, a)
+    assert new_dev != dev_a  # the failed device left the pool
+    assert job(service, b)["slice"] == slice_b and _slice(service, slice_b).state == "running"
+    with service.store.read() as s:
+        row = s.get(DeviceRow, dev_a)
+        assert row is not None and row.health == "failed" and row.slice_id is None
+    service.controller.set_device(dev_a, "repair")
+    with service.store.read() as s:
+        row = s.get(DeviceRow, dev_a)
+        assert row is not None and row.health == "healthy"
+    for j in (a, b):
+        service.controller.cancel(j)
+
+
+def test_a_dropped_link_affects_only_the_slices_whose_path_crosses_it(service: Service) -> None:
+    a = submit(service, gpu=1, cpus=6, command=["sleep", "30"])
+    b = submit(service, gpu=1, cpus=6, command=["sleep", "30"])
+    wait_state(service, a, ("running",))
+    wait_state(service, b, ("running",))
+    _, host_a = _device_of(service, a)
+    _, host_b = _device_of(service, b)
+    assert host_a != host_b  # 6 of 10 cpus each: two machines
+    slice_a, slice_b = job(service, a)["slice"], job(service, b)["slice"]
+    service.fabric.drop_link(f"up:{host_a}")
+    wait_for(lambda: _slice(service, slice_a).state == "done", what="the cut-off slice to be torn down")
+    assert "dropped" in (_slice(service, slice_a).detail or "")
+    assert _slice(service, slice_b).state == "running"
+    service.fabric.restore_link(f"up:{host_a}")
+    assert wait_state(service, a, ("running",))["slice"] != slice_a
+    for j in (a, b):
+        service.controller.cancel(j)
+
+
+def test_cancel_tears_the_slice_down_and_stops_the_job(service: Service) -> None:
+    j = submit(service, gpu=2, command=["sleep", "30"])
+    wait_state(service, j, ("running",))
+    slice_id = job(service, j)["slice"]
+    assert service.controller.cancel(j)["state"] == "cancelled"
+    wait_for(lambda: _slice(service, slice_id).state == "done", what="teardown")
+    assert service.engine.status(slice_id).state == "cancelled"
+    assert service.fabric.attachments() == []
+    assert job(service, j)["state"] == "cancelled"
+
+
+def test_a_drained_device_gets_no_new_slice(service: Service) -> None:
+    for i in range(5):
+        if i != 4:
+            service.controller.set_device(f"iobox0/gpu{i}", "drain")
+    j = submit(service, gpu=1)
+    assert wait_state(service, j, ("completed",))["state"] == "completed"
+    with service.store.read() as s:
+        sl = s.scalars(select(SliceRow).where(SliceRow.job_id == j)).one()
+    assert sl.placement["machines"][0]["devices"] == ["iobox0/gpu4"]
+    with service.store.write() as s:
+        s.execute(update(DeviceRow).values(drained=False))
