@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.slice import SliceRunner, build_placement
-from disagg.engines.base import Engine
+from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.emulated import EmulatedFabric
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
 from disagg.placement.decisions import Decisions, JobPlacement
@@ -217,6 +217,8 @@ class Controller:
             snapshot = self.store.cluster(s)
         if not rows:
             return None
+        # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking
+        snapshot = with_foreign_holdings(snapshot, self.engine.foreign_holdings())
         t0 = time.perf_counter()
         queue = [model_job(r) for r in rows]
         decisions = self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)

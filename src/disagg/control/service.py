@@ -15,7 +15,8 @@ import yaml
 
 from disagg.control.loop import Controller, ControllerConfig
 from disagg.control.reconcile import ReconcileReport, reconcile
-from disagg.engines.local import LocalEngine
+from disagg.engines.base import Engine
+from disagg.engines.registry import EngineOptions, make_engine
 from disagg.fabric.emulated import EmulatedFabric, OperationLatencies
 from disagg.model import SpecError, load_cluster
 from disagg.store import DEFAULT_URL, Store, normalize_url
@@ -37,6 +38,8 @@ class Settings:
     latency_scale: float = 1.0
     tick_s: float = 0.25
     window: int = 64
+    engine: str = "local"              # local | slurm (disagg.engines.registry)
+    slurm_site: str | None = None      # engine slurm: the path of the Slurm site.json
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved_state_dir(self) -> Path:
@@ -76,7 +79,7 @@ class Service:
     settings: Settings
     store: Store
     fabric: EmulatedFabric
-    engine: LocalEngine
+    engine: Engine
     controller: Controller
     reconciled: ReconcileReport
 
@@ -97,7 +100,7 @@ def open_service(settings: Settings) -> Service:
     store.sync_inventory(cluster)
     latencies = OperationLatencies().scaled(settings.latency_scale)
     fabric = EmulatedFabric(state / "fabric.db", cluster, latencies)
-    engine = LocalEngine(state / "tasks", latencies)
+    engine = make_engine(settings.engine, EngineOptions(state, latencies, settings.slurm_site))
     report = reconcile(store, fabric, engine)
     controller = Controller(
         store,

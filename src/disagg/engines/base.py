@@ -10,8 +10,11 @@ the controller persists, so a restarted controller can ask the engine about them
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from disagg.model import Allocation, Cluster
 
 TaskState = Literal["pending", "held", "running", "completed", "failed", "cancelled", "lost"]
 
@@ -58,6 +61,26 @@ class ForeignHolding:
     machine: str | None             # the cluster machine behind the node, when known
     cpus: float = 0.0
     devices: tuple[str, ...] = ()   # disagg device ids
+
+
+def with_foreign_holdings(snapshot: Cluster, holdings: Iterable[ForeignHolding]) -> Cluster:
+    """The snapshot with what foreign jobs hold added as allocations, so no policy offers it (no double
+    booking). Holdings on nodes or devices the cluster does not know are left out."""
+    known = snapshot.device_by_id
+    extra = []
+    for h in holdings:
+        devices = tuple(d for d in h.devices if d in known)
+        machine = h.machine if h.machine in snapshot.machine_index else None
+        cpus = h.cpus if machine is not None else 0.0
+        if machine is None and devices and snapshot.machines:
+            # devices held through a node disagg cannot map to a machine (e.g. pool devices on a slice
+            # node a user pinned a job to): held all the same, charged to no machine's CPUs
+            machine = snapshot.machines[0].name
+        if machine is None or (not devices and not cpus):
+            continue
+        extra.append(Allocation(job=f"foreign:{h.job}", machine=machine, cpus=cpus, memory_gb=0.0,
+                                devices=devices))
+    return replace(snapshot, allocations=snapshot.allocations + tuple(extra)) if extra else snapshot
 
 
 class Engine(ABC):

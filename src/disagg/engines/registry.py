@@ -1,0 +1,65 @@
+"""Engines by name (`engine: local | slurm` in the controller's config), one table.
+
+`local` runs tasks as processes on this host (the default, with the emulated testbed's latencies);
+`slurm` runs them through a real Slurm described by a site file (`slurm_site: <path to site.json>`,
+written by `disagg.engines.slurm_cluster.SlurmCluster` or by hand for an existing Slurm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from disagg.engines.base import Engine
+from disagg.fabric.emulated import OperationLatencies
+from disagg.model import SpecError
+
+
+class UnknownEngineError(SpecError):
+    """An engine name or its options are not usable; the message names the field and what is allowed.
+
+    A `SpecError`, so `disagg serve` answers it as bad input (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("engine settings", [message])
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What any engine may need from the controller's settings."""
+
+    state_dir: Path
+    latencies: OperationLatencies
+    slurm_site: str | None = None
+
+
+def _local(opts: EngineOptions) -> Engine:
+    from disagg.engines.local import LocalEngine
+
+    return LocalEngine(opts.state_dir / "tasks", opts.latencies)
+
+
+def _slurm(opts: EngineOptions) -> Engine:
+    from disagg.engines.slurm import SlurmEngine
+
+    if not opts.slurm_site:
+        raise UnknownEngineError("slurm_site: required with engine 'slurm' (the path of a Slurm site.json)")
+    path = Path(opts.slurm_site)
+    if not path.is_file():
+        raise UnknownEngineError(f"slurm_site: {opts.slurm_site!r} is not a file (expected a Slurm site.json)")
+    try:
+        return SlurmEngine.from_config(path)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UnknownEngineError(f"slurm_site: {opts.slurm_site!r} cannot be read: {exc}") from None
+
+
+ENGINES: dict[str, Callable[[EngineOptions], Engine]] = {"local": _local, "slurm": _slurm}
+
+
+def make_engine(name: str, opts: EngineOptions) -> Engine:
+    """The engine called `name`, built from `opts`. Unknown names raise with the known ones listed."""
+    factory = ENGINES.get(name)
+    if factory is None:
+        raise UnknownEngineError(f"engine: unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}")
+    return factory(opts)
