@@ -7,8 +7,8 @@ or remote. `importance` is the paper's z in [1, 10], 1 being the most important.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from disagg.model.cluster import DEVICE_KINDS, DeviceKind
 

@@ -257,8 +257,8 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
         if did not in by_id:
             problems.append(f"failed_devices[{i}]: device {did!r} does not exist")
     machines = {m.name: m for m in spec.machines}
-    used_cpu: Counter[str] = Counter()
-    used_mem: Counter[str] = Counter()
+    used_cpu: dict[str, float] = {}
+    used_mem: dict[str, float] = {}
     holder: dict[str, str] = {}
     for i, a in enumerate(spec.allocations):
         where = f"allocations[{i}]"
@@ -266,8 +266,8 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
             problems.append(f"{where}.machine: value {a.machine!r} is not a machine of this cluster "
                             f"(machines: {', '.join(sorted(machines)[:10])})")
             continue
-        used_cpu[a.machine] += a.cpus
-        used_mem[a.machine] += a.memory_gb
+        used_cpu[a.machine] = used_cpu.get(a.machine, 0.0) + a.cpus
+        used_mem[a.machine] = used_mem.get(a.machine, 0.0) + a.memory_gb
         for j, did in enumerate(a.devices):
             if did not in by_id:
                 problems.append(f"{where}.devices[{j}]: device {did!r} does not exist "
@@ -300,8 +300,8 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
 
 def job_from_spec(j: JobSpec) -> Job:
     t = j.tasks
-    devices = {k: getattr(t, k) for k in DEVICE_KINDS if getattr(t, k) > 0}
-    models = {k: getattr(t, f"{k}_model") for k in DEVICE_KINDS if getattr(t, f"{k}_model")}
+    devices: dict[str, int] = {k: int(getattr(t, k)) for k in DEVICE_KINDS if getattr(t, k) > 0}
+    models: dict[str, str] = {k: str(getattr(t, f"{k}_model")) for k in DEVICE_KINDS if getattr(t, f"{k}_model")}
     return Job(
         name=j.name, image=j.image, submit_s=j.submit_s, importance=j.importance, slo_s=j.slo_s,
         wait_rounds=j.wait_rounds, network_gbps=j.network_gbps, command=tuple(j.command),

@@ -48,7 +48,8 @@ def utility(phi: ArrayLike, tau: ArrayLike, z: ArrayLike) -> NDArray[np.float64]
 def placing_cost(phi: ArrayLike, tau: ArrayLike, z: ArrayLike, preference: ArrayLike) -> NDArray[np.int64]:
     """Eq. 7, scaled to integers. Never negative (Ut ≤ 1)."""
     c = (1.0 - utility(phi, tau, z)) * np.asarray(preference, dtype=np.float64)
-    return np.rint(np.maximum(c, 0.0) * SCALE).astype(np.int64)
+    out: NDArray[np.int64] = np.rint(np.maximum(c, 0.0) * SCALE).astype(np.int64)
+    return out
 
 
 def unscheduled_cost(tau: ArrayLike, z: ArrayLike, wait_rounds: ArrayLike) -> NDArray[np.int64]:

@@ -60,6 +60,10 @@ FloatArray = NDArray[np.float64]
 LOAD_COST = 0.2
 #: How far the decoder looks along an aggregator's list for a device it can really use.
 SCAN_LIMIT = 64
+#: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
+PREFERRED = 8
+#: How many aggregator → machine arcs phase 1 may spend in all (shared among request shapes).
+AGG_ARC_BUDGET = 200_000
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,34 @@ def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, t
     base = profile.base_s if profile.known else tau
     ts = profile.transfer_share
     stretch = profile.remote_factor * (1.0 + profile.load_sensitivity * np.clip(load, 0.0, 1.0))
+    out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
+    return out
+
+
+def _flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArray) -> dict[int, list[list[int]]]:
+    """For each tail node, [head, flow] pairs with flow, cheapest first. The inner lists are shared and
+    mutable: the decoder counts the flow down as it hands machines out."""
+    out: dict[int, list[list[int]]] = {}
+    nz = np.nonzero(flows)[0]
+    for a in nz[np.lexsort((costs[nz], tails[nz]))]:
+        out.setdefault(int(tails[a]), []).append([int(heads[a]), int(flows[a])])
+    return out
+
+
+def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity."""
+    base = np.array([js.profile.base_s if js.profile.known else js.tau for js in jobs])
+    ts = np.array([js.profile.transfer_share for js in jobs])
+    rf = np.array([js.profile.remote_factor for js in jobs])
+    sens = np.array([js.profile.load_sensitivity for js in jobs])
+    return base, ts, rf, sens
+
+
+def expected_arrays(params: tuple[FloatArray, FloatArray, FloatArray, FloatArray], remote_share: FloatArray,
+                    load: FloatArray) -> FloatArray:
+    """`profiles.expected_s` for many jobs at once."""
+    base, ts, rf, sens = params
+    stretch = rf * (1.0 + sens * np.clip(load, 0.0, 1.0))
     out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
     return out
 
@@ -193,55 +225,103 @@ class FlowPlacer:
 
         used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
         up_load = state.link_load()[:n_machines] if opts.network_aware else np.zeros(n_machines)
-        local_free = {k: state.local_free(k) for k in state.kinds}
+        local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
         any_local = {k: local_free[k] > 0 for k in state.kinds}
 
-        cls_tails: list[IntArray] = []
-        cls_heads: list[IntArray] = []
-        cls_caps: list[IntArray] = []
-        cls_costs: list[IntArray] = []
         class_min_cost = np.full(len(classes), np.iinfo(np.int64).max, dtype=np.int64)
+        surcharges: list[int] = []
+        # Classes with the same request shape form a group. The group's aggregator (the seed's X)
+        # links to its cheapest machines, priced for the group's first class; each class links to
+        # the aggregator (paying its own offset) and to its few preferred machines at its exact cost.
+        groups: dict[tuple[object, ...], list[int]] = {}
         for c in range(len(classes)):
-            js = representative[c]
-            t = js.job.tasks
-            fit = self._fit(state, js, local_free)
+            t = representative[c].job.tasks
+            shape: tuple[object, ...] = (t.cpus, t.memory_gb, tuple(sorted(t.devices.items())), tuple(sorted(t.models.items())))
+            groups.setdefault(shape, []).append(c)
+        n_groups = len(groups)
+        pref_t: list[IntArray] = []
+        pref_h: list[IntArray] = []
+        pref_c: list[IntArray] = []
+        pref_w: list[IntArray] = []
+        agg_t: list[IntArray] = []
+        agg_h: list[IntArray] = []
+        agg_c: list[IntArray] = []
+        agg_w: list[IntArray] = []
+        to_agg_t: list[int] = []
+        to_agg_g: list[int] = []
+        to_agg_c: list[int] = []
+        to_agg_w: list[int] = []
+        for g, members in enumerate(groups.values()):
+            rep = representative[members[0]]
+            t = rep.job.tasks
+            fit = self._fit(state, rep, local_free)
             cand = np.nonzero(fit > 0)[0]
             if len(cand) == 0:
                 continue
             want_total = sum(t.wants(k) for k in t.kinds)
+            share = np.zeros(len(cand))
             if want_total:
                 local = np.zeros(len(cand))
                 for k in t.kinds:
                     local += np.minimum(local_free[k][cand] if k in local_free else 0, t.wants(k))
                 share = (want_total - local) / want_total
-            else:
-                share = np.zeros(len(cand))
             load = up_load[cand]
-            ph = expected_vec(js.profile, share, load, js.tau)
             pref = P_LOCAL + SPREAD * used_frac[cand]
-            unwanted = [k for k in state.kinds if t.wants(k) == 0]
-            for k in unwanted:
-                pref = pref + P_SPARE_DEVICES * any_local[k][cand]
-            cost = placing_cost(ph, js.tau, js.z, pref)
+            for k in state.kinds:
+                if t.wants(k) == 0:
+                    pref = pref + P_SPARE_DEVICES * any_local[k][cand]
+            proxy = placing_cost(expected_vec(rep.profile, share, load, rep.tau), rep.tau, rep.z, pref)
             if opts.network_aware:
-                keep = ~((share > 0) & (ph > js.tau) & (ph > js.phi_local))
-                cand, cost = cand[keep], cost[keep]
-            limit = max(opts.min_candidates, 2 * int(class_tasks[c]))
-            if len(cand) > limit:
-                best = np.argpartition(cost, limit - 1)[:limit]
-                cand, cost = cand[best], cost[best]
+                # Machines where even the group's first class would miss its SLO remotely are left out.
+                ok = ~((share > 0) & (expected_vec(rep.profile, share, load, rep.tau) > rep.tau))
+                cand, share, load, pref, proxy = cand[ok], share[ok], load[ok], pref[ok], proxy[ok]
+            # Enough machines for twice the group's tasks, and more while the arc budget allows, so
+            # that groups whose favourite machines overlap still find room elsewhere.
+            group_limit = max(opts.min_candidates, 2 * int(class_tasks[members].sum()), AGG_ARC_BUDGET // n_groups)
+            if len(cand) > group_limit:
+                best = np.argpartition(proxy, group_limit - 1)[:group_limit]
+                cand, share, load, pref, proxy = cand[best], share[best], load[best], pref[best], proxy[best]
             if len(cand) == 0:
                 continue
-            cls_tails.append(np.full(len(cand), c, dtype=np.int64))
-            cls_heads.append(cand)
-            cls_caps.append(np.minimum(fit[cand], class_tasks[c]))
-            cls_costs.append(cost)
-            class_min_cost[c] = int(cost.min())
+            agg_t.append(np.full(len(cand), g, dtype=np.int64))
+            agg_h.append(cand)
+            agg_c.append(fit[cand])
+            agg_w.append(proxy)
+            for c in members:
+                js = representative[c]
+                ph = expected_vec(js.profile, share, load, js.tau)
+                cost = placing_cost(ph, js.tau, js.z, pref)
+                if want_total and opts.remote:
+                    ends = expected_vec(js.profile, np.array([0.0, 1.0]), np.zeros(2), js.tau)
+                    both = placing_cost(ends, js.tau, js.z, P_LOCAL)
+                    surcharges.append(int(both[1] - both[0]))
+                allowed = np.ones(len(cand), dtype=bool)
+                if opts.network_aware:
+                    allowed = ~((share > 0) & (ph > js.tau) & (ph > js.phi_local))
+                if not allowed.any():
+                    continue
+                offset = int(np.max(cost[allowed] - proxy[allowed]))
+                to_agg_t.append(c)
+                to_agg_g.append(g)
+                to_agg_c.append(int(class_tasks[c]))
+                to_agg_w.append(max(offset, 0))
+                top = np.nonzero(allowed)[0]
+                if len(top) > PREFERRED:
+                    top = top[np.argpartition(cost[top], PREFERRED - 1)[:PREFERRED]]
+                pref_t.append(np.full(len(top), c, dtype=np.int64))
+                pref_h.append(cand[top])
+                pref_c.append(np.minimum(fit[cand[top]], class_tasks[c]))
+                pref_w.append(cost[top])
+                class_min_cost[c] = int(cost[allowed].min())
+
+        def cat(xs: list[IntArray]) -> IntArray:
+            return np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)
 
         net = FlowNetwork()
         n_jobs, n_classes = len(jobs), len(classes)
         job0 = net.add_nodes(n_jobs)
         class0 = net.add_nodes(n_classes)
+        group0 = net.add_nodes(n_groups)
         mach0 = net.add_nodes(n_machines)
         unsched = net.add_nodes(1)
         sink = net.add_nodes(1)
@@ -255,14 +335,12 @@ class FlowPlacer:
         jobs_idx = np.arange(n_jobs, dtype=np.int64)
         net.add_arcs("job->class", job0 + jobs_idx, class0 + job_class, counts, 0)
         net.add_arcs("job->U", job0 + jobs_idx, unsched, counts, u_cost)
-        if cls_tails:
-            tails = np.concatenate(cls_tails)
-            heads = np.concatenate(cls_heads)
-            caps = np.concatenate(cls_caps)
-            costs = np.concatenate(cls_costs)
-        else:
-            tails = heads = caps = costs = np.zeros(0, dtype=np.int64)
-        net.add_arcs("class->machine", class0 + tails, mach0 + heads, caps, costs)
+        tails, heads, costs = cat(pref_t), cat(pref_h), cat(pref_w)
+        net.add_arcs("class->machine", class0 + tails, mach0 + heads, cat(pref_c), costs)
+        net.add_arcs("class->X", class0 + np.array(to_agg_t, dtype=np.int64),
+                     group0 + np.array(to_agg_g, dtype=np.int64), to_agg_c, to_agg_w)
+        g_tails, g_heads, g_costs = cat(agg_t), cat(agg_h), cat(agg_w)
+        net.add_arcs("X->machine", group0 + g_tails, mach0 + g_heads, cat(agg_c), g_costs)
         # A machine's cpu and memory bound how many of the smallest tasks it takes; the decoder
         # checks the real fit of each task (several classes may share a machine).
         min_cpu = min(js.job.tasks.cpus for js in jobs)
@@ -270,8 +348,20 @@ class FlowPlacer:
         with np.errstate(divide="ignore", invalid="ignore"):
             machine_cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
         machine_cap = np.clip(machine_cap, 0, total).astype(np.int64)
-        used_machines = np.unique(heads)
-        net.add_arcs("machine->sink", mach0 + used_machines, sink, machine_cap[used_machines], 0)
+        used = np.unique(np.concatenate([heads, g_heads]))
+        if surcharges:
+            # Local devices are shared by every class that lands on a machine: the first tasks up to
+            # the machine's free local devices go free, the rest pay what going remote costs a
+            # typical job, so the flow spreads tasks to where devices are local.
+            wants = [sum(js.job.tasks.devices.values()) for js in jobs]
+            want_mean = max(1.0, float(np.average(wants, weights=counts)))
+            local_total = sum(local_free[k] for k in state.kinds)
+            slots = np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)
+            net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)
+            net.add_arcs("machine->sink:spill", mach0 + used, sink, machine_cap[used] - slots[used],
+                         max(1, int(np.median(surcharges))))
+        else:
+            net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
         net.add_arcs("U->sink", [unsched], sink, [total], 0)
         t1 = clock()
         flows = solve(net)
@@ -280,13 +370,10 @@ class FlowPlacer:
         timings.solve_s += t2 - t1
 
         to_class = flows[net.block("job->class")]
-        cm_flow = flows[net.block("class->machine")]
-        # Per class, its machines with flow, cheapest first.
-        lists: dict[int, list[list[int]]] = {}
-        nz = np.nonzero(cm_flow)[0]
-        order = nz[np.lexsort((costs[nz], tails[nz]))]
-        for a in order:
-            lists.setdefault(int(tails[a]), []).append([int(heads[a]), int(cm_flow[a])])
+        # Per class its preferred machines with flow, then per group its machines, cheapest first.
+        direct = _flow_lists(tails, heads, costs, flows[net.block("class->machine")])
+        shared = _flow_lists(g_tails, g_heads, g_costs, flows[net.block("X->machine")])
+        group_of = dict(zip(to_agg_t, to_agg_g, strict=True))
         survivors: list[JobState] = []
         for i, js in enumerate(jobs):
             count = int(counts[i])
@@ -294,7 +381,8 @@ class FlowPlacer:
             if int(to_class[i]) < count:
                 self._explain_phase_one(state, js, class_min_cost[c], int(u_cost[i]))
                 continue
-            if self._assign_machines(state, js, lists.get(c, [])):
+            lists = [direct.get(c, []), shared.get(group_of.get(c, -1), [])]
+            if self._assign_machines(state, js, lists):
                 survivors.append(js)
         timings.decode_s += clock() - t2
         return survivors
@@ -311,15 +399,25 @@ class FlowPlacer:
                 fit = np.minimum(fit, have // t.wants(k))
         return fit
 
-    def _assign_machines(self, state: FreeState, js: JobState, machines: list[list[int]]) -> bool:
-        """Give each task a machine from its class's flow list, checking the real fit (gang)."""
+    def _assign_machines(self, state: FreeState, js: JobState, sources: list[list[list[int]]]) -> bool:
+        """Give each task a machine from the flow's lists (the class's own, then its group's),
+        checking the real fit; repair when the flow over-filled a machine (gang: all or none)."""
         t = js.job.tasks
         for _ in range(t.count):
             chosen = -1
-            for entry in machines[:SCAN_LIMIT]:
-                if entry[1] > 0 and state.take_cpu(entry[0], t.cpus, t.memory_gb, js.journal):
-                    entry[1] -= 1
-                    chosen = entry[0]
+            for machines in sources:
+                while machines and machines[0][1] == 0:
+                    machines.pop(0)
+                for entry in machines[:SCAN_LIMIT]:
+                    if entry[1] == 0:
+                        continue
+                    if state.take_cpu(entry[0], t.cpus, t.memory_gb, js.journal):
+                        entry[1] -= 1
+                        chosen = entry[0]
+                        break
+                    # Machines only fill up within a round: no later task of this shape fits here.
+                    entry[1] = 0
+                if chosen >= 0:
                     break
             if chosen < 0:
                 chosen = self._repair(state, js)
@@ -328,8 +426,6 @@ class FlowPlacer:
                                                   "it this round")
                 return False
             js.machines.append(chosen)
-        while machines and machines[0][1] == 0:
-            machines.pop(0)
         js.grants = [[] for _ in js.machines]
         return True
 
@@ -419,10 +515,9 @@ class FlowPlacer:
             can_send = headroom[own] + 1e-9 >= gbps
             load_rack = load[own] if opts.network_aware else np.zeros(n_tasks)
             load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n_tasks)
-            phi_rack = np.array([expected_vec(js.profile, np.ones(1), np.array([load_rack[i]]), js.tau)[0]
-                                 for i, (js, _) in enumerate(owners)])
-            phi_cross = np.array([expected_vec(js.profile, np.ones(1), np.array([load_cross[i]]), js.tau)[0]
-                                  for i, (js, _) in enumerate(owners)])
+            params = profile_arrays([js for js, _ in owners])
+            phi_rack = expected_arrays(params, np.ones(n_tasks), load_rack)
+            phi_cross = expected_arrays(params, np.ones(n_tasks), load_cross)
             rack_cost = placing_cost(phi_rack, tau, z, P_RACK)
             cross_cost = placing_cost(phi_cross, tau, z, P_CROSS)
             rack_ok = can_send.copy()
@@ -509,14 +604,14 @@ class FlowPlacer:
                                          int(u_cost[i]), bool(slo_blocked[i]))
                     break
                 rack = int(state.loc_rack[own[i]])
-                sources = [(models[mi], count, None if src == "local" else
+                sources = [(models[mi] if n_models > 1 else None, count, None if src == "local" else
                             remote_lists.get((src, rack if src == "rack" else 0, mi), []))
                            for src, mi, count in given[i]]
                 self._grant(state, js, owners[i][1], kind, int(own[i]), sources)
         timings.decode_s += clock() - t2
 
     def _grant(self, state: FreeState, js: JobState, ti: int, kind: str, own: int,
-               sources: list[tuple[str, int, list[list[int]] | None]]) -> None:
+               sources: list[tuple[str | None, int, list[list[int]] | None]]) -> None:
         """Take the devices the flow gave one task (local ones: list None); fail the job if the
         real state says no."""
         devices = state.cluster.devices
@@ -550,7 +645,7 @@ class FlowPlacer:
         else:
             js.fail(state, Reason.CONTENTION, f"the {kind} it was given went to jobs ahead of it this round")
 
-    def _take_remote(self, state: FreeState, js: JobState, kind: str, own: int, model: str,
+    def _take_remote(self, state: FreeState, js: JobState, kind: str, own: int, model: str | None,
                      entries: list[list[int]]) -> tuple[DeviceGrant | None, str]:
         devices = state.cluster.devices
         locations = state.cluster.locations
@@ -588,24 +683,26 @@ class FlowPlacer:
 
     def _explain_device(self, state: FreeState, js: JobState, kind: str, own: int, want: int, best: int,
                         u_cost: int, slo_blocked: bool) -> None:
+        """Why the flow left (part of) a task's devices unscheduled: not enough within reach, the SLO,
+        waiting being cheaper, or jobs ahead of it."""
         where = state.cluster.locations[own]
-        local = int(state.free_count.get(kind, np.zeros(1, dtype=np.int64))[own]) if kind in state.free_count else 0
-        if best == np.iinfo(np.int64).max or best >= u_cost:
-            if slo_blocked:
-                js.fail(state, Reason.SLO_AT_RISK, (
-                    f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
-                    f"the SLO ({js.tau:g} s) under the current network load; postponed"))
-                return
-            if not self.options.remote:
-                js.fail(state, Reason.NO_DEVICES, f"needs {want} {kind} on {where}, {local} free there "
-                                                  f"(server-centric: no remote devices)")
-                return
-            reach = state.reachable(kind, own, js.gbps)
-            if best == np.iinfo(np.int64).max or reach < want:
-                up = state.link_cap[own]
-                js.fail(state, Reason.NO_DEVICES if reach < want else Reason.NO_BANDWIDTH, (
-                    f"needs {want} {kind}, {reach} free within {up:g} Gb/s of {where}"))
-                return
+        local = int(state.free_count[kind][own]) if kind in state.free_count else 0
+        if not self.options.remote:
+            js.fail(state, Reason.NO_DEVICES, f"needs {want} {kind} on {where}, {local} free there "
+                                              f"(server-centric: no remote devices)")
+            return
+        if slo_blocked and (best == np.iinfo(np.int64).max or best >= u_cost):
+            js.fail(state, Reason.SLO_AT_RISK, (
+                f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
+                f"the SLO ({js.tau:g} s) under the current network load; postponed"))
+            return
+        reach = state.reachable(kind, own, js.gbps)
+        if reach < want:
+            everywhere = state.total_free(kind)
+            reason = Reason.NO_DEVICES if everywhere < want or reach == everywhere else Reason.NO_BANDWIDTH
+            js.fail(state, reason, f"needs {want} {kind}, {reach} free within {state.link_cap[own]:g} Gb/s of {where}")
+            return
+        if best >= u_cost:
             js.fail(state, Reason.POSTPONED, (
                 f"waiting costs less than its best {kind} placement (cost {best / SCALE:.3f} ≥ "
                 f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed"))

@@ -25,11 +25,11 @@ def decisions_table(decisions: Decisions) -> list[Table]:
         for u in decisions.unplaced:
             waiting.add_row(u.job, str(u.reason), u.message)
         tables.append(waiting)
-    t = decisions.timings
-    if t:
+    timings = decisions.timings
+    if timings:
         timing = Table(title="timings (s)", title_justify="left")
-        for k in t:
+        for k in timings:
             timing.add_column(k, justify="right")
-        timing.add_row(*(f"{v:.4f}" for v in t.values()))
+        timing.add_row(*(f"{v:.4f}" for v in timings.values()))
         tables.append(timing)
     return tables

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.model import Cluster, DeviceKind
+from disagg.model import DEVICE_KINDS, Cluster, DeviceKind
 
 _EPS = 1e-9
 
@@ -53,19 +53,30 @@ class FreeState:
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
         self.link_names: list[str] = [f"up:{x}" for x in locations] + [f"rack:{r}" for r in cluster.racks]
         self.link_index: dict[str, int] = {name: i for i, name in enumerate(self.link_names)}
-        # Devices: per kind, per location, a list of free device indices (into cluster.devices).
-        self.kinds: tuple[DeviceKind, ...] = cluster.device_kinds
-        self.free: dict[str, list[list[int]]] = {k: [[] for _ in range(n_loc)] for k in self.kinds}
-        held = {d for a in cluster.allocations for d in a.devices}
+        # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
+        # segment slots[start[loc] : start[loc] + size[loc]], and its first free_count[loc] entries are
+        # the free ones (a stack: take from the top, give back on top).
+        # Every kind gets (possibly empty) arrays, so a request for a kind the cluster lacks finds none.
+        self.kinds: tuple[DeviceKind, ...] = DEVICE_KINDS
         loc_index = cluster.location_index
-        self.dev_loc: IntArray = np.empty(len(cluster.devices), dtype=np.int64)
-        for i, d in enumerate(cluster.devices):
-            self.dev_loc[i] = loc_index[d.location]
-            if d.health == "healthy" and d.id not in held:
-                self.free[d.kind][self.dev_loc[i]].append(i)
-        self.free_count: dict[str, IntArray] = {
-            k: np.array([len(x) for x in self.free[k]], dtype=np.int64) for k in self.kinds
-        }
+        held = {d for a in cluster.allocations for d in a.devices}
+        kinds = np.array([d.kind for d in cluster.devices], dtype=object)
+        self.dev_loc: IntArray = np.fromiter((loc_index[d.location] for d in cluster.devices), dtype=np.int64,
+                                             count=len(cluster.devices))
+        usable = np.fromiter((d.health == "healthy" and d.id not in held for d in cluster.devices), dtype=bool,
+                             count=len(cluster.devices))
+        self.slots: dict[str, IntArray] = {}
+        self.start: dict[str, IntArray] = {}
+        self.free_count: dict[str, IntArray] = {}
+        self.size: dict[str, IntArray] = {}
+        for k in self.kinds:
+            idx = np.nonzero((kinds == k) & usable)[0]
+            idx = idx[np.argsort(self.dev_loc[idx], kind="stable")]
+            counts = np.bincount(self.dev_loc[idx], minlength=n_loc).astype(np.int64)
+            self.slots[k] = idx.astype(np.int64)
+            self.start[k] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.free_count[k] = counts
+            self.size[k] = counts.copy()
         self._apply_allocations()
 
     def _apply_allocations(self) -> None:
@@ -129,37 +140,52 @@ class FreeState:
 
     def take_device(self, kind: str, loc: int, model: str | None, journal: Journal) -> int | None:
         """Take one free device of `kind` (and `model`, if given) at `loc`; None if there is none."""
-        free = self.free[kind][loc]
-        if not free:
+        counts = self.free_count.get(kind)
+        if counts is None or counts[loc] == 0:
             return None
-        devices = self.cluster.devices
-        for pos in range(len(free) - 1, -1, -1):
-            if model is None or devices[free[pos]].model == model:
-                dev = free.pop(pos)
-                self.free_count[kind][loc] -= 1
-                journal.devices.append(dev)
-                return dev
-        return None
+        slots = self.slots[kind]
+        first = int(self.start[kind][loc])
+        top = first + int(counts[loc]) - 1
+        if model is not None:
+            devices = self.cluster.devices
+            pos = next((p for p in range(top, first - 1, -1) if devices[slots[p]].model == model), -1)
+            if pos < 0:
+                return None
+            slots[pos], slots[top] = slots[top], slots[pos]
+        dev = int(slots[top])
+        counts[loc] -= 1
+        journal.devices.append(dev)
+        return dev
+
+    def free_devices(self, kind: str, loc: int) -> IntArray:
+        """The free devices of a kind at a location (indices into cluster.devices)."""
+        if kind not in self.slots:
+            return np.zeros(0, dtype=np.int64)
+        first = int(self.start[kind][loc])
+        return self.slots[kind][first:first + int(self.free_count[kind][loc])]
 
     def take_traffic(self, links: tuple[int, ...], gbps: float, journal: Journal) -> bool:
         if not links or gbps <= 0:
             return True
-        idx = np.fromiter(links, dtype=np.int64)
-        if np.any(self.link_used[idx] + gbps > self.link_cap[idx] + _EPS):
-            return False
-        self.link_used[idx] += gbps
+        used, cap = self.link_used, self.link_cap
+        for link in links:
+            if used[link] + gbps > cap[link] + _EPS:
+                return False
+        for link in links:
+            used[link] += gbps
         journal.traffic.append((links, gbps))
         return True
 
     def undo_last_traffic(self, journal: Journal) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
         links, gbps = journal.traffic.pop()
-        self.link_used[np.fromiter(links, dtype=np.int64)] -= gbps
+        for link in links:
+            self.link_used[link] -= gbps
 
     def free_by_model(self, kind: str) -> tuple[list[str], IntArray]:
         """The models of free devices of a kind and an (locations × models) array of free counts."""
         n_loc = len(self.loc_rack)
-        if kind not in self.free:
+        if kind not in self.slots:
             return ["generic"], np.zeros((n_loc, 1), dtype=np.int64)
         devices = self.cluster.devices
         models = sorted({d.model for d in devices if d.kind == kind})
@@ -167,8 +193,8 @@ class FreeState:
             return models, self.free_count[kind].reshape(-1, 1).copy()
         col = {m: i for i, m in enumerate(models)}
         out = np.zeros((n_loc, len(models)), dtype=np.int64)
-        for loc, lst in enumerate(self.free[kind]):
-            for d in lst:
+        for loc in np.nonzero(self.free_count[kind])[0]:
+            for d in self.free_devices(kind, int(loc)):
                 out[loc, col[devices[d].model]] += 1
         return models, out
 
@@ -178,10 +204,16 @@ class FreeState:
             self.cpu[m] += cpus
             self.mem[m] += mem
         devices = self.cluster.devices
-        for dev in journal.devices:
+        for dev in reversed(journal.devices):
             kind = devices[dev].kind
             loc = int(self.dev_loc[dev])
-            self.free[kind][loc].append(dev)
+            # The device sits in the taken part of its location's segment; swap it to the top of the
+            # free part.
+            pos = int(self.start[kind][loc] + self.free_count[kind][loc])
+            end = int(self.start[kind][loc] + self.size[kind][loc])
+            slots = self.slots[kind]
+            here = int(np.nonzero(slots[pos:end] == dev)[0][0]) + pos
+            slots[here], slots[pos] = slots[pos], slots[here]
             self.free_count[kind][loc] += 1
         for links, gbps in journal.traffic:
             self.link_used[np.fromiter(links, dtype=np.int64)] -= gbps
@@ -197,7 +229,8 @@ class FreeState:
         if model is None:
             return int(self.free_count[kind].sum())
         devices = self.cluster.devices
-        return sum(1 for lst in self.free[kind] for d in lst if devices[d].model == model)
+        return sum(1 for loc in np.nonzero(self.free_count[kind])[0]
+                   for d in self.free_devices(kind, int(loc)) if devices[d].model == model)
 
     def reachable(self, kind: str, own: int, gbps: float) -> int:
         """Free devices of `kind` a task on location `own` could use: its own, plus remote ones whose

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +61,15 @@ def normalize_image(image: str) -> str:
 
 def lookup(image: str, table: dict[str, Profile] | None = None) -> Profile:
     """The profile for an image, or NEUTRAL when the image is unknown."""
+    if table is None:
+        return _lookup_shipped(image)
+    return table.get(normalize_image(image), NEUTRAL)
+
+
+@lru_cache(maxsize=4096)
+def _lookup_shipped(image: str) -> Profile:
+    """Lookups in the shipped set are pure, so they are cached (a queue repeats its images)."""
     from disagg.profiles.rodinia import ALIASES, RODINIA
 
-    profiles = RODINIA if table is None else table
     key = normalize_image(image)
-    key = ALIASES.get(key, key)
-    return profiles.get(key, NEUTRAL)
+    return RODINIA.get(ALIASES.get(key, key), NEUTRAL)

@@ -1,0 +1,77 @@
+"""`disagg place` and `disagg bench placement` as a user runs them (subprocess, real exit codes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DISAGG = [sys.executable, "-m", "disagg.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DISAGG, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na", "firmament", "greedy", "random-remote", "fifo"])
+def test_place_json_has_the_documented_shape(policy: str) -> None:
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", "examples/drmaestro-jobs.yaml",
+              "--policy", policy, "--json", "--now", "10", "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["policy"] == policy
+    assert set(data["timings"]) >= {"build_s", "solve_s", "decode_s", "round_s"}
+    names = [p["job"] for p in data["placed"]] + [u["job"] for u in data["unplaced"]]
+    assert sorted(names) == sorted(["nw-1", "hotspot-1", "srad-1", "bptree-1", "lavamd-1", "pathfinder-1", "big-1"])
+    for p in data["placed"]:
+        for t in p["tasks"]:
+            assert set(t) >= {"task", "machine", "cpus", "memory_gb", "devices"}
+            for d in t["devices"]:
+                assert set(d) >= {"id", "kind", "remote"}
+    for u in data["unplaced"]:
+        assert u["reason"]
+
+
+def test_place_table_output_names_jobs_and_reasons() -> None:
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", "examples/drmaestro-jobs.yaml",
+              "--policy", "firmament")
+    assert out.returncode == 0, out.stderr
+    assert "placed" in out.stdout and "waiting" in out.stdout and "srad-1" in out.stdout
+
+
+def test_bad_spec_exits_2_names_the_field_and_places_nothing(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - {name: j1, tasks: {count: -1, gpu: 2}}\n")
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", str(jobs), "--json")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert "jobs.yaml" in out.stderr and "jobs[0].tasks.count" in out.stderr and "-1" in out.stderr
+
+
+def test_job_that_never_fits_is_an_error(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps({"jobs": [{"name": "huge", "tasks": {"gpu": 17}}]}))
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", str(jobs))
+    assert out.returncode == 2
+    assert "can never fit" in out.stderr and "needs 17 gpu" in out.stderr
+
+
+def test_unknown_policy_lists_the_known_ones() -> None:
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", "examples/drmaestro-jobs.yaml",
+              "--policy", "best")
+    assert out.returncode == 2
+    assert "unknown policy 'best'" in out.stderr and "drmaestro-na" in out.stderr
+
+
+def test_bench_placement_prints_numbers() -> None:
+    out = run("bench", "placement", "--machines", "80", "--gpus-per-machine", "4", "--pending", "60",
+              "--policy", "drmaestro", "--seed", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) >= {"machines", "pending", "placed", "build_s", "solve_s", "decode_s", "round_s", "peak_rss_mb"}
+    assert data["machines"] == 80 and data["pending"] == 60 and 0 < data["placed"] <= 60
+    assert data["round_s"] >= data["solve_s"] > 0

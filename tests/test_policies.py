@@ -1,0 +1,164 @@
+"""Every policy on hand-built snapshots: the behaviours that tell the policies apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from disagg.model import Allocation, load_cluster, load_jobs
+from disagg.placement import Reason
+from disagg.placement.registry import POLICIES, UnknownPolicyError, get_policy, register
+from tests.builders import make_cluster, make_job
+from tests.harness import SERVER_CENTRIC, PlacementHarness, placed, reason
+
+ALL = list(POLICIES)
+
+
+def test_registry_has_the_six_policies_and_refuses_duplicates() -> None:
+    assert set(ALL) == {"drmaestro", "drmaestro-na", "firmament", "greedy", "random-remote", "fifo"}
+    with pytest.raises(ValueError, match="already registered"):
+        register("fifo", POLICIES["fifo"])
+    with pytest.raises(UnknownPolicyError, match="known policies: drmaestro, drmaestro-na"):
+        get_policy("nope")
+
+
+@pytest.mark.parametrize("policy", ALL)
+@pytest.mark.parametrize("name", ["drmaestro", "flowos"])
+def test_examples_give_valid_explained_decisions(examples: Path, name: str, policy: str) -> None:
+    cluster = load_cluster(examples / f"{name}-testbed.yaml")
+    jobs = load_jobs(examples / f"{name}-jobs.yaml", cluster)
+    decisions = PlacementHarness(cluster, jobs).run(policy)
+    if name == "flowos" and policy in SERVER_CENTRIC:
+        # Every FlowOS device sits in an I/O box: a server-centric policy can place nothing there.
+        assert not decisions.placed
+        assert {u.reason for u in decisions.unplaced} <= {Reason.NO_DEVICES, Reason.CONTENTION}
+    else:
+        assert decisions.placed, f"{policy} placed nothing on the {name} example"
+
+
+def starved_cluster():  # type: ignore[no-untyped-def]
+    """m0 has cpus but its GPUs are held; m1 has free GPUs but no cpus: spare GPUs on a CPU-starved machine."""
+    c = make_cluster(machines=2, gpus=4, cpus=20, uplink_gbps=10)
+    warm = (Allocation("warm-gpu", "m0", 4, 16, ("m0/gpu0", "m0/gpu1", "m0/gpu2", "m0/gpu3")),
+            Allocation("warm-cpu", "m1", 20, 64))
+    return type(c)(c.machines, c.pools, c.devices, c.rack_uplink_gbps, warm)
+
+
+@pytest.mark.parametrize(("policy", "places"), [
+    ("drmaestro", True), ("drmaestro-na", True), ("random-remote", True), ("fifo", True),
+    ("firmament", False), ("greedy", False),
+])
+def test_spare_gpus_on_cpu_starved_machines_need_disaggregation(policy: str, places: bool) -> None:
+    job = make_job("nw", gpu=2, slo_s=400)
+    decisions = PlacementHarness(starved_cluster(), [job]).run(policy)
+    if places:
+        (machine, devices), = placed(decisions)["nw"]
+        assert machine == "m0" and all(remote and d.startswith("m1/") for d, remote in devices)
+    else:
+        why, message = reason(decisions, "nw")
+        assert why == Reason.NO_DEVICES
+        assert "2 gpu" in message
+
+
+def test_na_postpones_a_remote_placement_that_would_miss_the_slo_under_load() -> None:
+    c = starved_cluster()
+    busy = c.allocations + (Allocation("iperf", "m1", 0, 0, (), 6.0),)
+    loaded = type(c)(c.machines, c.pools, c.devices, c.rack_uplink_gbps, busy)
+    job = make_job("nw", gpu=2, slo_s=260)  # NW: 200 s local, ~220 s remote idle, ~355 s at 94% load
+    plain = PlacementHarness(loaded, [job]).run("drmaestro")
+    assert "nw" in placed(plain), "plain DRMaestro ignores the load"
+    aware = PlacementHarness(loaded, [job]).run("drmaestro-na")
+    why, message = reason(aware, "nw")
+    assert why == Reason.SLO_AT_RISK and "SLO" in message
+    # With a looser SLO the NA policy places it too.
+    relaxed = PlacementHarness(loaded, [make_job("nw", gpu=2, slo_s=600)]).run("drmaestro-na")
+    assert "nw" in placed(relaxed)
+
+
+def test_na_prefers_the_quiet_remote_machine() -> None:
+    c = make_cluster(machines=3, gpus=2, cpus=20)
+    warm = (Allocation("g", "m0", 2, 8, ("m0/gpu0", "m0/gpu1")), Allocation("c1", "m1", 20, 8, (), 6.0),
+            Allocation("c2", "m2", 20, 8))
+    cluster = type(c)(c.machines, c.pools, c.devices, c.rack_uplink_gbps, warm)
+    decisions = PlacementHarness(cluster, [make_job("nw", gpu=2, slo_s=1000)]).run("drmaestro-na")
+    (_, devices), = placed(decisions)["nw"]
+    assert all(d.startswith("m2/") for d, _ in devices), devices
+
+
+def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
+    # NW takes 200 s locally; an SLO of 50 s makes any placement cost more than waiting at W=0.
+    cluster = make_cluster(machines=1, gpus=2)
+    job = make_job("late", gpu=1, slo_s=50)
+    first = PlacementHarness(cluster, [job]).run("drmaestro")
+    assert reason(first, "late")[0] == Reason.POSTPONED
+    rounds = 0
+    while "late" not in placed(PlacementHarness(cluster, [job]).run("drmaestro")):
+        job = job.waited()
+        rounds += 1
+        assert rounds < 100, "W must grow until placing wins"
+    assert job.wait_rounds == rounds > 0
+
+
+def test_gang_is_all_or_nothing_and_gives_back_what_it_took() -> None:
+    # Two machines with 8 free cpus: a 3-task gang of 8 cpus cannot fit; a 1-task job behind it can.
+    cluster = make_cluster(machines=2, gpus=2, cpus=8)
+    gang = make_job("gang", count=3, cpus=8, gpu=1, submit_s=0)
+    small = make_job("small", count=1, cpus=8, gpu=1, submit_s=1)
+    for policy in ALL:
+        decisions = PlacementHarness(cluster, [gang, small]).run(policy)
+        assert "gang" not in placed(decisions)
+        if policy != "fifo":  # FIFO blocks behind the head of the queue, by design
+            assert "small" in placed(decisions), policy
+
+
+def test_gang_that_fits_only_across_machines_uses_several() -> None:
+    cluster = make_cluster(machines=3, gpus=1, cpus=8)
+    decisions = PlacementHarness(cluster, [make_job("mpi", count=3, cpus=8, gpu=1)]).run("drmaestro")
+    machines = sorted(m for m, _ in placed(decisions)["mpi"])
+    assert machines == ["m0", "m1", "m2"]
+
+
+def test_reason_names_resource_and_shortfall_within_reach() -> None:
+    # m0: cpus, no free GPUs; m1: 2 free GPUs behind a full uplink; m2: 3 free GPUs, no cpus.
+    c = make_cluster(machines=3, gpus=3, cpus=20, uplink_gbps=10)
+    warm = (Allocation("g0", "m0", 2, 8, ("m0/gpu0", "m0/gpu1", "m0/gpu2")),
+            Allocation("g1", "m1", 20, 8, ("m1/gpu0",), 10.0), Allocation("c2", "m2", 20, 8))
+    cluster = type(c)(c.machines, c.pools, c.devices, c.rack_uplink_gbps, warm)
+    decisions = PlacementHarness(cluster, [make_job("big", gpu=4, slo_s=1000)]).run("drmaestro")
+    why, message = reason(decisions, "big")
+    assert why == Reason.NO_BANDWIDTH  # 5 free in all, 2 of them behind a full link
+    assert message == "needs 4 gpu, 3 free within 10 Gb/s of m0"
+
+
+def test_fifo_blocks_behind_the_head_and_says_so() -> None:
+    cluster = make_cluster(machines=1, gpus=2)
+    head = make_job("head", gpu=4, submit_s=0)
+    behind = make_job("behind", gpu=1, submit_s=1)
+    fifo = PlacementHarness(cluster, [head, behind]).run("fifo")
+    assert reason(fifo, "behind") == (Reason.BLOCKED, "waits behind head (first in, first out)")
+    assert "behind" in placed(PlacementHarness(cluster, [head, behind]).run("drmaestro"))
+
+
+def test_pinned_model_gets_that_model_and_others_leave_it(examples: Path) -> None:
+    cluster = load_cluster(examples / "flowos-testbed.yaml")
+    jobs = load_jobs(examples / "flowos-jobs.yaml", cluster)
+    decisions = PlacementHarness(cluster, jobs).run("drmaestro")
+    (machine, devices), = placed(decisions)["slice3-mnist"]
+    assert devices == [("iobox0/gpu4", True)]  # the only P40
+
+
+def test_queue_order_is_longest_wait_first() -> None:
+    cluster = make_cluster(machines=1, gpus=1)
+    old, new = make_job("old", submit_s=0), make_job("new", submit_s=50)
+    for policy in ("drmaestro", "firmament", "fifo", "random-remote"):
+        decisions = PlacementHarness(cluster, [new, old], now=100).run(policy)
+        assert list(placed(decisions)) == ["old"], policy
+
+
+def test_random_remote_is_seeded() -> None:
+    c = starved_cluster()
+    job = make_job("nw", gpu=2)
+    a = PlacementHarness(c, [job], seed=7).run("random-remote")
+    b = PlacementHarness(c, [job], seed=7).run("random-remote")
+    assert placed(a) == placed(b)

@@ -1,0 +1,100 @@
+"""The specs users write: examples load, bad input names file, field, value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from disagg.model import SpecError, load_cluster, load_jobs, parse_cluster, parse_jobs
+
+GOOD_CLUSTER = {
+    "machines": [{"name": "m0", "rack": "r0", "cpus": 20, "memory_gb": 512, "uplink_gbps": 10,
+                  "devices": {"gpu": {"model": "K80", "count": 4}, "nvme": {"count": 1}}}],
+    "pools": [{"name": "box0", "rack": "r0", "uplink_gbps": 40, "devices": {"gpu": {"model": "P100", "count": 4}}}],
+    "network": {"rack_uplink_gbps": 100},
+    "allocations": [{"job": "warm0", "machine": "m0", "cpus": 10, "memory_gb": 64, "devices": ["m0/gpu0"],
+                     "network_gbps": 2}],
+}
+
+
+def test_issue_example_cluster_builds_stable_device_ids() -> None:
+    cluster = parse_cluster(GOOD_CLUSTER)
+    ids = [d.id for d in cluster.devices]
+    assert ids == ["m0/gpu0", "m0/gpu1", "m0/gpu2", "m0/gpu3", "m0/nvme0",
+                   "box0/gpu0", "box0/gpu1", "box0/gpu2", "box0/gpu3"]
+    assert cluster.allocations[0].devices == ("m0/gpu0",)
+    assert cluster.path("m0", "box0") == ("up:m0", "up:box0")
+
+
+def test_pool_with_two_models_numbers_devices_across_groups() -> None:
+    cluster = parse_cluster({"machines": [{"name": "n0", "cpus": 10, "memory_gb": 128}],
+                             "pools": [{"name": "io", "devices": {"gpu": [{"model": "P100", "count": 2},
+                                                                        {"model": "P40", "count": 1}]}}]})
+    assert [(d.id, d.model) for d in cluster.devices] == [("io/gpu0", "P100"), ("io/gpu1", "P100"), ("io/gpu2", "P40")]
+
+
+@pytest.mark.parametrize("name", ["drmaestro", "flowos"])
+def test_shipped_examples_load(examples: Path, name: str) -> None:
+    cluster = load_cluster(examples / f"{name}-testbed.yaml")
+    jobs = load_jobs(examples / f"{name}-jobs.yaml", cluster)
+    assert cluster.machines and jobs
+
+
+def _bad_cluster(**change: object) -> dict[str, object]:
+    data: dict[str, object] = {k: v for k, v in GOOD_CLUSTER.items()}
+    data.update(change)
+    return data
+
+
+@pytest.mark.parametrize(("data", "pattern"), [
+    (_bad_cluster(machines=[{"name": "m0", "cpus": -2, "memory_gb": 1}]), r"machines\[0\]\.cpus: value -2"),
+    (_bad_cluster(machines=[{"name": "m0", "cpus": 2, "memory_gb": 1, "gpus": 4}]),
+     r"machines\[0\]\.gpus: unknown field 'gpus' \(allowed: name, rack, cpus"),
+    (_bad_cluster(machines=[{"name": "m0", "cpus": 2, "memory_gb": 1},
+                            {"name": "m0", "cpus": 2, "memory_gb": 1}], allocations=[]), r"name 'm0' is used 2 times"),
+    (_bad_cluster(allocations=[{"job": "w", "machine": "m0", "devices": ["m0/gpu9"]}]),
+     r"allocations\[0\]\.devices\[0\]: device 'm0/gpu9' does not exist"),
+    (_bad_cluster(allocations=[{"job": "w", "machine": "m9"}]), r"allocations\[0\]\.machine: value 'm9'"),
+    (_bad_cluster(allocations=[{"job": "a", "machine": "m0", "cpus": 15}, {"job": "b", "machine": "m0", "cpus": 15}]),
+     r"machine 'm0' has 20 cpus, allocations use 30"),
+    (_bad_cluster(allocations=[{"job": "a", "machine": "m0", "devices": ["m0/gpu1"]},
+                               {"job": "b", "machine": "m0", "devices": ["m0/gpu1"]}]),
+     r"device 'm0/gpu1' is already given to 'a'"),
+    (_bad_cluster(machines=[]), r"machines: value \[\] is not allowed"),
+    ([1, 2], r"expected a mapping"),
+], ids=["negative", "unknown-field", "duplicate", "bad-device-id", "unknown-machine", "over-allocated",
+        "device-twice", "no-machines", "not-a-mapping"])
+def test_bad_cluster_names_the_problem(data: object, pattern: str) -> None:
+    with pytest.raises(SpecError, match=pattern) as info:
+        parse_cluster(data, "cluster.yaml")
+    assert str(info.value).startswith("cluster.yaml: ")
+
+
+@pytest.mark.parametrize(("jobs", "pattern"), [
+    ([{"name": "j", "tasks": {"count": -1}}], r"jobs\[0\]\.tasks\.count: value -1 is not allowed"),
+    ([{"name": "j", "tasks": {"gpux": 1}}], r"unknown field 'gpux' \(allowed: count, cpus"),
+    ([{"name": "j"}, {"name": "j"}], r"name 'j' is used 2 times"),
+    ([{"name": "j", "tasks": {"cpus": 64}}], r"jobs\[0\] \(j\): can never fit on this cluster: each task needs 64 cpus"),
+    ([{"name": "j", "tasks": {"gpu": 9}}], r"needs 9 gpu in all; the cluster has 8"),
+    ([{"name": "j", "tasks": {"gpu": 1, "gpu_model": "H100"}}], r"needs 1 gpu of model H100 in all; the cluster has 0"),
+    ([{"name": "j", "importance": 0}], r"jobs\[0\]\.importance: value 0"),
+], ids=["negative-count", "unknown-field", "duplicate", "cpus-never-fit", "gpus-never-fit", "model-missing",
+        "importance-range"])
+def test_bad_jobs_name_the_problem(jobs: list[dict[str, object]], pattern: str) -> None:
+    cluster = parse_cluster(GOOD_CLUSTER)
+    with pytest.raises(SpecError, match=pattern):
+        parse_jobs({"jobs": jobs}, cluster, "jobs.yaml")
+
+
+def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read file"):
+        load_cluster(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("machines: [\n")
+    with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML"):
+        load_cluster(bad)
+    badjson = tmp_path / "bad.json"
+    badjson.write_text("{")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        load_cluster(badjson)
