@@ -122,3 +122,59 @@ def test_rest_jobs_run_on_slurm_slices_beside_users_own_jobs(
         assert live == []
     finally:
         site.run(["scancel", *foreign], check=False)
+
+
+def test_a_killed_slurmd_requeues_the_job_and_returns_its_devices(
+    slurm_cluster: SlurmCluster, slurm_service: Service
+) -> None:
+    import os
+    import signal
+
+    engine = slurm_service.engine
+    assert isinstance(engine, SlurmEngine)
+    before = engine.node_gres()
+    marker = slurm_cluster.site.root / f"attempts-{time.monotonic_ns()}"
+    # the first attempt runs long (it gets killed); the second one ends quickly
+    command = ["bash", "-c", f'echo "$DISAGG_ATTEMPT" >> {marker}; '
+               'if [ "$DISAGG_ATTEMPT" = 1 ]; then sleep 120; fi; echo "done on $SLURMD_NODENAME"']
+    headers = {"Authorization": f"Bearer {slurm_service.store.create_token('bob')}"}
+    client = TestClient(create_app(slurm_service.controller))
+    r = client.post("/v1/jobs", headers=headers, json={
+        "name": "victim", "command": command, "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0, "gpu": 1}})
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+
+    def job() -> dict[str, Any]:
+        out: dict[str, Any] = client.get(f"/v1/jobs/{jid}", headers=headers).json()
+        return out
+
+    deadline = time.monotonic() + 30
+    while not (marker.exists() and job()["state"] == "running"):
+        assert time.monotonic() < deadline, job()
+        time.sleep(0.1)
+    first = job()
+    node = f"{first['slice']}-m0"
+    first_devices = {d["id"] for t in first["placement"] for d in t["devices"]}
+    pid = engine.nodes.slurmd_pid(node)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)                       # the slice machine fails
+
+    deadline = time.monotonic() + 60
+    while job()["state"] != "completed":
+        assert time.monotonic() < deadline, job()
+        assert job()["state"] not in ("failed", "cancelled"), job()
+        time.sleep(0.2)
+    final = job()
+    assert final["attempts"] == 2
+    assert final["slice"] != first["slice"]
+    assert marker.read_text().split() == ["1", "2"]
+    with slurm_service.store.read() as s:
+        from disagg.store.models import DeviceRow
+        held = {d.id for d in s.query(DeviceRow).filter(DeviceRow.slice_id.is_not(None))}
+    deadline = time.monotonic() + 20
+    while engine.node_gres() != before or held & first_devices:
+        assert time.monotonic() < deadline, (engine.node_gres(), held)
+        time.sleep(0.2)
+        with slurm_service.store.read() as s:
+            held = {d.id for d in s.query(DeviceRow).filter(DeviceRow.slice_id.is_not(None))}
+    assert node not in engine.node_gres()

@@ -168,6 +168,7 @@ class SlurmEngine(Engine):
         if not spec.machines:
             raise ValueError(f"slice {spec.slice_id}: no machines to run on")
         d.mkdir(parents=True, exist_ok=True)
+        (d / "nodes").write_text("\n".join(m.name for m in spec.machines) + "\n")
         (d / "task.sh").write_text(self._task_script(spec))
         (d / "job.sh").write_text(self._job_script(spec, d))
         args = ["sbatch", "--parsable", "--hold", f"--job-name={name}",
@@ -240,7 +241,25 @@ class SlurmEngine(Engine):
             self.site.run(["scontrol", "release", job_id])
 
     def status(self, handle: str) -> TaskStatus:
-        """Slurm's state of the job; after it left slurmctld's memory, the exit code file decides."""
+        """Slurm's state of the job; after it left slurmctld's memory, the exit code file decides.
+
+        A job that is not over (or failed) while one of its slice machines is down (its slurmd gone,
+        or Slurm marks the node DOWN/NOT_RESPONDING) is `lost`: the machine failed, not the job, and
+        the controller re-queues it rather than reporting the job's failure.
+        """
+        st = self._slurm_status(handle)
+        if st.state in ("pending", "held", "running", "failed"):
+            for name in self._slice_nodes(self._split(handle)[1]):
+                why = self.nodes.down(name, ask_slurm=st.state == "failed")
+                if why:
+                    return TaskStatus("lost", None, f"slice machine {name} is down ({why}); {st.detail}")
+        return st
+
+    def _slice_nodes(self, key: str) -> list[str]:
+        path = self._job_dir(key) / "nodes"
+        return path.read_text().split() if path.exists() else []
+
+    def _slurm_status(self, handle: str) -> TaskStatus:
         job_id, key = self._split(handle)
         d = self._job_dir(key)
         job = self._find(job_id) if job_id is not None else None

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from disagg.engines.slurm_site import SlurmError, SlurmSite
 
 
@@ -130,10 +132,16 @@ class DynamicNodes:
         pidfile = self.node_dir(name) / "slurmd.pid"
         try:
             pid = int(pidfile.read_text())
-            os.kill(pid, 0)
         except (OSError, ValueError):
             return None
-        return pid
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)   # reap it if it is our child and died (a zombie looks alive)
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE and proc.name() == "slurmd"
+        except psutil.Error:
+            return None
+        return pid if alive else None
 
     def join(self, spec: NodeSpec) -> JoinedNode:
         """Boot the slice machine (namespace + slurmd) and wait until Slurm shows it idle. Idempotent."""
@@ -194,6 +202,20 @@ class DynamicNodes:
                 start_new_session=True, env={**os.environ, "SLURM_CONF": str(d / "slurm.conf")},
             )
         (d / "slurmd.pid").write_text(str(proc.pid))
+
+    def down(self, name: str, ask_slurm: bool = True) -> str | None:
+        """Why a joined slice machine is down (its slurmd is gone, or Slurm says so), None if it is up
+        or was never joined / already left (then it is not a failure)."""
+        if self.record(name) is None:
+            return None
+        if self.slurmd_pid(name) is None:
+            return "its slurmd is gone"
+        if ask_slurm:
+            state = self.node_state(name) or []
+            bad = [s for s in state if s in ("DOWN", "NOT_RESPONDING", "FAIL", "FAILING")]
+            if bad:
+                return f"Slurm shows it {'+'.join(bad)}"
+        return None
 
     def node_state(self, name: str) -> list[str] | None:
         """Slurm's state of a node as words (['IDLE', 'DYNAMIC_NORM']), or None if Slurm does not know it."""
