@@ -56,7 +56,7 @@ def test_sensitivity_reproduces_seed_experiment_1(app: str, idle: float, loaded:
 def test_vector_phi_matches_scalar_phi() -> None:
     share = np.linspace(0, 1, 7)
     load = np.linspace(0, 1.5, 7)
-    for p in list(RODINIA.values()) + [NEUTRAL]:
+    for p in [*list(RODINIA.values()), NEUTRAL]:
         vec = expected_vec(p, share, load, 300.0)
         scalar = [expected_s(p, s, lo, 300.0) for s, lo in zip(share, load, strict=True)]
         assert np.allclose(vec, scalar)

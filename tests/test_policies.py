@@ -63,7 +63,7 @@ def test_spare_gpus_on_cpu_starved_machines_need_disaggregation(policy: str, pla
 
 def test_na_postpones_a_remote_placement_that_would_miss_the_slo_under_load() -> None:
     c = starved_cluster()
-    busy = c.allocations + (Allocation("iperf", "m1", 0, 0, (), 6.0),)
+    busy = (*c.allocations, Allocation("iperf", "m1", 0, 0, (), 6.0))
     loaded = type(c)(c.machines, c.pools, c.devices, c.rack_uplink_gbps, busy)
     job = make_job("nw", gpu=2, slo_s=260)  # NW: 200 s local, ~220 s remote idle, ~355 s at 94% load
     plain = PlacementHarness(loaded, [job]).run("drmaestro")
@@ -144,7 +144,7 @@ def test_pinned_model_gets_that_model_and_others_leave_it(examples: Path) -> Non
     cluster = load_cluster(examples / "flowos-testbed.yaml")
     jobs = load_jobs(examples / "flowos-jobs.yaml", cluster)
     decisions = PlacementHarness(cluster, jobs).run("drmaestro")
-    (machine, devices), = placed(decisions)["slice3-mnist"]
+    (_machine, devices), = placed(decisions)["slice3-mnist"]
     assert devices == [("iobox0/gpu4", True)]  # the only P40
 
 

@@ -62,6 +62,8 @@ LOAD_COST = 0.2
 SCAN_LIMIT = 64
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
 PREFERRED = 8
+#: How many of its shape's cheapest machines a class prices itself.
+CLASS_HEAD = 256
 #: How many aggregator → machine arcs phase 1 may spend in all (shared among request shapes).
 AGG_ARC_BUDGET = 200_000
 
@@ -138,7 +140,7 @@ def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, Fl
     return base, ts, rf, sens
 
 
-def expected_arrays(params: tuple[FloatArray, FloatArray, FloatArray, FloatArray], remote_share: FloatArray,
+def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
                     load: FloatArray) -> FloatArray:
     """`profiles.expected_s` for many jobs at once."""
     base, ts, rf, sens = params
@@ -162,7 +164,8 @@ class FlowPlacer:
         state = FreeState(snapshot)
         ordered = order_queue(queue, now)
         admitted, refused = admit(state, ordered)
-        jobs = [self._job_state(j, i) for i, j in enumerate(admitted)]
+        profiles: dict[tuple[str, float | None], tuple[Profile, float, float]] = {}
+        jobs = [self._job_state(j, i, profiles) for i, j in enumerate(admitted)]
         self._queue_len = len(jobs)
         timings.build_s += clock() - start
         pending = jobs
@@ -196,13 +199,15 @@ class FlowPlacer:
             stats={"admitted": len(admitted), "iterations": iterations},
         )
 
-    def _job_state(self, job: Job, order: int) -> JobState:
-        profile = profile_of(job)
-        tau = goal_s(job, profile)
-        return JobState(
-            job=job, order=order, profile=profile, tau=tau, z=job.importance,
-            gbps=remote_gbps(job, profile), phi_local=phi(job, profile, 0.0, 0.0),
-        )
+    def _job_state(self, job: Job, order: int, cache: dict[tuple[str, float | None], tuple[Profile, float, float]]
+                   ) -> JobState:
+        key = (job.image, job.slo_s)
+        if key not in cache:
+            profile = profile_of(job)
+            cache[key] = (profile, goal_s(job, profile), phi(job, profile, 0.0, 0.0))
+        profile, tau, phi_local = cache[key]
+        return JobState(job=job, order=order, profile=profile, tau=tau, z=job.importance,
+                        gbps=remote_gbps(job, profile), phi_local=phi_local)
 
     # -- phase 1: cpu and memory -------------------------------------------------------------------
 
@@ -236,7 +241,8 @@ class FlowPlacer:
         groups: dict[tuple[object, ...], list[int]] = {}
         for c in range(len(classes)):
             t = representative[c].job.tasks
-            shape: tuple[object, ...] = (t.cpus, t.memory_gb, tuple(sorted(t.devices.items())), tuple(sorted(t.models.items())))
+            shape: tuple[object, ...] = (t.cpus, t.memory_gb, tuple(sorted(t.devices.items())),
+                                         tuple(sorted(t.models.items())))
             groups.setdefault(shape, []).append(c)
         n_groups = len(groups)
         pref_t: list[IntArray] = []
@@ -287,20 +293,26 @@ class FlowPlacer:
             agg_h.append(cand)
             agg_c.append(fit[cand])
             agg_w.append(proxy)
+            # A class prices only the group's cheapest machines: its offset to X and its own
+            # preferred machines come from there (the rest it reaches through X).
+            head = np.arange(len(cand))
+            if len(cand) > CLASS_HEAD:
+                head = np.argpartition(proxy, CLASS_HEAD - 1)[:CLASS_HEAD]
+            h_share, h_load, h_pref, h_proxy, h_cand = share[head], load[head], pref[head], proxy[head], cand[head]
             for c in members:
                 js = representative[c]
-                ph = expected_vec(js.profile, share, load, js.tau)
-                cost = placing_cost(ph, js.tau, js.z, pref)
+                ph = expected_vec(js.profile, h_share, h_load, js.tau)
+                cost = placing_cost(ph, js.tau, js.z, h_pref)
                 if want_total and opts.remote:
                     ends = expected_vec(js.profile, np.array([0.0, 1.0]), np.zeros(2), js.tau)
                     both = placing_cost(ends, js.tau, js.z, P_LOCAL)
                     surcharges.append(int(both[1] - both[0]))
-                allowed = np.ones(len(cand), dtype=bool)
+                allowed = np.ones(len(h_cand), dtype=bool)
                 if opts.network_aware:
-                    allowed = ~((share > 0) & (ph > js.tau) & (ph > js.phi_local))
+                    allowed = ~((h_share > 0) & (ph > js.tau) & (ph > js.phi_local))
                 if not allowed.any():
                     continue
-                offset = int(np.max(cost[allowed] - proxy[allowed]))
+                offset = int(np.max(cost[allowed] - h_proxy[allowed]))
                 to_agg_t.append(c)
                 to_agg_g.append(g)
                 to_agg_c.append(int(class_tasks[c]))
@@ -309,8 +321,8 @@ class FlowPlacer:
                 if len(top) > PREFERRED:
                     top = top[np.argpartition(cost[top], PREFERRED - 1)[:PREFERRED]]
                 pref_t.append(np.full(len(top), c, dtype=np.int64))
-                pref_h.append(cand[top])
-                pref_c.append(np.minimum(fit[cand[top]], class_tasks[c]))
+                pref_h.append(h_cand[top])
+                pref_c.append(np.minimum(fit[h_cand[top]], class_tasks[c]))
                 pref_w.append(cost[top])
                 class_min_cost[c] = int(cost[allowed].min())
 
@@ -475,19 +487,26 @@ class FlowPlacer:
         n_loc = len(state.loc_rack)
         owners: list[tuple[JobState, int]] = [(js, ti) for js in jobs for ti in range(len(js.machines))]
         n_tasks = len(owners)
-        own = np.array([js.machines[ti] for js, ti in owners], dtype=np.int64)
-        want = np.array([js.job.tasks.wants(kind) for js, _ in owners], dtype=np.int64)
-        tau = np.array([js.tau for js, _ in owners])
-        z = np.array([js.z for js, _ in owners])
-        gbps = np.array([js.gbps for js, _ in owners])
-        waits = np.array([js.job.wait_rounds for js, _ in owners])
-        phi_local = np.array([js.phi_local for js, _ in owners])
+        per_task = np.array([len(js.machines) for js in jobs], dtype=np.int64)
+
+        def spread(values: list[float] | list[int]) -> NDArray[np.float64]:
+            """A per-job value, once per task."""
+            return np.repeat(np.asarray(values, dtype=np.float64), per_task)
+
+        own = np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=n_tasks)
+        want = spread([js.job.tasks.wants(kind) for js in jobs]).astype(np.int64)
+        tau = spread([js.tau for js in jobs])
+        z = spread([js.z for js in jobs])
+        gbps = spread([js.gbps for js in jobs])
+        waits = spread([js.job.wait_rounds for js in jobs])
+        phi_local = spread([js.phi_local for js in jobs])
+        orders = spread([js.order for js in jobs])
         models, free = state.free_by_model(kind)
         n_models = len(models)
         model_of = {m: i for i, m in enumerate(models)}
         # -1: any model; -2: a model that has no free device at all.
-        pinned = np.array([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
-                           for js, _ in owners], dtype=np.int64)
+        pinned = spread([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
+                         for js in jobs]).astype(np.int64)
         load = state.link_load()
         headroom = state.link_cap - state.link_used
 
@@ -504,7 +523,7 @@ class FlowPlacer:
         idx = np.arange(n_tasks, dtype=np.int64)
 
         local_cost = placing_cost(phi_local, tau, z, P_LOCAL)
-        u_cost = unscheduled_cost(tau, z, waits) + age_bonus([js.order for js, _ in owners], self._queue_len)
+        u_cost = unscheduled_cost(tau, z, waits) + age_bonus(orders, self._queue_len)
         net.add_arcs("task->U", task0 + idx, unsched, want, u_cost)
         never = np.iinfo(np.int64).max
         best_cost = np.full(n_tasks, never, dtype=np.int64)
@@ -515,7 +534,7 @@ class FlowPlacer:
             can_send = headroom[own] + 1e-9 >= gbps
             load_rack = load[own] if opts.network_aware else np.zeros(n_tasks)
             load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n_tasks)
-            params = profile_arrays([js for js, _ in owners])
+            params = tuple(np.repeat(a, per_task) for a in profile_arrays(jobs))
             phi_rack = expected_arrays(params, np.ones(n_tasks), load_rack)
             phi_cross = expected_arrays(params, np.ones(n_tasks), load_cross)
             rack_cost = placing_cost(phi_rack, tau, z, P_RACK)
@@ -591,7 +610,17 @@ class FlowPlacer:
             remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
         f_unsched = flows[net.block("task->U")]
 
-        # Decode in queue order; a task that cannot get all its devices fails its whole job.
+        # Tasks whose devices are all local come first, in one vectorised step: the flow never sends
+        # more to a location than it has free, so they cannot fail; only models could say otherwise.
+        done = np.zeros(n_tasks, dtype=bool)
+        if n_models == 1:
+            f_local = np.zeros(n_tasks, dtype=np.int64)
+            local_sel = local_flow[0][1]
+            f_local[local_sel] = flows[net.block("local:0")]
+            done = (f_local == want) & (f_unsched == 0) & (want > 0)
+            self._grant_local(state, kind, owners, own, want, done)
+
+        # The rest in queue order; a task that cannot get all its devices fails its whole job.
         tasks_of: dict[int, list[int]] = {}
         for i, (js, _) in enumerate(owners):
             tasks_of.setdefault(id(js), []).append(i)
@@ -599,6 +628,8 @@ class FlowPlacer:
             for i in tasks_of[id(js)]:
                 if js.failure is not None:
                     break
+                if done[i]:
+                    continue
                 if f_unsched[i] > 0:
                     self._explain_device(state, js, kind, int(own[i]), int(want[i]), int(best_cost[i]),
                                          int(u_cost[i]), bool(slo_blocked[i]))
@@ -609,6 +640,33 @@ class FlowPlacer:
                            for src, mi, count in given[i]]
                 self._grant(state, js, owners[i][1], kind, int(own[i]), sources)
         timings.decode_s += clock() - t2
+
+    def _grant_local(self, state: FreeState, kind: str, owners: list[tuple[JobState, int]], own: IntArray,
+                     want: IntArray, chosen: NDArray[np.bool_]) -> None:
+        """Hand the chosen tasks their local devices from the top of each location's stack."""
+        idx = np.nonzero(chosen)[0]
+        if len(idx) == 0:
+            return
+        locs, wants = own[idx], want[idx]
+        order = np.lexsort((idx, locs))
+        idx, locs, wants = idx[order], locs[order], wants[order]
+        # Within a location, each task takes the next `want` devices down from the top.
+        first_of_loc = np.r_[True, locs[1:] != locs[:-1]]
+        cum = np.cumsum(wants)
+        base = np.maximum.accumulate(np.where(first_of_loc, cum - wants, 0))
+        before = cum - wants - base
+        top = state.start[kind][locs] + state.free_count[kind][locs]
+        slots = state.slots[kind]
+        devices = state.cluster.devices
+        names = state.cluster.locations
+        for i, t_idx in enumerate(idx):
+            js, ti = owners[int(t_idx)]
+            hi = int(top[i] - before[i])
+            taken = slots[hi - int(wants[i]):hi][::-1]
+            js.journal.devices.extend(int(d) for d in taken)
+            where = names[int(locs[i])]
+            js.grants[ti].extend(DeviceGrant(devices[int(d)].id, kind, False, where) for d in taken)
+        np.subtract.at(state.free_count[kind], locs, wants)
 
     def _grant(self, state: FreeState, js: JobState, ti: int, kind: str, own: int,
                sources: list[tuple[str | None, int, list[list[int]] | None]]) -> None:
@@ -723,13 +781,15 @@ class FlowPlacer:
             for ti, m in enumerate(js.machines):
                 grants = tuple(js.grants[ti])
                 n_remote = sum(1 for g in grants if g.remote)
-                share = n_remote / len(grants) if grants else 0.0
-                links = {state.link_index[x] for g in grants for x in g.path}
-                load = state.load(sorted(links)) if self.options.network_aware else 0.0
-                tasks.append(TaskPlacement(
-                    task=f"{js.job.name}/{ti}", machine=machines[m].name, cpus=t.cpus, memory_gb=t.memory_gb,
-                    devices=grants, expected_s=round(phi(js.job, js.profile, share, load), 3),
-                ))
+                if n_remote == 0:
+                    expected = js.phi_local
+                else:
+                    load = 0.0
+                    if self.options.network_aware:
+                        load = state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
+                    expected = phi(js.job, js.profile, n_remote / len(grants), load)
+                tasks.append(TaskPlacement(f"{js.job.name}/{ti}", machines[m].name, t.cpus, t.memory_gb, grants,
+                                           round(expected, 3)))
             out_placed.append(JobPlacement(js.job.name, tuple(tasks)))
         out_unplaced: list[Unplaced] = []
         for job in ordered:
