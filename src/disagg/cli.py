@@ -15,6 +15,7 @@ from rich.table import Table
 
 from disagg.control.commands import register as register_controller
 from disagg.model import SpecError, load_cluster, load_jobs
+from disagg.sim.commands import register as register_simulator
 
 app = typer.Typer(
     name="disagg",
@@ -111,6 +112,8 @@ def bench_placement(
 # The controller's commands: serve, token create, submit/jobs/logs/cancel/slices/machines/devices,
 # bench slices, bench api.
 register_controller(app, bench_app)
+# The simulator: simulate, bench sim.
+register_simulator(app, bench_app)
 
 
 def main() -> None:

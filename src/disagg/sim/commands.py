@@ -1,0 +1,184 @@
+"""`disagg simulate`: named scenarios or a trace, several policies side by side; table, JSON, plots.
+
+A plain function with typed options (Typer reads the annotations); `cli.py` registers it. All input is
+checked — policy and scenario names, seeds, the cluster spec, every trace row, jobs that could never
+fit — before anything is simulated; bad input exits with code 2 and a message naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from disagg.model import SpecError, load_cluster, never_fits
+from disagg.sim.report import RunOutput, tables, write_json, write_plots
+from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
+from disagg.sim.sweep import RunSpec, TraceSource, default_workers, grid, run_local, run_one, run_ray
+from disagg.sim.trace import TRACE_FORMATS, read_trace
+
+EXIT_BAD_INPUT = 2
+DEFAULT_POLICIES = "drmaestro,drmaestro-na,firmament,greedy,random-remote,fifo"
+
+
+class BadInput(ValueError):
+    """Input that stops the command before it simulates anything (exit code 2)."""
+
+
+def _split(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def parse_policies(text: str) -> list[str]:
+    from disagg.placement.registry import UnknownPolicyError, get_policy
+
+    names = _split(text)
+    if not names:
+        raise BadInput("--policies: give at least one policy name")
+    for name in names:
+        try:
+            get_policy(name)
+        except UnknownPolicyError as exc:
+            raise BadInput(f"--policies: {exc}") from None
+    return list(dict.fromkeys(names))
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds = []
+    for part in _split(text):
+        try:
+            seeds.append(int(part))
+        except ValueError:
+            raise BadInput(f"--seeds: value {part!r} is not an integer (e.g. --seeds 1,2,3)") from None
+    if not seeds:
+        raise BadInput("--seeds: give at least one seed (e.g. --seeds 1,2,3)")
+    return list(dict.fromkeys(seeds))
+
+
+def parse_scenarios(text: str) -> list[str]:
+    names = _split(text)
+    if not names:
+        raise BadInput(f"--scenario: give a name; known scenarios: {', '.join(SCENARIOS)}")
+    for name in names:
+        try:
+            get_scenario(name)
+        except UnknownScenarioError as exc:
+            raise BadInput(f"--scenario: {exc}") from None
+    return names
+
+
+def trace_source(cluster: Path, trace: Path, fmt: str | None) -> TraceSource:
+    """Read the cluster spec and the whole trace; every job must be able to fit on the cluster."""
+    if fmt is not None and fmt not in TRACE_FORMATS:
+        raise BadInput(f"--trace-format: value {fmt!r} is not known; known formats: {', '.join(TRACE_FORMATS)}")
+    snapshot = load_cluster(cluster)
+    subs = read_trace(trace, fmt)
+    problems = []
+    for sub in subs:
+        why = never_fits(sub.job, snapshot)
+        if why:
+            problems.append(f"job {sub.job.name!r} can never fit on {cluster}: {why}")
+    if problems:
+        raise SpecError(str(trace), problems[:20])
+    return TraceSource(trace.stem, snapshot, tuple(subs))
+
+
+def build_specs(
+    scenario: str | None, cluster: Path | None, trace: Path | None, trace_format: str | None,
+    policies: str, seeds: str, interval: float, sweep: bool,
+) -> list[RunSpec]:
+    """Validate every input and return the runs to do; raises BadInput or SpecError."""
+    if interval <= 0:
+        raise BadInput(f"--interval: value {interval:g} is not allowed: must be > 0 seconds")
+    names = parse_policies(policies)
+    seed_list = parse_seeds(seeds)
+    if scenario is not None and (cluster is not None or trace is not None):
+        raise BadInput("give either --scenario NAME or --cluster C --trace T, not both")
+    if scenario is not None:
+        scenarios = parse_scenarios(scenario)
+        if len(scenarios) > 1 and not sweep:
+            raise BadInput("several scenarios need --sweep (or run them one at a time)")
+        return grid(scenarios, names, seed_list, interval)
+    if cluster is None or trace is None:
+        raise BadInput(f"give --scenario NAME (known: {', '.join(SCENARIOS)}) or both --cluster and --trace")
+    source = trace_source(cluster, trace, trace_format)
+    return grid([source.name], names, seed_list, interval, source)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def execute(specs: list[RunSpec], sweep: bool, ray_address: str | None, workers: int,
+            console: Console) -> list[RunOutput]:
+    """Run the specs with a progress bar: in order here, or spread over local cores / a Ray cluster."""
+    outputs: list[RunOutput] = []
+    with _progress(console) as bar:
+        task = bar.add_task("simulating", total=len(specs))
+        if ray_address is not None or sweep:
+            where = f"Ray at {ray_address}" if ray_address else f"{workers or default_workers()} local workers"
+            bar.update(task, description=f"simulating on {where}")
+
+            def done(out: RunOutput) -> None:
+                bar.advance(task)
+                bar.update(task, description=f"done {out.scenario}/{out.summary['policy']}/seed {out.summary['seed']}")
+
+            if ray_address is not None:
+                return run_ray(specs, ray_address, done)
+            return run_local(specs, workers, done)
+        for i, spec in enumerate(specs):
+            bar.update(task, description=f"{spec.scenario} · {spec.policy} · seed {spec.seed}")
+
+            def step(share: float, base: int = i) -> None:
+                bar.update(task, completed=base + share)
+
+            outputs.append(run_one(spec, step))
+            bar.update(task, completed=i + 1)
+    return outputs
+
+
+def simulate(
+    scenario: Annotated[str | None, typer.Option(
+        help=f"Named scenario ({', '.join(SCENARIOS)}); several, comma-separated, with --sweep.")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="Cluster spec (YAML/JSON) for a trace run.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Trace file: our CSV, Alibaba PAI 2020 or Philly.")] = None,
+    trace_format: Annotated[str | None, typer.Option(
+        "--trace-format", help="csv, pai or philly (default: detected from the file).")] = None,
+    policies: Annotated[str, typer.Option(help="Policies, comma-separated.")] = DEFAULT_POLICIES,
+    seeds: Annotated[str, typer.Option(help="Seeds, comma-separated.")] = "1",
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this directory.")] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds (simulated).")] = 5.0,
+    sweep: Annotated[bool, typer.Option(help="Run the policy × seed × scenario grid in parallel.")] = False,
+    ray: Annotated[str | None, typer.Option("--ray", help="Run the grid on the Ray cluster at ADDRESS.")] = None,
+    workers: Annotated[int, typer.Option(help="Local worker processes for --sweep (0 = all cores).")] = 0,
+) -> None:
+    """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
+    console = Console()
+    err = Console(stderr=True)
+    try:
+        specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep)
+    except (BadInput, SpecError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    outputs = execute(specs, sweep, ray, workers, console)
+    for table in tables(outputs):
+        console.print(table)
+    if json_path is not None:
+        write_json(outputs, json_path)
+        console.print(f"results written to {json_path}")
+    if plots is not None:
+        for path in write_plots(outputs, plots):
+            console.print(f"plot written to {path}")
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add `simulate` to the `disagg` app and `sim` to `disagg bench` (called once by cli.py)."""
+    from disagg.sim.bench import bench_sim
+
+    app.command("simulate")(simulate)
+    bench_app.command("sim")(bench_sim)
