@@ -48,5 +48,5 @@ class FabricDriver(ABC):
     def healthy(self, device: str) -> bool:
         """Whether the device works."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Stop background work."""
