@@ -3,7 +3,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages for the real Slurm of tests/slurm (bootstrap installs the missing ones when root).
-export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge"
+export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql"
 bash "$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"
 echo "== ruff"; .venv/bin/ruff check src tests

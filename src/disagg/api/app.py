@@ -6,16 +6,18 @@ and what is allowed; nothing is written then. POST /v1/jobs honours an `Idempote
 the same key and body give back the first job; the same key with another body answers 409.
 """
 
-from __future__ import annotations
-
 import time
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from disagg.api import schemas as S
 from disagg.api.dashboard import render_dashboard
@@ -25,13 +27,10 @@ from disagg.store.models import JobRow, SliceRow, StepRow
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `disagg token create`.")
 
-R401: dict[int | str, dict[str, Any]] = {
-    401: {"model": S.ErrorOut, "description": "No token, or not a valid one."}
-}
+R400: dict[int | str, dict[str, Any]] = {400: {"model": S.ErrorOut, "description": "The body is not JSON."}}
+R401: dict[int | str, dict[str, Any]] = {401: {"model": S.ErrorOut, "description": "No token, or not a valid one."}}
 R403: dict[int | str, dict[str, Any]] = {403: {"model": S.ErrorOut, "description": "Admin only."}}
-R404: dict[int | str, dict[str, Any]] = {
-    404: {"model": S.ErrorOut, "description": "No such object (or not yours)."}
-}
+R404: dict[int | str, dict[str, Any]] = {404: {"model": S.ErrorOut, "description": "No such object (or not yours)."}}
 R409: dict[int | str, dict[str, Any]] = {
     409: {"model": S.ErrorOut, "description": "Idempotency key reused with another body."}
 }
@@ -51,13 +50,35 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "body"
 
 
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def _no_unknown_query(request: Request) -> None:
+    """Refuse query parameters a route does not declare (the schema says there are no others)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    allowed = _query_names(route.dependant)
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise ApiError(
+            422,
+            f"unknown query parameter {unknown[0]!r}; allowed: {', '.join(sorted(allowed)) or 'none'}",
+            [{"field": k, "message": "unknown query parameter"} for k in unknown],
+        )
+
+
 def create_app(controller: Controller) -> FastAPI:
     """The API of one controller. The caller runs the controller loop (see `disagg serve`)."""
     app = FastAPI(
+        dependencies=[Depends(_no_unknown_query)],
         title="disagg",
         version="0.1.0",
-        description="The disagg controller: jobs, slices, machines and devices of a "
-        "disaggregated data center.",
+        description="The disagg controller: jobs, slices, machines and devices of a disaggregated data center.",
     )
     store = controller.store
     tokens: dict[str, Principal] = {}
@@ -72,6 +93,20 @@ def create_app(controller: Controller) -> FastAPI:
             problems.append({"field": _field(e.get("loc", ())), "message": msg})
         detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems[:5]) or "invalid request"
         return JSONResponse(status_code=422, content={"detail": detail, "problems": problems})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # name every method the path has, not only the first route's
+            methods: set[str] = set()
+            for route in app.router.routes:
+                match, _ = route.matches({**req.scope, "method": "__none__"})
+                if match == Match.PARTIAL and isinstance(route, APIRoute):
+                    methods |= route.methods or set()
+            headers["Allow"] = ", ".join(sorted(methods))
+        return JSONResponse(
+            status_code=exc.status_code, headers=headers, content={"detail": str(exc.detail), "problems": []}
+        )
 
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
@@ -122,7 +157,7 @@ def create_app(controller: Controller) -> FastAPI:
         status_code=201,
         response_model=S.JobOut,
         tags=["jobs"],
-        responses={**R401, **R409, **R422},
+        responses={**R400, **R401, **R409, **R422},
     )
     def submit_job(
         body: S.JobIn,
@@ -169,9 +204,7 @@ def create_app(controller: Controller) -> FastAPI:
         with store.read() as s:
             return job_out(s, own_job(s, job_id, who))
 
-    @app.delete(
-        "/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"], responses={**R401, **R404, **R422}
-    )
+    @app.delete("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"], responses={**R401, **R404, **R422})
     def cancel_job(job_id: JobId, who: Who) -> dict[str, Any]:
         """Cancel a job; its slice, if any, is torn down. Repeating it is harmless."""
         with store.read() as s:
@@ -180,9 +213,7 @@ def create_app(controller: Controller) -> FastAPI:
         with store.read() as s:
             return job_out(s, own_job(s, job_id, who))
 
-    @app.get(
-        "/v1/jobs/{job_id}/logs", response_model=S.LogsOut, tags=["jobs"], responses={**R401, **R404, **R422}
-    )
+    @app.get("/v1/jobs/{job_id}/logs", response_model=S.LogsOut, tags=["jobs"], responses={**R401, **R404, **R422})
     def job_logs(job_id: JobId, who: Who) -> dict[str, Any]:
         """What the job's tasks wrote (stdout, then stderr), for its latest attempt."""
         with store.read() as s:

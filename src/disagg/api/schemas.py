@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 _IN = ConfigDict(extra="forbid", strict=True)
 _OUT = ConfigDict(extra="forbid")
@@ -19,6 +19,16 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=
 Model = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=1, max_length=64)]
 Arg = Annotated[str, Field(pattern=r"^[^\x00]*$", max_length=4096)]
 
+def _no_text_or_bool(value: object) -> object:
+    """JSON Schema's integer admits 2.0 but not "2" or true: refuse those before the lax int check."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
+#: An integer as JSON Schema means it (2.0 is 2; "2", true and 2.5 are not integers).
+Int = Annotated[int, Field(strict=False), BeforeValidator(_no_text_or_bool)]
+
 JobState = Literal["queued", "composing", "running", "completed", "failed", "cancelled"]
 DeviceState = Literal["free", "attached", "failed", "drained"]
 SliceState = Literal["composing", "running", "tearing-down", "done"]
@@ -28,13 +38,13 @@ class TasksIn(BaseModel):
     """Each task of the job (a job is a gang of `count` identical tasks)."""
 
     model_config = _IN
-    count: int = Field(default=1, ge=1, le=64)
+    count: Int = Field(default=1, ge=1, le=64)
     cpus: float = Field(default=1.0, gt=0, le=1024)
     memory_gb: float = Field(default=1.0, gt=0, le=65536)
-    gpu: int = Field(default=0, ge=0, le=64)
-    nvme: int = Field(default=0, ge=0, le=64)
-    fpga: int = Field(default=0, ge=0, le=64)
-    memory: int = Field(default=0, ge=0, le=64)
+    gpu: Int = Field(default=0, ge=0, le=64)
+    nvme: Int = Field(default=0, ge=0, le=64)
+    fpga: Int = Field(default=0, ge=0, le=64)
+    memory: Int = Field(default=0, ge=0, le=64)
     gpu_model: Model | None = None
     nvme_model: Model | None = None
     fpga_model: Model | None = None
@@ -66,7 +76,7 @@ class JobIn(BaseModel):
     tasks: TasksIn = TasksIn()
     slo_s: float | None = Field(default=None, gt=0, le=1e9)
     importance: float = Field(default=1.0, ge=1.0, le=10.0)
-    max_retries: int = Field(default=2, ge=0, le=10)
+    max_retries: Int = Field(default=2, ge=0, le=10)
 
 
 class TasksOut(BaseModel):

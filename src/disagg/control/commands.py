@@ -139,19 +139,18 @@ def token_create(
 
 
 # --- the client --------------------------------------------------------------------------------
-def _call(method: str, url: str, path: str, token: str | None, **kwargs: Any) -> Any:
+def _call(method: str, url: str, path: str, token: str | None, headers: dict[str, str] | None = None,
+          **kwargs: Any) -> Any:
     if not token:
         raise _fail("no token: pass --token or set DISAGG_TOKEN (disagg token create prints one)")
     try:
-        r = httpx.request(
-            method, url.rstrip("/") + path, headers={"Authorization": f"Bearer {token}"}, timeout=30, **kwargs
-        )
+        r = httpx.request(method, url.rstrip("/") + path, timeout=30,
+                          headers={"Authorization": f"Bearer {token}", **(headers or {})}, **kwargs)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the controller at {url}: {exc}", 1) from None
     if r.status_code >= 400:
         try:
-            body = r.json()
-            detail = body.get("detail", r.text)
+            detail = r.json().get("detail", r.text)
         except ValueError:
             detail = r.text
         raise _fail(f"{r.status_code}: {detail}", EXIT_BAD_INPUT if r.status_code < 500 else 1)

@@ -270,10 +270,10 @@ class Store:
     def counts(self) -> dict[str, dict[str, int]]:
         """Jobs, slices and devices by state (for /metrics and the dashboard)."""
         with self.read() as s:
-            jobs = dict(s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).tuples().all())
-            slices = dict(
-                s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state)).tuples().all()
-            )
+            jobs = {str(st): int(n) for st, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))}
+            slices = {
+                str(st): int(n) for st, n in s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state))
+            }
             devices: dict[str, int] = {}
             for r in s.scalars(select(DeviceRow)):
                 st = device_state(r)

@@ -1,0 +1,123 @@
+"""The REST API: auth and tenants, validation errors that name the field, idempotency keys, logs,
+admin-only routes, metrics, the dashboard and the OpenAPI document."""
+
+from __future__ import annotations
+
+from control_helpers import body, wait_for
+from fastapi.testclient import TestClient
+
+Client = tuple[TestClient, dict[str, str]]
+
+
+def h(token: str, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", **extra}
+
+
+def test_the_issue_example_is_accepted_and_runs(api: Client) -> None:
+    client, tok = api
+    r = client.post("/v1/jobs", headers=h(tok["alice"]), json={
+        "name": "train", "image": "rodinia/nw", "command": ["sh", "-c", "echo hi"],
+        "tasks": {"count": 1, "cpus": 1, "memory_gb": 1, "gpu": 1}, "slo_s": 600, "importance": 1.0})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["state"] == "queued" and job["id"].startswith("j-")
+
+    def done() -> bool:
+        return client.get(f"/v1/jobs/{job['id']}", headers=h(tok["alice"])).json()["state"] == "completed"
+
+    wait_for(done, what="the job to complete")
+    got = client.get(f"/v1/jobs/{job['id']}", headers=h(tok["alice"])).json()
+    assert got["slice"] and got["placement"][0]["devices"][0]["kind"] == "gpu"
+    logs = client.get(f"/v1/jobs/{job['id']}/logs", headers=h(tok["alice"]))
+    assert logs.status_code == 200 and logs.json()["logs"] == "hi\n"
+
+
+def test_no_token_or_a_bad_one_answers_401(api: Client) -> None:
+    client, _ = api
+    for path in ("/v1/jobs", "/v1/slices", "/v1/machines", "/v1/devices"):
+        r = client.get(path)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert client.get(path, headers=h("dg_nope")).status_code == 401
+    assert client.post("/v1/jobs", json=body()).status_code == 401
+
+
+def test_a_tenant_sees_and_touches_only_its_own_jobs(api: Client) -> None:
+    client, tok = api
+    jid = client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=0, command=["sleep", "5"])).json()["id"]
+    assert client.get(f"/v1/jobs/{jid}", headers=h(tok["bob"])).status_code == 404
+    assert client.delete(f"/v1/jobs/{jid}", headers=h(tok["bob"])).status_code == 404
+    assert client.get(f"/v1/jobs/{jid}/logs", headers=h(tok["bob"])).status_code == 404
+    assert client.get("/v1/jobs", headers=h(tok["bob"])).json()["jobs"] == []
+    assert [j["id"] for j in client.get("/v1/jobs", headers=h(tok["alice"])).json()["jobs"]] == [jid]
+    assert [j["id"] for j in client.get("/v1/jobs", headers=h(tok["admin"])).json()["jobs"]] == [jid]
+    assert client.get("/v1/jobs/j-000000000000", headers=h(tok["alice"])).status_code == 404
+    r = client.delete(f"/v1/jobs/{jid}", headers=h(tok["alice"]))
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+
+
+def test_bad_input_names_the_field_and_writes_nothing(api: Client) -> None:
+    client, tok = api
+    cases = [
+        ({**body(), "tasks": {"count": 0}}, "tasks.count"),
+        ({**body(), "colour": "red"}, "colour"),
+        ({**body(), "importance": True}, "importance"),
+        ({**body(), "command": []}, "command"),
+        ({**body(), "name": "bad name!"}, "name"),
+        ({k: v for k, v in body().items() if k != "command"}, "command"),
+    ]
+    for payload, field in cases:
+        r = client.post("/v1/jobs", headers=h(tok["alice"]), json=payload)
+        assert r.status_code == 422, payload
+        assert field in [p["field"] for p in r.json()["problems"]], r.json()
+    r = client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=9))
+    assert r.status_code == 422 and "never fit" in r.json()["detail"] and "the cluster has 5" in r.json()["detail"]
+    assert client.get("/v1/jobs", headers=h(tok["alice"])).json()["jobs"] == []
+    assert client.get("/v1/jobs?state=sleeping", headers=h(tok["alice"])).status_code == 422
+
+
+def test_idempotency_keys_return_the_first_job_and_refuse_another_body(api: Client) -> None:
+    client, tok = api
+    first = client.post("/v1/jobs", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=body())
+    again = client.post("/v1/jobs", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=body())
+    assert first.status_code == 201 and again.status_code == 201
+    assert first.json()["id"] == again.json()["id"]
+    other = client.post("/v1/jobs", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=body("other"))
+    assert other.status_code == 409 and "k-1" in other.json()["detail"]
+    bobs = client.post("/v1/jobs", headers=h(tok["bob"], **{"Idempotency-Key": "k-1"}), json=body())
+    assert bobs.status_code == 201 and bobs.json()["id"] != first.json()["id"]  # keys are per tenant
+    assert len(client.get("/v1/jobs", headers=h(tok["admin"])).json()["jobs"]) == 2
+
+
+def test_device_admin_routes_need_an_admin_and_change_the_inventory(api: Client) -> None:
+    client, tok = api
+    assert client.post("/v1/devices/iobox0/gpu1/drain", headers=h(tok["alice"])).status_code == 403
+    r = client.post("/v1/devices/iobox0/gpu1/drain", headers=h(tok["admin"]))
+    assert r.status_code == 200 and r.json()["state"] == "drained"
+    r = client.post("/v1/devices/iobox0/gpu2/fail", headers=h(tok["admin"]))
+    assert r.status_code == 200 and r.json()["state"] == "failed"
+    assert client.post("/v1/devices/iobox9/gpu0/fail", headers=h(tok["admin"])).status_code == 404
+    devices = {d["id"]: d for d in client.get("/v1/devices", headers=h(tok["bob"])).json()["devices"]}
+    assert devices["iobox0/gpu1"]["state"] == "drained" and devices["iobox0/gpu2"]["state"] == "failed"
+    assert devices["iobox0/gpu0"] == {"id": "iobox0/gpu0", "kind": "gpu", "model": "P100", "location": "iobox0",
+                                      "state": "free", "slice": None, "health": "healthy", "drained": False}
+    for dev in ("iobox0/gpu1", "iobox0/gpu2"):
+        assert client.post(f"/v1/devices/{dev}/repair", headers=h(tok["admin"])).json()["state"] == "free"
+    machines = client.get("/v1/machines", headers=h(tok["bob"])).json()["machines"]
+    assert {m["id"] for m in machines} == {"node0", "node1", "node2", "node3", "iobox0", "iobox1"}
+    assert all({"id", "kind", "location", "state", "slice"} <= set(m) for m in machines)
+
+
+def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
+    client, tok = api
+    client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=0))
+    metrics = client.get("/metrics").text
+    for name in ("disagg_queue_length", 'disagg_slices{state="running"}', 'disagg_devices{state="free"}',
+                 "disagg_placement_round_seconds", "disagg_slice_step_seconds"):
+        assert name in metrics
+    page = client.get("/")
+    assert page.status_code == 200 and "iobox0/gpu0" in page.text and "node3" in page.text
+    assert client.get("/healthz").json()["status"] == "ok"
+    spec = client.get("/openapi.json").json()
+    post = spec["paths"]["/v1/jobs"]["post"]
+    assert {"201", "401", "409", "422"} <= set(post["responses"])
+    assert spec["components"]["schemas"]["JobIn"]["additionalProperties"] is False
