@@ -20,7 +20,7 @@ import typer
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.sim.engine import SimConfig, simulate
 from disagg.sim.metrics import summarize
-from disagg.sim.scenarios import get_scenario, testbed_cluster
+from disagg.sim.scenarios import get_scenario, paper_cluster
 from disagg.sim.workload import WarmupSpec, WorkloadSpec, poisson_workload, warmup_jobs
 
 KEYS = ("policy", "jobs", "completed", "makespan_s", "qos_violations", "rounds", "wall_s", "sim_end_s",
@@ -46,7 +46,7 @@ def bench_paper(seed: int = 1, interval_s: float = 5.0) -> dict[str, Any]:
 def bench_large(jobs: int = 100_000, machines: int = 1000, seed: int = 1, rate_per_s: float = 16.0,
                 interval_s: float = 5.0, policy: str = "drmaestro") -> dict[str, Any]:
     """A synthetic trace on a big testbed; RSS sampled at every 10% of finished jobs."""
-    cluster = testbed_cluster(machines)
+    cluster = paper_cluster(machines)
     rng = np.random.default_rng(seed)
     t_gen = time.perf_counter()
     subs = warmup_jobs(cluster, WarmupSpec(), rng) + poisson_workload(

@@ -69,7 +69,7 @@ class Kernel(Generic[E]):
         """Forget a pending event. Idempotent; cancelling one that already fired does nothing harmful."""
         if seq < self._seq:
             self._dead.add(seq)
-        if len(self._dead) > 64 and len(self._dead) * 2 > len(self._heap):
+        if len(self._dead) > 64 and len(self._dead) * 2 >= len(self._heap):
             self._compact()
 
     def _compact(self) -> None:

@@ -30,7 +30,7 @@ class UnknownScenarioError(ValueError):
     """A scenario name that is not defined; the message lists the known ones."""
 
 
-def testbed_cluster(
+def paper_cluster(
     machines: int, gpus_per_machine: int = MACHINE_GPUS, rack_size: int = RACK_SIZE,
     uplink_gbps: float = MACHINE_UPLINK_GBPS, rack_uplink_gbps: float = RACK_UPLINK_GBPS,
 ) -> Cluster:
@@ -57,7 +57,7 @@ class Scenario:
     source: str = ""
 
     def cluster(self) -> Cluster:
-        return testbed_cluster(self.machines)
+        return paper_cluster(self.machines)
 
     def submissions(self, seed: int, cluster: Cluster | None = None) -> list[Submission]:
         """The same jobs for every policy at a given seed: warm-up first, then the Poisson workload."""

@@ -1,0 +1,231 @@
+"""The simulation loop with the real policies: same decisions as `disagg place`, no over-commit, the
+execution model applied, wait counters, determinism, failures."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sim_helpers import Round, recording, small_scenario
+from typer.testing import CliRunner
+
+from disagg.cli import app
+from disagg.model import Cluster, Job, TaskRequest, parse_cluster
+from disagg.placement.registry import POLICIES, get_policy
+from disagg.profiles import lookup
+from disagg.sim.engine import FailureModel, SimConfig, Simulation, simulate, waited
+from disagg.sim.execution import collocation_factor
+from disagg.sim.metrics import summarize
+from disagg.sim.workload import Submission
+
+WALL_KEYS = {"wall_s", "sched_latency_p50_s", "sched_latency_p99_s", "sim_s_per_wall_s", "rounds_per_wall_s"}
+
+
+def cluster_spec(snapshot: Cluster) -> dict[str, Any]:
+    """A snapshot written back as a cluster spec (what a user would give `disagg place`)."""
+    machines: list[dict[str, Any]] = []
+    for m in snapshot.machines:
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for d in snapshot.devices:
+            if d.location != m.name:
+                continue
+            if groups[d.kind] and groups[d.kind][-1]["model"] == d.model:
+                groups[d.kind][-1]["count"] += 1
+            else:
+                groups[d.kind].append({"count": 1, "model": d.model})
+        machines.append({"name": m.name, "rack": m.rack, "cpus": m.cpus, "memory_gb": m.memory_gb,
+                         "uplink_gbps": m.uplink_gbps, "devices": dict(groups)})
+    return {
+        "machines": machines,
+        "network": {"rack_uplink_gbps": snapshot.rack_uplink_gbps},
+        "allocations": [{"job": a.job, "machine": a.machine, "cpus": a.cpus, "memory_gb": a.memory_gb,
+                         "devices": list(a.devices), "network_gbps": a.network_gbps}
+                        for a in snapshot.allocations],
+        "failed_devices": [d.id for d in snapshot.devices if d.health == "failed"],
+    }
+
+
+def jobs_spec(queue: tuple[Job, ...]) -> dict[str, Any]:
+    return {"jobs": [{"name": j.name, "image": j.image, "submit_s": j.submit_s, "importance": j.importance,
+                      "slo_s": j.slo_s, "wait_rounds": j.wait_rounds,
+                      "tasks": {"count": j.tasks.count, "cpus": j.tasks.cpus, "memory_gb": j.tasks.memory_gb,
+                                **dict(j.tasks.devices)}} for j in queue]}
+
+
+def busiest_round(rounds: list[Round]) -> Round:
+    """A round in the thick of it: running tasks, waiting jobs with W > 0, and some remote devices placed."""
+    def score(r: Round) -> tuple[bool, bool, int, int]:
+        remote = sum(p.remote_devices for p in r.decisions.placed)
+        waits = max((j.wait_rounds for j in r.queue), default=0)
+        return (bool(r.decisions.placed), remote > 0, len(r.snapshot.allocations), waits)
+    return max(rounds, key=score)
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na", "firmament"])
+def test_simulator_and_disagg_place_decide_the_same(policy: str, tmp_path: Path) -> None:
+    sc = small_scenario(jobs=48)
+    cluster = sc.cluster()
+    rec = recording(policy)
+    simulate(cluster, sc.submissions(1, cluster), rec, seed=1)
+    chosen = busiest_round(rec.rounds)
+    assert chosen.snapshot.allocations and any(j.wait_rounds > 0 for j in chosen.queue)
+    # The same snapshot straight into a fresh policy object.
+    direct = get_policy(policy).place(chosen.snapshot, chosen.queue, chosen.now, np.random.default_rng(0))
+    assert direct.to_json()["placed"] == chosen.decisions.to_json()["placed"]
+    # And through `disagg place`, from spec files.
+    (tmp_path / "c.json").write_text(json.dumps(cluster_spec(chosen.snapshot)))
+    (tmp_path / "j.json").write_text(json.dumps(jobs_spec(chosen.queue)))
+    assert parse_cluster(cluster_spec(chosen.snapshot)).allocations == chosen.snapshot.allocations
+    out = CliRunner().invoke(app, ["place", "--cluster", str(tmp_path / "c.json"), "--jobs",
+                                   str(tmp_path / "j.json"), "--policy", policy, "--now", repr(chosen.now),
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["placed"] == chosen.decisions.to_json()["placed"]
+    assert chosen.decisions.placed  # a round that decided something, not an empty comparison
+
+
+def overcommit_problems(snapshot: Cluster) -> list[str]:
+    """Everything in a snapshot that exceeds a capacity: cpus, memory, devices, link bandwidth."""
+    problems = []
+    cpu: dict[str, float] = defaultdict(float)
+    mem: dict[str, float] = defaultdict(float)
+    held: dict[str, str] = {}
+    traffic: dict[str, float] = defaultdict(float)
+    by_id = snapshot.device_by_id
+    for a in snapshot.allocations:
+        cpu[a.machine] += a.cpus
+        mem[a.machine] += a.memory_gb
+        for d in a.devices:
+            if d in held:
+                problems.append(f"{d} held by {held[d]} and {a.job}")
+            held[d] = a.job
+            if by_id[d].health != "healthy":
+                problems.append(f"{d} is {by_id[d].health} but held by {a.job}")
+        remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
+        for loc in remote:
+            for link in snapshot.path(a.machine, loc):
+                traffic[link] += a.network_gbps / len(remote)
+    for m in snapshot.machines:
+        if cpu[m.name] > m.cpus + 1e-6 or mem[m.name] > m.memory_gb + 1e-6:
+            problems.append(f"{m.name}: {cpu[m.name]} cpus, {mem[m.name]} GB in use")
+    for link, gbps in traffic.items():
+        if gbps > snapshot.link_by_id[link].gbps + 1e-6:
+            problems.append(f"{link}: {gbps} Gb/s")
+    return problems
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_no_policy_ever_overcommits_the_simulated_cluster(policy: str) -> None:
+    sc = small_scenario(jobs=48)
+    cluster = sc.cluster()
+    rec = recording(policy)
+    result = simulate(cluster, sc.submissions(2, cluster), rec, seed=2)
+    assert result.conflicts == 0
+    assert summarize(result, 2)["completed"] == 48
+    for r in rec.rounds:
+        assert overcommit_problems(r.snapshot) == []
+    # Every running task shows up in the snapshot with its devices: GPUs in use never exceed the cluster's.
+    assert max(result.gpu_in_use) <= result.total_gpus
+
+
+def test_wait_rounds_rise_by_one_each_round_a_job_waits() -> None:
+    sc = small_scenario(jobs=48)
+    cluster = sc.cluster()
+    rec = recording("firmament")
+    simulate(cluster, sc.submissions(1, cluster), rec, seed=1)
+    seen: dict[str, list[int]] = defaultdict(list)
+    for r in rec.rounds:
+        for j in r.queue:
+            seen[j.name].append(j.wait_rounds)
+    long_waiters = [w for w in seen.values() if len(w) > 3]
+    assert long_waiters
+    for w in seen.values():
+        assert w == list(range(len(w)))
+
+
+def test_fast_waited_matches_job_waited() -> None:
+    job = Job("a", "rodinia/nw", TaskRequest(2, 2.0, 8.0, {"gpu": 1}), 1.5, 3.0, 99.0, 4, 2.5, ("x",))
+    assert waited(job) == job.waited()
+
+
+def test_the_same_seed_gives_the_same_results() -> None:
+    sc = small_scenario(jobs=48)
+    cluster = sc.cluster()
+    subs = sc.submissions(3, cluster)
+    a = summarize(simulate(cluster, subs, get_policy("random-remote"), seed=3), 3)
+    b = summarize(simulate(cluster, subs, get_policy("random-remote"), seed=3), 3)
+    assert {k: v for k, v in a.items() if k not in WALL_KEYS} == {k: v for k, v in b.items() if k not in WALL_KEYS}
+
+
+STARVED = {
+    "machines": [
+        {"name": "m0", "rack": "r0", "cpus": 20, "memory_gb": 512, "uplink_gbps": 10},
+        {"name": "m1", "rack": "r0", "cpus": 20, "memory_gb": 512, "uplink_gbps": 10,
+         "devices": {"gpu": {"count": 4, "model": "K80"}}},
+    ],
+    "allocations": [{"job": "hog", "machine": "m1", "cpus": 20, "memory_gb": 64}],
+}
+
+
+def nw_job(name: str, submit: float = 0.0) -> Submission:
+    job = Job(name, "rodinia/nw", TaskRequest(1, 2.0, 8.0, {"gpu": 1}), submit_s=submit, slo_s=1000.0)
+    return Submission(job, 200.0)
+
+
+def exec_times(result: Any) -> dict[str, float]:
+    return {r.name: r.finish_s - r.start_s for r in result.records}
+
+
+def test_a_remote_gpu_on_an_idle_network_runs_at_the_profiles_remote_speed() -> None:
+    cluster = parse_cluster(STARVED)
+    result = simulate(cluster, [nw_job("solo")], get_policy("drmaestro"), seed=1)
+    nw = lookup("nw")
+    expected = 200.0 * ((1 - nw.transfer_share) + nw.transfer_share * nw.remote_factor)
+    assert result.records[0].remote_gpus == 1
+    assert exec_times(result)["solo"] == pytest.approx(expected)
+    firm = simulate(cluster, [nw_job("solo")], get_policy("firmament"), seed=1, config=SimConfig(max_time_s=500))
+    assert summarize(firm, 1)["completed"] == 0  # server-centric: the GPUs sit on a machine with no CPU left
+
+
+def test_remote_traffic_on_a_shared_link_slows_both_jobs_until_one_ends() -> None:
+    cluster = parse_cluster(STARVED)
+    alone = exec_times(simulate(cluster, [nw_job("a")], get_policy("drmaestro"), seed=1))["a"]
+    pair = exec_times(simulate(cluster, [nw_job("a"), nw_job("b", submit=0.0)], get_policy("drmaestro"), seed=1))
+    assert pair["a"] > alone and pair["b"] > alone
+    nw = lookup("nw")
+    load = nw.network_gbps / 10.0  # the other job's traffic on the shared 10 Gb/s uplinks
+    together = (1 - nw.transfer_share) + nw.transfer_share * nw.remote_factor * (1 + nw.load_sensitivity * load)
+    together *= collocation_factor(2.0 / 20.0)  # and each holds 2 of m0's 20 cpus beside the other
+    assert pair["a"] == pytest.approx(200.0 * together)  # both start and end together: the whole run is shared
+
+
+def test_remote_memory_slows_down_as_legoos_reports() -> None:
+    spec = {
+        "machines": [{"name": "m0", "rack": "r0", "cpus": 8, "memory_gb": 64, "uplink_gbps": 100}],
+        "pools": [{"name": "p0", "rack": "r0", "uplink_gbps": 100,
+                   "devices": {"memory": {"count": 2, "capacity": 0.775, "model": "dram"}}}],
+    }
+    cluster = parse_cluster(spec)
+    # 0.125 GB of local cache for a 0.9 GB working set: LegoOS's 128 MB point, 1.7x.
+    job = Job("tf", "tensorflow/cifar10", TaskRequest(1, 4.0, 0.125, {"memory": 1}), slo_s=1000.0)
+    result = simulate(cluster, [Submission(job, 100.0)], get_policy("drmaestro"), seed=1)
+    assert exec_times(result)["tf"] == pytest.approx(170.0)
+
+
+def test_failed_devices_abort_their_job_which_restarts_and_completes() -> None:
+    sc = small_scenario(jobs=32, warmup_s=300.0)
+    cluster = sc.cluster()
+    config = SimConfig(failures=FailureModel(mtbf_s=1500.0, mttr_s=60.0))
+    rec = recording("drmaestro")
+    sim = Simulation(cluster, sc.submissions(1, cluster), rec, np.random.default_rng(1), config,
+                     np.random.default_rng(2))
+    result = sim.run()
+    s = summarize(result, 1)
+    assert result.counters["failures"] > 0 and s["restarts"] > 0
+    assert s["completed"] == 32 and s["conflicts"] == 0
+    for r in rec.rounds:
+        assert overcommit_problems(r.snapshot) == []

@@ -1,0 +1,119 @@
+"""Trace files: our CSV, Alibaba PAI 2020 and Microsoft Philly excerpts; bad rows name line and column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from disagg.profiles import RODINIA
+from disagg.sim.trace import DEFAULT_SLO_FACTOR, TraceError, detect_format, read_trace
+
+HEADER = "job_id,submit_s,image,tasks,cpus,memory_gb,gpu,nvme,duration_s,slo_s,importance\n"
+
+
+def test_csv_trace_reads_values_and_defaults(data: Path) -> None:
+    subs = {s.job.name: s for s in read_trace(data / "jobs.csv")}
+    assert list(subs) == ["a1", "a2", "a3", "cpu1", "a4"]
+    a1 = subs["a1"]
+    assert a1.base_s == RODINIA["nw"].base_s  # empty duration: the profile's base time
+    assert a1.job.slo_s == pytest.approx(RODINIA["nw"].base_s * DEFAULT_SLO_FACTOR)
+    a2 = subs["a2"].job
+    assert (a2.slo_s, a2.importance, subs["a2"].base_s) == (150.0, 2.0, 120.0)
+    a3 = subs["a3"].job
+    assert (a3.tasks.count, a3.tasks.cpus, a3.tasks.wants("gpu")) == (2, 2.0, 1)
+    cpu1 = subs["cpu1"]
+    assert cpu1.job.tasks.kinds == () and cpu1.base_s == 300.0
+    a4 = subs["a4"].job
+    assert (a4.tasks.count, a4.tasks.cpus, a4.tasks.memory_gb, a4.importance) == (1, 1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "value"),
+    [
+        ("b1,1.0,rodinia/nw,1,two,8,1,0,,,", "cpus", "two"),
+        ("b1,-3,rodinia/nw,1,2,8,1,0,,,", "submit_s", "-3"),
+        ("b1,,rodinia/nw,1,2,8,1,0,,,", "submit_s", ""),
+        ("b1,1,rodinia/nw,1.5,2,8,1,0,,,", "tasks", "1.5"),
+        ("b1,1,rodinia/nw,1,2,8,-1,0,,,", "gpu", "-1"),
+        ("b1,1,mystery/app,1,2,8,1,0,,,", "duration_s", ""),
+        ("b1,1,rodinia/nw,1,2,8,1,0,100,0,", "slo_s", "0"),
+        ("b1,1,rodinia/nw,1,2,8,1,0,,,11", "importance", "11"),
+        ("b 1,1,rodinia/nw,1,2,8,1,0,,,", "job_id", "b 1"),
+        ("b1,1,rodinia/nw,1,2,nan,1,0,,,", "memory_gb", "nan"),
+    ],
+    ids=["word", "negative", "missing", "fraction", "negative-gpu", "no-profile", "zero-slo", "importance",
+         "bad-name", "nan"],
+)
+def test_a_bad_csv_cell_names_file_line_column_and_value(tmp_path: Path, row: str, column: str,
+                                                           value: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + "ok,0,rodinia/nw,1,2,8,1,0,,,\n" + row + "\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert f"line 3, column {column!r}: value {value!r}" in message
+
+
+def test_csv_problems_are_all_reported_and_duplicates_caught(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + "x,0,rodinia/nw,1,2,8,1,0,,,\nx,1,rodinia/nw,1,2,8,1,0,,,\ny,zz,rodinia/nw,1,q,8,1,0,,,\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    problems = info.value.problems
+    assert any("line 3, column 'job_id'" in p and "duplicate" in p for p in problems)
+    assert any("line 4, column 'submit_s'" in p for p in problems)
+    assert any("line 4, column 'cpus'" in p for p in problems)
+
+
+def test_csv_header_must_have_the_documented_columns(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_s,colour\nx,0,red\n")
+    with pytest.raises(TraceError, match=r"column 'colour'.*unknown column; allowed: job_id, submit_s"):
+        read_trace(path)
+
+
+def test_pai_task_table_excerpt(data: Path) -> None:
+    path = data / "pai_task_table.csv"
+    assert detect_format(path) == "pai"
+    subs = read_trace(path)
+    names = [s.job.name for s in subs]
+    assert len(subs) == 4  # the Waiting row never ran
+    first = subs[0]
+    assert first.job.submit_s == 0.0 and first.base_s == 556.0
+    assert first.job.tasks.cpus == 6.0 and first.job.tasks.wants("gpu") == 1  # 50% of a GPU → one device
+    worker = next(s for s in subs if s.job.name.endswith(".worker"))
+    assert worker.job.tasks.count == 4 and worker.job.tasks.wants("gpu") == 1
+    assert worker.job.submit_s == pytest.approx(46.0)
+    ps = next(s for s in subs if s.job.name.endswith(".ps"))
+    assert ps.job.tasks.kinds == ()
+    assert any(n.endswith(".PyTorchWorker") for n in names)
+
+
+def test_pai_bad_number_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "pai.csv"
+    path.write_text("j1,worker,1.0,Terminated,100.0,200.0,lots,29.3,100.0,V100\n")
+    with pytest.raises(TraceError, match=r"line 1, column 'plan_cpu': value 'lots'"):
+        read_trace(path, "pai")
+
+
+def test_philly_excerpt(data: Path) -> None:
+    path = data / "philly_cluster_job_log.json"
+    assert detect_format(path) == "philly"
+    subs = read_trace(path)
+    assert len(subs) == 2  # the job with no attempts never ran
+    one, two = subs
+    assert one.job.submit_s == 0.0 and one.base_s == pytest.approx(33 * 60 + 42)
+    assert (one.job.tasks.count, one.job.tasks.wants("gpu")) == (1, 2)
+    assert two.job.submit_s == pytest.approx(5 * 60 + 56)
+    assert (two.job.tasks.count, two.job.tasks.wants("gpu")) == (2, 2)  # last attempt: 2 machines × 2 GPUs
+    assert two.base_s == pytest.approx(30 * 60)
+
+
+def test_philly_bad_time_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text('[\n {"jobid": "a", "submitted_time": "2017-10-07 17:29:04", "attempts": []},\n'
+                    ' {"jobid": "b", "submitted_time": "yesterday", "attempts": []}\n]\n')
+    with pytest.raises(TraceError, match=r"line 3, column 'submitted_time': value 'yesterday'"):
+        read_trace(path)
