@@ -124,11 +124,17 @@ def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, t
 def _flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArray) -> dict[int, list[list[int]]]:
     """For each tail node, [head, flow] pairs with flow, cheapest first. The inner lists are shared and
     mutable: the decoder counts the flow down as it hands machines out."""
-    out: dict[int, list[list[int]]] = {}
     nz = np.nonzero(flows)[0]
-    for a in nz[np.lexsort((costs[nz], tails[nz]))]:
-        out.setdefault(int(tails[a]), []).append([int(heads[a]), int(flows[a])])
-    return out
+    if len(nz) == 0:
+        return {}
+    order = nz[np.lexsort((costs[nz], tails[nz]))]
+    t = tails[order]
+    h = heads[order].tolist()
+    f = flows[order].tolist()
+    starts = np.nonzero(np.r_[True, t[1:] != t[:-1]])[0].tolist()
+    ends = [*starts[1:], len(order)]
+    owner = t[starts].tolist()
+    return {owner[k]: [[h[i], f[i]] for i in range(b, e)] for k, (b, e) in enumerate(zip(starts, ends, strict=True))}
 
 
 def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -299,32 +305,43 @@ class FlowPlacer:
             if len(cand) > CLASS_HEAD:
                 head = np.argpartition(proxy, CLASS_HEAD - 1)[:CLASS_HEAD]
             h_share, h_load, h_pref, h_proxy, h_cand = share[head], load[head], pref[head], proxy[head], cand[head]
-            for c in members:
-                js = representative[c]
-                ph = expected_vec(js.profile, h_share, h_load, js.tau)
-                cost = placing_cost(ph, js.tau, js.z, h_pref)
-                if want_total and opts.remote:
-                    ends = expected_vec(js.profile, np.array([0.0, 1.0]), np.zeros(2), js.tau)
-                    both = placing_cost(ends, js.tau, js.z, P_LOCAL)
-                    surcharges.append(int(both[1] - both[0]))
-                allowed = np.ones(len(h_cand), dtype=bool)
-                if opts.network_aware:
-                    allowed = ~((h_share > 0) & (ph > js.tau) & (ph > js.phi_local))
-                if not allowed.any():
-                    continue
-                offset = int(np.max(cost[allowed] - h_proxy[allowed]))
-                to_agg_t.append(c)
-                to_agg_g.append(g)
-                to_agg_c.append(int(class_tasks[c]))
-                to_agg_w.append(max(offset, 0))
-                top = np.nonzero(allowed)[0]
-                if len(top) > PREFERRED:
-                    top = top[np.argpartition(cost[top], PREFERRED - 1)[:PREFERRED]]
-                pref_t.append(np.full(len(top), c, dtype=np.int64))
-                pref_h.append(h_cand[top])
-                pref_c.append(np.minimum(fit[h_cand[top]], class_tasks[c]))
-                pref_w.append(cost[top])
-                class_min_cost[c] = int(cost[allowed].min())
+            # All classes of the group at once: one row per class, one column per head machine.
+            reps = [representative[c] for c in members]
+            ids = np.array(members, dtype=np.int64)
+            params = profile_arrays(reps)
+            col = [a[:, None] for a in params]
+            taus = np.array([js.tau for js in reps])[:, None]
+            zs = np.array([js.z for js in reps])[:, None]
+            ph = expected_arrays((col[0], col[1], col[2], col[3]), h_share[None, :], h_load[None, :])
+            cost = placing_cost(ph, taus, zs, h_pref[None, :])
+            if want_total and opts.remote:
+                ends = placing_cost(expected_arrays((col[0], col[1], col[2], col[3]), np.array([[0.0, 1.0]]),
+                                                    np.zeros((1, 2))), taus, zs, P_LOCAL)
+                surcharges.extend((ends[:, 1] - ends[:, 0]).tolist())
+            allowed = np.ones(cost.shape, dtype=bool)
+            if opts.network_aware:
+                phi_local = np.array([js.phi_local for js in reps])[:, None]
+                allowed = ~((h_share[None, :] > 0) & (ph > taus) & (ph > phi_local))
+            never = np.iinfo(np.int64).max
+            masked = np.where(allowed, cost, never)
+            has = allowed.any(axis=1)
+            offsets = np.where(allowed, cost - h_proxy[None, :], np.iinfo(np.int64).min).max(axis=1)
+            to_agg_t.extend(ids[has].tolist())
+            to_agg_g.extend([g] * int(has.sum()))
+            to_agg_c.extend(class_tasks[ids[has]].tolist())
+            to_agg_w.extend(np.maximum(offsets[has], 0).tolist())
+            k = min(PREFERRED, masked.shape[1])
+            top = np.argpartition(masked, k - 1, axis=1)[:, :k] if k < masked.shape[1] else \
+                np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
+            top_cost = np.take_along_axis(masked, top, axis=1)
+            keep = top_cost < never
+            rows = np.broadcast_to(ids[:, None], top.shape)[keep]
+            heads_g = h_cand[top[keep]]
+            pref_t.append(rows)
+            pref_h.append(heads_g)
+            pref_c.append(np.minimum(fit[heads_g], class_tasks[rows]))
+            pref_w.append(top_cost[keep])
+            class_min_cost[ids[has]] = masked[has].min(axis=1)
 
         def cat(xs: list[IntArray]) -> IntArray:
             return np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)
@@ -655,17 +672,20 @@ class FlowPlacer:
         cum = np.cumsum(wants)
         base = np.maximum.accumulate(np.where(first_of_loc, cum - wants, 0))
         before = cum - wants - base
-        top = state.start[kind][locs] + state.free_count[kind][locs]
-        slots = state.slots[kind]
-        devices = state.cluster.devices
+        hi = state.start[kind][locs] + state.free_count[kind][locs] - before
+        # Flat positions of every taken device, task after task, each task's from its top down.
+        ends = np.cumsum(wants)
+        step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
+        taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
+        ids = state.device_ids
         names = state.cluster.locations
-        for i, t_idx in enumerate(idx):
-            js, ti = owners[int(t_idx)]
-            hi = int(top[i] - before[i])
-            taken = slots[hi - int(wants[i]):hi][::-1]
-            js.journal.devices.extend(int(d) for d in taken)
-            where = names[int(locs[i])]
-            js.grants[ti].extend(DeviceGrant(devices[int(d)].id, kind, False, where) for d in taken)
+        bounds = np.r_[0, ends].tolist()
+        for i, (t_idx, loc) in enumerate(zip(idx.tolist(), locs.tolist(), strict=True)):
+            js, ti = owners[t_idx]
+            mine = taken[bounds[i]:bounds[i + 1]]
+            js.journal.devices.extend(mine)
+            where = names[loc]
+            js.grants[ti].extend([DeviceGrant(ids[d], kind, False, where) for d in mine])
         np.subtract.at(state.free_count[kind], locs, wants)
 
     def _grant(self, state: FreeState, js: JobState, ti: int, kind: str, own: int,

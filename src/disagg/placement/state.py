@@ -65,6 +65,7 @@ class FreeState:
                                              count=len(cluster.devices))
         usable = np.fromiter((d.health == "healthy" and d.id not in held for d in cluster.devices), dtype=bool,
                              count=len(cluster.devices))
+        self.device_ids: list[str] = [d.id for d in cluster.devices]
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
