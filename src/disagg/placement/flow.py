@@ -330,8 +330,8 @@ class FlowPlacer:
             to_agg_g.extend([g] * int(has.sum()))
             to_agg_c.extend(class_tasks[ids[has]].tolist())
             to_agg_w.extend(np.maximum(offsets[has], 0).tolist())
-            k = min(PREFERRED, masked.shape[1])
-            top = np.argpartition(masked, k - 1, axis=1)[:, :k] if k < masked.shape[1] else \
+            n_pref = min(PREFERRED, masked.shape[1])
+            top = np.argpartition(masked, n_pref - 1, axis=1)[:, :n_pref] if n_pref < masked.shape[1] else \
                 np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
             top_cost = np.take_along_axis(masked, top, axis=1)
             keep = top_cost < never
