@@ -121,6 +121,13 @@ def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, t
     return out
 
 
+def request(job: Job) -> str:
+    """A job's request in words, for reasons: `2 task(s) of 4 cpus, 16 GB, 2 gpu`."""
+    t = job.tasks
+    devices = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
+    return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{devices}"
+
+
 def _flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArray) -> dict[int, list[list[int]]]:
     """For each tail node, [head, flow] pairs with flow, cheapest first. The inner lists are shared and
     mutable: the decoder counts the flow down as it hands machines out."""
@@ -451,8 +458,8 @@ class FlowPlacer:
             if chosen < 0:
                 chosen = self._repair(state, js)
             if chosen < 0:
-                js.fail(state, Reason.CONTENTION, "fits, but the machines it was given went to jobs ahead of "
-                                                  "it this round")
+                js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit went "
+                                                  f"to jobs ahead of it this round")
                 return False
             js.machines.append(chosen)
         js.grants = [[] for _ in js.machines]
@@ -490,7 +497,8 @@ class FlowPlacer:
                 f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}, "
                 f"W={js.job.wait_rounds}); postponed"))
         else:
-            js.fail(state, Reason.CONTENTION, "fits, but lost this round to jobs ahead of it in the queue")
+            js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; what fits went to jobs ahead of it "
+                                              f"in the queue this round")
 
     # -- phase k: devices of one kind --------------------------------------------------------------
 
@@ -820,6 +828,7 @@ class FlowPlacer:
                 out_unplaced.append(Unplaced(job.name, r.reason, r.message))
                 continue
             js = by_name[job.name]
-            reason, message = js.failure or (Reason.CONTENTION, "lost this round to jobs ahead of it")
+            reason, message = js.failure or (Reason.CONTENTION, f"needs {request(job)}; still contended after "
+                                                                f"{self.options.max_iterations} tries this round")
             out_unplaced.append(Unplaced(job.name, reason, message))
         return tuple(out_placed), tuple(out_unplaced)
