@@ -30,7 +30,7 @@ from disagg.model import Allocation, Cluster, Device, Job
 from disagg.placement.base import Policy
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.profiles import Profile, lookup
-from disagg.sim.execution import DeviceUse, task_stretch
+from disagg.sim.execution import collocation_factor, link_load_factor, memory_slowdown, path_factor
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.workload import Submission
 
@@ -132,10 +132,16 @@ class SimResult:
 
 @dataclass(slots=True)
 class _Grant:
+    """A device a task holds. For a remote one: the links of its path, their capacities, and the
+    idle-path factor (fixed for the grant's life, so computed once)."""
+
     device: int
     remote: bool
     links: tuple[str, ...]
     gbps: float
+    kind: str = "gpu"
+    caps: tuple[float, ...] = ()
+    path_factor: float = 1.0
 
 
 @dataclass(slots=True)
@@ -145,6 +151,10 @@ class _Task:
     cpus: float
     memory_gb: float
     grants: list[_Grant]
+    transfer_devices: int = 0
+    local_transfer: int = 0
+    remote_transfer: list[_Grant] = field(default_factory=list)
+    remote_memory_gb: float = 0.0
 
 
 @dataclass(slots=True)
@@ -347,7 +357,9 @@ class Simulation:
     # -- applying decisions --
 
     def _apply(self, decisions: Decisions, now: float) -> int:
+        """Start every placement that still fits; re-plan the affected jobs once, after all starts."""
         placed = 0
+        dirty: set[str] = set()
         for jp in decisions.placed:
             if jp.job not in self.queue:
                 self.conflicts += 1
@@ -356,8 +368,9 @@ class Simulation:
             if tasks is None:
                 self.conflicts += 1
                 continue
-            self._start(jp.job, tasks, now)
+            dirty |= self._start(jp.job, tasks, now)
             placed += 1
+        self._reevaluate(dirty, now)
         return placed
 
     def _check(self, jp: JobPlacement, job: Job) -> list[_Task] | None:
@@ -391,8 +404,10 @@ class Simulation:
                     gbps = g.network_gbps or job.network_gbps or profile.network_gbps
                     for lk in links:
                         traffic[lk] = traffic.get(lk, 0.0) + gbps
-                grants.append(_Grant(d, remote, links, gbps))
-            tasks.append(_Task(tp.task, m, tp.cpus, tp.memory_gb, grants))
+                caps = tuple(st.link_cap[lk] for lk in links)
+                pf = path_factor(profile, min(caps)) if caps else 1.0
+                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, pf))
+            tasks.append(_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
         for m, c in cpu.items():
             if c > st.cpu_free[m] + _EPS or mem[m] > st.mem_free[m] + _EPS:
                 return None
@@ -401,7 +416,8 @@ class Simulation:
                 return None
         return tasks
 
-    def _start(self, name: str, tasks: list[_Task], now: float) -> None:
+    def _start(self, name: str, tasks: list[_Task], now: float) -> set[str]:
+        """Take the resources and start the job; returns the jobs whose pace may have changed."""
         st = self.state
         job = self.queue.pop(name)
         sub = self.queued_sub.pop(name)
@@ -434,7 +450,7 @@ class Simulation:
         rec.remote_gpus = remote_gpus
         self.counters["placed"] += 1
         self._gpus_changed(now, gpus)
-        self._reevaluate(self._neighbours(run) | {name}, now)
+        return self._neighbours(run) | {name}
 
     def _neighbours(self, run: _Running) -> set[str]:
         out: set[str] = set()
@@ -458,33 +474,36 @@ class Simulation:
     # -- the execution model applied --
 
     def _stretch(self, run: _Running) -> float:
+        """The job's stretch now: execution.py's model, with the per-grant constants precomputed.
+
+        Same formula as `execution.task_stretch` (tests check the engine's times against it); written out
+        here because it runs for every job that shares a machine or link with each start and finish.
+        """
         st = self.state
+        used = st.link_used
+        own = run.own_traffic
+        profile = run.profile
+        ts = profile.transfer_share
         worst = 1.0
         for t in run.tasks:
-            uses: list[DeviceUse] = []
-            remote_mem_gb = 0.0
-            for g in t.grants:
-                dev = st.devices[g.device]
-                if dev.kind == "memory":
-                    if g.remote:
-                        remote_mem_gb += dev.capacity
-                    continue
-                if dev.kind not in TRANSFER_KINDS:
-                    continue
-                if not g.remote:
-                    uses.append(DeviceUse(False))
-                    continue
-                load = 0.0
-                bottleneck = math.inf
-                for lk in g.links:
-                    cap = st.link_cap[lk]
-                    bottleneck = min(bottleneck, cap)
-                    load = max(load, (st.link_used[lk] - run.own_traffic.get(lk, 0.0)) / cap)
-                uses.append(DeviceUse(True, bottleneck, load))
+            stretch = 1.0
+            if t.transfer_devices and ts > 0.0:
+                total = float(t.local_transfer)
+                for g in t.remote_transfer:
+                    load = 0.0
+                    for lk, cap in zip(g.links, g.caps, strict=True):
+                        share = (used[lk] - own.get(lk, 0.0)) / cap
+                        if share > load:
+                            load = share
+                    total += g.path_factor * link_load_factor(profile, load)
+                stretch = (1.0 - ts) + ts * total / t.transfer_devices
             total_cpus = st.machines[t.machine].cpus
             others = (st.cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
-            cache = t.memory_gb / (t.memory_gb + remote_mem_gb) if remote_mem_gb > 0 else None
-            worst = max(worst, task_stretch(run.profile, uses, others, cache))
+            stretch *= collocation_factor(others)
+            if t.remote_memory_gb > 0.0:
+                stretch *= memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))
+            if stretch > worst:
+                worst = stretch
         return worst
 
     def _reevaluate(self, names: set[str], now: float) -> None:
@@ -567,6 +586,22 @@ class Simulation:
                              DeviceFailed(device))
         if self.queue:
             self._want_round()
+
+
+def _task(name: str, machine: int, cpus: float, memory_gb: float, grants: list[_Grant],
+          devices: list[Device]) -> _Task:
+    """A task with its devices sorted for the model: transfer-bearing local/remote, remote memory."""
+    t = _Task(name, machine, cpus, memory_gb, grants)
+    for g in grants:
+        if g.kind in TRANSFER_KINDS:
+            t.transfer_devices += 1
+            if g.remote:
+                t.remote_transfer.append(g)
+            else:
+                t.local_transfer += 1
+        elif g.kind == "memory" and g.remote:
+            t.remote_memory_gb += devices[g.device].capacity
+    return t
 
 
 def waited(job: Job) -> Job:
