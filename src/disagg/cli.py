@@ -95,6 +95,7 @@ def bench_placement(
     pending: Annotated[int, typer.Option(min=0, max=1_000_000)] = 1000,
     policy: Annotated[str, typer.Option()] = "drmaestro",
     seed: Annotated[int, typer.Option()] = 1,
+    repeat: Annotated[int, typer.Option(min=1, max=100, help="Run the round N times; report the fastest.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (always JSON; kept for scripts).")] = True,
 ) -> None:
     """One round on a synthetic cluster (racks of 40, a GPU pool per rack, half the CPUs taken)."""
@@ -105,7 +106,7 @@ def bench_placement(
         get_policy(policy)
     except UnknownPolicyError as exc:
         raise fail(str(exc)) from None
-    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed)
+    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed, repeat)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -79,7 +79,7 @@ class FlowOptions:
     min_candidates: int = 32
 
 
-@dataclass
+@dataclass(slots=True)
 class JobState:
     """One job during one round."""
 

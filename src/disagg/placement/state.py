@@ -21,7 +21,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
-@dataclass
+@dataclass(slots=True)
 class Journal:
     """What one job took this round, to give back if its gang fails."""
 
