@@ -81,20 +81,24 @@ class FreeState:
         self._apply_allocations()
 
     def _apply_allocations(self) -> None:
+        """Subtract what already runs: cpus and memory per machine, and its traffic on the links
+        (the machine's uplink, and the path to each remote device it holds, split evenly)."""
         cl = self.cluster
+        allocations = cl.allocations
+        if not allocations:
+            return
         m_index = cl.machine_index
+        where = np.fromiter((m_index[a.machine] for a in allocations), dtype=np.int64, count=len(allocations))
+        np.subtract.at(self.cpu, where, np.fromiter((a.cpus for a in allocations), dtype=np.float64))
+        np.subtract.at(self.mem, where, np.fromiter((a.memory_gb for a in allocations), dtype=np.float64))
+        gbps = np.fromiter((a.network_gbps for a in allocations), dtype=np.float64)
+        np.add.at(self.link_used, where, gbps)
         by_id = cl.device_by_id
-        for a in cl.allocations:
-            m = m_index[a.machine]
-            self.cpu[m] -= a.cpus
-            self.mem[m] -= a.memory_gb
-            if a.network_gbps <= 0:
-                continue
-            self.link_used[m] += a.network_gbps
+        for i in np.nonzero(gbps > 0)[0]:
+            a = allocations[int(i)]
             remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
             for loc in remote:
-                path = self.path(m, cl.location_index[loc])
-                for link in path[1:]:
+                for link in self.path(int(where[i]), cl.location_index[loc])[1:]:
                     self.link_used[link] += a.network_gbps / len(remote)
 
     # -- paths and loads ---------------------------------------------------------------------------
