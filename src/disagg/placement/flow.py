@@ -90,6 +90,8 @@ class JobState:
     z: float
     gbps: float
     phi_local: float
+    shape: tuple[object, ...]
+    wants: dict[str, int]
     journal: Journal = field(default_factory=Journal)
     machines: list[int] = field(default_factory=list)
     grants: list[list[DeviceGrant]] = field(default_factory=list)
@@ -190,7 +192,7 @@ class FlowPlacer:
             iterations += 1
             survivors = self._phase_one(state, pending, timings, clock)
             for kind in DEVICE_KINDS:
-                wanting = [js for js in survivors if js.job.tasks.wants(kind) > 0]
+                wanting = [js for js in survivors if kind in js.wants]
                 if wanting:
                     self._phase_device(state, wanting, kind, timings, clock)
                     survivors = [js for js in survivors if js.failure is None]
@@ -219,8 +221,11 @@ class FlowPlacer:
             profile = profile_of(job)
             cache[key] = (profile, goal_s(job, profile), phi(job, profile, 0.0, 0.0))
         profile, tau, phi_local = cache[key]
+        t = job.tasks
+        wants = {k: int(v) for k, v in t.devices.items() if v > 0}
+        shape = (t.cpus, t.memory_gb, tuple(sorted(wants.items())), tuple(sorted(t.models.items())))
         return JobState(job=job, order=order, profile=profile, tau=tau, z=job.importance,
-                        gbps=remote_gbps(job, profile), phi_local=phi_local)
+                        gbps=remote_gbps(job, profile), phi_local=phi_local, shape=shape, wants=wants)
 
     # -- phase 1: cpu and memory -------------------------------------------------------------------
 
@@ -231,9 +236,7 @@ class FlowPlacer:
         classes: dict[tuple[object, ...], int] = {}
         job_class = np.empty(len(jobs), dtype=np.int64)
         for i, js in enumerate(jobs):
-            t = js.job.tasks
-            key = (t.cpus, t.memory_gb, tuple(sorted(t.devices.items())), tuple(sorted(t.models.items())),
-                   js.profile.name, js.tau, js.z, js.gbps)
+            key = (js.shape, js.profile.name, js.tau, js.z, js.gbps)
             job_class[i] = classes.setdefault(key, len(classes))
         counts = np.array([js.job.tasks.count for js in jobs], dtype=np.int64)
         class_tasks = np.bincount(job_class, weights=counts, minlength=len(classes)).astype(np.int64)
@@ -253,10 +256,7 @@ class FlowPlacer:
         # the aggregator (paying its own offset) and to its few preferred machines at its exact cost.
         groups: dict[tuple[object, ...], list[int]] = {}
         for c in range(len(classes)):
-            t = representative[c].job.tasks
-            shape: tuple[object, ...] = (t.cpus, t.memory_gb, tuple(sorted(t.devices.items())),
-                                         tuple(sorted(t.models.items())))
-            groups.setdefault(shape, []).append(c)
+            groups.setdefault(representative[c].shape, []).append(c)
         n_groups = len(groups)
         pref_t: list[IntArray] = []
         pref_h: list[IntArray] = []
@@ -389,7 +389,7 @@ class FlowPlacer:
             # Local devices are shared by every class that lands on a machine: the first tasks up to
             # the machine's free local devices go free, the rest pay what going remote costs a
             # typical job, so the flow spreads tasks to where devices are local.
-            wants = [sum(js.job.tasks.devices.values()) for js in jobs]
+            wants = [sum(js.wants.values()) for js in jobs]
             want_mean = max(1.0, float(np.average(wants, weights=counts)))
             local_total = sum(local_free[k] for k in state.kinds)
             slots = np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)
@@ -519,7 +519,7 @@ class FlowPlacer:
             return np.repeat(np.asarray(values, dtype=np.float64), per_task)
 
         own = np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=n_tasks)
-        want = spread([js.job.tasks.wants(kind) for js in jobs]).astype(np.int64)
+        want = spread([js.wants[kind] for js in jobs]).astype(np.int64)
         tau = spread([js.tau for js in jobs])
         z = spread([js.z for js in jobs])
         gbps = spread([js.gbps for js in jobs])
