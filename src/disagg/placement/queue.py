@@ -67,11 +67,10 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
                 f"are left after the jobs ahead of it in the queue"))
             continue
         short = None
-        for kind in t.kinds:
-            key = (kind, t.models.get(kind))
+        wanted = [(kind, n * t.count, (kind, t.models.get(kind))) for kind, n in t.devices.items() if n > 0]
+        for kind, need, key in wanted:
             if key not in left_dev:
                 left_dev[key] = state.total_free(kind, key[1])
-            need = t.count * t.wants(kind)
             if need > left_dev[key]:
                 what = f"{kind} ({key[1]})" if key[1] else kind
                 total = state.total_free(kind, key[1])
@@ -84,7 +83,7 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
             continue
         left_cpu -= need_cpu
         left_mem -= need_mem
-        for kind in t.kinds:
-            left_dev[(kind, t.models.get(kind))] -= t.count * t.wants(kind)
+        for _, need, key in wanted:
+            left_dev[key] -= need
         taken.append(job)
     return taken, refused
