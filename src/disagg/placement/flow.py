@@ -92,6 +92,7 @@ class JobState:
     phi_local: float
     shape: tuple[object, ...]
     wants: dict[str, int]
+    remote: int = 0
     journal: Journal = field(default_factory=Journal)
     machines: list[int] = field(default_factory=list)
     grants: list[list[DeviceGrant]] = field(default_factory=list)
@@ -101,6 +102,7 @@ class JobState:
         state.rollback(self.journal)
         self.machines = []
         self.grants = []
+        self.remote = 0
         self.failure = (reason, message)
 
 
@@ -763,6 +765,7 @@ class FlowPlacer:
                 state.undo_last_traffic(js.journal)
                 continue
             entry[1] -= 1
+            js.remote += 1
             names = tuple(state.link_names[p] for p in path)
             return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
         return None, why
@@ -808,7 +811,7 @@ class FlowPlacer:
             tasks = []
             for ti, m in enumerate(js.machines):
                 grants = tuple(js.grants[ti])
-                n_remote = sum(1 for g in grants if g.remote)
+                n_remote = sum(1 for g in grants if g.remote) if js.remote else 0
                 if n_remote == 0:
                     expected = js.phi_local
                 else:
