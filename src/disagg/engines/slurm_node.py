@@ -138,7 +138,8 @@ class DynamicNodes:
             os.waitpid(pid, os.WNOHANG)   # reap it if it is our child and died (a zombie looks alive)
         try:
             proc = psutil.Process(pid)
-            alive = proc.status() != psutil.STATUS_ZOMBIE and proc.name() == "slurmd"
+            # right after start it may still be `nsenter`, about to exec slurmd
+            alive = proc.status() != psutil.STATUS_ZOMBIE and proc.name() in ("slurmd", "nsenter")
         except psutil.Error:
             return None
         return pid if alive else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,9 +114,21 @@ class SlurmSite:
         return proc
 
     def json(self, args: Sequence[str]) -> dict[str, object]:
-        """Run a client command with `--json` and parse what it prints."""
-        out = self.run([*args, "--json"]).stdout
-        parsed = json.loads(out)
+        """Run a client command with `--json` and parse what it prints.
+
+        Output that is not JSON (seen once under load in the test suite, cause unknown) is tried
+        again, three times in all, then reported with what the command printed.
+        """
+        for attempt in range(3):
+            proc = self.run([*args, "--json"])
+            try:
+                parsed = json.loads(proc.stdout)
+                break
+            except json.JSONDecodeError:
+                if attempt == 2:
+                    raise SlurmError(f"{' '.join(args)} --json printed no JSON: {proc.stdout[:200]!r} "
+                                     f"{proc.stderr.strip()[:300]!r}") from None
+                time.sleep(0.1)
         if not isinstance(parsed, dict):
             raise SlurmError(f"{' '.join(args)} --json printed {type(parsed).__name__}, not an object")
         return parsed
