@@ -75,3 +75,18 @@ def test_bench_placement_prints_numbers() -> None:
     assert set(data) >= {"machines", "pending", "placed", "build_s", "solve_s", "decode_s", "round_s", "peak_rss_mb"}
     assert data["machines"] == 80 and data["pending"] == 60 and 0 < data["placed"] <= 60
     assert data["round_s"] >= data["solve_s"] > 0
+
+
+def test_dump_graphs_writes_each_solved_phase(tmp_path: Path) -> None:
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", "examples/drmaestro-jobs.yaml",
+              "--policy", "drmaestro", "--dump-graphs", str(tmp_path / "g"), "--json")
+    assert out.returncode == 0, out.stderr
+    files = sorted(p.name for p in (tmp_path / "g").iterdir())
+    assert files[:4] == ["00-phase1.dot", "00-phase1.json", "01-gpu.dot", "01-gpu.json"]
+    graph = json.loads((tmp_path / "g" / "01-gpu.json").read_text())
+    supply = sum(n["supply"] for n in graph["nodes"] if n["supply"] > 0)
+    into_sink = sum(a["flow"] for a in graph["arcs"] if a["block"].startswith(("loc->sink", "U->sink")))
+    assert supply == into_sink > 0, "every unit of supply reaches the sink"
+    refused = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", "examples/drmaestro-jobs.yaml",
+                  "--policy", "greedy", "--dump-graphs", str(tmp_path / "h"))
+    assert refused.returncode == 2 and "builds no flow network" in refused.stderr

@@ -47,6 +47,7 @@ def place(
     now: Annotated[float, typer.Option(help="The time of the round, seconds.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the policy's randomness.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    dump_graphs: Annotated[Path | None, typer.Option(help="Write each solved flow network (JSON, DOT) here.")] = None,
 ) -> None:
     """One scheduling round on a cluster spec and a jobs spec, as a dry run: decisions and reasons."""
     from disagg.placement.registry import UnknownPolicyError, get_policy
@@ -60,7 +61,21 @@ def place(
         queue = load_jobs(jobs, snapshot)
     except SpecError as exc:
         raise fail(str(exc)) from None
+    graphs = None
+    if dump_graphs is not None:
+        keep = getattr(chosen, "keep_graphs", None)
+        if keep is None:
+            raise fail(f"--dump-graphs: policy {policy!r} builds no flow network (flow policies: drmaestro, "
+                       f"drmaestro-na, firmament)")
+        graphs = keep()
     decisions = chosen.place(snapshot, queue, now, np.random.default_rng(seed), clock=time.perf_counter)
+    if graphs is not None and dump_graphs is not None:
+        dump_graphs.mkdir(parents=True, exist_ok=True)
+        for i, (phase, net, flows) in enumerate(graphs):
+            stem = dump_graphs / f"{i:02d}-{phase}"
+            stem.with_suffix(".json").write_text(net.to_json(flows))
+            stem.with_suffix(".dot").write_text(net.to_dot())
+        err.print(f"wrote {len(graphs)} flow network(s) to {dump_graphs}")
     if as_json:
         sys.stdout.write(json.dumps(decisions.to_json(), indent=2) + "\n")
         return

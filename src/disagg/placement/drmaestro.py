@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from disagg.model import Cluster, Job
 from disagg.placement.base import Clock, no_clock
 from disagg.placement.decisions import Decisions
 from disagg.placement.flow import FlowOptions, FlowPlacer
+from disagg.placement.network import FlowNetwork
 
 
 class DRMaestroPolicy:
@@ -20,6 +22,11 @@ class DRMaestroPolicy:
 
     def __init__(self) -> None:
         self._placer = FlowPlacer(self.options)
+
+    def keep_graphs(self) -> list[tuple[str, FlowNetwork, NDArray[np.int64]]]:
+        """From now on, keep every solved network (for `disagg place --dump-graphs`); returns the list."""
+        self._placer.graphs = []
+        return self._placer.graphs
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
               clock: Clock = no_clock) -> Decisions:

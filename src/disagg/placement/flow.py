@@ -172,6 +172,13 @@ class FlowPlacer:
     def __init__(self, options: FlowOptions) -> None:
         self.options = options
         self._queue_len = 0
+        #: When a list, every solved network of a round is appended as (phase, network, flows), for
+        #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
+        self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
+
+    def _keep(self, phase: str, net: FlowNetwork, flows: IntArray) -> None:
+        if self.graphs is not None:
+            self.graphs.append((phase, net, flows))
 
     # -- the round ---------------------------------------------------------------------------------
 
@@ -406,6 +413,7 @@ class FlowPlacer:
         t2 = clock()
         timings.build_s += t1 - t0
         timings.solve_s += t2 - t1
+        self._keep("phase1", net, flows)
 
         to_class = flows[net.block("job->class")]
         # Per class its preferred machines with flow, then per group its machines, cheapest first.
@@ -617,6 +625,7 @@ class FlowPlacer:
         t2 = clock()
         timings.build_s += t1 - t0
         timings.solve_s += t2 - t1
+        self._keep(kind, net, flows)
 
         # What the flow gave each task: (where from, model, count); where: local, rack or cross.
         given: list[list[tuple[str, int, int]]] = [[] for _ in range(n_tasks)]

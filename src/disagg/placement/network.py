@@ -68,17 +68,20 @@ class FlowNetwork:
 
         return cat(self._tails), cat(self._heads), cat(self._caps), cat(self._costs)
 
-    def to_json(self) -> str:
-        """The graph for debugging: nodes with supplies and labels, arcs with their block name."""
+    def to_json(self, flows: IntArray | None = None) -> str:
+        """The graph for debugging: nodes with supplies and labels, arcs with their block name (and
+        the solved flow on each arc, when given)."""
         tails, heads, caps, costs = self.arrays()
+        flow = flows if flows is not None else np.zeros(len(tails), dtype=np.int64)
         names = np.empty(self._num_arcs, dtype=object)
         for name, (a, b) in self._blocks.items():
             names[a:b] = name
         return json.dumps({
             "nodes": [{"id": i, "supply": int(s), "label": self.node_labels.get(i, "")}
                       for i, s in enumerate(self.supplies)],
-            "arcs": [{"tail": int(t), "head": int(h), "capacity": int(c), "cost": int(w), "block": str(n)}
-                     for t, h, c, w, n in zip(tails, heads, caps, costs, names, strict=True)],
+            "arcs": [{"tail": int(t), "head": int(h), "capacity": int(c), "cost": int(w), "block": str(n),
+                      "flow": int(f)}
+                     for t, h, c, w, n, f in zip(tails, heads, caps, costs, names, flow, strict=True)],
         })
 
     def to_dot(self) -> str:
