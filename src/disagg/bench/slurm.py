@@ -10,20 +10,29 @@ throw-away Slurm with four static nodes of four fake GPUs each:
 Both sides are polled the same way (`squeue -j <id> -h -o %T` every 10 ms). The result is JSON:
 per-shape medians of every step, the totals and `ratio = disagg total / sbatch total` (the cost
 of composing). Teardown (cancel + destroy-machine) is reported apart: it is off the critical path.
+
+`controller` (in the same JSON) measures the whole path through the controller: `POST /v1/jobs`
+→ placed (a scheduling round) → attach-device, launch-machine, prepare-task, launch-task (spans
+taken from the slice's recorded steps) → the job seen running by its engine, for the Slurm engine
+and for the local engine on the same inventory. The emulated fabric's latencies are set to zero
+there, so the numbers are the controller's and the engines' own costs.
 """
 
 from __future__ import annotations
 
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.progress import Progress
 
-from disagg.engines.base import SliceMachine, SliceSpec
+from disagg.engines.base import Engine, SliceMachine, SliceSpec
 from disagg.engines.slurm import SlurmEngine
 from disagg.engines.slurm_cluster import SlurmCluster, default_nodes
 from disagg.engines.slurm_site import SlurmError, SlurmSite
@@ -103,6 +112,104 @@ def sbatch_trial(site: SlurmSite, shape: str) -> float:
     return elapsed
 
 
+CONTROLLER_STEPS = ("placed", "attach-device", "launch-machine", "prepare-task", "launch-task", "to_running")
+
+
+def _inventory(site: SlurmSite, path: Path) -> Path:
+    """The controller's cluster for the site: its static nodes as machines with their GPUs, and a pool."""
+    machines = [{"name": n.machine, "rack": "r0", "cpus": n.cpus, "memory_gb": 64, "uplink_gbps": 40,
+                 "devices": {"gpu": {"model": "P100", "count": len(n.gpus)}}} for n in site.static_nodes]
+    pools = [{"name": "pool0", "rack": "r0", "uplink_gbps": 40, "devices": {"gpu": {"model": "P100", "count": 4}}}]
+    path.write_text(yaml.safe_dump({"machines": machines, "pools": pools}))
+    return path
+
+
+def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, store: Any,
+                      shape: str) -> dict[str, float]:
+    """POST a job of `shape`, follow it to running on its engine, cancel it; step spans in seconds."""
+    from sqlalchemy import select
+
+    from disagg.store.models import JobRow, SliceRow, StepRow
+
+    machines_n, gpus = SHAPES[shape]
+    t0 = time.perf_counter()
+    r = client.post("/v1/jobs", headers=headers, json={
+        "name": f"bench-{shape}", "command": ["sleep", "300"],
+        "tasks": {"count": machines_n, "cpus": 1.0, "memory_gb": 1.0, "gpu": gpus}})
+    if r.status_code != 201:
+        raise RuntimeError(f"POST /v1/jobs answered {r.status_code}: {r.text}")
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 60
+    while True:
+        job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+        if job["state"] == "running":
+            break
+        if job["state"] in ("failed", "cancelled", "completed") or time.monotonic() > deadline:
+            raise RuntimeError(f"benchmark job {job_id} did not reach running: {job}")
+        time.sleep(_POLL_S)
+    with store.read() as s:
+        sl = s.get(SliceRow, job["slice"])
+        handle = sl.handle or sl.id
+    while engine.status(handle).state != "running":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"benchmark job {job_id} never ran on the engine: {engine.status(handle)}")
+        time.sleep(_POLL_S)
+    total = time.perf_counter() - t0
+    seen_running = time.time()
+    with store.read() as s:
+        sl = s.get(SliceRow, job["slice"])
+        submitted = s.get(JobRow, job_id).submitted_at
+        steps = list(s.scalars(select(StepRow).where(StepRow.slice_id == sl.id)))
+        out = {"placed": sl.created_at - submitted}
+    for op in CONTROLLER_STEPS[1:-1]:
+        mine = [st for st in steps if st.op == op and st.started_at and st.ended_at]
+        out[op] = (max(st.ended_at for st in mine) - min(st.started_at for st in mine)) if mine else 0.0
+    launched = max((st.ended_at or 0.0) for st in steps if st.op == "launch-task")
+    out["to_running"] = max(0.0, seen_running - launched)
+    out["total"] = total
+    client.delete(f"/v1/jobs/{job_id}", headers=headers)
+    while True:   # let teardown finish before the next trial
+        with store.read() as s:
+            if s.get(SliceRow, job["slice"]).state == "done":
+                break
+        if time.monotonic() > deadline + 30:
+            raise RuntimeError(f"benchmark slice {job['slice']} did not tear down")
+        time.sleep(_POLL_S)
+    return out
+
+
+def controller_bench(site: SlurmSite, engine_name: str, repeats: int, shapes: Sequence[str],
+                     advance: Callable[[], None]) -> dict[str, Any]:
+    """POST → running through a real controller (SQLite, zero fabric latency) on `engine_name`."""
+    from fastapi.testclient import TestClient
+
+    from disagg.api import create_app
+    from disagg.control.service import Settings, open_service
+
+    with tempfile.TemporaryDirectory(prefix="disagg-bench-ctl-") as tmp:
+        root = Path(tmp)
+        settings = Settings(db=f"sqlite:///{root / 'disagg.db'}", cluster=str(_inventory(site, root / "c.yaml")),
+                            state_dir=str(root / "state"), latency_scale=0.0, tick_s=0.01, engine=engine_name,
+                            slurm_site=str(site.save()))
+        svc = open_service(settings)
+        svc.controller.start()
+        try:
+            headers = {"Authorization": f"Bearer {svc.store.create_token('bench')}"}
+            out: dict[str, Any] = {}
+            with TestClient(create_app(svc.controller)) as client:
+                for shape in shapes:
+                    samples = []
+                    for _ in range(repeats):
+                        samples.append(_controller_trial(client, headers, svc.engine, svc.store, shape))
+                        advance()
+                    out[shape] = {"steps_s": {k: _median([s[k] for s in samples]) for k in CONTROLLER_STEPS},
+                                  "total_s": _median([s["total"] for s in samples]),
+                                  "samples_total_s": [round(s["total"], 4) for s in samples]}
+            return out
+        finally:
+            svc.close()
+
+
 def _median(xs: Sequence[float]) -> float:
     return round(statistics.median(xs), 4)
 
@@ -123,7 +230,7 @@ def run_slurm_slices_bench(repeats: int = 5, shapes: Sequence[str] = tuple(SHAPE
         engine = SlurmEngine(cluster.site)
         # warm-up: the first job after slurmctld starts is slow (≈ 3 s, docs/slurm.md)
         sbatch_trial(cluster.site, "1x4")
-        task = bar.add_task("slurm slices", total=repeats * len(shapes))
+        task = bar.add_task("slurm slices", total=3 * repeats * len(shapes))
         for shape in shapes:
             samples: list[dict[str, float]] = []
             teardown: list[float] = []
@@ -145,4 +252,45 @@ def run_slurm_slices_bench(repeats: int = 5, shapes: Sequence[str] = tuple(SHAPE
                 "samples_total_s": [round(s["total"], 4) for s in samples],
                 "samples_sbatch_s": [round(b, 4) for b in baseline],
             }
+        ctl = {name: controller_bench(cluster.site, name, repeats, shapes, lambda: bar.advance(task))
+               for name in ("slurm", "local")}
+        for shape in shapes:
+            ctl_slurm, ctl_local = ctl["slurm"][shape]["total_s"], ctl["local"][shape]["total_s"]
+            plain = result["shapes"][shape]["sbatch_s"]
+            ctl["slurm"][shape]["ratio_vs_sbatch"] = round(ctl_slurm / plain, 3) if plain > 0 else None
+            ctl["slurm"][shape]["ratio_vs_local"] = round(ctl_slurm / ctl_local, 3) if ctl_local > 0 else None
+        result["controller"] = {"fabric_latency_s": 0.0, "steps": [*CONTROLLER_STEPS], **ctl}
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m disagg.bench.slurm [--repeats N] [--shapes 1x4,2x2,4x1] [--out FILE]`: JSON on stdout.
+
+    `disagg bench slices --engine slurm` calls `run_slurm_slices_bench` the same way.
+    """
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m disagg.bench.slurm", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    parser.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = parser.parse_args(argv)
+    try:
+        result = run_slurm_slices_bench(args.repeats, [s for s in args.shapes.split(",") if s])
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except SlurmError as exc:   # not root, Slurm not installed, a daemon did not start
+        sys.stderr.write(f"error: cannot run a throw-away Slurm: {exc}\n")
+        return 1
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
