@@ -393,7 +393,10 @@ class FlowPlacer:
         with np.errstate(divide="ignore", invalid="ignore"):
             machine_cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
         machine_cap = np.clip(machine_cap, 0, total).astype(np.int64)
-        used = np.unique(np.concatenate([heads, g_heads]))
+        reached = np.zeros(n_machines, dtype=bool)
+        reached[heads] = True
+        reached[g_heads] = True
+        used = np.nonzero(reached)[0]
         if surcharges:
             # Local devices are shared by every class that lands on a machine: the first tasks up to
             # the machine's free local devices go free, the rest pay what going remote costs a
