@@ -17,7 +17,7 @@ FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
 def make_service(tmp_path: Path, db: str | None = None, cluster: str | None = None, scale: float = FAST,
                  **kw: object) -> Service:
     settings = Settings(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
-                        state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, **kw)  # type: ignore[arg-type]
+                        state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, round_gap_s=0.02, **kw)  # type: ignore[arg-type]
     return open_service(settings)
 
 

@@ -51,7 +51,7 @@ class Server:
     def start(self) -> None:
         """Fork a child that runs `disagg serve` (the parent has imported everything: a fast start)."""
         argv = ["disagg", "serve", "--db", self.db, "--port", str(self.port), "--state-dir", str(self.tmp / "state"),
-                "--latency-scale", str(SCALE), "--tick-s", "0.02"]
+                "--latency-scale", str(SCALE), "--tick-s", "0.02", "--round-gap-s", "0.02"]
         pid = os.fork()
         if pid == 0:  # the child: become the server, never return into pytest
             try:

@@ -1,7 +1,119 @@
-"""`disagg bench slices` (placeholder until the benchmark lands)."""
+"""`disagg bench slices`: what composing a slice costs with its steps in parallel vs one after another.
+
+Slices of 1×4, 2×2 and 4×1 machines×GPUs on the emulated FlowOS-RM testbed (seed 000), through the
+real slice state machine (every step recorded in a SQLite store, the emulated fabric, the local
+engine). The testbed's latencies are scaled by `scale` to keep the run short; results are given
+both as measured and scaled back to the testbed's seconds.
+
+  construct_s  attach-device + launch-machine: the seed's "slice construction"
+  compose_s    construction + prepare-task + launch-task (until the job runs)
+  teardown_s   stop-task + detach-device + destroy-machine
+  slowest_step_s  the longest single step of the construction
+The target: construction with parallel steps within 1.2x of its slowest step.
+"""
 
 from __future__ import annotations
 
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
 
-def bench_slices() -> None:
-    """Slice composition, parallel vs serial steps (JSON out)."""
+import typer
+from sqlalchemy import select
+
+from disagg.control.slice import SliceRunner, build_placement
+from disagg.engines.local import LocalEngine
+from disagg.fabric.emulated import EmulatedFabric, OperationLatencies
+from disagg.model import load_cluster
+from disagg.store import Store
+from disagg.store.models import JobRow, SliceRow, StepRow
+
+SHAPES = ((1, 4), (2, 2), (4, 1))
+
+
+def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> dict[str, float]:
+    from disagg.control.service import DEFAULT_CLUSTER
+
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    store = Store(f"sqlite:///{root / 'bench.db'}")
+    store.migrate()
+    store.sync_inventory(cluster)
+    latencies = OperationLatencies().scaled(scale)
+    fabric = EmulatedFabric(root / "fabric.db", cluster, latencies)
+    engine = LocalEngine(root / "tasks", latencies)
+    runner = SliceRunner(store, fabric, engine, parallel=parallel)
+    gpu_ids = [d.id for d in cluster.devices if d.kind == "gpu"]
+    tasks = [{"task": f"j-b/{i}", "machine": f"node{i}", "cpus": 1.0, "memory_gb": 1.0,
+              "devices": [{"id": gpu_ids[i * gpus + k], "kind": "gpu", "remote": True, "location": "iobox0",
+                           "path": ["up:iobox0", f"up:node{i}"], "network_gbps": 1.0} for k in range(gpus)]}
+             for i in range(machines)]
+    now = time.time()
+    with store.write() as s:
+        s.add(JobRow(id="j-b", seq=1, tenant="bench", name="bench", image="unknown", command=["true"],
+                     tasks={"count": machines, "cpus": 1, "memory_gb": 1, "gpu": gpus}, slo_s=None, importance=1.0,
+                     max_retries=0, state="composing", reason=None, reason_code=None, wait_rounds=0, attempts=1,
+                     exit_code=None, slice_id="s-b", submitted_at=now, updated_at=now, idempotency_key=None,
+                     request_hash=None))
+        s.flush()
+        s.add(SliceRow(id="s-b", job_id="j-b", attempt=1, state="composing", outcome=None, detail=None,
+                       placement=build_placement("s-b", tasks), handle=None, created_at=now, updated_at=now))
+    t0 = time.perf_counter()
+    runner.compose("s-b")
+    compose_s = time.perf_counter() - t0
+    with store.read() as s:
+        steps = list(s.scalars(select(StepRow).where(StepRow.slice_id == "s-b")))
+        state = s.scalar(select(SliceRow.state).where(SliceRow.id == "s-b"))
+    if state != "running":
+        raise RuntimeError(f"the benchmark slice did not compose (it is {state})")
+    construct = [st for st in steps if st.op in ("attach-device", "launch-machine")]
+    construct_s = max(st.ended_at or 0 for st in construct) - min(st.started_at or 0 for st in construct)
+    slowest = max((st.ended_at or 0) - (st.started_at or 0) for st in construct)
+    runner.abort("s-b", "completed", "benchmark done")
+    t1 = time.perf_counter()
+    runner.teardown("s-b")
+    teardown_s = time.perf_counter() - t1
+    store.close()
+    fabric.close()
+    return {"construct_s": construct_s, "compose_s": compose_s, "teardown_s": teardown_s, "slowest_step_s": slowest}
+
+
+def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
+    """Median over `repeats` of each shape × {serial, parallel}; seconds measured and at testbed scale."""
+    from rich.progress import Progress
+
+    results = []
+    with Progress(transient=True, console=None) as progress:
+        task = progress.add_task("composing slices", total=len(SHAPES) * 2 * repeats)
+        for machines, gpus in SHAPES:
+            row: dict[str, Any] = {"shape": f"{machines}x{gpus}", "machines": machines, "gpus_per_machine": gpus}
+            for mode, parallel in (("serial", False), ("parallel", True)):
+                runs = []
+                for _ in range(repeats):
+                    with tempfile.TemporaryDirectory(prefix="disagg-bench-") as d:
+                        runs.append(_one(Path(d), machines, gpus, parallel, scale))
+                    progress.advance(task)
+                med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                row[mode] = {k: round(v, 4) for k, v in med.items()}
+                row[mode + "_testbed_s"] = {k: round(v / scale, 2) for k, v in med.items()} if scale else {}
+            row["speedup_construct"] = round(row["serial"]["construct_s"] / row["parallel"]["construct_s"], 2)
+            row["parallel_construct_over_slowest_step"] = round(
+                row["parallel"]["construct_s"] / row["parallel"]["slowest_step_s"], 3)
+            row["parallel_compose_over_slowest_step"] = round(
+                row["parallel"]["compose_s"] / row["parallel"]["slowest_step_s"], 3)
+            results.append(row)
+    return {"benchmark": "slices", "scale": scale, "repeats": repeats,
+            "latencies_testbed_s": OperationLatencies().__dict__, "shapes": results,
+            "target": "parallel construction within 1.2x of its slowest step",
+            "target_met": all(r["parallel_construct_over_slowest_step"] <= 1.2 for r in results)}
+
+
+def bench_slices(
+    scale: Annotated[float, typer.Option(min=0.0001, max=1.0, help="Scale of the testbed's latencies.")] = 0.05,
+    repeats: Annotated[int, typer.Option(min=1, max=20)] = 2,
+) -> None:
+    """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out)."""
+    sys.stdout.write(json.dumps(run_slices_bench(scale, repeats), indent=2) + "\n")

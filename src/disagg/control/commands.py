@@ -65,6 +65,9 @@ def serve(
     tick_s: Annotated[
         float | None, typer.Option(envvar="DISAGG_TICK_S", min=0.001, help="Loop period.")
     ] = None,
+    round_gap_s: Annotated[
+        float | None, typer.Option(envvar="DISAGG_ROUND_GAP_S", min=0.0, help="Least time between placement rounds.")
+    ] = None,
     config: Annotated[
         str | None, typer.Option(envvar="DISAGG_CONFIG", help="YAML file with these settings.")
     ] = None,
@@ -87,6 +90,7 @@ def serve(
             policy=policy,
             latency_scale=latency_scale,
             tick_s=tick_s,
+            round_gap_s=round_gap_s,
         )
         get_policy(settings.policy)
         service = open_service(settings)

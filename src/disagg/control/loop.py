@@ -46,7 +46,8 @@ _EPS = 1e-9
 class ControllerConfig:
     policy: str = "drmaestro-na"
     tick_s: float = 0.25
-    window: int = 64  # queued jobs handed to the policy per round (oldest first)
+    window: int = 32  # queued jobs handed to the policy per round (oldest first)
+    round_gap_s: float = 0.5  # placement rounds at least this far apart (a round costs ~1 ms per queued job)
     workers: int = 16  # slices composed or torn down at once
     parallel_steps: bool = True
     seed: int = 0
@@ -103,6 +104,9 @@ class Controller:
         self._lock = threading.Lock()
         self._cluster: Cluster = store.cluster()
         self.last_round: dict[str, Any] = {}
+        self._last_schedule = 0.0
+        self._pending_round = False
+        self._health_seen: tuple[frozenset[str], frozenset[str]] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,18 +125,28 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.tick()
             except Exception:  # the loop must survive a bad round; the next one retries
                 log.exception("controller round failed")
             self._wake.wait(self.config.tick_s)
-            self._wake.clear()
+            # rounds are at least tick_s apart, however many submissions wake the loop meanwhile
+            self._stop.wait(max(0.0, started + self.config.tick_s - time.monotonic()))
 
     def tick(self) -> None:
-        """One round: monitor, poll, place, dispatch."""
+        """One round: monitor, poll, place (when something changed, or every second), dispatch."""
+        woken = self._wake.is_set() or self._pending_round
+        self._wake.clear()
+        self._pending_round = False
         self.monitor()
         self.poll()
-        self.schedule()
+        since = time.monotonic() - self._last_schedule
+        if (woken and since >= self.config.round_gap_s) or since >= 1.0:
+            self._last_schedule = time.monotonic()
+            self.schedule()
+        elif woken:
+            self._pending_round = True  # too soon after the last round: place in a later tick
         self.dispatch()
 
     def idle(self) -> bool:
@@ -144,6 +158,10 @@ class Controller:
         """Mirror the fabric's device and link health into the store; re-queue affected slices."""
         failed = self.fabric.failed_devices()
         down = self.fabric.down_links()
+        seen = (frozenset(failed), frozenset(down))
+        if seen == self._health_seen:
+            return  # nothing changed since the last look (the first look after a start always runs)
+        self._wake.set()  # capacity changed: place again
         victims: dict[str, str] = {}
         with self.store.write() as s:
             for dev in s.scalars(select(DeviceRow)):
@@ -163,6 +181,7 @@ class Controller:
         for slice_id, why in victims.items():
             if self.slices.abort(slice_id, "requeue", why):
                 log.warning("slice %s: %s; job re-queued", slice_id, why)
+        self._health_seen = seen
 
     # --- 2. poll ---------------------------------------------------------------------------
     def poll(self) -> None:
@@ -386,7 +405,7 @@ class Controller:
             request_hash=digest,
         )
         try:
-            with self.store.write() as s:
+            with self.store.write(urgent=True) as s:
                 s.add(row)
         except IntegrityError:
             if idempotency_key is None:

@@ -37,7 +37,8 @@ class Settings:
     policy: str = "drmaestro-na"
     latency_scale: float = 1.0
     tick_s: float = 0.25
-    window: int = 64
+    round_gap_s: float = 0.5
+    window: int = 32
     engine: str = "local"              # local | slurm (disagg.engines.registry)
     slurm_site: str | None = None      # engine slurm: the path of the Slurm site.json
     extra: dict[str, Any] = field(default_factory=dict)
@@ -106,7 +107,9 @@ def open_service(settings: Settings) -> Service:
         store,
         fabric,
         engine,
-        ControllerConfig(policy=settings.policy, tick_s=settings.tick_s, window=settings.window),
+        ControllerConfig(
+            policy=settings.policy, tick_s=settings.tick_s, window=settings.window, round_gap_s=settings.round_gap_s
+        ),
     )
     return Service(settings, store, fabric, engine, controller, report)
 

@@ -9,8 +9,8 @@ Every task sees its devices: `CUDA_VISIBLE_DEVICES` (indices of its GPUs on the 
 machine with its slots, OpenMPI style), `DISAGG_TASK_INDEX`, `DISAGG_TASK_COUNT`, `DISAGG_JOB`,
 `DISAGG_SLICE`, `DISAGG_MACHINE`.
 
-The runner (`disagg.engines.local_runner`) runs in its own session, so the jobs outlive a controller
-killed with SIGKILL and a restarted controller finds them again from these files.
+The runner (`run.sh`, written by `disagg.engines.local_runner`) runs in its own session, so the
+jobs outlive a controller killed with SIGKILL and a restarted controller finds them again from these files.
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import psutil
-
 from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskStatus
-from disagg.engines.local_runner import claim, write_atomic
+from disagg.engines.local_runner import claim, runner_script, start_ticks, write_atomic
 from disagg.fabric.emulated import OperationLatencies
 
 #: A launched runner that has not claimed its job after this long is taken as lost.
@@ -78,7 +75,8 @@ class LocalEngine(Engine):
         hostfile = d / "hostfile"
         layout = _task_layout(spec)
         write_atomic(hostfile, "".join(f"{m.name} slots=1\n" for m in spec.machines))
-        tasks = []
+        tasks: list[dict[str, object]] = []
+        envs: list[dict[str, str]] = []
         for i, (machine, devices) in enumerate(layout):
             gpus = [str(k) for k, dev in enumerate(devices) if "/gpu" in dev]
             env = {
@@ -94,6 +92,9 @@ class LocalEngine(Engine):
                 **spec.env,
             }
             tasks.append({"machine": machine.name, "env": env})
+            envs.append(env)
+        script = runner_script(d, list(spec.command), envs)
+        write_atomic(d / "run.sh", script)
         write_atomic(d / "spec.json", json.dumps({"command": list(spec.command), "tasks": tasks}))
         return spec.slice_id
 
@@ -109,7 +110,7 @@ class LocalEngine(Engine):
             return
         write_atomic(d / "launched", json.dumps({"at": time.time()}))
         self._children[handle] = subprocess.Popen(
-            [sys.executable, "-m", "disagg.engines.local_runner", str(d)],
+            ["/bin/sh", str(d / "run.sh")],
             start_new_session=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -121,21 +122,16 @@ class LocalEngine(Engine):
         if child is not None and child.poll() is not None:
             del self._children[handle]
 
-    def _runner(self, d: Path) -> psutil.Process | None:
-        """The live runner process of a job directory, if any (pid reuse and zombies excluded)."""
+    def _runner(self, d: Path) -> int | None:
+        """The pid of the live runner of a job directory, if any (pid reuse and zombies excluded)."""
         try:
             info = json.loads((d / "started").read_text())
         except (OSError, ValueError):
             return None
         if "pid" not in info:
             return None
-        try:
-            proc = psutil.Process(info["pid"])
-            if abs(proc.create_time() - info["create_time"]) > 0.5 or proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return proc
-        except psutil.Error:
-            return None
+        alive = start_ticks(int(info["pid"]))
+        return int(info["pid"]) if alive is not None and alive == info.get("start") else None
 
     def status(self, handle: str) -> TaskStatus:
         d = self._dir(handle)
@@ -173,17 +169,18 @@ class LocalEngine(Engine):
             return
         if claim(d / "started", json.dumps({"cancelled": True})):
             return  # no runner ever claimed it; none ever will
-        proc = self._runner(d)
-        if proc is None:
+        pid = self._runner(d)
+        if pid is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         child = self._children.pop(handle, None)
         if child is not None:
             child.wait(timeout=10)
         else:
-            with contextlib.suppress(psutil.Error):
-                proc.wait(timeout=10)
+            end = time.monotonic() + 10
+            while self._runner(d) == pid and time.monotonic() < end:
+                time.sleep(0.01)
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, "cancelled": True, "at": time.time()}))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,34 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
     return engine
 
 
+class _WriterQueue:
+    """One writer at a time; urgent writers first. (SQLite allows one writer; this orders them.)"""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held = False
+        self._urgent_waiting = 0
+
+    @contextmanager
+    def hold(self, urgent: bool) -> Iterator[None]:
+        with self._cond:
+            if urgent:
+                self._urgent_waiting += 1
+            try:
+                while self._held or (not urgent and self._urgent_waiting):
+                    self._cond.wait()
+            finally:
+                if urgent:
+                    self._urgent_waiting -= 1
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held = False
+                self._cond.notify_all()
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who a request comes from."""
@@ -100,6 +129,9 @@ class Store:
             self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_pre_ping=True)
             self.read_engine = self.engine
         self._write = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite has one writer at a time: queue this process's writers on a lock (a fair, quick
+        # hand-over) instead of SQLite's busy handler, which backs off in sleeps of up to 100 ms.
+        self._writers: _WriterQueue | None = _WriterQueue() if self.dialect == "sqlite" else None
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -120,9 +152,17 @@ class Store:
             self.read_engine.dispose()
 
     @contextmanager
-    def write(self) -> Iterator[Session]:
-        """A transaction that commits at the end of the block, or rolls back on error."""
-        with self._write() as session, session.begin():
+    def write(self, urgent: bool = False) -> Iterator[Session]:
+        """A transaction that commits at the end of the block, or rolls back on error. Not re-entrant.
+
+        `urgent` writers (API requests someone waits for) go ahead of the controller's background
+        writers when both wait for SQLite's single write lock.
+        """
+        if self._writers is None:
+            with self._write() as session, session.begin():
+                yield session
+            return
+        with self._writers.hold(urgent), self._write() as session, session.begin():
             yield session
 
     @contextmanager
