@@ -20,8 +20,6 @@ import contextlib
 import itertools
 import os
 import random
-import signal
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -30,59 +28,15 @@ from typing import Any
 
 import httpx
 import pytest
+from control_helpers import Server
 from sqlalchemy import select
 
 from disagg.control.service import Service, Settings, open_service
 from disagg.store import LIVE_SLICE_STATES, Store
 from disagg.store.models import DeviceRow, JobRow, SliceRow
-from disagg.store.pgtemp import free_port
 
 TRIALS = int(os.environ.get("DISAGG_CRASH_TRIALS", "50"))
 SCALE = 0.01  # attach 40 ms, launch-machine 300 ms, destroy-machine 100 ms
-
-
-class Server:
-    def __init__(self, tmp: Path, db: str) -> None:
-        self.tmp, self.db = tmp, db
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.pid = 0
-
-    def start(self) -> None:
-        """Fork a child that runs `disagg serve` (the parent has imported everything: a fast start)."""
-        argv = ["disagg", "serve", "--db", self.db, "--port", str(self.port), "--state-dir", str(self.tmp / "state"),
-                "--latency-scale", str(SCALE), "--tick-s", "0.02", "--round-gap-s", "0.02"]
-        pid = os.fork()
-        if pid == 0:  # the child: become the server, never return into pytest
-            try:
-                os.setsid()
-                fd = os.open(self.tmp / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                sys.argv = argv
-                from disagg.cli import main
-
-                main()
-            finally:
-                os._exit(0)
-        self.pid = pid
-
-    def ready(self, timeout: float = 30.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            done, _ = os.waitpid(self.pid, os.WNOHANG)
-            assert done == 0, (self.tmp / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.03)
-        raise AssertionError("the server did not come up")
-
-    def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)  # no cleanup of any kind
-        os.waitpid(self.pid, 0)
 
 
 def job_body(rng: random.Random, events: Path, i: int) -> dict[str, Any]:
@@ -157,7 +111,7 @@ def test_kill_9_at_random_moments(tmp_path: Path) -> None:
     store.close()
     headers = {"Authorization": f"Bearer {token}"}
     settings = Settings(db=db, state_dir=str(tmp_path / "state"), latency_scale=SCALE)
-    server = Server(tmp_path, db)
+    server = Server(tmp_path, db, ["--latency-scale", str(SCALE), "--tick-s", "0.02", "--round-gap-s", "0.02"])
     pending: list[tuple[str, dict[str, Any]]] = []
     submitted: dict[str, str] = {}
     seen: set[str] = set()

@@ -1,0 +1,100 @@
+"""The controller's CLI: `disagg serve` (first start prints the admin token once; config file and
+DISAGG_* variables), `disagg token create`, and the clients submit / jobs / logs / slices / machines /
+devices against a real server, as tables and as JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from control_helpers import Server, wait_for
+from typer.testing import CliRunner
+
+from disagg.cli import app
+from disagg.control.service import settings_from
+from disagg.model import SpecError
+from disagg.store import Store
+
+runner = CliRunner()
+
+
+def test_token_create_prints_the_token_alone(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    r = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "alice"])
+    assert r.exit_code == 0, r.output
+    token = r.stdout.strip()
+    assert r.stdout == token + "\n" and token.startswith("dg_")
+    who = Store(db).principal(token)
+    assert who is not None and who.tenant == "alice" and not who.admin
+    r = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "ops", "--admin"])
+    admin = Store(db).principal(r.stdout.strip())
+    assert admin is not None and admin.admin
+    bad = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "no spaces"])
+    assert bad.exit_code == 2 and "--tenant" in bad.output
+
+
+def test_settings_come_from_file_then_options(tmp_path: Path) -> None:
+    cfg = tmp_path / "disagg.yaml"
+    cfg.write_text("port: 9000\npolicy: fifo\nlatency_scale: 0.5\n")
+    s = settings_from(str(cfg), port=9100)
+    assert (s.port, s.policy, s.latency_scale, s.host) == (9100, "fifo", 0.5, "127.0.0.1")
+    cfg.write_text("colour: red\n")
+    with pytest.raises(SpecError, match="colour: unknown setting"):
+        settings_from(str(cfg))
+    assert settings_from(None, db="sqlite:///x.db").resolved_state_dir() == Path("x.db.d")
+
+
+def test_serve_rejects_a_bad_policy_with_exit_2(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--policy", "nope"])
+    assert r.exit_code == 2 and "unknown policy 'nope'" in r.output
+
+
+def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    server = Server(tmp_path, db, ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"])
+    server.start()
+    try:
+        server.ready()
+        log = (tmp_path / "server.log").read_text()
+        assert log.count("admin token (shown once, keep it): dg_") == 1
+        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        monkeypatch.setenv("DISAGG_URL", server.url)
+        monkeypatch.setenv("DISAGG_TOKEN", token)
+        submit = ["submit", "hello", "--gpus", "1", "--json", "--", "sh", "-c", "echo hi $DISAGG_DEVICES"]
+        r = runner.invoke(app, submit)
+        assert r.exit_code == 0, r.output
+        job_id = json.loads(r.stdout)["id"]
+
+        def completed() -> bool:
+            out = runner.invoke(app, ["jobs", job_id, "--json"])
+            return bool(json.loads(out.stdout)["state"] == "completed")
+
+        wait_for(completed, what="the job to complete")
+        logs = runner.invoke(app, ["logs", job_id])
+        assert logs.stdout.startswith("hi iobox0/gpu")
+        table = runner.invoke(app, ["jobs"], env={"COLUMNS": "200"})
+        assert "hello" in table.stdout and "completed" in table.stdout
+        for cmd, key in (("slices", "slices"), ("machines", "machines"), ("devices", "devices")):
+            out = runner.invoke(app, [cmd, "--json"])
+            assert out.exit_code == 0 and json.loads(out.stdout)[key]
+            assert runner.invoke(app, [cmd]).exit_code == 0
+        bad = runner.invoke(app, ["submit", "big", "--gpus", "9", "--", "true"])
+        assert bad.exit_code == 2 and "never fit" in bad.output
+        nobody = runner.invoke(app, ["jobs"], env={"DISAGG_TOKEN": "dg_wrong"})
+        assert nobody.exit_code == 2 and "401" in nobody.output
+    finally:
+        server.kill()
+    server.start()  # a second start: the store has an admin, no new token is printed
+    try:
+        server.ready()
+        time.sleep(0.1)
+        assert (tmp_path / "server.log").read_text().count("admin token") == 1
+    finally:
+        server.kill()
+
+
+def test_a_client_without_a_server_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = runner.invoke(app, ["jobs", "--url", "http://127.0.0.1:9", "--token", "dg_x"])
+    assert r.exit_code == 1 and "cannot reach the controller" in r.output
