@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from disagg.placement.cost import placing_cost, unscheduled_cost, utility
-from disagg.placement.flow import expected_vec
+from disagg.placement.jobstate import expected_vec
 from disagg.profiles import NEUTRAL, RODINIA, expected_s, lookup, normalize_image
 
 

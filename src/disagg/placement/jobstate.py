@@ -1,0 +1,115 @@
+"""What a flow round keeps per job, and the vectorised φ both phases price with."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from disagg.model import Job
+from disagg.placement.decisions import DeviceGrant, Reason
+from disagg.placement.state import FreeState, Journal
+from disagg.profiles import Profile
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class FlowOptions:
+    """What distinguishes the flow policies: may devices be remote, is the network load priced in."""
+
+    name: str
+    remote: bool = True
+    network_aware: bool = False
+    max_iterations: int = 3
+    min_candidates: int = 32
+
+
+@dataclass(slots=True)
+class JobState:
+    """One job during one round."""
+
+    job: Job
+    order: int
+    profile: Profile
+    tau: float
+    z: float
+    gbps: float
+    phi_local: float
+    shape: tuple[object, ...]
+    wants: dict[str, int]
+    remote: int = 0
+    journal: Journal = field(default_factory=Journal)
+    machines: list[int] = field(default_factory=list)
+    grants: list[list[DeviceGrant]] = field(default_factory=list)
+    failure: tuple[Reason, str] | None = None
+
+    def fail(self, state: FreeState, reason: Reason, message: str) -> None:
+        state.rollback(self.journal)
+        self.machines = []
+        self.grants = []
+        self.remote = 0
+        self.failure = (reason, message)
+
+
+@dataclass
+class Timings:
+    build_s: float = 0.0
+    solve_s: float = 0.0
+    decode_s: float = 0.0
+
+    def as_dict(self, round_s: float) -> dict[str, float]:
+        return {"build_s": self.build_s, "solve_s": self.solve_s, "decode_s": self.decode_s, "round_s": round_s}
+
+
+def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
+    """`profiles.expected_s` over arrays (same formula, kept in step by a test)."""
+    base = profile.base_s if profile.known else tau
+    ts = profile.transfer_share
+    stretch = profile.remote_factor * (1.0 + profile.load_sensitivity * np.clip(load, 0.0, 1.0))
+    out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
+    return out
+
+
+def request(job: Job) -> str:
+    """A job's request in words, for reasons: `2 task(s) of 4 cpus, 16 GB, 2 gpu`."""
+    t = job.tasks
+    devices = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
+    return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{devices}"
+
+
+def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArray) -> dict[int, list[list[int]]]:
+    """For each tail node, [head, flow] pairs with flow, cheapest first. The inner lists are shared and
+    mutable: the decoder counts the flow down as it hands machines out."""
+    nz = np.nonzero(flows)[0]
+    if len(nz) == 0:
+        return {}
+    order = nz[np.lexsort((costs[nz], tails[nz]))]
+    t = tails[order]
+    h = heads[order].tolist()
+    f = flows[order].tolist()
+    starts = np.nonzero(np.r_[True, t[1:] != t[:-1]])[0].tolist()
+    ends = [*starts[1:], len(order)]
+    owner = t[starts].tolist()
+    return {owner[k]: [[h[i], f[i]] for i in range(b, e)] for k, (b, e) in enumerate(zip(starts, ends, strict=True))}
+
+
+def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity."""
+    base = np.array([js.profile.base_s if js.profile.known else js.tau for js in jobs])
+    ts = np.array([js.profile.transfer_share for js in jobs])
+    rf = np.array([js.profile.remote_factor for js in jobs])
+    sens = np.array([js.profile.load_sensitivity for js in jobs])
+    return base, ts, rf, sens
+
+
+def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
+                    load: FloatArray) -> FloatArray:
+    """`profiles.expected_s` for many jobs at once."""
+    base, ts, rf, sens = params
+    stretch = rf * (1.0 + sens * np.clip(load, 0.0, 1.0))
+    out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
+    return out

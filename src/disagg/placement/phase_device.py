@@ -1,0 +1,337 @@
+"""Phase k: the devices of one kind (the seed's Fig. 2b and 2c).
+
+    task → own location (local) | R_rack → locations in its rack | C → every location,   task → U
+
+A task is one node with supply = the devices of the kind it wants (its sub-tasks: they have the
+same arcs, so one node with supply z is the same problem as z nodes). Location nodes are
+(location, model) pairs, so a task pinned to a model reaches only that model. Phase-1 decisions
+are the preferences: P_LOCAL on the task's own machine, P_RACK and P_CROSS for remote devices.
+
+The decoder hands out devices in queue order and checks what a flow cannot see: link bandwidth for
+remote devices and, for NA, the SLO once this round's traffic is on the links. A task that cannot
+get all its devices fails its job (gang).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from disagg.placement.base import Clock
+from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
+from disagg.placement.decisions import DeviceGrant, Reason
+from disagg.placement.jobstate import FlowOptions, IntArray, JobState, Timings, expected_arrays, profile_arrays
+from disagg.placement.network import FlowNetwork
+from disagg.placement.solver import solve
+from disagg.placement.state import FreeState
+
+#: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
+LOAD_COST = 0.2
+#: How far the decoder looks along an aggregator's list for a device it can really use.
+SCAN_LIMIT = 64
+
+#: Where a phase hands its solved network for debugging (see FlowPlacer.graphs).
+Keep = Callable[[str, FlowNetwork, IntArray], None]
+
+
+def run(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, queue_len: int, timings: Timings,
+        clock: Clock, keep: Keep) -> None:
+    """One phase for one device kind. Location nodes are (location, model) pairs so that a task
+    pinned to a model only reaches devices of that model; with one model per kind (the usual
+    case) this is one node per location."""
+    t0 = clock()
+    n_loc = len(state.loc_rack)
+    owners: list[tuple[JobState, int]] = [(js, ti) for js in jobs for ti in range(len(js.machines))]
+    n_tasks = len(owners)
+    per_task = np.array([len(js.machines) for js in jobs], dtype=np.int64)
+
+    def spread(values: list[float] | list[int]) -> NDArray[np.float64]:
+        """A per-job value, once per task."""
+        return np.repeat(np.asarray(values, dtype=np.float64), per_task)
+
+    own = np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=n_tasks)
+    want = spread([js.wants[kind] for js in jobs]).astype(np.int64)
+    tau = spread([js.tau for js in jobs])
+    z = spread([js.z for js in jobs])
+    gbps = spread([js.gbps for js in jobs])
+    waits = spread([js.job.wait_rounds for js in jobs])
+    phi_local = spread([js.phi_local for js in jobs])
+    orders = spread([js.order for js in jobs])
+    models, free = state.free_by_model(kind)
+    n_models = len(models)
+    model_of = {m: i for i, m in enumerate(models)}
+    # -1: any model; -2: a model that has no free device at all.
+    pinned = spread([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
+                     for js in jobs]).astype(np.int64)
+    load = state.link_load()
+    headroom = state.link_cap - state.link_used
+
+    net = FlowNetwork()
+    task0 = net.add_nodes(n_tasks)
+    rack0 = net.add_nodes(state.n_racks * n_models)
+    cross0 = net.add_nodes(n_models)
+    loc0 = net.add_nodes(n_loc * n_models)
+    unsched = net.add_nodes(1)
+    sink = net.add_nodes(1)
+    total = int(want.sum())
+    net.supplies[task0:task0 + n_tasks] = want
+    net.supplies[sink] = -total
+    idx = np.arange(n_tasks, dtype=np.int64)
+
+    local_cost = placing_cost(phi_local, tau, z, P_LOCAL)
+    u_cost = unscheduled_cost(tau, z, waits) + age_bonus(orders, queue_len)
+    net.add_arcs("task->U", task0 + idx, unsched, want, u_cost)
+    never = np.iinfo(np.int64).max
+    best_cost = np.full(n_tasks, never, dtype=np.int64)
+    rack_ok = cross_ok = slo_blocked = np.zeros(n_tasks, dtype=bool)
+    rack_cost = cross_cost = np.zeros(n_tasks, dtype=np.int64)
+    if opts.remote:
+        own_rack_link = n_loc + state.loc_rack[own]
+        can_send = headroom[own] + 1e-9 >= gbps
+        load_rack = load[own] if opts.network_aware else np.zeros(n_tasks)
+        load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n_tasks)
+        params = tuple(np.repeat(a, per_task) for a in profile_arrays(jobs))
+        phi_rack = expected_arrays(params, np.ones(n_tasks), load_rack)
+        phi_cross = expected_arrays(params, np.ones(n_tasks), load_cross)
+        rack_cost = placing_cost(phi_rack, tau, z, P_RACK)
+        cross_cost = placing_cost(phi_cross, tau, z, P_CROSS)
+        rack_ok = can_send.copy()
+        cross_ok = can_send & (headroom[own_rack_link] + 1e-9 >= gbps) & (state.n_racks > 1)
+        if opts.network_aware:
+            miss_rack = (phi_rack > tau) & (phi_rack > phi_local)
+            miss_cross = (phi_cross > tau) & (phi_cross > phi_local)
+            slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
+            rack_ok = rack_ok & ~miss_rack
+            cross_ok = cross_ok & ~miss_cross
+        best_cost = np.minimum(np.where(rack_ok, rack_cost, never), np.where(cross_ok, cross_cost, never))
+    min_gbps = float(gbps.min()) if n_tasks else 0.0
+    remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
+    local_flow: list[tuple[int, IntArray, IntArray]] = []
+    remote_flow: list[tuple[str, int, IntArray, IntArray]] = []
+    loc_blocks: list[tuple[str, int, IntArray]] = []
+    for mi in range(n_models):
+        fm = free[:, mi]
+        takes = (pinned == -1) | (pinned == mi)
+        has_local = takes & (fm[own] > 0)
+        sel = idx[has_local]
+        net.add_arcs(f"local:{mi}", task0 + sel, loc0 + own[sel] * n_models + mi,
+                     np.minimum(want[sel], fm[own[sel]]), local_cost[sel])
+        local_flow.append((mi, sel, np.zeros(0, dtype=np.int64)))
+        best_cost[sel] = np.minimum(best_cost[sel], local_cost[sel])
+        if opts.remote:
+            r_sel = idx[takes & rack_ok]
+            net.add_arcs(f"rack:{mi}", task0 + r_sel, rack0 + state.loc_rack[own[r_sel]] * n_models + mi,
+                         want[r_sel], rack_cost[r_sel])
+            c_sel = idx[takes & cross_ok]
+            net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], cross_cost[c_sel])
+            remote_flow.append(("rack", mi, r_sel, np.zeros(0, dtype=np.int64)))
+            remote_flow.append(("cross", mi, c_sel, np.zeros(0, dtype=np.int64)))
+            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + 1e-9 >= min_gbps))[0]
+            loc_cost = np.zeros(len(locs), dtype=np.int64)
+            cross_loc_cost = np.zeros(len(locs), dtype=np.int64)
+            if opts.network_aware:
+                loc_cost = np.rint(LOAD_COST * SCALE * np.clip(load[locs], 0, 1)).astype(np.int64)
+                rack_load = np.clip(load[n_loc + state.loc_rack[locs]], 0, 1)
+                cross_loc_cost = loc_cost + np.rint(LOAD_COST * SCALE * rack_load).astype(np.int64)
+            net.add_arcs(f"rack->loc:{mi}", rack0 + state.loc_rack[locs] * n_models + mi,
+                         loc0 + locs * n_models + mi, fm[locs], loc_cost)
+            net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc0 + locs * n_models + mi,
+                         fm[locs], cross_loc_cost)
+            loc_blocks.append(("rack", mi, locs))
+        all_locs = np.nonzero(fm > 0)[0]
+        net.add_arcs(f"loc->sink:{mi}", loc0 + all_locs * n_models + mi, sink, fm[all_locs], 0)
+    net.add_arcs("U->sink", [unsched], sink, [total], 0)
+    t1 = clock()
+    flows = solve(net)
+    t2 = clock()
+    timings.build_s += t1 - t0
+    timings.solve_s += t2 - t1
+    keep(kind, net, flows)
+
+    # What the flow gave each task: (where from, model, count); where: local, rack or cross.
+    given: list[list[tuple[str, int, int]]] = [[] for _ in range(n_tasks)]
+    for mi, sel, _ in local_flow:
+        for i, f in zip(sel, flows[net.block(f"local:{mi}")], strict=True):
+            if f:
+                given[int(i)].append(("local", mi, int(f)))
+    for source, mi, sel, _ in remote_flow:
+        for i, f in zip(sel, flows[net.block(f"{source}:{mi}")], strict=True):
+            if f:
+                given[int(i)].append((source, mi, int(f)))
+    for _, mi, locs in loc_blocks:
+        rl = flows[net.block(f"rack->loc:{mi}")]
+        for a in np.nonzero(rl)[0]:
+            key = ("rack", int(state.loc_rack[locs[a]]), mi)
+            remote_lists.setdefault(key, []).append([int(locs[a]), int(rl[a])])
+        cl = flows[net.block(f"cross->loc:{mi}")]
+        remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
+    f_unsched = flows[net.block("task->U")]
+
+    # Tasks whose devices are all local come first, in one vectorised step: the flow never sends
+    # more to a location than it has free, so they cannot fail; only models could say otherwise.
+    done = np.zeros(n_tasks, dtype=bool)
+    if n_models == 1:
+        f_local = np.zeros(n_tasks, dtype=np.int64)
+        local_sel = local_flow[0][1]
+        f_local[local_sel] = flows[net.block("local:0")]
+        done = (f_local == want) & (f_unsched == 0) & (want > 0)
+        grant_local(state, kind, owners, own, want, done)
+
+    # The rest in queue order; a task that cannot get all its devices fails its whole job.
+    tasks_of: dict[int, list[int]] = {}
+    for i, (js, _) in enumerate(owners):
+        tasks_of.setdefault(id(js), []).append(i)
+    for js in jobs:
+        for i in tasks_of[id(js)]:
+            if js.failure is not None:
+                break
+            if done[i]:
+                continue
+            if f_unsched[i] > 0:
+                explain(state, js, kind, int(own[i]), int(want[i]), int(best_cost[i]), int(u_cost[i]),
+                        bool(slo_blocked[i]), opts)
+                break
+            rack = int(state.loc_rack[own[i]])
+            sources = [(models[mi] if n_models > 1 else None, count, None if src == "local" else
+                        remote_lists.get((src, rack if src == "rack" else 0, mi), []))
+                       for src, mi, count in given[i]]
+            grant(state, js, owners[i][1], kind, int(own[i]), sources, opts)
+    timings.decode_s += clock() - t2
+
+
+def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]], own: IntArray, want: IntArray,
+                chosen: NDArray[np.bool_]) -> None:
+    """Hand the chosen tasks their local devices from the top of each location's stack."""
+    idx = np.nonzero(chosen)[0]
+    if len(idx) == 0:
+        return
+    locs, wants = own[idx], want[idx]
+    order = np.lexsort((idx, locs))
+    idx, locs, wants = idx[order], locs[order], wants[order]
+    # Within a location, each task takes the next `want` devices down from the top.
+    first_of_loc = np.r_[True, locs[1:] != locs[:-1]]
+    cum = np.cumsum(wants)
+    base = np.maximum.accumulate(np.where(first_of_loc, cum - wants, 0))
+    before = cum - wants - base
+    hi = state.start[kind][locs] + state.free_count[kind][locs] - before
+    # Flat positions of every taken device, task after task, each task's from its top down.
+    ends = np.cumsum(wants)
+    step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
+    taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
+    ids = state.device_ids
+    names = state.cluster.locations
+    bounds = np.r_[0, ends].tolist()
+    for i, (t_idx, loc) in enumerate(zip(idx.tolist(), locs.tolist(), strict=True)):
+        js, ti = owners[t_idx]
+        mine = taken[bounds[i]:bounds[i + 1]]
+        js.journal.devices.extend(mine)
+        where = names[loc]
+        js.grants[ti].extend([DeviceGrant(ids[d], kind, False, where) for d in mine])
+    np.subtract.at(state.free_count[kind], locs, wants)
+
+
+def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
+          sources: list[tuple[str | None, int, list[list[int]] | None]], opts: FlowOptions) -> None:
+    """Take the devices the flow gave one task (local ones: list None); fail the job if the
+    real state says no."""
+    devices = state.cluster.devices
+    locations = state.cluster.locations
+    why = "none"
+    for model, count, entries in sources:
+        for _ in range(count):
+            if entries is None:
+                dev = state.take_device(kind, own, model, js.journal)
+                if dev is None:
+                    break
+                js.grants[ti].append(DeviceGrant(devices[dev].id, kind, False, locations[own]))
+                continue
+            got, why = take_remote(state, js, kind, own, model, entries, opts)
+            if got is None:
+                break
+            js.grants[ti].append(got)
+        else:
+            continue
+        break
+    else:
+        return
+    if why == "slo":
+        js.fail(state, Reason.SLO_AT_RISK, (
+            f"remote {kind} for {js.job.name}/{ti} on {locations[own]} would miss the SLO "
+            f"({js.tau:g} s) once this round's traffic is on the links; postponed"))
+    elif why == "bandwidth":
+        js.fail(state, Reason.NO_BANDWIDTH, (
+            f"needs {js.job.tasks.wants(kind)} {kind} for task {js.job.name}/{ti} on {locations[own]}; "
+            f"the links to the free ones lack {js.gbps:g} Gb/s of headroom"))
+    else:
+        js.fail(state, Reason.CONTENTION, f"the {kind} it was given went to jobs ahead of it this round")
+
+
+def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str | None, entries: list[list[int]],
+                opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
+    """One remote device for a task from an aggregator's list, if a path has the bandwidth (and, NA,
+    the SLO still holds with this round's traffic on it). `why` says what stopped it otherwise."""
+    devices = state.cluster.devices
+    locations = state.cluster.locations
+    why = "none"
+    while entries and entries[0][1] == 0:
+        entries.pop(0)
+    for entry in entries[:SCAN_LIMIT]:
+        loc = entry[0]
+        if entry[1] == 0:
+            continue
+        if loc == own:
+            dev = state.take_device(kind, loc, model, js.journal)
+            if dev is None:
+                continue
+            entry[1] -= 1
+            return DeviceGrant(devices[dev].id, kind, False, locations[loc]), ""
+        path = state.path(own, loc)
+        if not state.take_traffic(path, js.gbps, js.journal):
+            why = "bandwidth"
+            continue
+        if opts.network_aware:
+            after = phi(js.job, js.profile, 1.0, state.load(path))
+            if after > js.tau and after > js.phi_local:
+                state.undo_last_traffic(js.journal)
+                why = "slo"
+                continue
+        dev = state.take_device(kind, loc, model, js.journal)
+        if dev is None:
+            state.undo_last_traffic(js.journal)
+            continue
+        entry[1] -= 1
+        js.remote += 1
+        names = tuple(state.link_names[p] for p in path)
+        return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
+    return None, why
+
+
+def explain(state: FreeState, js: JobState, kind: str, own: int, want: int, best: int, u_cost: int,
+            slo_blocked: bool, opts: FlowOptions) -> None:
+    """Why the flow left (part of) a task's devices unscheduled: not enough within reach, the SLO,
+    waiting being cheaper, or jobs ahead of it."""
+    where = state.cluster.locations[own]
+    local = int(state.free_count[kind][own]) if kind in state.free_count else 0
+    if not opts.remote:
+        js.fail(state, Reason.NO_DEVICES, f"needs {want} {kind} on {where}, {local} free there "
+                                          f"(server-centric: no remote devices)")
+        return
+    if slo_blocked and (best == np.iinfo(np.int64).max or best >= u_cost):
+        js.fail(state, Reason.SLO_AT_RISK, (
+            f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
+            f"the SLO ({js.tau:g} s) under the current network load; postponed"))
+        return
+    reach = state.reachable(kind, own, js.gbps)
+    if reach < want:
+        everywhere = state.total_free(kind)
+        reason = Reason.NO_DEVICES if everywhere < want or reach == everywhere else Reason.NO_BANDWIDTH
+        js.fail(state, reason, f"needs {want} {kind}, {reach} free within {state.link_cap[own]:g} Gb/s of {where}")
+        return
+    if best >= u_cost:
+        js.fail(state, Reason.POSTPONED, (
+            f"waiting costs less than its best {kind} placement (cost {best / SCALE:.3f} ≥ "
+            f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed"))
+        return
+    js.fail(state, Reason.CONTENTION, f"its {kind} went to jobs ahead of it in the queue this round")
