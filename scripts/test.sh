@@ -2,7 +2,8 @@
 # The whole test suite: lint (ruff), types (mypy), tests (pytest). Installs what it needs first.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# Debian packages for the real Slurm of tests/slurm (bootstrap installs the missing ones when root).
+# Debian packages for the real Slurm of tests/slurm and the throw-away PostgreSQL of tests/control
+# (bootstrap installs the missing ones when root).
 export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql"
 bash "$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"

@@ -112,7 +112,8 @@ def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
     client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=0))
     metrics = client.get("/metrics").text
     for name in ("disagg_queue_length", 'disagg_slices{state="running"}', 'disagg_devices{state="free"}',
-                 "disagg_placement_round_seconds", "disagg_slice_step_seconds"):
+                 "disagg_placement_round_seconds", "disagg_slice_step_seconds", 'disagg_link_up{link="up:iobox0"} 1.0',
+                 'disagg_link_load_gbps{link="rack:r0"}'):
         assert name in metrics
     page = client.get("/")
     assert page.status_code == 200 and "iobox0/gpu0" in page.text and "node3" in page.text

@@ -224,3 +224,20 @@ def test_a_drained_device_gets_no_new_slice(service: Service) -> None:
     assert sl.placement["machines"][0]["devices"] == ["iobox0/gpu4"]
     with service.store.write() as s:
         s.execute(update(DeviceRow).values(drained=False))
+
+
+def test_a_gang_job_runs_end_to_end_on_each_store(db_url: str, tmp_path: Path) -> None:
+    """The whole controller on SQLite and on a real PostgreSQL (placement, slices, teardown)."""
+    svc = make_service(tmp_path, db=db_url)
+    svc.controller.start()
+    try:
+        jobs = [submit(svc, gpu=1, count=2, command=["sh", "-c", "echo rank $DISAGG_TASK_INDEX"]) for _ in range(3)]
+        for j in jobs:
+            done = wait_state(svc, j, ("completed", "failed"), timeout=30)
+            assert done["state"] == "completed"
+            wait_for(lambda done=done: _slice(svc, done["slice"]).state == "done", what="teardown")
+            assert "rank 0" in svc.controller.logs(j) and "rank 1" in svc.controller.logs(j)
+        assert svc.fabric.attachments() == []
+        assert svc.store.counts()["devices"] == {"free": 9}
+    finally:
+        svc.close()

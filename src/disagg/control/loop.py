@@ -91,7 +91,7 @@ class Controller:
         self.engine = engine
         self.config = config or ControllerConfig()
         self.policy = get_policy(self.config.policy)
-        self.metrics = ControllerMetrics(store)
+        self.metrics = ControllerMetrics(store, fabric)
         self.slices = SliceRunner(
             store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps
         )

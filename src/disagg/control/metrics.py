@@ -1,7 +1,8 @@
 """Prometheus metrics of one controller, in a registry of its own (several controllers per process in tests).
 
 Histograms are observed as things happen (step latencies, placement rounds, API submissions);
-gauges (queue length, slices by state, devices by state) are read from the store at scrape time.
+gauges (queue length, slices by state, devices by state, link load and health) are read from the
+store and the fabric at scrape time.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60
 
 
 class _StoreCollector(Collector):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, fabric: object | None = None) -> None:
         self.store = store
+        self.fabric = fabric
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         counts = self.store.counts()
@@ -39,12 +41,24 @@ class _StoreCollector(Collector):
         for st in ("free", "attached", "failed", "drained"):
             devices.add_metric([st], counts["devices"].get(st, 0))
         yield devices
+        link_load = getattr(self.fabric, "link_load", None)
+        down_links = getattr(self.fabric, "down_links", None)
+        if callable(link_load) and callable(down_links):
+            down = down_links()
+            load = GaugeMetricFamily("disagg_link_load_gbps", "Bandwidth remote attachments take per link.",
+                                     labels=["link"])
+            up = GaugeMetricFamily("disagg_link_up", "1 when the link is up, 0 when it dropped.", labels=["link"])
+            for link, gbps in sorted(link_load().items()):
+                load.add_metric([link], gbps)
+                up.add_metric([link], 0 if link in down else 1)
+            yield load
+            yield up
 
 
 class ControllerMetrics:
     """The controller's metrics; `render()` is the body of GET /metrics."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, fabric: object | None = None) -> None:
         self.registry = CollectorRegistry()
         self.step_seconds = Histogram(
             "disagg_slice_step_seconds",
@@ -65,7 +79,7 @@ class ControllerMetrics:
             buckets=_STEP_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_StoreCollector(store))
+        self.registry.register(_StoreCollector(store, fabric))
 
     def observe_step(self, op: str, seconds: float) -> None:
         self.step_seconds.labels(op).observe(seconds)
