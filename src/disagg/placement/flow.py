@@ -63,8 +63,7 @@ class FlowPlacer:
             for kind in DEVICE_KINDS:
                 wanting = [js for js in survivors if kind in js.wants]
                 if wanting:
-                    phase_device.run(state, wanting, kind, self.options, self._queue_len, timings, clock,
-                                     self._keep)
+                    self._phase_device(state, wanting, kind, timings, clock)
                     survivors = [js for js in survivors if js.failure is None]
             placed += survivors
             retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
@@ -109,6 +108,19 @@ class FlowPlacer:
         timings.solve_s += t2 - t1
         timings.decode_s += clock() - t2
         return survivors
+
+    def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
+                      clock: Clock) -> None:
+        t0 = clock()
+        phase = phase_device.build(state, jobs, kind, self.options, self._queue_len)
+        t1 = clock()
+        flows = solve(phase.net)
+        t2 = clock()
+        self._keep(kind, phase.net, flows)
+        phase_device.decode(state, jobs, phase, flows, self.options)
+        timings.build_s += t1 - t0
+        timings.solve_s += t2 - t1
+        timings.decode_s += clock() - t2
 
     # -- decisions ---------------------------------------------------------------------------------
 

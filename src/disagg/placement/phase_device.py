@@ -14,17 +14,15 @@ get all its devices fails its job (gang).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.placement.base import Clock
 from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FlowOptions, IntArray, JobState, Timings, expected_arrays, profile_arrays
+from disagg.placement.jobstate import FloatArray, FlowOptions, IntArray, JobState, expected_arrays, profile_arrays
 from disagg.placement.network import FlowNetwork
-from disagg.placement.solver import solve
 from disagg.placement.state import FreeState
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
@@ -32,42 +30,112 @@ LOAD_COST = 0.2
 #: How far the decoder looks along an aggregator's list for a device it can really use.
 SCAN_LIMIT = 64
 
-#: Where a phase hands its solved network for debugging (see FlowPlacer.graphs).
-Keep = Callable[[str, FlowNetwork, IntArray], None]
+NEVER = np.iinfo(np.int64).max
 
 
-def run(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, queue_len: int, timings: Timings,
-        clock: Clock, keep: Keep) -> None:
-    """One phase for one device kind. Location nodes are (location, model) pairs so that a task
-    pinned to a model only reaches devices of that model; with one model per kind (the usual
-    case) this is one node per location."""
-    t0 = clock()
-    n_loc = len(state.loc_rack)
-    owners: list[tuple[JobState, int]] = [(js, ti) for js in jobs for ti in range(len(js.machines))]
-    n_tasks = len(owners)
+@dataclass
+class Tasks:
+    """Per task of the jobs in this phase: one entry per (job, task index), as arrays."""
+
+    owners: list[tuple[JobState, int]]
+    own: IntArray
+    want: IntArray
+    tau: FloatArray
+    z: FloatArray
+    gbps: FloatArray
+    phi_local: FloatArray
+    u_cost: IntArray
+    pinned: IntArray
+    params: tuple[FloatArray, ...]
+
+
+def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int) -> Tasks:
     per_task = np.array([len(js.machines) for js in jobs], dtype=np.int64)
 
-    def spread(values: list[float] | list[int]) -> NDArray[np.float64]:
+    def spread(values: list[float] | list[int]) -> FloatArray:
         """A per-job value, once per task."""
         return np.repeat(np.asarray(values, dtype=np.float64), per_task)
 
-    own = np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=n_tasks)
-    want = spread([js.wants[kind] for js in jobs]).astype(np.int64)
-    tau = spread([js.tau for js in jobs])
-    z = spread([js.z for js in jobs])
-    gbps = spread([js.gbps for js in jobs])
-    waits = spread([js.job.wait_rounds for js in jobs])
-    phi_local = spread([js.phi_local for js in jobs])
-    orders = spread([js.order for js in jobs])
-    models, free = state.free_by_model(kind)
-    n_models = len(models)
+    owners = [(js, ti) for js in jobs for ti in range(len(js.machines))]
     model_of = {m: i for i, m in enumerate(models)}
-    # -1: any model; -2: a model that has no free device at all.
-    pinned = spread([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
-                     for js in jobs]).astype(np.int64)
+    tau, z = spread([js.tau for js in jobs]), spread([js.z for js in jobs])
+    u_cost = unscheduled_cost(tau, z, spread([js.job.wait_rounds for js in jobs]))
+    return Tasks(
+        owners=owners,
+        own=np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=len(owners)),
+        want=spread([js.wants[kind] for js in jobs]).astype(np.int64),
+        tau=tau, z=z, gbps=spread([js.gbps for js in jobs]), phi_local=spread([js.phi_local for js in jobs]),
+        u_cost=u_cost + age_bonus(spread([js.order for js in jobs]), queue_len),
+        # -1: any model; -2: a model that has no free device at all.
+        pinned=spread([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
+                       for js in jobs]).astype(np.int64),
+        params=tuple(np.repeat(a, per_task) for a in profile_arrays(jobs)),
+    )
+
+
+@dataclass
+class RemoteCosts:
+    """Which tasks may go remote in their rack (`rack_ok`) or across racks, at what cost, and which were
+    kept from it only by the SLO (NA)."""
+
+    rack_ok: NDArray[np.bool_]
+    cross_ok: NDArray[np.bool_]
+    rack_cost: IntArray
+    cross_cost: IntArray
+    slo_blocked: NDArray[np.bool_]
+
+
+def _remote_costs(state: FreeState, tasks: Tasks, opts: FlowOptions) -> RemoteCosts:
+    n = len(tasks.owners)
+    none = np.zeros(n, dtype=bool)
+    if not opts.remote:
+        return RemoteCosts(none, none, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), none)
+    own, gbps = tasks.own, tasks.gbps
     load = state.link_load()
     headroom = state.link_cap - state.link_used
+    own_rack_link = len(state.loc_rack) + state.loc_rack[own]
+    can_send = headroom[own] + 1e-9 >= gbps
+    load_rack = load[own] if opts.network_aware else np.zeros(n)
+    load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n)
+    phi_rack = expected_arrays(tasks.params, np.ones(n), load_rack)
+    phi_cross = expected_arrays(tasks.params, np.ones(n), load_cross)
+    rack_ok = can_send.copy()
+    cross_ok = can_send & (headroom[own_rack_link] + 1e-9 >= gbps) & (state.n_racks > 1)
+    slo_blocked = none
+    if opts.network_aware:
+        miss_rack = (phi_rack > tasks.tau) & (phi_rack > tasks.phi_local)
+        miss_cross = (phi_cross > tasks.tau) & (phi_cross > tasks.phi_local)
+        slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
+        rack_ok &= ~miss_rack
+        cross_ok &= ~miss_cross
+    return RemoteCosts(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK),
+                       placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS), slo_blocked)
 
+
+@dataclass
+class DevicePhase:
+    """The network of one device phase and what the decoder reads back from its flows."""
+
+    kind: str
+    net: FlowNetwork
+    tasks: Tasks
+    models: list[str]
+    remote: RemoteCosts
+    best_cost: IntArray
+    local_sel: list[IntArray] = field(default_factory=list)
+    rack_sel: list[IntArray] = field(default_factory=list)
+    cross_sel: list[IntArray] = field(default_factory=list)
+    loc_sel: list[IntArray] = field(default_factory=list)
+
+
+def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, queue_len: int) -> DevicePhase:
+    """Location nodes are (location, model) pairs so that a task pinned to a model only reaches devices
+    of that model; with one model per kind (the usual case) this is one node per location."""
+    models, free = state.free_by_model(kind)
+    n_models, n_loc = len(models), len(state.loc_rack)
+    tasks = _tasks(jobs, kind, models, queue_len)
+    remote = _remote_costs(state, tasks, opts)
+    own, want, n_tasks = tasks.own, tasks.want, len(tasks.owners)
     net = FlowNetwork()
     task0 = net.add_nodes(n_tasks)
     rack0 = net.add_nodes(state.n_racks * n_models)
@@ -79,55 +147,30 @@ def run(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, qu
     net.supplies[task0:task0 + n_tasks] = want
     net.supplies[sink] = -total
     idx = np.arange(n_tasks, dtype=np.int64)
-
-    local_cost = placing_cost(phi_local, tau, z, P_LOCAL)
-    u_cost = unscheduled_cost(tau, z, waits) + age_bonus(orders, queue_len)
-    net.add_arcs("task->U", task0 + idx, unsched, want, u_cost)
-    never = np.iinfo(np.int64).max
-    best_cost = np.full(n_tasks, never, dtype=np.int64)
-    rack_ok = cross_ok = slo_blocked = np.zeros(n_tasks, dtype=bool)
-    rack_cost = cross_cost = np.zeros(n_tasks, dtype=np.int64)
-    if opts.remote:
-        own_rack_link = n_loc + state.loc_rack[own]
-        can_send = headroom[own] + 1e-9 >= gbps
-        load_rack = load[own] if opts.network_aware else np.zeros(n_tasks)
-        load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n_tasks)
-        params = tuple(np.repeat(a, per_task) for a in profile_arrays(jobs))
-        phi_rack = expected_arrays(params, np.ones(n_tasks), load_rack)
-        phi_cross = expected_arrays(params, np.ones(n_tasks), load_cross)
-        rack_cost = placing_cost(phi_rack, tau, z, P_RACK)
-        cross_cost = placing_cost(phi_cross, tau, z, P_CROSS)
-        rack_ok = can_send.copy()
-        cross_ok = can_send & (headroom[own_rack_link] + 1e-9 >= gbps) & (state.n_racks > 1)
-        if opts.network_aware:
-            miss_rack = (phi_rack > tau) & (phi_rack > phi_local)
-            miss_cross = (phi_cross > tau) & (phi_cross > phi_local)
-            slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
-            rack_ok = rack_ok & ~miss_rack
-            cross_ok = cross_ok & ~miss_cross
-        best_cost = np.minimum(np.where(rack_ok, rack_cost, never), np.where(cross_ok, cross_cost, never))
-    min_gbps = float(gbps.min()) if n_tasks else 0.0
-    remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
-    local_flow: list[tuple[int, IntArray, IntArray]] = []
-    remote_flow: list[tuple[str, int, IntArray, IntArray]] = []
-    loc_blocks: list[tuple[str, int, IntArray]] = []
+    net.add_arcs("task->U", task0 + idx, unsched, want, tasks.u_cost)
+    local_cost = placing_cost(tasks.phi_local, tasks.tau, tasks.z, P_LOCAL)
+    best = np.minimum(np.where(remote.rack_ok, remote.rack_cost, NEVER),
+                      np.where(remote.cross_ok, remote.cross_cost, NEVER))
+    phase = DevicePhase(kind, net, tasks, models, remote, best)
+    load = state.link_load()
+    headroom = state.link_cap - state.link_used
+    min_gbps = float(tasks.gbps.min()) if n_tasks else 0.0
     for mi in range(n_models):
         fm = free[:, mi]
-        takes = (pinned == -1) | (pinned == mi)
-        has_local = takes & (fm[own] > 0)
-        sel = idx[has_local]
-        net.add_arcs(f"local:{mi}", task0 + sel, loc0 + own[sel] * n_models + mi,
-                     np.minimum(want[sel], fm[own[sel]]), local_cost[sel])
-        local_flow.append((mi, sel, np.zeros(0, dtype=np.int64)))
-        best_cost[sel] = np.minimum(best_cost[sel], local_cost[sel])
+        takes = (tasks.pinned == -1) | (tasks.pinned == mi)
+        sel = idx[takes & (fm[own] > 0)]
+        net.add_arcs(f"local:{mi}", task0 + sel, loc0 + own[sel] * n_models + mi, np.minimum(want[sel], fm[own[sel]]),
+                     local_cost[sel])
+        phase.local_sel.append(sel)
+        phase.best_cost[sel] = np.minimum(phase.best_cost[sel], local_cost[sel])
         if opts.remote:
-            r_sel = idx[takes & rack_ok]
+            r_sel = idx[takes & remote.rack_ok]
             net.add_arcs(f"rack:{mi}", task0 + r_sel, rack0 + state.loc_rack[own[r_sel]] * n_models + mi,
-                         want[r_sel], rack_cost[r_sel])
-            c_sel = idx[takes & cross_ok]
-            net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], cross_cost[c_sel])
-            remote_flow.append(("rack", mi, r_sel, np.zeros(0, dtype=np.int64)))
-            remote_flow.append(("cross", mi, c_sel, np.zeros(0, dtype=np.int64)))
+                         want[r_sel], remote.rack_cost[r_sel])
+            c_sel = idx[takes & remote.cross_ok]
+            net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], remote.cross_cost[c_sel])
+            phase.rack_sel.append(r_sel)
+            phase.cross_sel.append(c_sel)
             locs = np.nonzero((fm > 0) & (headroom[:n_loc] + 1e-9 >= min_gbps))[0]
             loc_cost = np.zeros(len(locs), dtype=np.int64)
             cross_loc_cost = np.zeros(len(locs), dtype=np.int64)
@@ -139,49 +182,47 @@ def run(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, qu
                          loc0 + locs * n_models + mi, fm[locs], loc_cost)
             net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc0 + locs * n_models + mi,
                          fm[locs], cross_loc_cost)
-            loc_blocks.append(("rack", mi, locs))
+            phase.loc_sel.append(locs)
         all_locs = np.nonzero(fm > 0)[0]
         net.add_arcs(f"loc->sink:{mi}", loc0 + all_locs * n_models + mi, sink, fm[all_locs], 0)
     net.add_arcs("U->sink", [unsched], sink, [total], 0)
-    t1 = clock()
-    flows = solve(net)
-    t2 = clock()
-    timings.build_s += t1 - t0
-    timings.solve_s += t2 - t1
-    keep(kind, net, flows)
+    return phase
 
+
+def decode(state: FreeState, jobs: list[JobState], phase: DevicePhase, flows: IntArray, opts: FlowOptions) -> None:
+    """Hand out devices in queue order; a task that cannot get all its devices fails its whole job."""
+    net, tasks, kind = phase.net, phase.tasks, phase.kind
+    n_tasks, n_models = len(tasks.owners), len(phase.models)
     # What the flow gave each task: (where from, model, count); where: local, rack or cross.
     given: list[list[tuple[str, int, int]]] = [[] for _ in range(n_tasks)]
-    for mi, sel, _ in local_flow:
-        for i, f in zip(sel, flows[net.block(f"local:{mi}")], strict=True):
-            if f:
-                given[int(i)].append(("local", mi, int(f)))
-    for source, mi, sel, _ in remote_flow:
-        for i, f in zip(sel, flows[net.block(f"{source}:{mi}")], strict=True):
-            if f:
-                given[int(i)].append((source, mi, int(f)))
-    for _, mi, locs in loc_blocks:
+    sources = [("local", phase.local_sel), ("rack", phase.rack_sel), ("cross", phase.cross_sel)]
+    for source, selections in sources:
+        for mi, sel in enumerate(selections):
+            for i, f in zip(sel.tolist(), flows[net.block(f"{source}:{mi}")].tolist(), strict=True):
+                if f:
+                    given[i].append((source, mi, f))
+    # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
+    remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
+    for mi, locs in enumerate(phase.loc_sel):
         rl = flows[net.block(f"rack->loc:{mi}")]
         for a in np.nonzero(rl)[0]:
-            key = ("rack", int(state.loc_rack[locs[a]]), mi)
-            remote_lists.setdefault(key, []).append([int(locs[a]), int(rl[a])])
+            remote_lists.setdefault(("rack", int(state.loc_rack[locs[a]]), mi), []).append([int(locs[a]), int(rl[a])])
         cl = flows[net.block(f"cross->loc:{mi}")]
         remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
     f_unsched = flows[net.block("task->U")]
+    own, want = tasks.own, tasks.want
 
     # Tasks whose devices are all local come first, in one vectorised step: the flow never sends
     # more to a location than it has free, so they cannot fail; only models could say otherwise.
     done = np.zeros(n_tasks, dtype=bool)
     if n_models == 1:
         f_local = np.zeros(n_tasks, dtype=np.int64)
-        local_sel = local_flow[0][1]
-        f_local[local_sel] = flows[net.block("local:0")]
+        f_local[phase.local_sel[0]] = flows[net.block("local:0")]
         done = (f_local == want) & (f_unsched == 0) & (want > 0)
-        grant_local(state, kind, owners, own, want, done)
+        grant_local(state, kind, tasks.owners, own, want, done)
 
-    # The rest in queue order; a task that cannot get all its devices fails its whole job.
     tasks_of: dict[int, list[int]] = {}
-    for i, (js, _) in enumerate(owners):
+    for i, (js, _) in enumerate(tasks.owners):
         tasks_of.setdefault(id(js), []).append(i)
     for js in jobs:
         for i in tasks_of[id(js)]:
@@ -190,15 +231,14 @@ def run(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, qu
             if done[i]:
                 continue
             if f_unsched[i] > 0:
-                explain(state, js, kind, int(own[i]), int(want[i]), int(best_cost[i]), int(u_cost[i]),
-                        bool(slo_blocked[i]), opts)
+                explain(state, js, kind, int(own[i]), int(want[i]), int(phase.best_cost[i]), int(tasks.u_cost[i]),
+                        bool(phase.remote.slo_blocked[i]), opts)
                 break
             rack = int(state.loc_rack[own[i]])
-            sources = [(models[mi] if n_models > 1 else None, count, None if src == "local" else
-                        remote_lists.get((src, rack if src == "rack" else 0, mi), []))
-                       for src, mi, count in given[i]]
-            grant(state, js, owners[i][1], kind, int(own[i]), sources, opts)
-    timings.decode_s += clock() - t2
+            wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
+                       remote_lists.get((src, rack if src == "rack" else 0, mi), []))
+                      for src, mi, count in given[i]]
+            grant(state, js, tasks.owners[i][1], kind, int(own[i]), wanted, opts)
 
 
 def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]], own: IntArray, want: IntArray,
