@@ -9,7 +9,8 @@ surviving jobs into decisions. See README.md in this folder for the networks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
@@ -24,6 +25,8 @@ from disagg.placement.state import FreeState
 from disagg.profiles import Profile
 
 __all__ = ["FlowOptions", "FlowPlacer"]
+
+T = TypeVar("T")
 
 
 class FlowPlacer:
@@ -97,30 +100,28 @@ class FlowPlacer:
                         gbps=remote_gbps(job, profile), phi_local=phi_local, shape=shape, wants=wants)
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
-        t0 = clock()
-        phase = phase_one.build(state, jobs, self.options, self._queue_len)
-        t1 = clock()
-        flows = solve(phase.net)
-        t2 = clock()
+        phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(state, jobs, self.options,
+                                                                               self._queue_len))
+        flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
-        survivors = phase_one.decode(state, jobs, phase, flows, self.options)
-        timings.build_s += t1 - t0
-        timings.solve_s += t2 - t1
-        timings.decode_s += clock() - t2
-        return survivors
+        return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
+                                                                                 self.options))
 
     def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
                       clock: Clock) -> None:
-        t0 = clock()
-        phase = phase_device.build(state, jobs, kind, self.options, self._queue_len)
-        t1 = clock()
-        flows = solve(phase.net)
-        t2 = clock()
+        phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.options,
+                                                                                  self._queue_len))
+        flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep(kind, phase.net, flows)
-        phase_device.decode(state, jobs, phase, flows, self.options)
-        timings.build_s += t1 - t0
-        timings.solve_s += t2 - t1
-        timings.decode_s += clock() - t2
+        self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, jobs, phase, flows, self.options))
+
+    @staticmethod
+    def _timed(timings: Timings, clock: Clock, field: str, step: Callable[[], T]) -> T:
+        """Run one step and add its time to `timings.<field>`."""
+        start = clock()
+        out = step()
+        setattr(timings, field, getattr(timings, field) + clock() - start)
+        return out
 
     # -- decisions ---------------------------------------------------------------------------------
 
