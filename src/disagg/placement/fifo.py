@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from disagg.model import Cluster, Job
-from disagg.placement.base import Clock, no_clock
-from disagg.placement.decisions import Decisions, DeviceGrant
+from disagg.placement.decisions import DeviceGrant
 from disagg.placement.sequential import (
     Ask,
+    SequentialPolicy,
     by_submit,
     cpu_fit_mask,
     no_machine,
-    place_sequentially,
     short_of_devices,
     take_local,
     take_remote_from,
@@ -48,12 +44,11 @@ def _first_fit_devices(state: FreeState, ask: Ask, m: int, kind: str, n: int,
     return got
 
 
-class FifoPolicy:
+class FifoPolicy(SequentialPolicy):
     """FIFO: FlowOS-RM's order — first in, first out, first fit; a job that waits blocks those behind it."""
 
     name = "fifo"
-
-    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
-        return place_sequentially(self.name, snapshot, queue, now, rng, by_submit, _first_fit,
-                                  _first_fit_devices, blocking=True, clock=clock)
+    order = staticmethod(by_submit)
+    pick_machine = staticmethod(_first_fit)
+    pick_devices = staticmethod(_first_fit_devices)
+    blocking = True

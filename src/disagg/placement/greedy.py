@@ -6,16 +6,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from disagg.model import Cluster, Job
-from disagg.placement.base import Clock, no_clock
-from disagg.placement.decisions import Decisions, DeviceGrant, Reason
+from disagg.model import Job
+from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.sequential import (
     Ask,
     Refused,
+    SequentialPolicy,
     cpu_fit_mask,
     local_fit_mask,
     no_machine,
-    place_sequentially,
     take_local,
 )
 from disagg.placement.state import FreeState
@@ -53,12 +52,10 @@ def _local_only(state: FreeState, ask: Ask, m: int, kind: str, n: int, rng: np.r
     return got
 
 
-class GreedyPolicy:
+class GreedyPolicy(SequentialPolicy):
     """Greedy: Kubernetes-like filter + score (least-allocated); devices only from the task's machine."""
 
     name = "greedy"
-
-    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
-        return place_sequentially(self.name, snapshot, queue, now, rng, _by_priority, _least_allocated,
-                                  _local_only, clock=clock)
+    order = staticmethod(_by_priority)
+    pick_machine = staticmethod(_least_allocated)
+    pick_devices = staticmethod(_local_only)

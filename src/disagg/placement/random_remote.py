@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from disagg.model import Cluster, Job
-from disagg.placement.base import Clock, no_clock
-from disagg.placement.decisions import Decisions, DeviceGrant
+from disagg.placement.decisions import DeviceGrant
 from disagg.placement.sequential import (
     Ask,
+    SequentialPolicy,
     by_submit,
     cpu_fit_mask,
     local_fit_mask,
     no_machine,
-    place_sequentially,
     short_of_devices,
     take_local,
     take_remote_from,
@@ -50,12 +46,10 @@ def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
     return got
 
 
-class RandomRemotePolicy:
+class RandomRemotePolicy(SequentialPolicy):
     """Random-remote: local devices first, else random remote ones (Slurm rgpu); queue in submit order."""
 
     name = "random-remote"
-
-    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
-        return place_sequentially(self.name, snapshot, queue, now, rng, by_submit, _prefer_local,
-                                  _local_then_random, clock=clock)
+    order = staticmethod(by_submit)
+    pick_machine = staticmethod(_prefer_local)
+    pick_devices = staticmethod(_local_then_random)

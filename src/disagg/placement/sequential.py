@@ -67,6 +67,21 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
                      timings={"build_s": 0.0, "solve_s": 0.0, "decode_s": elapsed, "round_s": elapsed})
 
 
+class SequentialPolicy:
+    """A baseline made of three stages: subclasses name them (as staticmethods) and the policy."""
+
+    name = "sequential"
+    order: Order
+    pick_machine: PickMachine
+    pick_devices: PickDevices
+    blocking = False
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+              clock: Clock = no_clock) -> Decisions:
+        return place_sequentially(self.name, snapshot, queue, now, rng, self.order, self.pick_machine,
+                                  self.pick_devices, blocking=self.blocking, clock=clock)
+
+
 def _place_job(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machine: PickMachine,
                pick_devices: PickDevices) -> JobPlacement:
     job = ask.job
