@@ -162,3 +162,14 @@ def test_random_remote_is_seeded() -> None:
     a = PlacementHarness(c, [job], seed=7).run("random-remote")
     b = PlacementHarness(c, [job], seed=7).run("random-remote")
     assert placed(a) == placed(b)
+
+
+def test_jobs_refused_only_for_jobs_ahead_get_another_look_when_those_wait() -> None:
+    # "late" comes first and claims both GPUs at admission, but waiting beats placing it (SLO 50 s
+    # for a 200 s job); "next" was refused only for "late", so it must be placed in the same round.
+    cluster = make_cluster(machines=1, gpus=2)
+    late = make_job("late", gpu=2, slo_s=50, submit_s=0)
+    nxt = make_job("next", gpu=2, slo_s=400, submit_s=1)
+    decisions = PlacementHarness(cluster, [late, nxt], now=10).run("drmaestro")
+    assert reason(decisions, "late")[0] == Reason.POSTPONED
+    assert "next" in placed(decisions)

@@ -52,8 +52,9 @@ class FlowPlacer:
         ordered = order_queue(queue, now)
         admitted, refused = admit(state, ordered)
         profiles: dict[tuple[str, float | None], tuple[Profile, float, float]] = {}
-        jobs = [self._job_state(j, i, profiles) for i, j in enumerate(admitted)]
-        self._queue_len = len(jobs)
+        position = {j.name: i for i, j in enumerate(ordered)}
+        jobs = [self._job_state(j, position[j.name], profiles) for j in admitted]
+        self._queue_len = len(ordered)
         timings.build_s += clock() - start
         pending = jobs
         placed: list[JobState] = []
@@ -70,11 +71,20 @@ class FlowPlacer:
                     survivors = [js for js in survivors if js.failure is None]
             placed += survivors
             retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
-            if not survivors:
+            # Jobs refused up front only because the jobs ahead of them claimed what was free get
+            # another look, now that those jobs are decided (some of them may not have been placed).
+            late = [j for j in ordered if j.name in refused and refused[j.name].reason == Reason.CONTENTION]
+            more, still = admit(state, late)
+            for j in more:
+                del refused[j.name]
+            refused.update(still)
+            fresh = [self._job_state(j, position[j.name], profiles) for j in more]
+            jobs += fresh
+            if not survivors and not fresh:
                 break
             for js in retry:
                 js.failure = None
-            pending = retry
+            pending = sorted(retry + fresh, key=lambda js: js.order)
         decode_start = clock()
         decisions = self._decisions(state, ordered, placed, jobs, refused)
         timings.decode_s += clock() - decode_start
@@ -83,7 +93,7 @@ class FlowPlacer:
             placed=decisions[0],
             unplaced=decisions[1],
             timings=timings.as_dict(clock() - start),
-            stats={"admitted": len(admitted), "iterations": iterations},
+            stats={"admitted": len(jobs), "iterations": iterations},
         )
 
     def _job_state(self, job: Job, order: int, cache: dict[tuple[str, float | None], tuple[Profile, float, float]]

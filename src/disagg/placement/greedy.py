@@ -33,15 +33,18 @@ def _least_allocated(state: FreeState, ask: Ask, rng: np.random.Generator) -> in
         raise no_machine(state, ask)
     feasible = fits & local_fit_mask(state, ask)
     if not feasible.any():
-        wants = ", ".join(f"{t.wants(k)} {k}" for k in t.kinds)
-        best = {k: int(state.local_free(k)[fits].max(initial=0)) for k in t.kinds}
-        have = ", ".join(f"{v} {k}" for k, v in best.items())
-        raise Refused(Reason.NO_DEVICES, f"needs {wants} on one machine with {t.cpus:g} cpus free; "
-                                         f"the best such machine has {have}")
+        wants = ", ".join(f"{t.wants(k)} {_what(k, t.models.get(k))}" for k in t.kinds)
+        most = ", ".join(f"{int(state.local_free(k, t.models.get(k))[fits].max(initial=0))} {k}" for k in t.kinds)
+        raise Refused(Reason.NO_DEVICES, f"needs {wants} on one machine with {t.cpus:g} cpus free; no such "
+                                         f"machine has them all (most on any one of them: {most})")
     # Score: least allocated after placing (mean of free cpu and memory shares); select: the highest.
     score = ((state.cpu - t.cpus) / state.cpu_total + (state.mem - t.memory_gb) / state.mem_total) / 2
     score = np.where(feasible, score, -np.inf)
     return int(np.argmax(score))
+
+
+def _what(kind: str, model: str | None) -> str:
+    return f"{kind} ({model})" if model else kind
 
 
 def _local_only(state: FreeState, ask: Ask, m: int, kind: str, n: int, rng: np.random.Generator) -> list[DeviceGrant]:

@@ -115,7 +115,8 @@ def fit_counts(state: FreeState, js: JobState, local_free: dict[str, IntArray], 
     out: IntArray = np.maximum(fit, 0).astype(np.int64)
     if not remote:
         for k in t.kinds:
-            out = np.minimum(out, local_free[k] // t.wants(k))
+            have = local_free[k] if k not in t.models else state.local_free(k, t.models[k])
+            out = np.minimum(out, have // t.wants(k))
     return out
 
 
@@ -330,7 +331,7 @@ def repair(state: FreeState, js: JobState, remote: bool) -> int:
     ok = (state.cpu + 1e-9 >= t.cpus) & (state.mem + 1e-9 >= t.memory_gb)
     if not remote:
         for k in t.kinds:
-            ok &= state.local_free(k) >= t.wants(k)
+            ok &= state.local_free(k, t.models.get(k)) >= t.wants(k)
     if not ok.any():
         return -1
     m = int(np.argmax(np.where(ok, state.cpu, -np.inf)))
@@ -342,7 +343,7 @@ def explain(state: FreeState, js: JobState, best: int, u_cost: int, opts: FlowOp
     t = js.job.tasks
     if best == NEVER:
         if not opts.remote and t.kinds:
-            wants = ", ".join(f"{t.wants(k)} {k}" for k in t.kinds)
+            wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
             js.fail(state, Reason.NO_DEVICES, f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and "
                                               f"{wants} on the same machine (server-centric); no machine has that "
                                               f"free now")

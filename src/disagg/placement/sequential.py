@@ -119,7 +119,7 @@ def local_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
     t = ask.job.tasks
     mask = np.ones(state.n_machines, dtype=bool)
     for kind in t.kinds:
-        mask &= state.local_free(kind) >= t.wants(kind)
+        mask &= state.local_free(kind, t.models.get(kind)) >= t.wants(kind)
     return mask
 
 

@@ -255,8 +255,13 @@ class FreeState:
         reach[own] = False
         return total + int(free[reach].sum())
 
-    def local_free(self, kind: str) -> IntArray:
-        """Free devices of `kind` that sit in each machine (not pools)."""
+    def local_free(self, kind: str, model: str | None = None) -> IntArray:
+        """Free devices of `kind` (of `model`, if given) that sit in each machine (not pools)."""
         if kind not in self.free_count:
             return np.zeros(self.n_machines, dtype=np.int64)
-        return self.free_count[kind][: self.n_machines]
+        if model is None:
+            return self.free_count[kind][: self.n_machines]
+        models, counts = self.free_by_model(kind)
+        if model not in models:
+            return np.zeros(self.n_machines, dtype=np.int64)
+        return counts[: self.n_machines, models.index(model)]
