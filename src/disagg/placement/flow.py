@@ -105,7 +105,9 @@ class FlowPlacer:
         profile, tau, phi_local = cache[key]
         t = job.tasks
         wants = {k: int(v) for k, v in t.devices.items() if v > 0}
-        shape = (t.cpus, t.memory_gb, tuple(sorted(wants.items())), tuple(sorted(t.models.items())))
+        devices = tuple(wants.items()) if len(wants) < 2 else tuple(sorted(wants.items()))
+        models = tuple(t.models.items()) if len(t.models) < 2 else tuple(sorted(t.models.items()))
+        shape = (t.cpus, t.memory_gb, devices, models)
         return JobState(job=job, order=order, profile=profile, tau=tau, z=job.importance,
                         gbps=remote_gbps(job, profile), phi_local=phi_local, shape=shape, wants=wants)
 
