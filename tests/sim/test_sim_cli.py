@@ -28,8 +28,9 @@ def invoke(*args: str) -> tuple[int, str]:
         (["--scenario", "paper-4m-128j", "--interval", "0"], "must be > 0"),
         ([], "give --scenario NAME"),
         (["--scenario", "paper-4m-128j,paper-4m-512j"], "need --sweep"),
+        (["--scenario", "paper-4m-128j", "--mtbf", "-5"], "both must be > 0"),
     ],
-    ids=["scenario", "policy", "seed", "interval", "nothing", "two-scenarios"],
+    ids=["scenario", "policy", "seed", "interval", "nothing", "two-scenarios", "mtbf"],
 )
 def test_bad_input_exits_2_and_says_what_is_allowed(args: list[str], message: str, tmp_path: Path) -> None:
     code, output = invoke(*args, "--json", str(tmp_path / "out.json"))
@@ -97,3 +98,12 @@ def test_sweep_on_local_workers_matches_the_serial_run(tmp_path: Path) -> None:
         return [{k: v for k, v in r.items() if k not in wall} for r in json.loads(path.read_text())["results"]]
 
     assert strip(serial) == strip(parallel)
+
+
+def test_device_failures_from_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "f.json"
+    code, output = invoke("--scenario", "paper-4m-128j", "--policies", "drmaestro", "--mtbf", "3000",
+                          "--mttr", "60", "--json", str(out))
+    assert code == 0, output
+    row = json.loads(out.read_text())["results"][0]
+    assert row["restarts"] > 0 and row["completed"] == 128

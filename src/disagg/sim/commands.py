@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from disagg.model import SpecError, load_cluster, never_fits
+from disagg.sim.engine import FailureModel
 from disagg.sim.report import RunOutput, tables, write_json, write_plots
 from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
 from disagg.sim.sweep import RunSpec, TraceSource, default_workers, grid, run_local, run_one, run_ray
@@ -86,9 +87,17 @@ def trace_source(cluster: Path, trace: Path, fmt: str | None) -> TraceSource:
     return TraceSource(trace.stem, snapshot, tuple(subs))
 
 
+def failure_model(mtbf: float | None, mttr: float) -> FailureModel | None:
+    if mtbf is None:
+        return None
+    if mtbf <= 0 or mttr <= 0:
+        raise BadInput(f"--mtbf/--mttr: values {mtbf:g}/{mttr:g} are not allowed: both must be > 0 seconds")
+    return FailureModel(mtbf, mttr)
+
+
 def build_specs(
     scenario: str | None, cluster: Path | None, trace: Path | None, trace_format: str | None,
-    policies: str, seeds: str, interval: float, sweep: bool,
+    policies: str, seeds: str, interval: float, sweep: bool, failures: FailureModel | None = None,
 ) -> list[RunSpec]:
     """Validate every input and return the runs to do; raises BadInput or SpecError."""
     if interval <= 0:
@@ -101,11 +110,11 @@ def build_specs(
         scenarios = parse_scenarios(scenario)
         if len(scenarios) > 1 and not sweep:
             raise BadInput("several scenarios need --sweep (or run them one at a time)")
-        return grid(scenarios, names, seed_list, interval)
+        return grid(scenarios, names, seed_list, interval, failures=failures)
     if cluster is None or trace is None:
         raise BadInput(f"give --scenario NAME (known: {', '.join(SCENARIOS)}) or both --cluster and --trace")
     source = trace_source(cluster, trace, trace_format)
-    return grid([source.name], names, seed_list, interval, source)
+    return grid([source.name], names, seed_list, interval, source, failures)
 
 
 def _progress(console: Console) -> Progress:
@@ -156,12 +165,16 @@ def simulate(
     sweep: Annotated[bool, typer.Option(help="Run the policy × seed × scenario grid in parallel.")] = False,
     ray: Annotated[str | None, typer.Option("--ray", help="Run the grid on the Ray cluster at ADDRESS.")] = None,
     workers: Annotated[int, typer.Option(help="Local worker processes for --sweep (0 = all cores).")] = 0,
+    mtbf: Annotated[float | None, typer.Option(
+        help="Device failures: mean seconds between failures of each device (default: none).")] = None,
+    mttr: Annotated[float, typer.Option(help="Device failures: mean seconds to repair.")] = 600.0,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
     err = Console(stderr=True)
     try:
-        specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep)
+        specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep,
+                            failure_model(mtbf, mttr))
     except (BadInput, SpecError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from disagg.model import Cluster
 from disagg.placement.registry import get_policy
-from disagg.sim.engine import SimConfig, simulate
+from disagg.sim.engine import FailureModel, SimConfig, simulate
 from disagg.sim.report import RunOutput, run_output
 from disagg.sim.scenarios import get_scenario
 from disagg.sim.workload import Submission
@@ -40,12 +40,13 @@ class RunSpec:
     seed: int
     interval_s: float = 5.0
     source: TraceSource | None = None
+    failures: FailureModel | None = None
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
-         source: TraceSource | None = None) -> list[RunSpec]:
+         source: TraceSource | None = None, failures: FailureModel | None = None) -> list[RunSpec]:
     """Every combination, scenario-major so results come out grouped as the tables show them."""
-    return [RunSpec(sc, p, s, interval_s, source) for sc in scenarios for p in policies for s in seeds]
+    return [RunSpec(sc, p, s, interval_s, source, failures) for sc in scenarios for p in policies for s in seeds]
 
 
 def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunOutput:
@@ -56,8 +57,8 @@ def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> R
         scenario = get_scenario(spec.scenario)
         cluster = scenario.cluster()
         subs = scenario.submissions(spec.seed, cluster)
-    result = simulate(cluster, subs, get_policy(spec.policy), spec.seed, SimConfig(interval_s=spec.interval_s),
-                      progress=progress)
+    config = SimConfig(interval_s=spec.interval_s, failures=spec.failures)
+    result = simulate(cluster, subs, get_policy(spec.policy), spec.seed, config, progress=progress)
     return run_output(spec.scenario, result, spec.seed)
 
 
