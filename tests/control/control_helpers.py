@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from disagg.bench.crash import ForkedServer as Server  # noqa: F401 - the tests' server, re-exported
 from disagg.control.service import Service, Settings, open_service
 from disagg.store import job_dict
 from disagg.store.models import JobRow
-from disagg.store.pgtemp import free_port
 
 FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
 
@@ -60,51 +55,3 @@ def submit(svc: Service, tenant: str = "t", **kw: Any) -> str:
 def wait_state(svc: Service, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> dict[str, Any]:
     wait_for(lambda: job(svc, job_id)["state"] in states, timeout, f"job {job_id} to be {'/'.join(states)}")
     return job(svc, job_id)
-
-
-class Server:
-    """`disagg serve` in a forked child (the test process has imported everything: a fast start)."""
-
-    def __init__(self, tmp: Path, db: str, options: list[str]) -> None:
-        self.tmp, self.db, self.options = tmp, db, options
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.pid = 0
-
-    def start(self) -> None:
-        """Fork a child that runs `disagg serve` (the parent has imported everything: a fast start)."""
-        argv = ["disagg", "serve", "--db", self.db, "--port", str(self.port), "--state-dir", str(self.tmp / "state"),
-                *self.options]
-        pid = os.fork()
-        if pid == 0:  # the child: become the server, never return into pytest
-            try:
-                os.setsid()
-                fd = os.open(self.tmp / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - pytest's capture is not ours
-                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-                sys.argv = argv
-                from disagg.cli import main
-
-                main()
-            finally:
-                os._exit(0)
-        self.pid = pid
-
-    def ready(self, timeout: float = 30.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            done, _ = os.waitpid(self.pid, os.WNOHANG)
-            assert done == 0, (self.tmp / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.03)
-        raise AssertionError("the server did not come up")
-
-    def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)  # no cleanup of any kind
-        os.waitpid(self.pid, 0)

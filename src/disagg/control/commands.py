@@ -348,6 +348,7 @@ def devices(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the controller's commands to the `disagg` app and its `bench` group."""
     from disagg.bench.api import bench_api
+    from disagg.bench.crash import bench_crash
     from disagg.bench.slices import bench_slices
 
     app.command()(serve)
@@ -356,3 +357,4 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         app.command()(fn)
     bench_app.command("slices")(bench_slices)
     bench_app.command("api")(bench_api)
+    bench_app.command("crash")(bench_crash)

@@ -302,7 +302,10 @@ class SliceRunner:
             begun = {
                 (st.op, st.target) for st in s.scalars(select(StepRow).where(StepRow.slice_id == slice_id))
             }
-        handle = row.handle or (slice_id if ("prepare-task", job.id) in begun else None)
+        handle = row.handle
+        if handle is None and ("prepare-task", job.id) in begun:
+            # prepared, but the controller died before it kept the handle: same spec, same handle
+            handle = self.engine.prepare_task(plan.spec)
         if handle is not None:
             self.step(slice_id, "stop-task", job.id, lambda: self.engine.cancel(handle))
         detaches = []
