@@ -20,6 +20,7 @@ import json
 import logging
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -92,9 +93,7 @@ class Controller:
         self.config = config or ControllerConfig()
         self.policy = get_policy(self.config.policy)
         self.metrics = ControllerMetrics(store, fabric)
-        self.slices = SliceRunner(
-            store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps
-        )
+        self.slices = SliceRunner(store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps)
         self.rng = np.random.default_rng(self.config.seed)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -187,7 +186,8 @@ class Controller:
     def poll(self) -> None:
         with self.store.read() as s:
             running = [
-                (r.id, r.handle) for r in s.scalars(select(SliceRow).where(SliceRow.state == "running"))
+                (str(i), h)
+                for i, h in s.execute(select(SliceRow.id, SliceRow.handle).where(SliceRow.state == "running"))
             ]
         for slice_id, handle in running:
             with self._lock:
@@ -205,9 +205,7 @@ class Controller:
             n = s.execute(
                 update(SliceRow)
                 .where(SliceRow.id == slice_id, SliceRow.state == "running")
-                .values(
-                    state="tearing-down", outcome=outcome, updated_at=now, detail=f"exit code {exit_code}"
-                )
+                .values(state="tearing-down", outcome=outcome, updated_at=now, detail=f"exit code {exit_code}")
             ).rowcount  # type: ignore[attr-defined]
             if n:
                 s.execute(
@@ -226,12 +224,7 @@ class Controller:
     def schedule(self) -> Decisions | None:
         with self.store.read() as s:
             rows = list(
-                s.scalars(
-                    select(JobRow)
-                    .where(JobRow.state == "queued")
-                    .order_by(JobRow.seq)
-                    .limit(self.config.window)
-                )
+                s.scalars(select(JobRow).where(JobRow.state == "queued").order_by(JobRow.seq).limit(self.config.window))
             )
             snapshot = self.store.cluster(s)
         if not rows:
@@ -266,9 +259,11 @@ class Controller:
                 mem[a.machine] -= a.memory_gb
             devs = {d.id: d for d in s.scalars(select(DeviceRow).with_for_update())}
             down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+            jobs = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(considered)))}
             decided: set[str] = set()
+            waits: dict[tuple[str | None, str | None], list[str]] = defaultdict(list)
             for p in decisions.placed:
-                job = s.get(JobRow, p.job)
+                job = jobs.get(p.job)
                 decided.add(p.job)
                 if job is None or job.state != "queued":
                     continue
@@ -303,30 +298,34 @@ class Controller:
                         updated_at=now,
                     )
                 )
-                s.flush()
                 job.state, job.slice_id, job.reason, job.reason_code = "composing", slice_id, None, None
                 job.updated_at = now
                 placed += 1
             for u in decisions.unplaced:
                 decided.add(u.job)
-                job = s.get(JobRow, u.job)
-                if job is not None and job.state == "queued":
-                    job.wait_rounds += 1
-                    job.reason, job.reason_code, job.updated_at = u.message, str(u.reason), now
+                if u.job in jobs and jobs[u.job].state == "queued":
+                    waits[(u.message, str(u.reason))].append(u.job)
             for job_id in considered:
-                if job_id not in decided:
-                    job = s.get(JobRow, job_id)
-                    if job is not None and job.state == "queued":
-                        job.wait_rounds += 1
+                if job_id not in decided and job_id in jobs and jobs[job_id].state == "queued":
+                    waits[(None, None)].append(job_id)
+            # one UPDATE per distinct reason (rounds leave many jobs waiting for the same reason)
+            for (message, code), ids in waits.items():
+                values: dict[str, Any] = {"wait_rounds": JobRow.wait_rounds + 1}
+                if message is not None:
+                    values.update(reason=message, reason_code=code, updated_at=now)
+                s.execute(
+                    update(JobRow).where(JobRow.id.in_(ids), JobRow.state == "queued").values(**values),
+                    execution_options={"synchronize_session": False},
+                )
         return placed
 
     # --- 4. dispatch -----------------------------------------------------------------------
     def dispatch(self) -> None:
         with self.store.read() as s:
             work = [
-                (r.id, r.state)
-                for r in s.scalars(
-                    select(SliceRow)
+                (str(i), str(st))
+                for i, st in s.execute(
+                    select(SliceRow.id, SliceRow.state)
                     .where(SliceRow.state.in_(("composing", "tearing-down")))
                     .order_by(SliceRow.created_at)
                 )
@@ -419,9 +418,7 @@ class Controller:
 
     def _by_key(self, tenant: str, key: str, digest: str) -> dict[str, Any] | None:
         with self.store.read() as s:
-            row = s.scalars(
-                select(JobRow).where(JobRow.tenant == tenant, JobRow.idempotency_key == key)
-            ).first()
+            row = s.scalars(select(JobRow).where(JobRow.tenant == tenant, JobRow.idempotency_key == key)).first()
             if row is None:
                 return None
             if row.request_hash != digest:

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec
@@ -148,17 +148,25 @@ class SliceRunner:
                 state = s.scalar(select(SliceRow.state).where(SliceRow.id == slice_id))
                 if state != guard:
                     raise SliceAborted(f"slice {slice_id} is {state}, no longer {guard}")
-            row = s.scalars(
-                select(StepRow).where(
+            row = s.execute(
+                select(StepRow.id, StepRow.status).where(
                     StepRow.slice_id == slice_id, StepRow.op == op, StepRow.target == target
                 )
             ).first()
             if row is not None and row.status == "done":
                 return
             if row is None:
-                row = StepRow(slice_id=slice_id, op=op, target=target, status="started", tries=0)
-                s.add(row)
-            row.status, row.tries, row.started_at, row.error = "started", row.tries + 1, time.time(), None
+                s.execute(
+                    insert(StepRow).values(
+                        slice_id=slice_id, op=op, target=target, status="started", tries=1, started_at=time.time()
+                    )
+                )
+            else:
+                s.execute(
+                    update(StepRow)
+                    .where(StepRow.id == row.id)
+                    .values(status="started", tries=StepRow.tries + 1, started_at=time.time(), error=None)
+                )
         t0 = time.perf_counter()
         tries = 0
         while True:
@@ -248,15 +256,11 @@ class SliceRunner:
         except StepFailed as exc:
             self.abort(slice_id, "requeue", str(exc), failed_device=_failed_device(exc, self.fabric))
 
-    def _machine_chain(
-        self, plan: SlicePlan, machine: SliceMachine, placement: dict[str, Any]
-    ) -> Callable[[], None]:
+    def _machine_chain(self, plan: SlicePlan, machine: SliceMachine, placement: dict[str, Any]) -> Callable[[], None]:
         remote = set(next(m for m in placement["machines"] if m["name"] == machine.name)["remote"])
 
         def chain() -> None:
-            self._all(
-                [self._attach(plan.slice_id, dev, machine.host, dev in remote) for dev in machine.devices]
-            )
+            self._all([self._attach(plan.slice_id, dev, machine.host, dev in remote) for dev in machine.devices])
             self.step(
                 plan.slice_id,
                 "launch-machine",
@@ -299,9 +303,7 @@ class SliceRunner:
             return
         plan = plan_of(row, job)
         with self.store.read() as s:
-            begun = {
-                (st.op, st.target) for st in s.scalars(select(StepRow).where(StepRow.slice_id == slice_id))
-            }
+            begun = {(st.op, st.target) for st in s.scalars(select(StepRow).where(StepRow.slice_id == slice_id))}
         handle = row.handle
         if handle is None and ("prepare-task", job.id) in begun:
             # prepared, but the controller died before it kept the handle: same spec, same handle
@@ -320,9 +322,7 @@ class SliceRunner:
     def _detach(self, slice_id: str, device: str, host: str) -> Callable[[], None]:
         def release(s: Session) -> None:
             s.execute(
-                update(DeviceRow)
-                .where(DeviceRow.id == device, DeviceRow.slice_id == slice_id)
-                .values(slice_id=None)
+                update(DeviceRow).where(DeviceRow.id == device, DeviceRow.slice_id == slice_id).values(slice_id=None)
             )
 
         def detach() -> None:

@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,31 +70,39 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
 
 
 class _WriterQueue:
-    """One writer at a time; urgent writers first. (SQLite allows one writer; this orders them.)"""
+    """One writer at a time, urgent writers first, then first come first served.
+
+    The holder hands the lock directly to the next waiter (each waits on a lock of its own), so a
+    release wakes exactly one thread, not every waiter. (SQLite allows one writer; this orders them.)
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._held = False
-        self._urgent_waiting = 0
+        self._urgent: deque[threading.Lock] = deque()
+        self._normal: deque[threading.Lock] = deque()
 
     @contextmanager
     def hold(self, urgent: bool) -> Iterator[None]:
-        with self._cond:
-            if urgent:
-                self._urgent_waiting += 1
-            try:
-                while self._held or (not urgent and self._urgent_waiting):
-                    self._cond.wait()
-            finally:
-                if urgent:
-                    self._urgent_waiting -= 1
-            self._held = True
+        waiter: threading.Lock | None = None
+        with self._lock:
+            if self._held:
+                waiter = threading.Lock()
+                waiter.acquire()
+                (self._urgent if urgent else self._normal).append(waiter)
+            else:
+                self._held = True
+        if waiter is not None:
+            waiter.acquire()  # released by the previous holder: the lock is ours now
         try:
             yield
         finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
+            with self._lock:
+                queue = self._urgent or self._normal
+                if queue:
+                    queue.popleft().release()
+                else:
+                    self._held = False
 
 
 @dataclass(frozen=True)
