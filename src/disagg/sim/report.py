@@ -152,8 +152,15 @@ def write_plots(outputs: Sequence[RunOutput], directory: Path) -> list[Path]:
         seed = next(iter(by_policy.values())).summary["seed"]
         # GPUs in use over time (a step function per policy).
         fig, ax = plt.subplots(figsize=(8, 4.5))
+        # One policy stuck far longer than the others would squash everyone else into the left edge:
+        # cut the axis at 1.5x the median end and say in the legend who runs past it.
+        ends = {p: (o.gpu_times[-1] if o.gpu_times else 0.0) for p, o in by_policy.items()}
+        cut = min(max(ends.values(), default=0.0), 1.5 * float(np.median(list(ends.values()) or [0.0])))
         for policy, o in by_policy.items():
-            ax.step(o.gpu_times, o.gpu_in_use, where="post", label=policy, linewidth=1.2)
+            label = policy if ends[policy] <= cut else f"{policy} (runs to {ends[policy]:.0f} s)"
+            ax.step(o.gpu_times, o.gpu_in_use, where="post", label=label, linewidth=1.2)
+        if cut > 0:
+            ax.set_xlim(0, cut * 1.02)
         total = next(iter(by_policy.values())).total_gpus
         ax.axhline(total, color="grey", linestyle=":", linewidth=1, label=f"{total} GPUs")
         ax.set(xlabel="simulated time (s)", ylabel="GPUs in use", title=f"{scenario}: GPUs in use (seed {seed})")
