@@ -6,7 +6,6 @@ run the same code path as a user does.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -113,6 +112,3 @@ def open_service(settings: Settings) -> Service:
     )
     return Service(settings, store, fabric, engine, controller, report)
 
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")
