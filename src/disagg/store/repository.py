@@ -135,7 +135,7 @@ class Store:
             self.engine = _sqlite_engine(self.url, immediate=True)
             self.read_engine = _sqlite_engine(self.url, immediate=False)
         else:
-            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_recycle=300)
             self.read_engine = self.engine
         self._write = sessionmaker(self.engine, expire_on_commit=False)
         # SQLite has one writer at a time: queue this process's writers on a lock (a fair, quick
