@@ -124,9 +124,12 @@ def test_rest_jobs_run_on_slurm_slices_beside_users_own_jobs(
         site.run(["scancel", *foreign], check=False)
 
 
-def test_a_killed_slurmd_requeues_the_job_and_returns_its_devices(
-    slurm_cluster: SlurmCluster, slurm_service: Service
+@pytest.mark.parametrize("fault", ["kill-slurmd", "job-vanishes"])
+def test_a_lost_slurm_job_is_requeued_and_its_devices_return(
+    fault: str, slurm_cluster: SlurmCluster, slurm_service: Service
 ) -> None:
+    """The slice machine's slurmd dies, or the Slurm job is cancelled behind disagg's back (gone from
+    Slurm): either way the slice is torn down, its devices return, and the job runs again."""
     import os
     import signal
 
@@ -155,9 +158,14 @@ def test_a_killed_slurmd_requeues_the_job_and_returns_its_devices(
     first = job()
     node = f"{first['slice']}-m0"
     first_devices = {d["id"] for t in first["placement"] for d in t["devices"]}
-    pid = engine.nodes.slurmd_pid(node)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)                       # the slice machine fails
+    if fault == "kill-slurmd":
+        pid = engine.nodes.slurmd_pid(node)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)                   # the slice machine fails
+    else:
+        slurm_id = engine.slurm_job_id(first["slice"])
+        assert slurm_id is not None
+        slurm_cluster.site.run(["scancel", slurm_id])   # someone else's scancel: disagg did not ask
 
     deadline = time.monotonic() + 60
     while job()["state"] != "completed":

@@ -132,6 +132,7 @@ def test_kill_9_mid_composition_runs_the_job_exactly_once(
     wait(lambda: job()["state"] in ("completed", "failed", "cancelled"), "the job to end", 60)
     final = job()
     assert final["state"] == "completed", final
+    assert final["attempts"] == 1, final           # the slice was resumed where it was, not given up
     assert len(runs.read_text().split()) == 2      # two tasks, one run: nothing ran twice
     wait(lambda: not engine.joined_machines() and engine.node_gres() == before,
          lambda: f"slice nodes to leave: joined {engine.joined_machines()}, gres {engine.node_gres()}, "

@@ -145,7 +145,11 @@ def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, stor
         if job["state"] == "running":
             break
         if job["state"] in ("failed", "cancelled", "completed") or time.monotonic() > deadline:
-            raise RuntimeError(f"benchmark job {job_id} did not reach running: {job}")
+            with store.read() as s:
+                errors = [(st.slice_id, st.op, st.target, st.error) for st in s.scalars(select(StepRow))
+                          if st.error]
+            raise RuntimeError(f"benchmark job {job_id} did not reach running: {job['state']} "
+                               f"{job['reason']}; step errors: {errors}")
         time.sleep(_POLL_S)
     with store.read() as s:
         sl = s.get(SliceRow, job["slice"])

@@ -27,6 +27,8 @@ import contextlib
 import math
 import re
 import shlex
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +100,12 @@ class SlurmEngine(Engine):
 
     name = "slurm"
 
-    def __init__(self, site: SlurmSite, nodes: DynamicNodes | None = None) -> None:
+    def __init__(self, site: SlurmSite, nodes: DynamicNodes | None = None, squeue_ttl_s: float = 0.1) -> None:
         self.site = site
         self.nodes = nodes or DynamicNodes(site)
+        self.squeue_ttl_s = squeue_ttl_s
+        self._cache: tuple[float, list[dict[str, Any]]] | None = None
+        self._cache_lock = threading.Lock()
         site.jobs_dir.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -118,6 +123,7 @@ class SlurmEngine(Engine):
     def destroy_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
         """Stop what runs on it, delete the node from Slurm, remove its device files. Idempotent."""
         self.nodes.leave(machine.name)
+        self._changed()
 
     # -- jobs --------------------------------------------------------------------------------
     def _job_dir(self, key: str) -> Path:
@@ -148,9 +154,26 @@ class SlurmEngine(Engine):
         return None
 
     def _squeue(self) -> list[dict[str, Any]]:
-        """Every job slurmctld still knows (22.05's `squeue --json` ignores filters; we filter here)."""
-        jobs = self.site.json(["squeue", "--all", "--states=all"]).get("jobs", [])
-        return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+        """Every job slurmctld still knows (22.05's `squeue --json` ignores filters; we filter here).
+
+        One answer serves every caller for `squeue_ttl_s`: the controller asks about each running slice
+        every round, and one `squeue` per slice per round floods slurmctld's RPC threads until it stops
+        accepting connections (measured: slice machines could no longer register). Anything this
+        engine changes in Slurm drops the cached answer.
+        """
+        with self._cache_lock:
+            now = time.monotonic()
+            if self._cache is not None and now - self._cache[0] < self.squeue_ttl_s:
+                return self._cache[1]
+            jobs = self.site.json(["squeue", "--all", "--states=all"]).get("jobs", [])
+            out = [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+            self._cache = (time.monotonic(), out)
+            return out
+
+    def _changed(self) -> None:
+        """Slurm's state was changed by this engine: the next `_squeue` asks again."""
+        with self._cache_lock:
+            self._cache = None
 
     def _find(self, job_id: str) -> dict[str, Any] | None:
         for job in self._squeue():
@@ -183,6 +206,7 @@ class SlurmEngine(Engine):
         elif len(counts) > 1:
             args.append("--exclusive")   # uneven GPU counts: the whole node (all its GPUs) is the job's
         out = self.site.run([*args, str(d / "job.sh")]).stdout.strip()
+        self._changed()
         (d / "slurm_job_id").write_text(out.split(";")[0])
         return key
 
@@ -239,6 +263,7 @@ class SlurmEngine(Engine):
             raise SlurmError(f"job {handle} was never prepared")
         if self.status(handle).state == "held":
             self.site.run(["scontrol", "release", job_id])
+            self._changed()
 
     def status(self, handle: str) -> TaskStatus:
         """Slurm's state of the job; after it left slurmctld's memory, the exit code file decides.
@@ -302,6 +327,7 @@ class SlurmEngine(Engine):
             (d / "cancelled").touch()
         if job_id is not None:
             self.site.run(["scancel", job_id], check=False)
+            self._changed()
 
     def logs(self, handle: str) -> str:
         path = self._job_dir(slice_key(handle)) / "output.log"
@@ -349,10 +375,12 @@ class SlurmEngine(Engine):
         return [SlurmJob(k, k, self.status(k).state) for k in sorted(keys)]
 
     def handles(self) -> list[str]:
-        """Every slice this engine has a job directory for (the reconciliation hook the controller calls)."""
+        """Slices whose job may still be alive (a job directory without an exit code): what the
+        controller's reconciliation asks about after a restart. Finished jobs are left out so a restart
+        does not query Slurm once per job ever run."""
         if not self.site.jobs_dir.exists():
             return []
-        return sorted(p.name for p in self.site.jobs_dir.iterdir() if p.is_dir())
+        return sorted(p.name for p in self.site.jobs_dir.iterdir() if p.is_dir() and not (p / "exit").exists())
 
     def joined_machines(self) -> list[str]:
         """Slice machines that have joined (or half-joined) Slurm through this site."""

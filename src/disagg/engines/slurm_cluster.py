@@ -184,7 +184,9 @@ class SlurmCluster:
         ns = str(self.site.netns)
         _ip("netns", "add", ns)
         _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", ns, "link", "add", self.site.bridge, "type", "bridge")
+        # a fixed MAC: by default a bridge takes the lowest MAC of its ports, so it would change as slice
+        # machines come and go, and nodes' ARP entries for slurmctld would point nowhere
+        _ip("-n", ns, "link", "add", self.site.bridge, "address", "02:00:0a:4d:00:01", "type", "bridge")
         _ip("-n", ns, "addr", "add", f"{self.site.controller_addr}/24", "dev", self.site.bridge)
         _ip("-n", ns, "link", "set", self.site.bridge, "up")
 

@@ -52,6 +52,12 @@ class JoinedNode:
     devices: tuple[str, ...]
     index: int          # host part of its address; also names its namespace and veth
     netns: str          # the namespace that stands for the machine
+    cpus: int = 1
+    memory_mb: int = 1
+
+    @property
+    def spec(self) -> NodeSpec:
+        return NodeSpec(self.name, self.cpus, self.memory_mb, self.devices)
 
 
 def valid_node_name(name: str) -> bool:
@@ -93,7 +99,8 @@ class DynamicNodes:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        return JoinedNode(name, tuple(data["devices"]), int(data["index"]), str(data["netns"]))
+        return JoinedNode(name, tuple(data["devices"]), int(data["index"]), str(data["netns"]),
+                          int(data.get("cpus", 1)), int(data.get("memory_mb", 1)))
 
     def joined(self) -> list[JoinedNode]:
         """Every node this site's disagg has records for (joined or half-joined)."""
@@ -119,11 +126,13 @@ class DynamicNodes:
         free = [i for i in range(2, 255) if i not in used]
         if not free:
             raise SlurmError(f"no free address in {self.site.subnet}.0/24 for node {spec.name}")
-        rec = JoinedNode(spec.name, spec.devices, free[0], f"{self.site.netns}-n{free[0]}")
+        rec = JoinedNode(spec.name, spec.devices, free[0], f"{self.site.netns}-n{free[0]}", spec.cpus,
+                         spec.memory_mb)
         d = self.node_dir(spec.name)
         (d / "dev").mkdir(parents=True, exist_ok=True)
         (d / "node.json").write_text(json.dumps({"devices": list(spec.devices), "index": rec.index,
-                                                 "netns": rec.netns}))
+                                                 "netns": rec.netns, "cpus": spec.cpus,
+                                                 "memory_mb": spec.memory_mb}))
         return rec
 
     # -- join --------------------------------------------------------------------------------
@@ -160,7 +169,17 @@ class DynamicNodes:
                 self._write_config(spec)
                 self._make_netns(rec)
                 self._start_slurmd(spec, rec)
-        self._wait_joined(spec.name)
+        for attempt in range(3):
+            try:
+                self._wait_joined(spec.name)
+                return rec
+            except SlurmError:
+                # slurmd gives up ("Unable to contact slurm controller") when its first connection fails;
+                # start it again unless it is still running (then it is genuinely slow)
+                if attempt == 2 or self.slurmd_pid(spec.name) is not None:
+                    raise
+                with self._locked():
+                    self._start_slurmd(spec, rec)
         return rec
 
     def _write_config(self, spec: NodeSpec) -> None:
@@ -178,9 +197,17 @@ class DynamicNodes:
         (d / "gres.conf").write_text("AutoDetect=off\n" + "\n".join(lines) + "\n")
 
     def _make_netns(self, rec: JoinedNode) -> None:
+        """A fresh namespace for the machine (called only while its slurmd is not running).
+
+        One left by an earlier, interrupted join (the caller was killed half-way) may lack its veth or
+        address, so it is never reused: whatever is there goes, and the namespace is built again.
+        """
         if Path(f"/run/netns/{rec.netns}").exists():
-            return
+            self._kill_namespace(rec)
+            self._drop_veth(rec)
+            _ip("netns", "del", rec.netns)
         host_if, node_if = f"dvh{rec.index}", f"dvn{rec.index}"
+        self._drop_veth(rec)   # a previous holder of this index may still be in the kernel's cleanup
         _ip("netns", "add", rec.netns)
         _ip("-n", str(self.site.netns), "link", "add", host_if, "type", "veth", "peer", "name", node_if,
             "netns", rec.netns)
@@ -188,6 +215,34 @@ class DynamicNodes:
         _ip("-n", rec.netns, "addr", "add", f"{self.site.subnet}.{rec.index}/24", "dev", node_if)
         _ip("-n", rec.netns, "link", "set", node_if, "up")
         _ip("-n", rec.netns, "link", "set", "lo", "up")
+        self._forget_address(rec)
+        self._wait_reachable(rec)
+
+    def _drop_veth(self, rec: JoinedNode) -> None:
+        """Delete the node's veth pair now: `ip netns del` leaves it to the kernel's asynchronous
+        namespace cleanup, and a new node on the same index would find the name taken."""
+        subprocess.run(["ip", "-n", str(self.site.netns), "link", "del", f"dvh{rec.index}"],
+                       capture_output=True, check=False)
+
+    def _forget_address(self, rec: JoinedNode) -> None:
+        """Drop slurmctld's ARP entry for the address: a node that had it before left a stale MAC that
+        would swallow slurmctld's replies to the new node for up to a minute (seen as 'Unable to
+        register: connect failure')."""
+        subprocess.run(["ip", "-n", str(self.site.netns), "neigh", "flush", "to",
+                        f"{self.site.subnet}.{rec.index}"], capture_output=True, check=False)
+
+    def _wait_reachable(self, rec: JoinedNode, timeout_s: float = 5.0) -> None:
+        """Until a TCP connection from the node's namespace to slurmctld succeeds (the veth is up)."""
+        probe = f"exec 3<>/dev/tcp/{self.site.controller_addr}/{self.site.controller_port}"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            proc = subprocess.run(["nsenter", f"--net=/run/netns/{rec.netns}", "bash", "-c", probe],
+                                  capture_output=True, check=False, timeout=timeout_s)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise SlurmError(f"slurmctld at {self.site.controller_addr} is not reachable from {rec.netns}")
+            time.sleep(0.02)
 
     def _start_slurmd(self, spec: NodeSpec, rec: JoinedNode) -> None:
         d = self.node_dir(spec.name)
@@ -245,12 +300,16 @@ class DynamicNodes:
     def leave(self, name: str) -> None:
         """Stop what the slice machine runs, delete the node from Slurm, free its namespace. Idempotent."""
         rec = self.record(name)
+        self._drain_jobs(name)
         if rec is not None:
             self._kill_namespace(rec)
         self._delete_from_slurm(name)
         with self._locked():
-            if rec is not None and Path(f"/run/netns/{rec.netns}").exists():
-                _ip("netns", "del", rec.netns)   # takes the veth pair with it
+            if rec is not None:
+                self._drop_veth(rec)
+                if Path(f"/run/netns/{rec.netns}").exists():
+                    _ip("netns", "del", rec.netns)
+                self._forget_address(rec)
             shutil.rmtree(self.node_dir(name), ignore_errors=True)
 
     def _kill_namespace(self, rec: JoinedNode) -> None:
@@ -267,9 +326,37 @@ class DynamicNodes:
                     os.kill(int(pid), signal.SIGKILL)
             time.sleep(0.02)
 
-    def _delete_from_slurm(self, name: str) -> None:
-        """`scontrol delete` is refused while Slurm still counts a job on the node; mark it down first."""
-        deadline = time.monotonic() + 15.0
+    def _busy(self, name: str) -> bool:
+        state = self.node_state(name) or []
+        return any(s in ("ALLOCATED", "MIXED", "COMPLETING") for s in state)
+
+    def _drain_jobs(self, name: str, timeout_s: float = 10.0) -> None:
+        """Cancel whatever still runs on the node and, while its slurmd lives, let the jobs end cleanly.
+
+        A job that ends while slurmd is up leaves the node IDLE at once; killing slurmd first leaves the
+        job COMPLETING until slurmctld gives up on the node (SlurmdTimeout).
+        """
+        if not self._busy(name):
+            return
+        self.site.run(["scancel", f"--nodelist={name}"], check=False)
+        rec = self.record(name)
+        if rec is not None and self.slurmd_pid(name) is None and Path(f"/run/netns/{rec.netns}").exists():
+            # its slurmd died mid-job: boot it again so the job is cleared now (it re-registers without
+            # the job), not after slurmctld gives up on the node (≈ 25 s with SlurmdTimeout=5)
+            with self._locked():
+                self._start_slurmd(rec.spec, rec)
+        deadline = time.monotonic() + timeout_s
+        while self._busy(name) and self.slurmd_pid(name) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _delete_from_slurm(self, name: str, timeout_s: float = 60.0) -> None:
+        """`scontrol delete`, retried while Slurm still counts a job on the node.
+
+        Never `scontrol update state=down` to hurry it: on 22.05 that, on dynamic nodes whose jobs are
+        completing, crashed slurmctld (measured, docs/slurm.md). A node whose slurmd died mid-job is
+        freed by slurmctld itself after SlurmdTimeout.
+        """
+        deadline = time.monotonic() + timeout_s
         while True:
             if self.node_state(name) is None:
                 return
@@ -278,6 +365,4 @@ class DynamicNodes:
                 return
             if time.monotonic() > deadline:
                 raise SlurmError(f"scontrol delete nodename={name}: {proc.stderr.strip()}")
-            self.site.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=disagg-leave"],
-                          check=False)
             time.sleep(0.1)
