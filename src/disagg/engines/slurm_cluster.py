@@ -177,7 +177,7 @@ class SlurmCluster:
         cmd = [*self.site.prefix(), *args] if in_netns else args
         self.procs[key] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT, env=self.site.env(),
-                                           start_new_session=True)
+                                           start_new_session=True, cwd=self.root)   # cores land here
         log.close()
 
     def _make_netns(self) -> None:

@@ -255,7 +255,7 @@ class DynamicNodes:
                 ["nsenter", f"--net=/run/netns/{rec.netns}", "slurmd", "-D", "-Z", "-N", spec.name,
                  "-f", str(d / "slurm.conf"), "--conf", conf],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, env={**os.environ, "SLURM_CONF": str(d / "slurm.conf")},
+                start_new_session=True, env={**os.environ, "SLURM_CONF": str(d / "slurm.conf")}, cwd=d,
             )
         (d / "slurmd.pid").write_text(str(proc.pid))
 

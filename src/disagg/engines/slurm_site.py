@@ -93,6 +93,15 @@ class SlurmSite:
     def controller_addr(self) -> str:
         return f"{self.subnet}.1"
 
+    @property
+    def controller_port(self) -> int:
+        """`SlurmctldPort` of the site's slurm.conf (6817 when it does not say)."""
+        for line in self.conf.read_text().splitlines():
+            key, _, value = line.strip().partition("=")
+            if key.lower() == "slurmctldport" and value.strip().isdigit():
+                return int(value)
+        return 6817
+
     # -- commands ----------------------------------------------------------------------------
     def prefix(self) -> list[str]:
         """What to put in front of a command so it runs in the site's network namespace."""
