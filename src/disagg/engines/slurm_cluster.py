@@ -28,6 +28,7 @@ from pathlib import Path
 
 from disagg.engines.slurm_node import _ip, _make_device_file
 from disagg.engines.slurm_site import SlurmError, SlurmSite, StaticNode
+from disagg.model import Cluster
 
 #: Debian package names that provide what `SlurmCluster` starts.
 APT_PACKAGES = ("slurm-wlm", "munge")
@@ -272,3 +273,56 @@ def _kill_netns(name: str) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
+
+
+def nodes_for(cluster: Cluster) -> tuple[StaticNode, ...]:
+    """One static node per machine of a disagg cluster, named after it, with its local GPUs in index order."""
+    nodes = []
+    for m in cluster.machines:
+        gpus = sorted((d for d in cluster.devices if d.location == m.name and d.kind == "gpu"), key=lambda d: d.index)
+        nodes.append(StaticNode(m.name, m.name, max(1, int(m.cpus)), max(1, int(m.memory_gb * 1024)),
+                                tuple(d.id for d in gpus)))
+    return tuple(nodes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m disagg.engines.slurm_cluster [--cluster SPEC] [--root DIR]`: a throw-away Slurm until Ctrl-C.
+
+    Prints the site file to give `disagg serve` (`engine: slurm`, `slurm_site: <it>`).
+    """
+    import argparse
+    import sys
+    import threading
+
+    from disagg.model import SpecError, load_cluster
+
+    parser = argparse.ArgumentParser(prog="python -m disagg.engines.slurm_cluster",
+                                     description="Run a throw-away Slurm (root) until interrupted.")
+    parser.add_argument("--cluster", help="a disagg cluster spec: one static node per machine, with its GPUs")
+    parser.add_argument("--root", help="directory for its files (default: a new temporary one, removed at exit)")
+    args = parser.parse_args(argv)
+    try:
+        nodes = nodes_for(load_cluster(args.cluster)) if args.cluster else None
+    except (SpecError, OSError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    cluster = SlurmCluster(nodes=nodes, root=Path(args.root) if args.root else None)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        site = cluster.start()
+        sys.stdout.write(f"{site.root / 'site.json'}\n")
+        sys.stdout.flush()
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    except SlurmError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
