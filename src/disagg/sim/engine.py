@@ -293,9 +293,8 @@ class Simulation:
                 self._repair(ev.device)
             if self.progress is not None and k.popped % 500 == 0:
                 self.progress(self.finished_counted / self.to_finish)
-        for name, job in self.queue.items():  # never started: keep a record so "completed" < "jobs"
+        for name in self.queue:  # never started: keep a record so "completed" < "jobs"
             self._record_for(self.queued_sub[name])
-            del job
         return SimResult(
             policy=self.policy.name, records=list(self.records.values()), latencies_s=self.latencies,
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
