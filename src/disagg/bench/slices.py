@@ -114,6 +114,17 @@ def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
 def bench_slices(
     scale: Annotated[float, typer.Option(min=0.0001, max=1.0, help="Scale of the testbed's latencies.")] = 0.05,
     repeats: Annotated[int, typer.Option(min=1, max=20)] = 2,
+    engine: Annotated[str, typer.Option(help="local (emulated testbed) | slurm (throw-away Slurm, root)")] = "local",
 ) -> None:
-    """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out)."""
+    """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out).
+
+    `--engine slurm`: the same shapes on a real Slurm, step by step, against a plain `sbatch` and through the
+    controller on both engines (`disagg.bench.slurm`)."""
+    if engine == "slurm":
+        from disagg.bench.slurm import main as slurm_bench
+
+        raise typer.Exit(slurm_bench(["--repeats", str(repeats)]))
+    if engine != "local":
+        sys.stderr.write(f"error: --engine: unknown engine {engine!r}; known: local, slurm\n")
+        raise typer.Exit(2)
     sys.stdout.write(json.dumps(run_slices_bench(scale, repeats), indent=2) + "\n")
