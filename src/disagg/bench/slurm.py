@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.console import Console
 from rich.progress import Progress
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec
@@ -230,7 +231,8 @@ def run_slurm_slices_bench(repeats: int = 5, shapes: Sequence[str] = tuple(SHAPE
     result: dict[str, Any] = {"benchmark": "slices", "engine": "slurm", "slurm": version, "repeats": repeats,
                               "steps": [*STEPS], "shapes": {}}
     cluster = SlurmCluster(nodes=default_nodes(count=4, gpus=4))
-    with cluster, Progress(disable=not show_progress) as bar:
+    # the bar goes to stderr: stdout is the JSON
+    with cluster, Progress(console=Console(stderr=True), disable=not show_progress) as bar:
         engine = SlurmEngine(cluster.site)
         # warm-up: the first job after slurmctld starts is slow (≈ 3 s, docs/slurm.md)
         sbatch_trial(cluster.site, "1x4")
