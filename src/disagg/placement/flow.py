@@ -17,7 +17,7 @@ from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, no_clock
 from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
 from disagg.placement.decisions import Decisions, JobPlacement, Reason, TaskPlacement, Unplaced
-from disagg.placement.jobstate import FlowOptions, IntArray, JobState, Timings, request
+from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Refusal, admit, order_queue
 from disagg.placement.solver import solve
@@ -35,6 +35,7 @@ class FlowPlacer:
     def __init__(self, options: FlowOptions) -> None:
         self.options = options
         self._queue_len = 0
+        self._table = JobTable.of([])
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -54,6 +55,7 @@ class FlowPlacer:
         profiles: dict[tuple[str, float | None], tuple[Profile, float, float]] = {}
         position = {j.name: i for i, j in enumerate(ordered)}
         jobs = [self._job_state(j, position[j.name], profiles) for j in admitted]
+        self._table = JobTable.of(jobs)
         self._queue_len = len(ordered)
         timings.build_s += clock() - start
         pending = jobs
@@ -80,6 +82,8 @@ class FlowPlacer:
             refused.update(still)
             fresh = [self._job_state(j, position[j.name], profiles) for j in more]
             jobs += fresh
+            if fresh:
+                self._table = JobTable.of(jobs)
             if not survivors and not fresh:
                 break
             for js in retry:
@@ -113,7 +117,7 @@ class FlowPlacer:
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(state, jobs, self.options,
-                                                                               self._queue_len))
+                                                                               self._queue_len, self._table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
@@ -122,7 +126,7 @@ class FlowPlacer:
     def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
                       clock: Clock) -> None:
         phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.options,
-                                                                                  self._queue_len))
+                                                                                  self._queue_len, self._table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep(kind, phase.net, flows)
         self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, jobs, phase, flows, self.options))

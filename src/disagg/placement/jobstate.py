@@ -41,6 +41,7 @@ class JobState:
     phi_local: float
     shape: tuple[object, ...]
     wants: dict[str, int]
+    index: int = 0
     remote: int = 0
     journal: Journal = field(default_factory=Journal)
     machines: list[int] = field(default_factory=list)
@@ -113,3 +114,35 @@ def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
     stretch = rf * (1.0 + sens * np.clip(load, 0.0, 1.0))
     out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
     return out
+
+
+@dataclass
+class JobTable:
+    """The numbers of every job of a round as arrays, indexed by `JobState.index`, so that phases
+    gather them with one fancy index instead of one Python pass per number."""
+
+    tau: FloatArray
+    z: FloatArray
+    gbps: FloatArray
+    phi_local: FloatArray
+    order: FloatArray
+    waits: FloatArray
+    params: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
+
+    @classmethod
+    def of(cls, jobs: Sequence[JobState]) -> JobTable:
+        for i, js in enumerate(jobs):
+            js.index = i
+        return cls(
+            tau=np.array([js.tau for js in jobs], dtype=np.float64),
+            z=np.array([js.z for js in jobs], dtype=np.float64),
+            gbps=np.array([js.gbps for js in jobs], dtype=np.float64),
+            phi_local=np.array([js.phi_local for js in jobs], dtype=np.float64),
+            order=np.array([js.order for js in jobs], dtype=np.float64),
+            waits=np.array([js.job.wait_rounds for js in jobs], dtype=np.float64),
+            params=profile_arrays(jobs),
+        )
+
+    @staticmethod
+    def indices(jobs: Sequence[JobState]) -> IntArray:
+        return np.fromiter((js.index for js in jobs), dtype=np.int64, count=len(jobs))

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FloatArray, FlowOptions, IntArray, JobState, expected_arrays, profile_arrays
+from disagg.placement.jobstate import FloatArray, FlowOptions, IntArray, JobState, JobTable, expected_arrays
 from disagg.placement.network import FlowNetwork
 from disagg.placement.state import FreeState
 
@@ -49,27 +49,25 @@ class Tasks:
     params: tuple[FloatArray, ...]
 
 
-def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int) -> Tasks:
+def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int, table: JobTable) -> Tasks:
     per_task = np.array([len(js.machines) for js in jobs], dtype=np.int64)
-
-    def spread(values: list[float] | list[int]) -> FloatArray:
-        """A per-job value, once per task."""
-        return np.repeat(np.asarray(values, dtype=np.float64), per_task)
-
+    rows = np.repeat(JobTable.indices(jobs), per_task)
     owners = [(js, ti) for js in jobs for ti in range(len(js.machines))]
+    tau, z = table.tau[rows], table.z[rows]
+    # -1: any model; -2: a model that has no free device at all.
     model_of = {m: i for i, m in enumerate(models)}
-    tau, z = spread([js.tau for js in jobs]), spread([js.z for js in jobs])
-    u_cost = unscheduled_cost(tau, z, spread([js.job.wait_rounds for js in jobs]))
+    pinned_job = np.full(len(jobs), -1, dtype=np.int64)
+    for i, js in enumerate(jobs):
+        if kind in js.job.tasks.models:
+            pinned_job[i] = model_of.get(js.job.tasks.models[kind], -2)
     return Tasks(
         owners=owners,
         own=np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=len(owners)),
-        want=spread([js.wants[kind] for js in jobs]).astype(np.int64),
-        tau=tau, z=z, gbps=spread([js.gbps for js in jobs]), phi_local=spread([js.phi_local for js in jobs]),
-        u_cost=u_cost + age_bonus(spread([js.order for js in jobs]), queue_len),
-        # -1: any model; -2: a model that has no free device at all.
-        pinned=spread([model_of.get(js.job.tasks.models[kind], -2) if kind in js.job.tasks.models else -1
-                       for js in jobs]).astype(np.int64),
-        params=tuple(np.repeat(a, per_task) for a in profile_arrays(jobs)),
+        want=np.repeat(np.array([js.wants[kind] for js in jobs], dtype=np.int64), per_task),
+        tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
+        u_cost=unscheduled_cost(tau, z, table.waits[rows]) + age_bonus(table.order[rows], queue_len),
+        pinned=np.repeat(pinned_job, per_task),
+        params=tuple(a[rows] for a in table.params),
     )
 
 
@@ -128,12 +126,13 @@ class DevicePhase:
     loc_sel: list[IntArray] = field(default_factory=list)
 
 
-def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, queue_len: int) -> DevicePhase:
+def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, queue_len: int,
+          table: JobTable) -> DevicePhase:
     """Location nodes are (location, model) pairs so that a task pinned to a model only reaches devices
     of that model; with one model per kind (the usual case) this is one node per location."""
     models, free = state.free_by_model(kind)
     n_models, n_loc = len(models), len(state.loc_rack)
-    tasks = _tasks(jobs, kind, models, queue_len)
+    tasks = _tasks(jobs, kind, models, queue_len, table)
     remote = _remote_costs(state, tasks, opts)
     own, want, n_tasks = tasks.own, tasks.want, len(tasks.owners)
     net = FlowNetwork()

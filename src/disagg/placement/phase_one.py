@@ -25,6 +25,7 @@ from disagg.placement.jobstate import (
     FlowOptions,
     IntArray,
     JobState,
+    JobTable,
     expected_arrays,
     expected_vec,
     flow_lists,
@@ -217,7 +218,7 @@ class PhaseOne:
     arcs: dict[str, tuple[IntArray, IntArray, IntArray, IntArray]]
 
 
-def build(state: FreeState, jobs: list[JobState], opts: FlowOptions, queue_len: int) -> PhaseOne:
+def build(state: FreeState, jobs: list[JobState], opts: FlowOptions, queue_len: int, table: JobTable) -> PhaseOne:
     cls = classify(jobs)
     pricing = price(state, cls, opts)
     n_machines, n_jobs, n_classes = state.n_machines, len(jobs), len(cls.representative)
@@ -231,8 +232,9 @@ def build(state: FreeState, jobs: list[JobState], opts: FlowOptions, queue_len: 
     total = int(cls.counts.sum())
     net.supplies[job0:job0 + n_jobs] = cls.counts
     net.supplies[sink] = -total
-    u_cost = unscheduled_cost([js.tau for js in jobs], [js.z for js in jobs], [js.job.wait_rounds for js in jobs])
-    u_cost = u_cost + age_bonus([js.order for js in jobs], queue_len)
+    rows = JobTable.indices(jobs)
+    u_cost = unscheduled_cost(table.tau[rows], table.z[rows], table.waits[rows]) + age_bonus(table.order[rows],
+                                                                                              queue_len)
     idx = np.arange(n_jobs, dtype=np.int64)
     net.add_arcs("job->class", job0 + idx, class0 + cls.of_job, cls.counts, 0)
     net.add_arcs("job->U", job0 + idx, unsched, cls.counts, u_cost)
