@@ -186,3 +186,25 @@ def test_a_lost_slurm_job_is_requeued_and_its_devices_return(
         with slurm_service.store.read() as s:
             held = {d.id for d in s.query(DeviceRow).filter(DeviceRow.slice_id.is_not(None))}
     assert node not in engine.node_gres()
+
+
+def test_reconciliation_makes_orphan_slice_machines_leave(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """A slice machine that no live slice holds (its slice is gone from the store) leaves Slurm at start."""
+    from disagg.engines.base import SliceMachine, SliceSpec
+
+    engine = SlurmEngine(slurm_cluster.site)
+    before = engine.node_gres()
+    orphan = SliceSpec("s-orphan", "j-orphan", ("true",), (SliceMachine("s-orphan-m0", "m1", 1, 1, ("m1/gpu0",)),))
+    engine.launch_machine(orphan, orphan.machines[0])
+    assert "s-orphan-m0" in engine.node_gres()
+    settings = Settings(db=f"sqlite:///{tmp_path / 'disagg.db'}",
+                        cluster=str(cluster_spec(slurm_cluster, tmp_path / "cluster.yaml")),
+                        state_dir=str(tmp_path / "state"), latency_scale=0.002, engine="slurm",
+                        slurm_site=str(slurm_cluster.site.save()))
+    svc = open_service(settings)
+    try:
+        assert svc.reconciled.left == ["s-orphan-m0"]
+        assert engine.node_gres() == before
+        assert engine.joined_machines() == []
+    finally:
+        svc.close()

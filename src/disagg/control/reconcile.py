@@ -35,6 +35,7 @@ class ReconcileReport:
     cancelled: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # slice machines without a live slice, made to leave
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -78,6 +79,11 @@ def reconcile(store: Store, fabric: FabricDriver, engine: Engine) -> ReconcileRe
             if h not in live and engine.status(h).state in ("running", "pending", "held"):
                 engine.cancel(h)
                 report.cancelled.append(h)
+    # engines whose slice machines exist outside this process (Slurm nodes) are asked which are orphans
+    leave_orphans = getattr(engine, "leave_orphan_machines", None)
+    if callable(leave_orphans):
+        keep = {m["name"] for r in live.values() for m in r.placement.get("machines", [])}
+        report.left = list(leave_orphans(keep))
     report.seconds = time.perf_counter() - t0
     log.info(report.summary())
     return report

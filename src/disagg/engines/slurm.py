@@ -386,6 +386,16 @@ class SlurmEngine(Engine):
         """Slice machines that have joined (or half-joined) Slurm through this site."""
         return [n.name for n in self.nodes.joined()]
 
+    def leave_orphan_machines(self, keep: Iterable[str]) -> list[str]:
+        """Make every joined slice machine not in `keep` leave Slurm (reconciliation); returns their names."""
+        keep_set = set(keep)
+        gone = [name for name in self.joined_machines() if name not in keep_set]
+        for name in gone:
+            self.nodes.leave(name)
+        if gone:
+            self._changed()
+        return gone
+
     def adopt(self, spec: SliceSpec) -> tuple[str, TaskStatus] | None:
         """After a controller restart: the handle and state of the slice's job if Slurm or disagg has it.
 
