@@ -157,9 +157,8 @@ class SlurmEngine(Engine):
         """Every job slurmctld still knows (22.05's `squeue --json` ignores filters; we filter here).
 
         One answer serves every caller for `squeue_ttl_s`: the controller asks about each running slice
-        every round, and one `squeue` per slice per round floods slurmctld's RPC threads until it stops
-        accepting connections (measured: slice machines could no longer register). Anything this
-        engine changes in Slurm drops the cached answer.
+        every round, and one full `squeue` per slice per round would load slurmctld for nothing. Anything
+        this engine changes in Slurm drops the cached answer.
         """
         with self._cache_lock:
             now = time.monotonic()
