@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# The main job, on the embedded default: places the example jobs on the example clusters with each policy.
+# The main job on the embedded default: one placement round on the shipped testbeds, then the
+# controller (`disagg serve`: SQLite in ./disagg.db, the FlowOS-RM testbed as an emulated cluster,
+# local processes) on 127.0.0.1:8080 in the foreground. Ctrl-C stops it; extra arguments go to serve.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
-for policy in drmaestro drmaestro-na firmament; do
-  .venv/bin/disagg place --cluster examples/drmaestro-testbed.yaml --jobs examples/drmaestro-jobs.yaml --policy "$policy"
-done
-.venv/bin/disagg place --cluster examples/flowos-testbed.yaml --jobs examples/flowos-jobs.yaml --policy fifo
+echo "== one scheduling round: the DRMaestro testbed (warm cluster), DRMaestro with the network-aware policy"
+.venv/bin/disagg place --cluster examples/drmaestro-testbed.yaml --jobs examples/drmaestro-jobs.yaml --policy drmaestro-na
+echo "== the same jobs, server-centric (Firmament): GPUs on CPU-starved machines stay idle"
+.venv/bin/disagg place --cluster examples/drmaestro-testbed.yaml --jobs examples/drmaestro-jobs.yaml --policy firmament
+cat <<'MSG'
+== the controller: disagg serve on http://127.0.0.1:8080 (dashboard at /, API docs at /docs)
+   It prints an admin token once. In another shell:
+     export DISAGG_URL=http://127.0.0.1:8080 DISAGG_TOKEN=<the admin token>
+     .venv/bin/disagg submit hello --image rodinia/nw --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+     .venv/bin/disagg jobs; .venv/bin/disagg slices; .venv/bin/disagg devices
+MSG
+exec .venv/bin/disagg serve "$@"
