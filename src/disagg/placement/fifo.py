@@ -10,6 +10,7 @@ from disagg.placement.sequential import (
     SequentialPolicy,
     by_submit,
     cpu_fit_mask,
+    first_reachable,
     no_machine,
     short_of_devices,
     take_local,
@@ -19,10 +20,11 @@ from disagg.placement.state import FreeState
 
 
 def _first_fit(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
+    """The first machine with the cpus and memory from which the task's devices can be had."""
     fits = cpu_fit_mask(state, ask)
     if not fits.any():
         raise no_machine(state, ask)
-    return int(np.argmax(fits))
+    return first_reachable(state, ask, fits)
 
 
 def _first_fit_devices(state: FreeState, ask: Ask, m: int, kind: str, n: int,

@@ -36,7 +36,7 @@ def _least_allocated(state: FreeState, ask: Ask, rng: np.random.Generator) -> in
         wants = ", ".join(f"{t.wants(k)} {_what(k, t.models.get(k))}" for k in t.kinds)
         most = ", ".join(f"{int(state.local_free(k, t.models.get(k))[fits].max(initial=0))} {k}" for k in t.kinds)
         raise Refused(Reason.NO_DEVICES, f"needs {wants} on one machine with {t.cpus:g} cpus free; no such "
-                                         f"machine has them all (most on any one of them: {most})")
+                                         f"machine has them all (most on any one of them: {most})", lasting=True)
     # Score: least allocated after placing (mean of free cpu and memory shares); select: the highest.
     score = ((state.cpu - t.cpus) / state.cpu_total + (state.mem - t.memory_gb) / state.mem_total) / 2
     score = np.where(feasible, score, -np.inf)

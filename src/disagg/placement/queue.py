@@ -41,11 +41,16 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
     A job is considered when (a) one of its tasks fits on some machine now, its gang fits in the
     sum of what machines can take, and (b) the cluster-wide free cpus, memory and devices left after
     the jobs ahead of it cover it. Necessary, not sufficient: the flow decides the rest.
+
+    A long queue on a full cluster refuses thousands of jobs for the same few reasons, so refusals
+    are made once per distinct reason and shared.
     """
     left_cpu = float(state.cpu.sum())
     left_mem = float(state.mem.sum())
     left_dev: dict[tuple[str, str | None], int] = {}
+    free_dev: dict[tuple[str, str | None], int] = {}
     shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
+    said: dict[tuple[object, ...], Refusal] = {}
     taken: list[Job] = []
     refused: dict[str, Refusal] = {}
     for job in ordered:
@@ -56,34 +61,43 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
             shape_fit[shape] = (int(fits.sum()), float(state.cpu.max(initial=0)), float(state.mem.max(initial=0)))
         total_fit, best_cpu, best_mem = shape_fit[shape]
         if total_fit < t.count:
-            refused[job.name] = Refusal(Reason.NO_CAPACITY, (
-                f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
-                f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
+            key: tuple[object, ...] = ("fit", t.count, shape)
+            if key not in said:
+                said[key] = Refusal(Reason.NO_CAPACITY, (
+                    f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
+                    f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
+            refused[job.name] = said[key]
             continue
         need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
         if need_cpu > left_cpu + 1e-9 or need_mem > left_mem + 1e-9:
-            refused[job.name] = Refusal(Reason.CONTENTION, (
-                f"needs {need_cpu:g} cpus and {need_mem:g} GB; {left_cpu:g} cpus and {left_mem:g} GB "
-                f"are left after the jobs ahead of it in the queue"))
+            key = ("left", need_cpu, need_mem, left_cpu, left_mem)
+            if key not in said:
+                said[key] = Refusal(Reason.CONTENTION, (
+                    f"needs {need_cpu:g} cpus and {need_mem:g} GB; {left_cpu:g} cpus and {left_mem:g} GB "
+                    f"are left after the jobs ahead of it in the queue"))
+            refused[job.name] = said[key]
             continue
         short = None
         wanted = [(kind, n * t.count, (kind, t.models.get(kind))) for kind, n in t.devices.items() if n > 0]
-        for kind, need, key in wanted:
-            if key not in left_dev:
-                left_dev[key] = state.total_free(kind, key[1])
-            if need > left_dev[key]:
-                what = f"{kind} ({key[1]})" if key[1] else kind
-                total = state.total_free(kind, key[1])
-                reason = Reason.NO_DEVICES if need > total else Reason.CONTENTION
-                short = Refusal(reason, f"needs {need} {what}; {total} free, {left_dev[key]} left after "
-                                        f"the jobs ahead of it in the queue")
+        for kind, need, dev in wanted:
+            if dev not in left_dev:
+                left_dev[dev] = free_dev[dev] = state.total_free(kind, dev[1])
+            if need > left_dev[dev]:
+                key = ("dev", need, dev, left_dev[dev])
+                if key not in said:
+                    what = f"{kind} ({dev[1]})" if dev[1] else kind
+                    total = free_dev[dev]
+                    said[key] = Refusal(Reason.NO_DEVICES if need > total else Reason.CONTENTION,
+                                        f"needs {need} {what}; {total} free, {left_dev[dev]} left after the jobs "
+                                        f"ahead of it in the queue")
+                short = said[key]
                 break
         if short is not None:
             refused[job.name] = short
             continue
         left_cpu -= need_cpu
         left_mem -= need_mem
-        for _, need, key in wanted:
-            left_dev[key] -= need
+        for _, need, dev in wanted:
+            left_dev[dev] -= need
         taken.append(job)
     return taken, refused

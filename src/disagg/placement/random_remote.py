@@ -10,6 +10,7 @@ from disagg.placement.sequential import (
     SequentialPolicy,
     by_submit,
     cpu_fit_mask,
+    first_reachable,
     local_fit_mask,
     no_machine,
     short_of_devices,
@@ -20,12 +21,13 @@ from disagg.placement.state import FreeState
 
 
 def _prefer_local(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
-    """The first machine that holds the task's devices; else the first with cpu and memory."""
+    """The first machine that holds the task's devices; else the first with cpu and memory from which
+    they can be had remotely."""
     fits = cpu_fit_mask(state, ask)
     if not fits.any():
         raise no_machine(state, ask)
     local = fits & local_fit_mask(state, ask)
-    return int(np.argmax(local)) if local.any() else int(np.argmax(fits))
+    return int(np.argmax(local)) if local.any() else first_reachable(state, ask, fits)
 
 
 def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,

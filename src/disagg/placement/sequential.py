@@ -22,10 +22,13 @@ from disagg.placement.state import FreeState, Journal
 class Refused(Exception):
     """A stage could not serve a task; carries the reason for the job."""
 
-    def __init__(self, reason: Reason, message: str) -> None:
+    def __init__(self, reason: Reason, message: str, lasting: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        #: True when no machine passes the filter: free resources only shrink within a round, so
+        #: the same request would fail again and need not be tried.
+        self.lasting = lasting
 
 
 @dataclass
@@ -50,21 +53,53 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
     placed: list[JobPlacement] = []
     unplaced: list[Unplaced] = []
     blocked_by: str | None = None
+    failed: dict[tuple[object, ...], Refused] = {}
     for job in order(queue, now):
         if blocked_by is not None:
             unplaced.append(Unplaced(job.name, Reason.BLOCKED, f"waits behind {blocked_by} (first in, first out)"))
             continue
+        short = _too_big_now(state, job)
+        if short is not None:
+            unplaced.append(Unplaced(job.name, short.reason, short.message))
+            if blocking:
+                blocked_by = job.name
+            continue
         ask = Ask(job, remote_gbps(job, profile_of(job)), Journal())
+        # A request no machine could pass the filter for fails again: resources only shrink.
+        t = job.tasks
+        key = (t.count, t.cpus, t.memory_gb, tuple(sorted(t.devices.items())), tuple(sorted(t.models.items())),
+               ask.gbps)
+        if key in failed:
+            unplaced.append(Unplaced(job.name, failed[key].reason, failed[key].message))
+            continue
         try:
             placed.append(_place_job(state, ask, rng, pick_machine, pick_devices))
         except Refused as exc:
             state.rollback(ask.journal)
+            if exc.lasting:
+                failed[key] = exc
             unplaced.append(Unplaced(job.name, exc.reason, exc.message))
             if blocking:
                 blocked_by = job.name
     elapsed = clock() - start
     return Decisions(policy=name, placed=tuple(placed), unplaced=tuple(unplaced),
                      timings={"build_s": 0.0, "solve_s": 0.0, "decode_s": elapsed, "round_s": elapsed})
+
+
+def _too_big_now(state: FreeState, job: Job) -> Refused | None:
+    """A cheap first look: does the job exceed what the whole cluster has free right now? A long queue
+    on a full cluster is mostly such jobs, and this keeps them off the per-machine stages."""
+    t = job.tasks
+    free_cpu, free_mem = float(state.cpu.sum()), float(state.mem.sum())
+    if t.count * t.cpus > free_cpu + 1e-9 or t.count * t.memory_gb > free_mem + 1e-9:
+        return Refused(Reason.NO_CAPACITY, f"needs {t.count * t.cpus:g} cpus and {t.count * t.memory_gb:g} GB; "
+                                           f"{free_cpu:g} cpus and {free_mem:g} GB are free in the cluster")
+    for kind, n in t.devices.items():
+        need = n * t.count
+        if need > 0 and need > int(state.free_count[kind].sum()):
+            free = state.total_free(kind, t.models.get(kind))
+            return Refused(Reason.NO_DEVICES, f"needs {need} {kind}; {free} free in the cluster")
+    return None
 
 
 class SequentialPolicy:
@@ -123,10 +158,26 @@ def local_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
     return mask
 
 
+#: How many machines with free cpus the first-fit stages try for reachable devices before giving up.
+REACH_SCAN = 64
+
+
+def first_reachable(state: FreeState, ask: Ask, fits: np.ndarray) -> int:
+    """The first machine (in inventory order) among `fits` from which every device the task wants is
+    free locally or reachable over links with bandwidth to spare; the first of `fits` if none is
+    among the first REACH_SCAN (the device stage then says what is missing)."""
+    t = ask.job.tasks
+    candidates = np.nonzero(fits)[0]
+    for m in candidates[:REACH_SCAN]:
+        if all(state.reachable(k, int(m), ask.gbps) >= t.wants(k) for k in t.kinds):
+            return int(m)
+    return int(candidates[0])
+
+
 def no_machine(state: FreeState, ask: Ask) -> Refused:
     t = ask.job.tasks
     return Refused(Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free "
-                                       f"(most free: {state.cpu.max(initial=0):g} cpus)")
+                                       f"(most free: {state.cpu.max(initial=0):g} cpus)", lasting=True)
 
 
 def take_local(state: FreeState, ask: Ask, m: int, kind: str, n: int) -> list[DeviceGrant]:
