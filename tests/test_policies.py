@@ -179,8 +179,8 @@ def test_jobs_refused_only_for_jobs_ahead_get_another_look_when_those_wait() -> 
 def test_first_fit_skips_a_machine_whose_uplink_cannot_carry_the_remote_devices(policy: str) -> None:
     # m0: cpus but a saturated uplink and no free GPUs; m1: cpus and a quiet uplink; m2: GPUs, no cpus.
     c = make_cluster(machines=3, gpus=2, cpus=20, uplink_gbps=10)
-    warm = (Allocation("g0", "m0", 2, 8, ("m0/gpu0", "m0/gpu1"), 10.0), Allocation("g1", "m1", 2, 8, ("m1/gpu0", "m1/gpu1")),
-            Allocation("c2", "m2", 20, 8))
+    warm = (Allocation("g0", "m0", 2, 8, ("m0/gpu0", "m0/gpu1"), 10.0),
+            Allocation("g1", "m1", 2, 8, ("m1/gpu0", "m1/gpu1")), Allocation("c2", "m2", 20, 8))
     cluster = type(c)(c.machines, c.pools, c.devices, c.rack_uplink_gbps, warm)
     decisions = PlacementHarness(cluster, [make_job("nw", gpu=1, slo_s=1000)]).run(policy)
     (machine, devices), = placed(decisions)["nw"]
