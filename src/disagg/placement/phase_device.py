@@ -269,6 +269,7 @@ def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]],
         where = names[loc]
         js.grants[ti].extend([DeviceGrant(ids[d], kind, False, where) for d in mine])
     np.subtract.at(state.free_count[kind], locs, wants)
+    state.version += 1
 
 
 def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,

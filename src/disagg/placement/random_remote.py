@@ -34,9 +34,8 @@ def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
                        rng: np.random.Generator) -> list[DeviceGrant]:
     got = take_local(state, ask, m, kind, n)
     while len(got) < n:
-        free = state.free_count[kind].copy()
-        free[m] = 0
-        candidates = np.nonzero(free > 0)[0]
+        # Only where a device is free and every link of the path can carry one more.
+        candidates = np.nonzero((state.free_count[kind] > 0) & state.remote_reach(m, ask.gbps))[0]
         grant = None
         for loc in rng.permutation(candidates):
             grant = take_remote_from(state, ask, m, kind, int(loc))

@@ -75,7 +75,11 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
         try:
             placed.append(_place_job(state, ask, rng, pick_machine, pick_devices))
         except Refused as exc:
+            version = state.version if not ask.journal.devices and not ask.journal.traffic else -1
             state.rollback(ask.journal)
+            if version >= 0:
+                # Nothing of devices or links was taken: what was cached about them still holds.
+                state.version = version
             if exc.lasting:
                 failed[key] = exc
             unplaced.append(Unplaced(job.name, exc.reason, exc.message))
@@ -159,16 +163,21 @@ def local_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
 
 
 #: How many machines with free cpus the first-fit stages try for reachable devices before giving up.
-REACH_SCAN = 64
+REACH_SCAN = 8
 
 
 def first_reachable(state: FreeState, ask: Ask, fits: np.ndarray) -> int:
     """The first machine (in inventory order) among `fits` from which every device the task wants is
     free locally or reachable over links with bandwidth to spare; the first of `fits` if none is
-    among the first REACH_SCAN (the device stage then says what is missing)."""
+    among the first REACH_SCAN that could be (the device stage then says what is missing)."""
     t = ask.job.tasks
     candidates = np.nonzero(fits)[0]
-    for m in candidates[:REACH_SCAN]:
+    # Cheap necessary condition first: devices held locally, or an uplink that can carry one more.
+    local = np.ones(len(candidates), dtype=bool)
+    for k in t.kinds:
+        local &= state.local_free(k, t.models.get(k))[candidates] >= t.wants(k)
+    can_send = state.link_cap[candidates] - state.link_used[candidates] + 1e-9 >= ask.gbps
+    for m in candidates[local | can_send][:REACH_SCAN]:
         if all(state.reachable(k, int(m), ask.gbps) >= t.wants(k) for k in t.kinds):
             return int(m)
     return int(candidates[0])

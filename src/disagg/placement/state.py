@@ -79,6 +79,11 @@ class FreeState:
             self.free_count[k] = counts
             self.size[k] = counts.copy()
         self._apply_allocations()
+        #: Bumped whenever free devices or link usage change; `reachable` answers cached under one
+        #: version stay valid (cpu and memory do not enter them).
+        self.version = 0
+        self._reach: dict[tuple[str, int, float], int] = {}
+        self._reach_version = -1
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -160,6 +165,7 @@ class FreeState:
         dev = int(slots[top])
         counts[loc] -= 1
         journal.devices.append(dev)
+        self.version += 1
         return dev
 
     def free_devices(self, kind: str, loc: int) -> IntArray:
@@ -179,6 +185,7 @@ class FreeState:
         for link in links:
             used[link] += gbps
         journal.traffic.append((links, gbps))
+        self.version += 1
         return True
 
     def undo_last_traffic(self, journal: Journal) -> None:
@@ -186,6 +193,7 @@ class FreeState:
         links, gbps = journal.traffic.pop()
         for link in links:
             self.link_used[link] -= gbps
+        self.version += 1
 
     def free_by_model(self, kind: str) -> tuple[list[str], IntArray]:
         """The models of free devices of a kind and an (locations × models) array of free counts."""
@@ -225,6 +233,7 @@ class FreeState:
         journal.cpu.clear()
         journal.devices.clear()
         journal.traffic.clear()
+        self.version += 1
 
     # -- summaries for explanations ------------------------------------------------------------------
 
@@ -240,20 +249,33 @@ class FreeState:
     def reachable(self, kind: str, own: int, gbps: float) -> int:
         """Free devices of `kind` a task on location `own` could use: its own, plus remote ones whose
         path has `gbps` of headroom on every link."""
+        if self._reach_version != self.version:
+            self._reach.clear()
+            self._reach_version = self.version
+        key = (kind, own, gbps)
+        if key not in self._reach:
+            self._reach[key] = self._reachable(kind, own, gbps)
+        return self._reach[key]
+
+    def _reachable(self, kind: str, own: int, gbps: float) -> int:
         free = self.free_count.get(kind)
         if free is None:
             return 0
-        total = int(free[own])
+        return int(free[own]) + int(free[self.remote_reach(own, gbps)].sum())
+
+    def remote_reach(self, own: int, gbps: float) -> NDArray[np.bool_]:
+        """Which other locations a task on `own` could use a device at: every link of the path has
+        `gbps` of headroom."""
+        n_loc = len(self.loc_rack)
         headroom = self.link_cap - self.link_used
         if headroom[own] + _EPS < gbps:
-            return total
-        n_loc = len(self.loc_rack)
+            return np.zeros(n_loc, dtype=bool)
         same_rack = self.loc_rack == self.loc_rack[own]
         rack_ok = headroom[n_loc + self.loc_rack] + _EPS >= gbps
         own_rack_ok = headroom[n_loc + self.loc_rack[own]] + _EPS >= gbps
-        reach = (headroom[:n_loc] + _EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
+        reach: NDArray[np.bool_] = (headroom[:n_loc] + _EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
         reach[own] = False
-        return total + int(free[reach].sum())
+        return reach
 
     def local_free(self, kind: str, model: str | None = None) -> IntArray:
         """Free devices of `kind` (of `model`, if given) that sit in each machine (not pools)."""
