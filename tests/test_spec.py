@@ -52,7 +52,8 @@ def _bad_cluster(**change: object) -> dict[str, object]:
     (_bad_cluster(machines=[{"name": "m0", "cpus": 2, "memory_gb": 1, "gpus": 4}]),
      r"machines\[0\]\.gpus: unknown field 'gpus' \(allowed: name, rack, cpus"),
     (_bad_cluster(machines=[{"name": "m0", "cpus": 2, "memory_gb": 1},
-                            {"name": "m0", "cpus": 2, "memory_gb": 1}], allocations=[]), r"name 'm0' is used 2 times"),
+                            {"name": "m0", "cpus": 2, "memory_gb": 1}], allocations=[]),
+     r"machines\[1\]\.name: value 'm0' is used 2 times \(first at machines\[0\]\.name\)"),
     (_bad_cluster(allocations=[{"job": "w", "machine": "m0", "devices": ["m0/gpu9"]}]),
      r"allocations\[0\]\.devices\[0\]: device 'm0/gpu9' does not exist"),
     (_bad_cluster(allocations=[{"job": "w", "machine": "m9"}]), r"allocations\[0\]\.machine: value 'm9'"),
@@ -74,7 +75,7 @@ def test_bad_cluster_names_the_problem(data: object, pattern: str) -> None:
 @pytest.mark.parametrize(("jobs", "pattern"), [
     ([{"name": "j", "tasks": {"count": -1}}], r"jobs\[0\]\.tasks\.count: value -1 is not allowed"),
     ([{"name": "j", "tasks": {"gpux": 1}}], r"unknown field 'gpux' \(allowed: count, cpus"),
-    ([{"name": "j"}, {"name": "j"}], r"name 'j' is used 2 times"),
+    ([{"name": "j"}, {"name": "j"}], r"jobs\[1\]\.name: value 'j' is used 2 times"),
     ([{"name": "j", "tasks": {"cpus": 64}}],
      r"jobs\[0\] \(j\): can never fit on this cluster: each task needs 64 cpus"),
     ([{"name": "j", "tasks": {"gpu": 9}}], r"needs 9 gpu in all; the cluster has 8"),

@@ -238,14 +238,27 @@ def _make_devices(location: str, spec: DevicesSpec, failed: set[str]) -> list[De
     return out
 
 
+def _duplicates(paths: list[str], names: list[str], rule: str) -> list[str]:
+    """One problem per repeated name, at the path of its second use."""
+    counts = Counter(names)
+    first: dict[str, str] = {}
+    out = []
+    for path, name in zip(paths, names, strict=True):
+        if name in first and counts[name] > 1:
+            out.append(f"{path}: value {name!r} is used {counts[name]} times (first at {first[name]}); {rule}")
+            counts[name] = 0
+        first.setdefault(name, path)
+    return out
+
+
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     """Validate a cluster spec and build the snapshot. Raises SpecError listing every problem."""
     spec: ClusterSpec = _validate(ClusterSpec, data, source)
     problems: list[str] = []
+    paths = [f"machines[{i}].name" for i in range(len(spec.machines))] + [
+        f"pools[{i}].name" for i in range(len(spec.pools))]
     names = [m.name for m in spec.machines] + [p.name for p in spec.pools]
-    for name, n in Counter(names).items():
-        if n > 1:
-            problems.append(f"machines/pools: name {name!r} is used {n} times; names must be unique")
+    problems += _duplicates(paths, names, "machine and pool names must be unique")
     failed = set(spec.failed_devices)
     devices: list[Device] = []
     for m in spec.machines:
@@ -334,9 +347,8 @@ def parse_jobs(data: Any, cluster: Cluster | None = None, source: str = "<jobs>"
     """Validate a jobs spec. With a cluster, a job that can never fit on it is an error too."""
     spec: JobsSpec = _validate(JobsSpec, data, source)
     problems: list[str] = []
-    for name, n in Counter(j.name for j in spec.jobs).items():
-        if n > 1:
-            problems.append(f"jobs: name {name!r} is used {n} times; job names must be unique")
+    problems += _duplicates([f"jobs[{i}].name" for i in range(len(spec.jobs))], [j.name for j in spec.jobs],
+                            "job names must be unique")
     jobs = [job_from_spec(j) for j in spec.jobs]
     if cluster is not None:
         for i, job in enumerate(jobs):
