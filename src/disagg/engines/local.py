@@ -169,7 +169,7 @@ class LocalEngine(Engine):
             return
         if claim(d / "started", json.dumps({"cancelled": True})):
             return  # no runner ever claimed it; none ever will
-        pid = self._runner(d)
+        pid = self._runner(d) or self._await_claim(d)
         if pid is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -183,6 +183,20 @@ class LocalEngine(Engine):
                 time.sleep(0.01)
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, "cancelled": True, "at": time.time()}))
+
+    def _await_claim(self, d: Path, timeout: float = 5.0) -> int | None:
+        """A runner creates `started` and then writes its pid into it: a cancel that lands between the
+        two would find no pid and let the job run on. Wait for the pid (or for the runner's end)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                info = json.loads((d / "started").read_text())
+            except (OSError, ValueError):
+                info = {}
+            if "pid" in info or info.get("cancelled") or _read_exit(d) is not None:
+                return self._runner(d)
+            time.sleep(0.01)
+        return self._runner(d)
 
     def logs(self, handle: str) -> str:
         d = self._dir(handle)
