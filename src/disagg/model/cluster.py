@@ -6,7 +6,7 @@ builds a new one when the world changes. Device ids are stable: `<machine-or-poo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
@@ -84,7 +84,6 @@ class Cluster:
     devices: tuple[Device, ...] = ()
     rack_uplink_gbps: float = 100.0
     allocations: tuple[Allocation, ...] = ()
-    _cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def machine_index(self) -> dict[str, int]:

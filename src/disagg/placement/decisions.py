@@ -9,7 +9,7 @@ the links its traffic crosses.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -74,9 +74,6 @@ class Decisions:
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
 
-    def placed_names(self) -> set[str]:
-        return {p.job for p in self.placed}
-
     def to_json(self) -> dict[str, Any]:
         """The shape `disagg place --json` prints."""
         return {
@@ -106,7 +103,3 @@ class Decisions:
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
             "stats": dict(self.stats),
         }
-
-
-def as_dict(obj: Any) -> Any:
-    return asdict(obj)

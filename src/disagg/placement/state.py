@@ -129,14 +129,6 @@ class FreeState:
     def link_load(self) -> FloatArray:
         return self.link_used / self.link_cap
 
-    def headroom(self, links: tuple[int, ...]) -> float:
-        if not links:
-            return float("inf")
-        idx = np.fromiter(links, dtype=np.int64)
-        return float(np.min(self.link_cap[idx] - self.link_used[idx]))
-
-    # -- reservations ------------------------------------------------------------------------------
-
     def fits(self, m: int, cpus: float, mem: float) -> bool:
         return bool(self.cpu[m] + _EPS >= cpus and self.mem[m] + _EPS >= mem)
 
