@@ -67,12 +67,11 @@ class Timings:
 
 
 def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
-    """`profiles.expected_s` over arrays (same formula, kept in step by a test)."""
-    base = profile.base_s if profile.known else tau
-    ts = profile.transfer_share
-    stretch = profile.remote_factor * (1.0 + profile.load_sensitivity * np.clip(load, 0.0, 1.0))
-    out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
-    return out
+    """`profiles.expected_s` over arrays, for one profile (kept in step with it by a test)."""
+    params = tuple(np.array([x], dtype=np.float64) for x in (
+        profile.base_s if profile.known else tau, profile.transfer_share, profile.remote_factor,
+        profile.load_sensitivity))
+    return expected_arrays(params, remote_share, load)
 
 
 def request(job: Job) -> str:
