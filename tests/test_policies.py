@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from disagg.model import Allocation, load_cluster, load_jobs
@@ -185,3 +187,22 @@ def test_first_fit_skips_a_machine_whose_uplink_cannot_carry_the_remote_devices(
     decisions = PlacementHarness(cluster, [make_job("nw", gpu=1, slo_s=1000)]).run(policy)
     (machine, devices), = placed(decisions)["nw"]
     assert machine == "m1" and devices[0][1] is True
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "firmament"])
+def test_a_flow_round_pauses_the_cyclic_collector_and_gives_it_back(policy: str) -> None:
+    seen: list[bool] = []
+    cluster = make_cluster(machines=2, gpus=2)
+    jobs = [make_job("a", gpu=1)]
+    chosen = get_policy(policy)
+    decisions = chosen.place(cluster, jobs, 0.0, np.random.default_rng(1),
+                             clock=lambda: seen.append(gc.isenabled()) or 0.0)
+    assert decisions.placed or decisions.unplaced
+    assert seen and not any(seen), "the collector ran during the round"
+    assert gc.isenabled(), "the collector was left off after the round"
+    gc.disable()
+    try:
+        chosen.place(cluster, jobs, 0.0, np.random.default_rng(1))
+        assert not gc.isenabled(), "a round turned on a collector its caller had turned off"
+    finally:
+        gc.enable()

@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 import numpy as np
@@ -19,6 +21,26 @@ Clock = Callable[[], float]
 def no_clock() -> float:
     """The default clock of the pure core: time does not pass, timings come out as zero."""
     return 0.0
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for one round.
+
+    A round at 12,500 machines allocates a few hundred thousand short-lived, acyclic objects (job
+    states, journals, grants, records); each 700 allocations start a collection, and every tenth
+    of those every tenth walks the whole heap, snapshot and queue included: about 0.2 s of CPU per
+    round, a quarter of it, for no garbage (reference counting frees all of it). Nothing a round
+    computes depends on the collector, so pausing it changes no decision. Re-entrant: it only turns
+    the collector back on if it was on when the round began.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Policy(Protocol):

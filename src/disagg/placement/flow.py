@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
-from disagg.placement.base import Clock, no_clock
+from disagg.placement.base import Clock, collector_paused, no_clock
 from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
 from disagg.placement.decisions import Decisions, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
@@ -47,6 +47,10 @@ class FlowPlacer:
     # -- the round ---------------------------------------------------------------------------------
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock = no_clock) -> Decisions:
+        with collector_paused():
+            return self._place(snapshot, queue, now, clock)
+
+    def _place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> Decisions:
         start = clock()
         timings = Timings()
         state = FreeState(snapshot)
