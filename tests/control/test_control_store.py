@@ -102,3 +102,39 @@ def test_an_idempotency_key_is_unique_per_tenant(db_url: str) -> None:
     with store.read() as s:
         assert {r.id for r in s.scalars(select(JobRow))} == {"j-1", "j-2"}
     store.close()
+
+
+def _values(id_: str, key: str | None = None) -> dict[str, object]:
+    row = _job(id_, key=key)
+    return {c.key: getattr(row, c.key) for c in JobRow.__table__.columns}
+
+
+def test_group_insert_commits_a_batch_and_answers_each_row_of_a_refused_one(db_url: str) -> None:
+    from concurrent.futures import Future
+
+    from disagg.store.batch import GroupInsert
+
+    store = Store(db_url)
+    store.migrate()
+    writer = GroupInsert(store, JobRow.__table__)  # type: ignore[arg-type]
+    futures = [writer.insert(_values(f"j{i}")) for i in range(40)]
+    for f in futures:
+        assert f.result(timeout=30) is None
+    # one batch in which one row breaks the (tenant, idempotency key) constraint: the others are stored
+    writer.insert(_values("k0", key="dup")).result(timeout=30)
+    batch: list[tuple[dict[str, object], Future[None]]] = [
+        (_values("k1", key="other"), Future()),
+        (_values("k2", key="dup"), Future()),
+        (_values("k3"), Future()),
+    ]
+    writer._write(batch)
+    assert batch[0][1].result() is None and batch[2][1].result() is None
+    with pytest.raises(IntegrityError):
+        batch[1][1].result()
+    writer.close()
+    with pytest.raises(RuntimeError):
+        writer.insert(_values("late")).result(timeout=5)
+    with store.read() as s:
+        ids = set(s.scalars(select(JobRow.id)))
+    assert ids == {f"j{i}" for i in range(40)} | {"k0", "k1", "k3"}
+    store.close()

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -57,7 +58,7 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
-def _no_unknown_query(request: Request) -> None:
+async def _no_unknown_query(request: Request) -> None:
     """Refuse query parameters a route does not declare (the schema says there are no others)."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not request.query_params:
@@ -117,18 +118,19 @@ def create_app(controller: Controller) -> FastAPI:
             content={"detail": exc.detail, "problems": exc.problems},
         )
 
-    def principal(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+    async def principal(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+        # async, so a known token costs no hop to a worker thread; an unknown one is looked up once
         if creds is None or not creds.credentials:
             raise ApiError(401, "missing bearer token (Authorization: Bearer <token>)")
         who = tokens.get(creds.credentials)
         if who is None:
-            who = store.principal(creds.credentials)
+            who = await run_in_threadpool(store.principal, creds.credentials)
             if who is None:
                 raise ApiError(401, "unknown token")
             tokens[creds.credentials] = who
         return who
 
-    def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+    async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
         if not who.admin:
             raise ApiError(403, "this needs an admin token")
         return who
@@ -159,7 +161,7 @@ def create_app(controller: Controller) -> FastAPI:
         tags=["jobs"],
         responses={**R400, **R401, **R409, **R422},
     )
-    def submit_job(
+    async def submit_job(
         body: S.JobIn,
         who: Who,
         idempotency_key: Annotated[
@@ -175,7 +177,7 @@ def create_app(controller: Controller) -> FastAPI:
         """Submit a job. It is queued and placed by the next scheduling round."""
         t0 = time.perf_counter()
         try:
-            job, _created = controller.submit(who.tenant, body.model_dump(), idempotency_key)
+            job, _created = await controller.submit_async(who.tenant, body.model_dump(), idempotency_key)
         except JobRejected as exc:
             raise ApiError(422, str(exc), [{"field": exc.field, "message": str(exc)}]) from None
         except IdempotencyConflict as exc:

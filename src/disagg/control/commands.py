@@ -109,7 +109,11 @@ def serve(
     service.controller.start()
     try:
         uvicorn.run(
-            create_app(service.controller), host=settings.host, port=settings.port, log_level="warning"
+            create_app(service.controller),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
         )
     finally:
         service.close()

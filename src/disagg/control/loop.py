@@ -15,6 +15,7 @@ A submission wakes the loop at once; otherwise it runs every `tick_s`.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -37,6 +39,7 @@ from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.placement.registry import get_policy
 from disagg.store import LIVE_SLICE_STATES, IdempotencyConflict, Store, job_dict, new_id
+from disagg.store.batch import GroupInsert
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,7 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="slice")
+        self._jobs = GroupInsert(store, JobRow.__table__)  # type: ignore[arg-type]
         self._inflight: set[str] = set()
         self._lock = threading.Lock()
         self._cluster: Cluster = store.cluster()
@@ -118,6 +122,7 @@ class Controller:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self._pool.shutdown(wait=wait_workers)
+        self._jobs.close()
 
     def wake(self) -> None:
         self._wake.set()
@@ -356,14 +361,44 @@ class Controller:
     ) -> tuple[dict[str, Any], bool]:
         """Store a new job (state queued) or, for a repeated idempotency key, return the first one.
 
-        Returns (job, created). Raises JobRejected when the job can never fit, IdempotencyConflict
-        when the key was used with another body.
+        Returns (job, created) once the job is committed. Raises JobRejected when the job can never
+        fit, IdempotencyConflict when the key was used with another body.
         """
-        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        digest = _digest(request)
         if idempotency_key is not None:
             found = self._by_key(tenant, idempotency_key, digest)
             if found is not None:
                 return found, False
+        values = self._new_job(tenant, request, idempotency_key, digest)
+        try:
+            self._jobs.insert(values).result()
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            found = self._by_key(tenant, idempotency_key, digest)  # a concurrent twin won the race
+            if found is None:
+                raise
+            return found, False
+        self._wake.set()
+        return _job_out(values), True
+
+    async def submit_async(
+        self, tenant: str, request: dict[str, Any], idempotency_key: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        """`submit` for the API's event loop: no thread hop unless an idempotency key needs a look-up.
+
+        The job is committed by the group writer (one transaction for the submissions that arrive
+        together) before this returns.
+        """
+        if idempotency_key is not None:
+            return await anyio.to_thread.run_sync(self.submit, tenant, request, idempotency_key)
+        values = self._new_job(tenant, request, None, _digest(request))
+        await asyncio.wrap_future(self._jobs.insert(values))
+        self._wake.set()
+        return _job_out(values), True
+
+    def _new_job(self, tenant: str, request: dict[str, Any], key: str | None, digest: str) -> dict[str, Any]:
+        """The stored columns of a new job; JobRejected when it can never fit on this cluster."""
         tasks = dict(request["tasks"])
         probe = Job(
             name="probe",
@@ -380,41 +415,29 @@ class Controller:
         if why:
             raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
         now = time.time()
-        row = JobRow(
-            id=new_id("j"),
-            seq=time.time_ns(),
-            tenant=tenant,
-            name=request["name"],
-            image=request["image"],
-            command=list(request["command"]),
-            tasks=tasks,
-            slo_s=request.get("slo_s"),
-            importance=float(request.get("importance", 1.0)),
-            max_retries=int(request.get("max_retries", 2)),
-            state="queued",
-            reason="waiting for the next scheduling round",
-            reason_code="new",
-            wait_rounds=0,
-            attempts=0,
-            exit_code=None,
-            slice_id=None,
-            submitted_at=now,
-            updated_at=now,
-            idempotency_key=idempotency_key,
-            request_hash=digest,
-        )
-        try:
-            with self.store.write(urgent=True) as s:
-                s.add(row)
-        except IntegrityError:
-            if idempotency_key is None:
-                raise
-            found = self._by_key(tenant, idempotency_key, digest)  # a concurrent twin won the race
-            if found is None:
-                raise
-            return found, False
-        self._wake.set()
-        return job_dict(row), True
+        return {
+            "id": new_id("j"),
+            "seq": time.time_ns(),
+            "tenant": tenant,
+            "name": request["name"],
+            "image": request["image"],
+            "command": list(request["command"]),
+            "tasks": tasks,
+            "slo_s": request.get("slo_s"),
+            "importance": float(request.get("importance", 1.0)),
+            "max_retries": int(request.get("max_retries", 2)),
+            "state": "queued",
+            "reason": "waiting for the next scheduling round",
+            "reason_code": "new",
+            "wait_rounds": 0,
+            "attempts": 0,
+            "exit_code": None,
+            "slice_id": None,
+            "submitted_at": now,
+            "updated_at": now,
+            "idempotency_key": key,
+            "request_hash": digest,
+        }
 
     def _by_key(self, tenant: str, key: str, digest: str) -> dict[str, Any] | None:
         with self.store.read() as s:
@@ -492,6 +515,24 @@ class Controller:
             row = s.get(DeviceRow, device_id)
             assert row is not None
             return device_dict(row)
+
+
+def _digest(request: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+#: What `job_dict` shows of a job, read from the stored columns of a new one.
+_OUT_KEYS = tuple(
+    c.key for c in JobRow.__table__.columns if c.key not in ("seq", "idempotency_key", "request_hash")
+)
+
+
+def _job_out(values: dict[str, Any]) -> dict[str, Any]:
+    out = {k: values[k] for k in _OUT_KEYS}
+    out["slice"] = out.pop("slice_id")
+    out["command"] = list(out["command"])
+    out["tasks"] = dict(out["tasks"])
+    return out
 
 
 def _tasks_json(p: JobPlacement) -> list[dict[str, Any]]:

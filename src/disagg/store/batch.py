@@ -1,0 +1,99 @@
+"""Group commit: rows that many threads insert, written by one thread, one transaction per batch.
+
+A submission waits until its row is committed (so an answer of 201 still means the job is stored),
+but the submissions that arrive while one transaction commits share the next one: one `BEGIN …
+COMMIT` (and one round trip to PostgreSQL, one turn of SQLite's write lock) for a batch instead of
+one per request. A batch that breaks a constraint (a concurrent idempotency key) is written again
+row by row, so each row gets its own answer: stored, or the error that refused it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from sqlalchemy import Table, insert
+from sqlalchemy.exc import IntegrityError
+
+from disagg.store.repository import Store
+
+log = logging.getLogger(__name__)
+
+_Item = tuple[dict[str, Any], Future[None]]
+
+
+class GroupInsert:
+    """Insert rows of `table` from any thread; `insert(values)` returns a Future set once committed."""
+
+    def __init__(self, store: Store, table: Table, max_batch: int = 256) -> None:
+        self.store = store
+        self.table = table
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+        self._closed = False
+
+    def insert(self, values: dict[str, Any]) -> Future[None]:
+        """Queue one row; the Future completes after the transaction that holds it commits."""
+        done: Future[None] = Future()
+        if self._closed:
+            done.set_exception(RuntimeError("the store's writer is closed"))
+            return done
+        if self._thread is None:
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="group-insert", daemon=True)
+                    self._thread.start()
+        self._queue.put((values, done))
+        return done
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer thread."""
+        self._closed = True
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._write(batch)
+            if stop:
+                return
+
+    def _write(self, batch: list[_Item]) -> None:
+        try:
+            with self.store.write(urgent=True) as s:
+                s.execute(insert(self.table), [values for values, _ in batch])
+        except IntegrityError as exc:
+            if len(batch) > 1:  # find the rows at fault: each gets its own transaction and answer
+                for item in batch:
+                    self._write([item])
+                return
+            batch[0][1].set_exception(exc)
+            return
+        except Exception as exc:  # the store is down: every waiting submission hears it
+            log.warning("group insert of %d rows failed: %s", len(batch), exc)
+            for _, done in batch:
+                done.set_exception(exc)
+            return
+        for _, done in batch:
+            done.set_result(None)
+
