@@ -147,26 +147,27 @@ class FlowPlacer:
 
     def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
                    refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
-        machines = state.cluster.machines
+        names = [m.name for m in state.cluster.machines]
         placed_names = {js.job.name for js in placed}
         by_name = {js.job.name: js for js in jobs}
         out_placed: list[JobPlacement] = []
         for js in sorted(placed, key=lambda s: s.order):
-            t = js.job.tasks
+            job = js.job
+            t = job.tasks
+            cpus, memory_gb = t.cpus, t.memory_gb
+            local = round(js.phi_local, 3)
             tasks = []
-            for ti, m in enumerate(js.machines):
-                grants = tuple(js.grants[ti])
-                n_remote = sum(1 for g in grants if g.remote) if js.remote else 0
-                if n_remote == 0:
-                    expected = js.phi_local
-                else:
+            for ti, (m, task_grants) in enumerate(zip(js.machines, js.grants, strict=True)):
+                grants = tuple(task_grants)
+                expected = local
+                if js.remote and any(g.remote for g in grants):
                     load = 0.0
                     if self.options.network_aware:
                         load = state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
-                    expected = phi(js.job, js.profile, n_remote / len(grants), load)
-                tasks.append(TaskPlacement(f"{js.job.name}/{ti}", machines[m].name, t.cpus, t.memory_gb, grants,
-                                           round(expected, 3)))
-            out_placed.append(JobPlacement(js.job.name, tuple(tasks)))
+                    n_remote = sum(1 for g in grants if g.remote)
+                    expected = round(phi(job, js.profile, n_remote / len(grants), load), 3)
+                tasks.append(TaskPlacement(f"{job.name}/{ti}", names[m], cpus, memory_gb, grants, expected))
+            out_placed.append(JobPlacement(job.name, tuple(tasks)))
         out_unplaced: list[Unplaced] = []
         for job in ordered:
             if job.name in placed_names:

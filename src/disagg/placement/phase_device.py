@@ -192,22 +192,6 @@ def decode(state: FreeState, jobs: list[JobState], phase: DevicePhase, flows: In
     """Hand out devices in queue order; a task that cannot get all its devices fails its whole job."""
     net, tasks, kind = phase.net, phase.tasks, phase.kind
     n_tasks, n_models = len(tasks.owners), len(phase.models)
-    # What the flow gave each task: (where from, model, count); where: local, rack or cross.
-    given: list[list[tuple[str, int, int]]] = [[] for _ in range(n_tasks)]
-    sources = [("local", phase.local_sel), ("rack", phase.rack_sel), ("cross", phase.cross_sel)]
-    for source, selections in sources:
-        for mi, sel in enumerate(selections):
-            for i, f in zip(sel.tolist(), flows[net.block(f"{source}:{mi}")].tolist(), strict=True):
-                if f:
-                    given[i].append((source, mi, f))
-    # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
-    remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
-    for mi, locs in enumerate(phase.loc_sel):
-        rl = flows[net.block(f"rack->loc:{mi}")]
-        for a in np.nonzero(rl)[0]:
-            remote_lists.setdefault(("rack", int(state.loc_rack[locs[a]]), mi), []).append([int(locs[a]), int(rl[a])])
-        cl = flows[net.block(f"cross->loc:{mi}")]
-        remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
     f_unsched = flows[net.block("task->U")]
     own, want = tasks.own, tasks.want
 
@@ -219,15 +203,38 @@ def decode(state: FreeState, jobs: list[JobState], phase: DevicePhase, flows: In
         f_local[phase.local_sel[0]] = flows[net.block("local:0")]
         done = (f_local == want) & (f_unsched == 0) & (want > 0)
         grant_local(state, kind, tasks.owners, own, want, done)
+    if done.all():
+        return
 
-    tasks_of: dict[int, list[int]] = {}
+    # What the flow gave each remaining task: (where from, model, count); where: local, rack or cross.
+    given: dict[int, list[tuple[str, int, int]]] = {}
+    sources = [("local", phase.local_sel), ("rack", phase.rack_sel), ("cross", phase.cross_sel)]
+    for source, selections in sources:
+        for mi, sel in enumerate(selections):
+            f = flows[net.block(f"{source}:{mi}")]
+            keep = (f > 0) & ~done[sel]
+            for i, n in zip(sel[keep].tolist(), f[keep].tolist(), strict=True):
+                given.setdefault(i, []).append((source, mi, n))
+    # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
+    remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
+    for mi, locs in enumerate(phase.loc_sel):
+        rl = flows[net.block(f"rack->loc:{mi}")]
+        for a in np.nonzero(rl)[0]:
+            remote_lists.setdefault(("rack", int(state.loc_rack[locs[a]]), mi), []).append([int(locs[a]), int(rl[a])])
+        cl = flows[net.block(f"cross->loc:{mi}")]
+        remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
+
+    # The rest task by task, in queue order (jobs come in queue order, their tasks in a row).
+    first_task: dict[int, int] = {}
     for i, (js, _) in enumerate(tasks.owners):
-        tasks_of.setdefault(id(js), []).append(i)
+        first_task.setdefault(id(js), i)
+    done_list = done.tolist()
     for js in jobs:
-        for i in tasks_of[id(js)]:
+        start = first_task[id(js)]
+        for i in range(start, start + len(js.machines)):
             if js.failure is not None:
                 break
-            if done[i]:
+            if done_list[i]:
                 continue
             if f_unsched[i] > 0:
                 explain(state, js, kind, int(own[i]), int(want[i]), int(phase.best_cost[i]), int(tasks.u_cost[i]),
@@ -236,7 +243,7 @@ def decode(state: FreeState, jobs: list[JobState], phase: DevicePhase, flows: In
             rack = int(state.loc_rack[own[i]])
             wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
                        remote_lists.get((src, rack if src == "rack" else 0, mi), []))
-                      for src, mi, count in given[i]]
+                      for src, mi, count in given.get(i, [])]
             grant(state, js, tasks.owners[i][1], kind, int(own[i]), wanted, opts)
 
 
@@ -261,13 +268,13 @@ def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]],
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
     ids = state.device_ids
     names = state.cluster.locations
+    granted = [DeviceGrant(ids[d], kind, False, names[loc])
+               for d, loc in zip(taken, np.repeat(locs, wants).tolist(), strict=True)]
     bounds = np.r_[0, ends].tolist()
-    for i, (t_idx, loc) in enumerate(zip(idx.tolist(), locs.tolist(), strict=True)):
+    for t_idx, b, e in zip(idx.tolist(), bounds[:-1], bounds[1:], strict=True):
         js, ti = owners[t_idx]
-        mine = taken[bounds[i]:bounds[i + 1]]
-        js.journal.devices.extend(mine)
-        where = names[loc]
-        js.grants[ti].extend([DeviceGrant(ids[d], kind, False, where) for d in mine])
+        js.journal.devices.extend(taken[b:e])
+        js.grants[ti].extend(granted[b:e])
     np.subtract.at(state.free_count[kind], locs, wants)
     state.version += 1
 

@@ -16,6 +16,7 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
@@ -93,15 +94,16 @@ class Pricing:
 
 def classify(jobs: list[JobState]) -> Classes:
     classes: dict[tuple[object, ...], int] = {}
-    of_job = np.empty(len(jobs), dtype=np.int64)
-    for i, js in enumerate(jobs):
-        of_job[i] = classes.setdefault((js.shape, js.profile.name, js.tau, js.z, js.gbps), len(classes))
+    of: list[int] = []
+    reps: list[JobState] = []  # the first job of each class (classes are numbered as they first appear)
+    for js in jobs:
+        c = classes.setdefault((js.shape, js.profile.name, js.tau, js.z, js.gbps), len(classes))
+        if c == len(reps):
+            reps.append(js)
+        of.append(c)
+    of_job = np.array(of, dtype=np.int64)
     counts = np.array([js.job.tasks.count for js in jobs], dtype=np.int64)
     tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
-    representative: dict[int, JobState] = {}
-    for i, js in enumerate(jobs):
-        representative.setdefault(int(of_job[i]), js)
-    reps = [representative[c] for c in range(len(classes))]
     shapes: dict[tuple[object, ...], list[int]] = {}
     for c, js in enumerate(reps):
         shapes.setdefault(js.shape, []).append(c)
@@ -285,29 +287,31 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     common = flow_lists(shared[0], shared[1], shared[3], flows[net.block("X->machine")])
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
     survivors: list[JobState] = []
-    for i, js in enumerate(jobs):
-        c = int(cls.of_job[i])
-        if int(to_class[i]) < int(cls.counts[i]):
+    none: list[list[int]] = []
+    for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
+                                                 strict=True)):
+        if sent < count:
             explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), opts)
             continue
-        if assign(state, js, [direct.get(c, []), common.get(shape_of.get(c, -1), [])], opts.remote):
+        if assign(state, js, (direct.get(c, none), common.get(shape_of.get(c, -1), none)), opts.remote):
             survivors.append(js)
     return survivors
 
 
-def assign(state: FreeState, js: JobState, sources: list[list[list[int]]], remote: bool) -> bool:
+def assign(state: FreeState, js: JobState, sources: tuple[list[list[int]], ...], remote: bool) -> bool:
     """Give each task a machine from the flow's lists (the class's own, then its shape's), checking
     the real fit; repair when the flow over-filled a machine (gang: all or none)."""
     t = js.job.tasks
+    cpus, memory_gb, journal = t.cpus, t.memory_gb, js.journal
     for _ in range(t.count):
         chosen = -1
         for machines in sources:
             while machines and machines[0][1] == 0:
                 machines.pop(0)
-            for entry in machines[:SCAN_LIMIT]:
+            for entry in islice(machines, SCAN_LIMIT):
                 if entry[1] == 0:
                     continue
-                if state.take_cpu(entry[0], t.cpus, t.memory_gb, js.journal):
+                if state.take_cpu(entry[0], cpus, memory_gb, journal):
                     entry[1] -= 1
                     chosen = entry[0]
                     break
@@ -330,6 +334,12 @@ def repair(state: FreeState, js: JobState, remote: bool) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task (and its devices, server-centric)."""
     t = js.job.tasks
+    if remote:
+        # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the
+        # first of equals either way) without a mask over every machine.
+        m = int(np.argmax(state.cpu))
+        if state.take_cpu(m, t.cpus, t.memory_gb, js.journal):
+            return m
     ok = (state.cpu + 1e-9 >= t.cpus) & (state.mem + 1e-9 >= t.memory_gb)
     if not remote:
         for k in t.kinds:

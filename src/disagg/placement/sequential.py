@@ -54,34 +54,60 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
     unplaced: list[Unplaced] = []
     blocked_by: str | None = None
     failed: dict[tuple[object, ...], Refused] = {}
+    # A refused job gives back all it took, so until the free state changes (`generation` moves: a job
+    # is placed) a job asking for the same is refused the same way; `recent` remembers such refusals per
+    # request. Only refusals that drew nothing from `rng`, took no device (a rollback may reorder a
+    # location's free devices) and left cpus, memory and links bit for bit as they were are remembered
+    # (a rollback's float arithmetic could move them by an ulp: then `generation` moves), so the
+    # decisions, and the rng stream, are exactly those of trying every job.
+    recent: dict[tuple[object, ...], tuple[int, Reason, str]] = {}
+    generation = 0
     for job in order(queue, now):
         if blocked_by is not None:
             unplaced.append(Unplaced(job.name, Reason.BLOCKED, f"waits behind {blocked_by} (first in, first out)"))
             continue
-        short = _too_big_now(state, job)
-        if short is not None:
-            unplaced.append(Unplaced(job.name, short.reason, short.message))
+        t = job.tasks
+        # Unsorted items: two equal requests written in another order only miss each other here.
+        ask_key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()), job.image,
+                   job.network_gbps)
+        seen = recent.get(ask_key)
+        if seen is not None and seen[0] == generation:
+            unplaced.append(Unplaced(job.name, seen[1], seen[2]))
             if blocking:
                 blocked_by = job.name
             continue
         ask = Ask(job, remote_gbps(job, profile_of(job)), Journal())
-        # A request no machine could pass the filter for fails again: resources only shrink.
-        t = job.tasks
         key = (t.count, t.cpus, t.memory_gb, tuple(sorted(t.devices.items())), tuple(sorted(t.models.items())),
                ask.gbps)
+        short = _too_big_now(state, job)
+        if short is not None:
+            recent[ask_key] = (generation, short.reason, short.message)
+            unplaced.append(Unplaced(job.name, short.reason, short.message))
+            if blocking:
+                blocked_by = job.name
+            continue
+        # A request no machine could pass the filter for fails again: resources only shrink.
         if key in failed:
             unplaced.append(Unplaced(job.name, failed[key].reason, failed[key].message))
             continue
+        before = (state.cpu.copy(), state.mem.copy(), state.link_used.copy(), rng.bit_generator.state)
         try:
             placed.append(_place_job(state, ask, rng, pick_machine, pick_devices))
+            generation += 1
         except Refused as exc:
-            version = state.version if not ask.journal.devices and not ask.journal.traffic else -1
+            took_devices = bool(ask.journal.devices)
+            version = state.version if not took_devices and not ask.journal.traffic else -1
             state.rollback(ask.journal)
             if version >= 0:
                 # Nothing of devices or links was taken: what was cached about them still holds.
                 state.version = version
             if exc.lasting:
                 failed[key] = exc
+            if not (np.array_equal(before[0], state.cpu) and np.array_equal(before[1], state.mem)
+                    and np.array_equal(before[2], state.link_used)):
+                generation += 1
+            elif not took_devices and before[3] == rng.bit_generator.state:
+                recent[ask_key] = (generation, exc.reason, exc.message)
             unplaced.append(Unplaced(job.name, exc.reason, exc.message))
             if blocking:
                 blocked_by = job.name

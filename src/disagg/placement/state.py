@@ -9,6 +9,8 @@ back exactly what it took. This is the one place that enforces "never over-commi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
@@ -51,8 +53,6 @@ class FreeState:
         gbps = [m.uplink_gbps for m in machines] + [p.uplink_gbps for p in cluster.pools]
         self.link_cap: FloatArray = np.array(gbps + [cluster.rack_uplink_gbps] * self.n_racks, dtype=np.float64)
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
-        self.link_names: list[str] = [f"up:{x}" for x in locations] + [f"rack:{r}" for r in cluster.racks]
-        self.link_index: dict[str, int] = {name: i for i, name in enumerate(self.link_names)}
         # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
         # segment slots[start[loc] : start[loc] + size[loc]], and its first free_count[loc] entries are
         # the free ones (a stack: take from the top, give back on top).
@@ -60,18 +60,24 @@ class FreeState:
         self.kinds: tuple[DeviceKind, ...] = DEVICE_KINDS
         loc_index = cluster.location_index
         held = {d for a in cluster.allocations for d in a.devices}
-        kinds = np.array([d.kind for d in cluster.devices], dtype=object)
-        self.dev_loc: IntArray = np.fromiter((loc_index[d.location] for d in cluster.devices), dtype=np.int64,
-                                             count=len(cluster.devices))
-        usable = np.fromiter((d.health == "healthy" and d.id not in held for d in cluster.devices), dtype=bool,
-                             count=len(cluster.devices))
-        self.device_ids: list[str] = [d.id for d in cluster.devices]
+        devices = cluster.devices
+        n_dev = len(devices)
+        # One pass per attribute with map/attrgetter: a snapshot can hold 50,000 devices or more.
+        kind_code = {k: i for i, k in enumerate(self.kinds)}
+        kinds = np.fromiter(map(kind_code.__getitem__, map(attrgetter("kind"), devices)), dtype=np.int64,
+                            count=n_dev)
+        self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
+                                             dtype=np.int64, count=n_dev)
+        self.device_ids: list[str] = list(map(attrgetter("id"), devices))
+        usable = np.fromiter(map("healthy".__eq__, map(attrgetter("health"), devices)), dtype=bool, count=n_dev)
+        if held:
+            usable &= ~np.fromiter(map(held.__contains__, self.device_ids), dtype=bool, count=n_dev)
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
         self.size: dict[str, IntArray] = {}
-        for k in self.kinds:
-            idx = np.nonzero((kinds == k) & usable)[0]
+        for code, k in enumerate(self.kinds):
+            idx = np.nonzero((kinds == code) & usable)[0]
             idx = idx[np.argsort(self.dev_loc[idx], kind="stable")]
             counts = np.bincount(self.dev_loc[idx], minlength=n_loc).astype(np.int64)
             self.slots[k] = idx.astype(np.int64)
@@ -93,20 +99,36 @@ class FreeState:
         if not allocations:
             return
         m_index = cl.machine_index
-        where = np.fromiter((m_index[a.machine] for a in allocations), dtype=np.int64, count=len(allocations))
-        np.subtract.at(self.cpu, where, np.fromiter((a.cpus for a in allocations), dtype=np.float64))
-        np.subtract.at(self.mem, where, np.fromiter((a.memory_gb for a in allocations), dtype=np.float64))
-        gbps = np.fromiter((a.network_gbps for a in allocations), dtype=np.float64)
+        n = len(allocations)
+        where = np.fromiter(map(m_index.__getitem__, map(attrgetter("machine"), allocations)), dtype=np.int64,
+                            count=n)
+        np.subtract.at(self.cpu, where, np.fromiter(map(attrgetter("cpus"), allocations), dtype=np.float64, count=n))
+        np.subtract.at(self.mem, where, np.fromiter(map(attrgetter("memory_gb"), allocations), dtype=np.float64,
+                                                    count=n))
+        gbps = np.fromiter(map(attrgetter("network_gbps"), allocations), dtype=np.float64, count=n)
         np.add.at(self.link_used, where, gbps)
         by_id = cl.device_by_id
-        for i in np.nonzero(gbps > 0)[0]:
-            a = allocations[int(i)]
+        for i in np.nonzero(gbps > 0)[0].tolist():
+            a = allocations[i]
+            if not a.devices:
+                continue
             remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
             for loc in remote:
                 for link in self.path(int(where[i]), cl.location_index[loc])[1:]:
                     self.link_used[link] += a.network_gbps / len(remote)
 
     # -- paths and loads ---------------------------------------------------------------------------
+
+    @cached_property
+    def link_names(self) -> list[str]:
+        """Link names by index: the uplink of each location, then of each rack. Built on first use
+        (only remote grants name links)."""
+        cl = self.cluster
+        return [f"up:{x}" for x in cl.locations] + [f"rack:{r}" for r in cl.racks]
+
+    @cached_property
+    def link_index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.link_names)}
 
     def rack_link(self, loc: int) -> int:
         return len(self.loc_rack) + int(self.loc_rack[loc])
@@ -130,13 +152,16 @@ class FreeState:
         return self.link_used / self.link_cap
 
     def fits(self, m: int, cpus: float, mem: float) -> bool:
-        return bool(self.cpu[m] + _EPS >= cpus and self.mem[m] + _EPS >= mem)
+        return bool(self.cpu.item(m) + _EPS >= cpus and self.mem.item(m) + _EPS >= mem)
 
     def take_cpu(self, m: int, cpus: float, mem: float, journal: Journal) -> bool:
-        if not self.fits(m, cpus, mem):
+        # Plain floats (`item`): the decoders call this once per task, and numpy scalars cost more.
+        cpu, memory = self.cpu, self.mem
+        free_cpu, free_mem = cpu.item(m), memory.item(m)
+        if free_cpu + _EPS < cpus or free_mem + _EPS < mem:
             return False
-        self.cpu[m] -= cpus
-        self.mem[m] -= mem
+        cpu[m] = free_cpu - cpus
+        memory[m] = free_mem - mem
         journal.cpu.append((m, cpus, mem))
         return True
 
