@@ -32,7 +32,9 @@ def collector_paused() -> Iterator[None]:
     of those every tenth walks the whole heap, snapshot and queue included: about 0.2 s of CPU per
     round, a quarter of it, for no garbage (reference counting frees all of it). Nothing a round
     computes depends on the collector, so pausing it changes no decision. Re-entrant: it only turns
-    the collector back on if it was on when the round began.
+    the collector back on if it was on when the round began, and then runs the one young-generation
+    collection the round put off (over what it built and kept), here rather than at some later
+    allocation in the caller, so that the round's timings can include it.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -41,6 +43,7 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+            gc.collect(0)
 
 
 class Policy(Protocol):

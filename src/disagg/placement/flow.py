@@ -36,6 +36,7 @@ class FlowPlacer:
         self.options = options
         self._queue_len = 0
         self._table = JobTable.of([])
+        self._requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...], tuple[object, ...]]] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -48,7 +49,13 @@ class FlowPlacer:
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock = no_clock) -> Decisions:
         with collector_paused():
-            return self._place(snapshot, queue, now, clock)
+            decisions = self._place(snapshot, queue, now, clock)
+            paused_until = clock()
+        # Leaving the pause collects what the round built: part of the round's Python cost.
+        settle = clock() - paused_until
+        decisions.timings["decode_s"] += settle
+        decisions.timings["round_s"] += settle
+        return decisions
 
     def _place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> Decisions:
         start = clock()
@@ -58,6 +65,7 @@ class FlowPlacer:
         admitted, refused = admit(state, ordered)
         profiles: dict[tuple[str, float | None], tuple[Profile, float, float]] = {}
         position = {j.name: i for i, j in enumerate(ordered)}
+        self._requests = {}
         jobs = [self._job_state(j, position[j.name], profiles) for j in admitted]
         self._table = JobTable.of(jobs)
         self._queue_len = len(ordered)
@@ -112,9 +120,15 @@ class FlowPlacer:
             cache[key] = (profile, goal_s(job, profile), phi(job, profile, 0.0, 0.0))
         profile, tau, phi_local = cache[key]
         t = job.tasks
-        wants = {k: int(v) for k, v in t.devices.items() if v > 0}
-        devices = tuple(wants.items()) if len(wants) < 2 else tuple(sorted(wants.items()))
-        models = tuple(t.models.items()) if len(t.models) < 2 else tuple(sorted(t.models.items()))
+        # Requests repeat across a queue: their device and model parts are worked out once per round.
+        # `wants` is shared between jobs with the same request, so it is read-only.
+        request_key = (tuple(t.devices.items()), tuple(t.models.items()))
+        parts = self._requests.get(request_key)
+        if parts is None:
+            wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
+            parts = (wanted, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
+            self._requests[request_key] = parts
+        wants, devices, models = parts
         shape = (t.cpus, t.memory_gb, devices, models)
         return JobState(job=job, order=order, profile=profile, tau=tau, z=job.importance,
                         gbps=remote_gbps(job, profile), phi_local=phi_local, shape=shape, wants=wants)

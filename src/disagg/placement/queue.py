@@ -51,10 +51,20 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
     free_dev: dict[tuple[str, str | None], int] = {}
     shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
     said: dict[tuple[object, ...], Refusal] = {}
+    # The devices a request needs in all, per (kind, model): requests repeat along a queue.
+    requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
     taken: list[Job] = []
     refused: dict[str, Refusal] = {}
+    # What is left moves only when a job is taken, so until then a job asking for what an earlier one
+    # was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
+    last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
     for job in ordered:
         t = job.tasks
+        ask = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()))
+        seen = last.get(ask)
+        if seen is not None and seen[0] == len(taken):
+            refused[job.name] = seen[1]
+            continue
         shape = (t.cpus, t.memory_gb)
         if shape not in shape_fit:
             fits = task_fit_counts(state, t.cpus, t.memory_gb)
@@ -67,6 +77,7 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
                     f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
                     f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
             refused[job.name] = said[key]
+            last[ask] = (len(taken), said[key])
             continue
         need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
         if need_cpu > left_cpu + 1e-9 or need_mem > left_mem + 1e-9:
@@ -76,9 +87,14 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
                     f"needs {need_cpu:g} cpus and {need_mem:g} GB; {left_cpu:g} cpus and {left_mem:g} GB "
                     f"are left after the jobs ahead of it in the queue"))
             refused[job.name] = said[key]
+            last[ask] = (len(taken), said[key])
             continue
         short = None
-        wanted = [(kind, n * t.count, (kind, t.models.get(kind))) for kind, n in t.devices.items() if n > 0]
+        request_key = (t.count, tuple(t.devices.items()), tuple(t.models.items()))
+        wanted = requests.get(request_key)
+        if wanted is None:
+            wanted = requests[request_key] = [(kind, n * t.count, (kind, t.models.get(kind)))
+                                              for kind, n in t.devices.items() if n > 0]
         for kind, need, dev in wanted:
             if dev not in left_dev:
                 left_dev[dev] = free_dev[dev] = state.total_free(kind, dev[1])
@@ -94,6 +110,7 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
                 break
         if short is not None:
             refused[job.name] = short
+            last[ask] = (len(taken), short)
             continue
         left_cpu -= need_cpu
         left_mem -= need_mem
