@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
@@ -132,13 +133,18 @@ class JobTable:
     def of(cls, jobs: Sequence[JobState]) -> JobTable:
         for i, js in enumerate(jobs):
             js.index = i
+        n = len(jobs)
+
+        def column(name: str) -> FloatArray:
+            return np.fromiter(map(attrgetter(name), jobs), dtype=np.float64, count=n)
+
         return cls(
-            tau=np.array([js.tau for js in jobs], dtype=np.float64),
-            z=np.array([js.z for js in jobs], dtype=np.float64),
-            gbps=np.array([js.gbps for js in jobs], dtype=np.float64),
-            phi_local=np.array([js.phi_local for js in jobs], dtype=np.float64),
-            order=np.array([js.order for js in jobs], dtype=np.float64),
-            waits=np.array([js.job.wait_rounds for js in jobs], dtype=np.float64),
+            tau=column("tau"),
+            z=column("z"),
+            gbps=column("gbps"),
+            phi_local=column("phi_local"),
+            order=column("order"),
+            waits=column("job.wait_rounds"),
             params=profile_arrays(jobs),
         )
 

@@ -249,25 +249,27 @@ def build(state: FreeState, jobs: list[JobState], opts: FlowOptions, queue_len: 
     reached = np.zeros(n_machines, dtype=bool)
     reached[preferred[1]] = True
     reached[shared[1]] = True
-    _machine_to_sink(net, state, jobs, cls, pricing, np.nonzero(reached)[0], mach0, sink, total)
+    _machine_to_sink(net, state, cls, pricing, np.nonzero(reached)[0], mach0, sink, total)
     net.add_arcs("U->sink", [unsched], sink, [total], 0)
     return PhaseOne(net, cls, pricing, u_cost, {"preferred": preferred, "to_shape": to_shape, "shared": shared})
 
 
-def _machine_to_sink(net: FlowNetwork, state: FreeState, jobs: list[JobState], cls: Classes, pricing: Pricing,
+def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: Pricing,
                      used: IntArray, mach0: int, sink: int, total: int) -> None:
     """A machine's cpu and memory bound how many of the smallest tasks it takes (the decoder checks
     each task's real fit). Local devices are shared by every class that lands on a machine: tasks up
     to its free local devices go free, the rest pay what going remote costs a typical job."""
-    min_cpu = min(js.job.tasks.cpus for js in jobs)
-    min_mem = min(js.job.tasks.memory_gb for js in jobs)
+    # Every job of a class has its representative's request: the classes stand for the jobs here.
+    reps = cls.representative
+    min_cpu = min(js.job.tasks.cpus for js in reps)
+    min_mem = min(js.job.tasks.memory_gb for js in reps)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
         return
-    wants = [sum(js.wants.values()) for js in jobs]
+    wants = np.array([sum(js.wants.values()) for js in reps], dtype=np.int64)[cls.of_job]
     want_mean = max(1.0, float(np.average(wants, weights=cls.counts)))
     local_total = sum(state.local_free(k) for k in state.kinds)
     slots = np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)
