@@ -25,8 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Table, and_, bindparam, insert, select, update
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec
 from disagg.fabric.base import FabricDriver, FabricError
@@ -66,12 +65,41 @@ class SlicePlan:
 
 StepObserver = Callable[[str, float], None]
 
+_steps: Table = StepRow.__table__  # type: ignore[assignment]
+_slices: Table = SliceRow.__table__  # type: ignore[assignment]
+_jobs: Table = JobRow.__table__  # type: ignore[assignment]
+_SLICE_STATE = select(_slices.c.state).where(_slices.c.id == bindparam("id"))
+_SLICE_ROW = select(_slices).where(_slices.c.id == bindparam("k_id"))
+_JOB_COMMAND = select(_jobs.c.id, _jobs.c.command).where(_jobs.c.id == bindparam("k_id"))
+# (bind names differ from the column names: in an UPDATE those would be taken as SET values)
+_STEP_KEY = and_(
+    _steps.c.slice_id == bindparam("k_slice"),
+    _steps.c.op == bindparam("k_op"),
+    _steps.c.target == bindparam("k_target"),
+)
+_STEP_STATUS = select(_steps.c.id, _steps.c.status).where(_STEP_KEY)
+_STEP_INSERT = insert(_steps)
+_STEP_RESTART = (
+    update(_steps)
+    .where(_steps.c.id == bindparam("k_id"))
+    .values(status="started", tries=_steps.c.tries + 1, started_at=bindparam("t_start"), error=None)
+)
+_STEP_DONE = (
+    update(_steps)
+    .where(_STEP_KEY)
+    .values(status="done", ended_at=bindparam("t_end"), tries=_steps.c.tries + bindparam("extra"))
+)
+_STEP_FAILED = (
+    update(_steps).where(_STEP_KEY).values(status="failed", ended_at=bindparam("t_end"), error=bindparam("err"))
+)
+
 
 def _nothing(_op: str, _seconds: float) -> None:
     return None
 
 
-def plan_of(row: SliceRow, job: JobRow) -> SlicePlan:
+def plan_of(row: Any, job: Any) -> SlicePlan:
+    """`row`: a slice (its columns); `job`: its job's id and command."""
     machines = tuple(
         SliceMachine(
             name=m["name"],
@@ -135,38 +163,33 @@ class SliceRunner:
         op: str,
         target: str,
         action: Callable[[], object],
-        after: Callable[[Session], None] | None = None,
+        after: Callable[[Connection], None] | None = None,
         guard: str | None = None,
     ) -> None:
         """Run one step: record it started, act, record it done (with `after` in that transaction).
 
         A step already `done` is skipped. `guard` names the slice state the step belongs to: if the
         slice has left it (a cancel, a failure), the step does not start and SliceAborted is raised.
+        (Core statements on a bare connection: a slice writes a dozen of these records, and an ORM
+        session would cost more CPU than the statements themselves.)
         """
-        with self.store.write() as s:
+        with self.store.write_core() as conn:
             if guard is not None:
-                state = s.scalar(select(SliceRow.state).where(SliceRow.id == slice_id))
+                state = conn.execute(_SLICE_STATE, {"id": slice_id}).scalar()
                 if state != guard:
                     raise SliceAborted(f"slice {slice_id} is {state}, no longer {guard}")
-            row = s.execute(
-                select(StepRow.id, StepRow.status).where(
-                    StepRow.slice_id == slice_id, StepRow.op == op, StepRow.target == target
-                )
-            ).first()
+            key = {"k_slice": slice_id, "k_op": op, "k_target": target}
+            row = conn.execute(_STEP_STATUS, key).first()
             if row is not None and row.status == "done":
                 return
             if row is None:
-                s.execute(
-                    insert(StepRow).values(
-                        slice_id=slice_id, op=op, target=target, status="started", tries=1, started_at=time.time()
-                    )
+                conn.execute(
+                    _STEP_INSERT,
+                    {"slice_id": slice_id, "op": op, "target": target, "status": "started", "tries": 1,
+                     "started_at": time.time()},
                 )
             else:
-                s.execute(
-                    update(StepRow)
-                    .where(StepRow.id == row.id)
-                    .values(status="started", tries=StepRow.tries + 1, started_at=time.time(), error=None)
-                )
+                conn.execute(_STEP_RESTART, {"k_id": row.id, "t_start": time.time()})
         t0 = time.perf_counter()
         tries = 0
         while True:
@@ -183,22 +206,17 @@ class SliceRunner:
                 self._record_failure(slice_id, op, target, exc)
                 raise StepFailed(op, target, exc) from exc
         elapsed = time.perf_counter() - t0
-        with self.store.write() as s:
-            s.execute(
-                update(StepRow)
-                .where(StepRow.slice_id == slice_id, StepRow.op == op, StepRow.target == target)
-                .values(status="done", ended_at=time.time(), tries=StepRow.tries + tries - 1)
-            )
+        with self.store.write_core() as conn:
+            conn.execute(_STEP_DONE, {**key, "t_end": time.time(), "extra": tries - 1})
             if after is not None:
-                after(s)
+                after(conn)
         self.observe(op, elapsed)
 
     def _record_failure(self, slice_id: str, op: str, target: str, exc: BaseException) -> None:
-        with self.store.write() as s:
-            s.execute(
-                update(StepRow)
-                .where(StepRow.slice_id == slice_id, StepRow.op == op, StepRow.target == target)
-                .values(status="failed", ended_at=time.time(), error=str(exc)[:2000])
+        with self.store.write_core() as conn:
+            conn.execute(
+                _STEP_FAILED,
+                {"k_slice": slice_id, "k_op": op, "k_target": target, "t_end": time.time(), "err": str(exc)[:2000]},
             )
 
     def _all(self, calls: list[Callable[[], None]]) -> None:
@@ -216,12 +234,13 @@ class SliceRunner:
             if e is not None:
                 raise e
 
-    def load(self, slice_id: str) -> tuple[SliceRow, JobRow]:
-        with self.store.read() as s:
-            row = s.get(SliceRow, slice_id)
+    def load(self, slice_id: str) -> tuple[Any, Any]:
+        """The slice's row and its job's id and command (Core rows: attribute access by column)."""
+        with self.store.read_core() as conn:
+            row = conn.execute(_SLICE_ROW, {"k_id": slice_id}).first()
             if row is None:
                 raise KeyError(slice_id)
-            job = s.get(JobRow, row.job_id)
+            job = conn.execute(_JOB_COMMAND, {"k_id": row.job_id}).first()
             assert job is not None
             return row, job
 
@@ -237,7 +256,7 @@ class SliceRunner:
             def prepare() -> None:
                 handle["h"] = self.engine.prepare_task(plan.spec)
 
-            def keep_handle(s: Session) -> None:
+            def keep_handle(s: Connection) -> None:
                 s.execute(update(SliceRow).where(SliceRow.id == slice_id).values(handle=handle["h"]))
 
             self.step(slice_id, "prepare-task", plan.job_id, prepare, keep_handle, guard="composing")
@@ -302,8 +321,9 @@ class SliceRunner:
         if row.state == "done":
             return
         plan = plan_of(row, job)
-        with self.store.read() as s:
-            begun = {(st.op, st.target) for st in s.scalars(select(StepRow).where(StepRow.slice_id == slice_id))}
+        with self.store.read_core() as conn:
+            begun = {(r.op, r.target) for r in conn.execute(select(_steps.c.op, _steps.c.target).where(
+                _steps.c.slice_id == slice_id))}
         handle = row.handle
         if handle is None and ("prepare-task", job.id) in begun:
             # prepared, but the controller died before it kept the handle: same spec, same handle
@@ -320,7 +340,7 @@ class SliceRunner:
         self._settle(slice_id)
 
     def _detach(self, slice_id: str, device: str, host: str) -> Callable[[], None]:
-        def release(s: Session) -> None:
+        def release(s: Connection) -> None:
             s.execute(
                 update(DeviceRow).where(DeviceRow.id == device, DeviceRow.slice_id == slice_id).values(slice_id=None)
             )
@@ -367,16 +387,16 @@ class SliceRunner:
             job.updated_at = now
 
 
-def _running(slice_id: str) -> Callable[[Session], None]:
+def _running(slice_id: str) -> Callable[[Connection], None]:
     """After launch-task: the slice runs, and so does its job (both only if still composing)."""
 
-    def running(s: Session) -> None:
+    def running(s: Connection) -> None:
         now = time.time()
         n = s.execute(
             update(SliceRow)
             .where(SliceRow.id == slice_id, SliceRow.state == "composing")
             .values(state="running", updated_at=now)
-        ).rowcount  # type: ignore[attr-defined]
+        ).rowcount
         if n:
             s.execute(
                 update(JobRow)

@@ -80,8 +80,8 @@ class GroupInsert:
 
     def _write(self, batch: list[_Item]) -> None:
         try:
-            with self.store.write(urgent=True) as s:
-                s.execute(insert(self.table), [values for values, _ in batch])
+            with self.store.write_core(urgent=True) as conn:
+                conn.execute(insert(self.table), [values for values, _ in batch])
         except IntegrityError as exc:
             if len(batch) > 1:  # find the rows at fault: each gets its own transaction and answer
                 for item in batch:

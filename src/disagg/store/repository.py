@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from disagg.model import Allocation, Cluster, Device, Machine, Pool
@@ -178,6 +178,22 @@ class Store:
     def read(self) -> Iterator[Session]:
         with self._read() as session, session.begin():
             yield session
+
+    @contextmanager
+    def write_core(self, urgent: bool = False) -> Iterator[Connection]:
+        """`write()` on a bare connection (SQLAlchemy Core, no ORM session): for the hot paths
+        (submissions, slice step records), where an ORM session costs more than the statements."""
+        if self._writers is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._writers.hold(urgent), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read_core(self) -> Iterator[Connection]:
+        with self.read_engine.begin() as conn:
+            yield conn
 
     # --- tokens ----------------------------------------------------------------------------
     def create_token(self, tenant: str, admin: bool = False) -> str:
