@@ -336,19 +336,19 @@ def repair(state: FreeState, js: JobState, remote: bool) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task (and its devices, server-centric)."""
     t = js.job.tasks
-    if remote:
-        # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the
-        # first of equals either way) without a mask over every machine.
-        m = int(np.argmax(state.cpu))
-        if state.take_cpu(m, t.cpus, t.memory_gb, js.journal):
-            return m
-    ok = (state.cpu + 1e-9 >= t.cpus) & (state.mem + 1e-9 >= t.memory_gb)
-    if not remote:
-        for k in t.kinds:
-            ok &= state.local_free(k, t.models.get(k)) >= t.wants(k)
+    # Server-centric: only machines whose own free devices cover the task (ascending, so argmax still
+    # takes the first of equals).
+    has_devices, cand = (None, np.arange(state.n_machines)) if remote else state.machines_with_local(js.shape)
+    # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
+    # of equals either way) without a mask over every machine.
+    m = int(np.argmax(state.cpu))
+    if (has_devices is None or has_devices[m]) and state.take_cpu(m, t.cpus, t.memory_gb, js.journal):
+        return m
+    cpu = state.cpu[cand]
+    ok = (cpu + 1e-9 >= t.cpus) & (state.mem[cand] + 1e-9 >= t.memory_gb)
     if not ok.any():
         return -1
-    m = int(np.argmax(np.where(ok, state.cpu, -np.inf)))
+    m = int(cand[np.argmax(np.where(ok, cpu, -np.inf))])
     return m if state.take_cpu(m, t.cpus, t.memory_gb, js.journal) else -1
 
 

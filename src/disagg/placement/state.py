@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -90,6 +91,8 @@ class FreeState:
         self.version = 0
         self._reach: dict[tuple[str, int, float], int] = {}
         self._reach_version = -1
+        self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
+        self._local_version = -1
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -293,6 +296,25 @@ class FreeState:
         reach: NDArray[np.bool_] = (headroom[:n_loc] + _EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
         reach[own] = False
         return reach
+
+    def machines_with_local(self, shape: tuple[object, ...]) -> tuple[NDArray[np.bool_], IntArray]:
+        """The machines (as a mask, and ascending) whose own free devices cover one task of a request shape
+        `(cpus, memory_gb, ((kind, count), ...), ((kind, model), ...))`. Cached while no device is
+        taken or given back: a decoder asks once per over-filled task, and a mask over every machine
+        per kind is the expensive part."""
+        if self._local_version != self.version:
+            self._local.clear()
+            self._local_version = self.version
+        key = (shape[2], shape[3])
+        found = self._local.get(key)
+        if found is None:
+            devices = cast(tuple[tuple[str, int], ...], shape[2])
+            models = dict(cast(tuple[tuple[str, str], ...], shape[3]))
+            ok = np.ones(self.n_machines, dtype=bool)
+            for kind, count in devices:
+                ok &= self.local_free(kind, models.get(kind)) >= count
+            found = self._local[key] = (ok, np.nonzero(ok)[0])
+        return found
 
     def local_free(self, kind: str, model: str | None = None) -> IntArray:
         """Free devices of `kind` (of `model`, if given) that sit in each machine (not pools)."""
