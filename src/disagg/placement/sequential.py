@@ -140,6 +140,9 @@ class SequentialPolicy:
     pick_machine: PickMachine
     pick_devices: PickDevices
     blocking = False
+    #: No stage reads a job's wait counter W, so a caller need not raise it for this policy (the
+    #: simulator then skips rebuilding every queued job each round; tests/sim checks the results match).
+    reads_wait_rounds = False
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
               clock: Clock = no_clock) -> Decisions:

@@ -5,7 +5,8 @@ jobs wait) it builds an immutable `Cluster` snapshot — machines, devices with 
 `Allocation` per running task with its devices and its traffic — and hands it with the queue to the
 policy, exactly as `disagg place` does. It then applies the `Decisions` to its own state, re-checking
 that nothing is over-committed (a placement that would over-commit is refused and counted as a
-conflict, Nomad's plan re-validation), and raises `wait_rounds` of every job left waiting.
+conflict, Nomad's plan re-validation), and raises `wait_rounds` of every job left waiting (unless the
+policy declares `reads_wait_rounds = False`, as the sequential baselines do: W cannot change their decisions).
 
 Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
 (scheduler latency) and the run's total `wall_s`.
@@ -258,6 +259,10 @@ class Simulation:
         self.stalled = False
         self.counters = {"placed": 0, "restarts": 0, "failures": 0}
         self.progress: Callable[[float], None] | None = None
+        #: Raise every waiting job's W after each round, unless the policy says it never reads W
+        #: (`reads_wait_rounds = False`: the sequential baselines); rebuilding the queue's jobs is then
+        #: work for nothing, a good part of such a run's time on a long queue.
+        self.track_waits = bool(getattr(policy, "reads_wait_rounds", True))
 
     # -- setup --
 
@@ -341,8 +346,9 @@ class Simulation:
         self.latencies.append(float(decisions.timings.get("round_s", elapsed)))
         self.rounds += 1
         placed = self._apply(decisions, now)
-        for name, job in self.queue.items():
-            self.queue[name] = waited(job)
+        if self.track_waits:
+            for name, job in self.queue.items():
+                self.queue[name] = waited(job)
         if placed == 0 and not self.running:
             self.idle_rounds += 1
             if self.idle_rounds >= self.config.stall_rounds and self.kernel.peek_time() is None:
