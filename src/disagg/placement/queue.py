@@ -58,9 +58,12 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
     # What is left moves only when a job is taken, so until then a job asking for what an earlier one
     # was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
     last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
+    asks: dict[int, tuple[object, ...]] = {}  # by id(): jobs often share one request object
     for job in ordered:
         t = job.tasks
-        ask = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()))
+        ask = asks.get(id(t))
+        if ask is None:
+            ask = asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()))
         seen = last.get(ask)
         if seen is not None and seen[0] == len(taken):
             refused[job.name] = seen[1]

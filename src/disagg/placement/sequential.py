@@ -61,6 +61,7 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
     # (a rollback's float arithmetic could move them by an ulp: then `generation` moves), so the
     # decisions, and the rng stream, are exactly those of trying every job.
     recent: dict[tuple[object, ...], tuple[int, Reason, str]] = {}
+    requests: dict[int, tuple[object, ...]] = {}
     generation = 0
     for job in order(queue, now):
         if blocked_by is not None:
@@ -68,8 +69,11 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
             continue
         t = job.tasks
         # Unsorted items: two equal requests written in another order only miss each other here.
-        ask_key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()), job.image,
-                   job.network_gbps)
+        request = requests.get(id(t))  # by id(): jobs often share one request object
+        if request is None:
+            request = requests[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
+                                         tuple(t.models.items()))
+        ask_key = (request, job.image, job.network_gbps)
         seen = recent.get(ask_key)
         if seen is not None and seen[0] == generation:
             unplaced.append(Unplaced(job.name, seen[1], seen[2]))

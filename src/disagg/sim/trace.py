@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -104,13 +105,19 @@ def _number(
     return value
 
 
+@lru_cache(maxsize=4096, typed=True)
+def _request(tasks: int, cpus: float, memory: float, gpu: int, nvme: int) -> TaskRequest:
+    """One shared (immutable) request object per distinct request: the policies' per-round caches
+    recognise repeated requests by identity."""
+    return TaskRequest(tasks, cpus, memory, {k: v for k, v in (("gpu", gpu), ("nvme", nvme)) if v > 0})
+
+
 def _job(
     name: str, image: str, submit: float, tasks: int, cpus: float, memory: float, gpu: int, nvme: int,
     duration: float, slo: float | None, importance: float,
 ) -> Submission:
-    devices = {k: v for k, v in (("gpu", gpu), ("nvme", nvme)) if v > 0}
     job = Job(
-        name=name, image=image, tasks=TaskRequest(tasks, cpus, memory, devices), submit_s=submit,
+        name=name, image=image, tasks=_request(tasks, cpus, memory, gpu, nvme), submit_s=submit,
         importance=importance, slo_s=slo if slo is not None else duration * DEFAULT_SLO_FACTOR,
     )
     return Submission(job, duration)

@@ -81,16 +81,18 @@ def poisson_workload(spec: WorkloadSpec, rng: np.random.Generator) -> list[Submi
     t = spec.start_s
     apps = spec.applications
     width = max(4, len(str(spec.jobs)))
+    # Every job asks for the same: one (immutable) request object for all, which the policies' per-round
+    # caches recognise by identity.
+    request = TaskRequest(1, spec.cpus, spec.memory_gb, {"gpu": spec.gpus} if spec.gpus > 0 else {})
     for i in range(spec.jobs):
         t += float(rng.exponential(1.0 / spec.rate_per_s))
         app = apps[pick_application(rng, spec.choice, len(apps))]
         profile = lookup(app)
         base = sample_base_s(profile, float(rng.standard_normal()), spec.base_cv)
-        devices = {"gpu": spec.gpus} if spec.gpus > 0 else {}
         job = Job(
             name=f"j{i:0{width}d}",
             image=f"rodinia/{app}",
-            tasks=TaskRequest(1, spec.cpus, spec.memory_gb, devices),
+            tasks=request,
             submit_s=round(t, 6),
             importance=1.0,
             slo_s=round(base * spec.slo_factor, 6),
@@ -113,12 +115,13 @@ def warmup_jobs(cluster: Cluster, spec: WarmupSpec, rng: np.random.Generator) ->
     total = sum(m.cpus for m in cluster.machines)
     count = min(len(cluster.machines), math.floor(spec.cpu_share * total / per_job + 1e-9))
     out = []
+    request = TaskRequest(1, per_job, memory, {})
     for i in range(count):
         duration = spec.duration_s + float(rng.uniform(-spec.jitter_s, spec.jitter_s))
         job = Job(
             name=f"warmup{i:04d}",
             image=WARMUP_IMAGE,
-            tasks=TaskRequest(1, per_job, memory, {}),
+            tasks=request,
             submit_s=0.0,
             importance=1.0,
             slo_s=None,
