@@ -4,7 +4,10 @@ devices against a real server, as tables and as JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from typer.testing import CliRunner
 
 from disagg.cli import app
 from disagg.control.service import settings_from
+from disagg.control.split import group_gone
 from disagg.model import SpecError
 from disagg.store import Store
 
@@ -98,3 +102,39 @@ def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytes
 def test_a_client_without_a_server_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     r = runner.invoke(app, ["jobs", "--url", "http://127.0.0.1:9", "--token", "dg_x"])
     assert r.exit_code == 1 and "cannot reach the controller" in r.output
+
+
+def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_path: Path) -> None:
+    import httpx
+
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    server = Server(tmp_path, db, ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"])
+    server.start()
+    try:
+        server.ready()
+        log = (tmp_path / "server.log").read_text()
+        assert ", loop in process " in log
+        loop_pid = int(log.split(", loop in process ")[1].split(")")[0])
+        assert loop_pid != server.pid and os.getpgid(loop_pid) == server.pid
+        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        auth = {"Authorization": f"Bearer {token}"}
+        job = httpx.post(server.url + "/v1/jobs", headers=auth, json={"name": "x", "command": ["true"]}).json()
+
+        def placed_and_published() -> bool:  # the loop process publishes its numbers every 0.5 s
+            health = httpx.get(server.url + "/healthz").json()
+            state = httpx.get(server.url + f"/v1/jobs/{job['id']}", headers=auth).json()["state"]
+            metrics = httpx.get(server.url + "/metrics").text
+            return (state == "completed" and health["last_round"].get("placed", 0) >= 1
+                    and 'disagg_slice_step_seconds_count{op="launch-task"} 1.0' in metrics)
+
+        wait_for(placed_and_published, what="the loop process to place the job and publish its numbers")
+        metrics = httpx.get(server.url + "/metrics").text
+        # the loop's histograms (from the loop process) and the API's, each family once
+        assert "disagg_submit_seconds_count 1.0" in metrics
+        assert metrics.count("# TYPE disagg_placement_round_seconds histogram") == 1
+        os.kill(server.pid, signal.SIGKILL)  # only the API process: the loop process must follow it
+        os.waitpid(server.pid, 0)
+        assert group_gone(server.pid, timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)

@@ -299,7 +299,7 @@ def create_app(controller: Controller) -> FastAPI:
     def healthz() -> dict[str, Any]:
         """Liveness: the API answers and the store is reachable."""
         store.counts()
-        last = {k: float(v) for k, v in controller.last_round.items() if isinstance(v, int | float)}
+        last = {k: float(v) for k, v in controller.round_info().items() if isinstance(v, int | float)}
         return {"status": "ok", "policy": controller.config.policy, "last_round": last}
 
     @app.get("/metrics", include_in_schema=False)

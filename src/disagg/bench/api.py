@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,13 +37,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _group_cpu_s(pgid: int) -> dict[int, float]:
+    """CPU seconds of every process in group `pgid`: the API process and its loop process."""
+    out: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                out[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def _serve(db: str, root: Path, port: int, scale: float, tick_s: float = 0.25) -> subprocess.Popen[bytes]:
@@ -50,7 +56,7 @@ def _serve(db: str, root: Path, port: int, scale: float, tick_s: float = 0.25) -
     proc = subprocess.Popen(
         [sys.executable, "-m", "disagg.cli", "serve", "--db", db, "--port", str(port), "--state-dir",
          str(root / "state"), "--latency-scale", str(scale), "--tick-s", str(tick_s)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -128,13 +134,18 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
             port = free_port()
             proc = _serve(db, root, port, scale, tick_s)
             try:
-                server_cpu0, client_cpu0 = _cpu_s(proc.pid), time.process_time()
+                group0, client_cpu0 = _group_cpu_s(proc.pid), time.process_time()
+                load0 = os.getloadavg()[0]
                 result = _load(f"http://127.0.0.1:{port}", token, seconds, clients)
-                result["cpu_s"] = {"server": round(_cpu_s(proc.pid) - server_cpu0, 2),
+                group = _group_cpu_s(proc.pid)
+                used = {p: c - group0.get(p, 0.0) for p, c in group.items()}
+                result["cpu_s"] = {"api": round(used.pop(proc.pid, float("nan")), 2),
+                                   "loop": round(sum(used.values()), 2),
                                    "clients": round(time.process_time() - client_cpu0, 2)}
+                result["loadavg_1m"] = {"before": round(load0, 2), "after": round(os.getloadavg()[0], 2)}
                 counts = store.counts()
             finally:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)  # the API and its loop process
                 proc.wait()
             store.close()
         finally:

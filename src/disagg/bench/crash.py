@@ -37,6 +37,7 @@ import typer
 from sqlalchemy import select
 
 from disagg.control.service import Service, Settings, open_service
+from disagg.control.split import group_gone
 from disagg.store import LIVE_SLICE_STATES, Store
 from disagg.store.models import DeviceRow, JobRow, SliceRow
 from disagg.store.pgtemp import free_port
@@ -86,8 +87,14 @@ class ForkedServer:
         raise RuntimeError("the server did not come up")
 
     def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)  # no cleanup of any kind
+        """SIGKILL to the server's process group (the API and its loop process), no cleanup of any kind."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:  # killed before it made its own group: it has no loop process yet
+            os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
+        if not group_gone(self.pid):
+            raise RuntimeError(f"processes of the killed server {self.pid} still run")
 
 
 def job_body(rng: random.Random, events: Path, i: int) -> dict[str, Any]:

@@ -68,15 +68,32 @@ def serve(
     round_gap_s: Annotated[
         float | None, typer.Option(envvar="DISAGG_ROUND_GAP_S", min=0.0, help="Least time between placement rounds.")
     ] = None,
+    api_process: Annotated[
+        bool | None,
+        typer.Option(
+            "--api-process/--one-process",
+            envvar="DISAGG_API_PROCESS",
+            help="Serve the API from a process apart from the scheduling loop and slice workers (default).",
+        ),
+    ] = None,
     config: Annotated[
         str | None, typer.Option(envvar="DISAGG_CONFIG", help="YAML file with these settings.")
     ] = None,
 ) -> None:
     """Start the controller: REST API, dashboard at /, scheduling loop, emulated fabric, local engine."""
+    import threading
+
     import uvicorn
 
     from disagg.api import create_app
     from disagg.control.service import open_service, settings_from
+    from disagg.control.split import (
+        STATUS_FILE,
+        LoopLink,
+        start_loop_process,
+        stop_loop_process,
+        watch_loop_process,
+    )
     from disagg.placement.registry import UnknownPolicyError, get_policy
 
     try:
@@ -91,22 +108,39 @@ def serve(
             latency_scale=latency_scale,
             tick_s=tick_s,
             round_gap_s=round_gap_s,
+            api_process=api_process,
         )
         get_policy(settings.policy)
-        service = open_service(settings)
+        if settings.api_process:
+            loop_pid, wake_fd, note = start_loop_process(
+                lambda ready, failed, fd: _run_loop(settings, ready, failed, fd)
+            )
+            service = open_service(settings, api_only=True)
+        else:
+            loop_pid, wake_fd = 0, -1
+            service = open_service(settings)
+            note = service.reconciled.summary()
     except (SpecError, UnknownPolicyError, TypeError) as exc:
         raise _fail(str(exc)) from None
+    except RuntimeError as exc:  # the loop process could not start; it said why
+        raise _fail(str(exc), 1) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = service.store
     if not store.has_admin():
         token = store.create_token("admin", admin=True)
         sys.stdout.write(f"admin token (shown once, keep it): {token}\n")
+    split = f", loop in process {loop_pid}" if loop_pid else ""
     sys.stdout.write(
         f"disagg controller on http://{settings.host}:{settings.port} (store {store.dialect}, "
-        f"policy {settings.policy}); {service.reconciled.summary()}\n"
+        f"policy {settings.policy}{split}); {note}\n"
     )
     sys.stdout.flush()
-    service.controller.start()
+    stopping = threading.Event()
+    if loop_pid:
+        service.controller.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE))
+        watch_loop_process(loop_pid, stopping)
+    else:
+        service.controller.start()
     try:
         uvicorn.run(
             create_app(service.controller),
@@ -115,6 +149,40 @@ def serve(
             log_level="warning",
             access_log=False,
         )
+    finally:
+        stopping.set()
+        if loop_pid:
+            stop_loop_process(loop_pid)
+        service.close()
+
+
+def _run_loop(settings: Any, ready: Any, failed: Any, wake_fd: int) -> None:
+    """The loop process of a split `disagg serve`: open (migrate, reconcile), then loop until stopped."""
+    import threading
+
+    from disagg.control.service import open_service
+    from disagg.control.split import STATUS_FILE, Publisher, forward_wakes
+    from disagg.placement.registry import UnknownPolicyError
+
+    try:
+        service = open_service(settings)
+    except (SpecError, UnknownPolicyError, TypeError) as exc:
+        failed(str(exc))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    controller = service.controller
+    stopped = threading.Event()
+    controller.publish = Publisher(
+        settings.resolved_state_dir() / STATUS_FILE, controller.metrics.render_loop, lambda: controller.last_round
+    )
+    controller.publish()
+    forward_wakes(wake_fd, controller.wake, stopped.set)
+    controller.start()
+    ready(service.reconciled.summary())
+    try:
+        stopped.wait()
+    except KeyboardInterrupt:  # SIGTERM from the API process
+        pass
     finally:
         service.close()
 

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from sqlalchemy.exc import IntegrityError
 
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.slice import SliceRunner, build_placement
+from disagg.control.split import LoopLink
 from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.emulated import EmulatedFabric
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
@@ -110,6 +112,8 @@ class Controller:
         self._last_schedule = 0.0
         self._pending_round = False
         self._health_seen: tuple[frozenset[str], frozenset[str]] | None = None
+        self.link: LoopLink | None = None
+        self.publish: Callable[[], None] | None = None  # the loop process publishes its numbers
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,13 +129,30 @@ class Controller:
         self._jobs.close()
 
     def wake(self) -> None:
+        """Place soon: something was stored that the loop should act on (here, or in the loop process)."""
         self._wake.set()
+        if self.link is not None:
+            self.link.wake()
+
+    def round_info(self) -> dict[str, Any]:
+        """The last scheduling round (read from the loop process when the API runs apart from it)."""
+        if self.link is not None:
+            info = self.link.status().get("last_round")
+            return info if isinstance(info, dict) else {}
+        return self.last_round
+
+    def attach_loop(self, link: LoopLink) -> None:
+        """This controller serves the API only; its loop runs in another process (`control.split`)."""
+        self.link = link
+        self.metrics.loop_text = lambda: str(link.status().get("metrics", "")).encode()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 self.tick()
+                if self.publish is not None:
+                    self.publish()
             except Exception:  # the loop must survive a bad round; the next one retries
                 log.exception("controller round failed")
             self._wake.wait(self.config.tick_s)
@@ -379,7 +400,7 @@ class Controller:
             if found is None:
                 raise
             return found, False
-        self._wake.set()
+        self.wake()
         return _job_out(values), True
 
     async def submit_async(
@@ -394,7 +415,7 @@ class Controller:
             return await anyio.to_thread.run_sync(self.submit, tenant, request, idempotency_key)
         values = self._new_job(tenant, request, None, _digest(request))
         await asyncio.wrap_future(self._jobs.insert(values))
-        self._wake.set()
+        self.wake()
         return _job_out(values), True
 
     def _new_job(self, tenant: str, request: dict[str, Any], key: str | None, digest: str) -> dict[str, Any]:
@@ -476,7 +497,7 @@ class Controller:
                         )
                     )
             out = job_dict(job)
-        self._wake.set()
+        self.wake()
         return out
 
     def logs(self, job_id: str) -> str:
@@ -508,7 +529,7 @@ class Controller:
                 dev.drained = True
             elif action == "repair":
                 dev.health, dev.drained = "healthy", False
-        self._wake.set()
+        self.wake()
         from disagg.store import device_dict
 
         with self.store.read() as s:

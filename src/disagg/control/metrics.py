@@ -7,7 +7,7 @@ store and the fabric at scrape time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -56,22 +56,29 @@ class _StoreCollector(Collector):
 
 
 class ControllerMetrics:
-    """The controller's metrics; `render()` is the body of GET /metrics."""
+    """The controller's metrics; `render()` is the body of GET /metrics.
+
+    The loop's histograms (steps, rounds) sit in `loop_registry`, apart from the API's (submissions)
+    and the store's gauges: when the API runs in a process of its own (`disagg.control.split`), the
+    loop process publishes its part and `loop_text` reads it back.
+    """
 
     def __init__(self, store: Store, fabric: object | None = None) -> None:
         self.registry = CollectorRegistry()
+        self.loop_registry = CollectorRegistry()
+        self.loop_text: Callable[[], bytes] | None = None
         self.step_seconds = Histogram(
             "disagg_slice_step_seconds",
             "Latency of slice steps by operation.",
             ["op"],
             buckets=_STEP_BUCKETS,
-            registry=self.registry,
+            registry=self.loop_registry,
         )
         self.round_seconds = Histogram(
             "disagg_placement_round_seconds",
             "Wall time of one scheduling round.",
             buckets=_STEP_BUCKETS,
-            registry=self.registry,
+            registry=self.loop_registry,
         )
         self.submit_seconds = Histogram(
             "disagg_submit_seconds",
@@ -84,5 +91,9 @@ class ControllerMetrics:
     def observe_step(self, op: str, seconds: float) -> None:
         self.step_seconds.labels(op).observe(seconds)
 
+    def render_loop(self) -> bytes:
+        return generate_latest(self.loop_registry)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        loop = self.loop_text() if self.loop_text is not None else self.render_loop()
+        return generate_latest(self.registry) + loop

@@ -40,6 +40,7 @@ class Settings:
     window: int = 32
     engine: str = "local"              # local | slurm (disagg.engines.registry)
     slurm_site: str | None = None      # engine slurm: the path of the Slurm site.json
+    api_process: bool = True           # serve: the REST API in a process apart from the loop (control.split)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved_state_dir(self) -> Path:
@@ -90,18 +91,23 @@ class Service:
         self.store.close()
 
 
-def open_service(settings: Settings) -> Service:
-    """Open (and migrate) the store, load the cluster, start nothing yet but reconcile the world."""
+def open_service(settings: Settings, api_only: bool = False) -> Service:
+    """Open (and migrate) the store, load the cluster, start nothing yet but reconcile the world.
+
+    `api_only`: for the API process of a split `disagg serve`, whose loop process has migrated,
+    synced and reconciled already: only open the store, the fabric and the engine.
+    """
     cluster = load_cluster(settings.cluster or DEFAULT_CLUSTER)
     state = settings.resolved_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     store = Store(settings.db)
-    store.migrate()
-    store.sync_inventory(cluster)
+    if not api_only:
+        store.migrate()
+        store.sync_inventory(cluster)
     latencies = OperationLatencies().scaled(settings.latency_scale)
     fabric = EmulatedFabric(state / "fabric.db", cluster, latencies)
     engine = make_engine(settings.engine, EngineOptions(state, latencies, settings.slurm_site))
-    report = reconcile(store, fabric, engine)
+    report = ReconcileReport() if api_only else reconcile(store, fabric, engine)
     controller = Controller(
         store,
         fabric,
