@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from disagg.model import Allocation, load_cluster, load_jobs
+from disagg.model import Allocation, Cluster, load_cluster, load_jobs
 from disagg.placement import Reason
 from disagg.placement.registry import POLICIES, UnknownPolicyError, get_policy, register
-from tests.builders import make_cluster, make_job
+from tests.builders import devices_at, make_cluster, make_job, make_machine
 from tests.harness import SERVER_CENTRIC, PlacementHarness, placed, reason
 
 ALL = list(POLICIES)
@@ -208,3 +209,19 @@ def test_a_flow_round_pauses_the_cyclic_collector_and_gives_it_back(policy: str)
         assert not gc.isenabled(), "a round turned on a collector its caller had turned off"
     finally:
         gc.enable()
+
+
+def test_a_remote_choice_whose_uplink_fills_up_is_replaced_by_a_device_within_reach() -> None:
+    """The flow sees the task's own links, not the device side's: it sends both GPUs to m2 in the
+    task's rack, whose uplink carries only one more; the decoder must take the second from m1, across
+    racks, rather than give up (a case Hypothesis found)."""
+    machines = (make_machine("m0", "r0"), make_machine("m1", "r1"), make_machine("m2", "r0"))
+    full = (Allocation("w1", "m1", 20, 8.0, (), 0.0), Allocation("w2", "m2", 20, 8.0, (), 8.5))
+    cluster = Cluster(machines, (), tuple(devices_at("m1", 2) + devices_at("m2", 2)), 100.0, full)
+    job = replace(make_job("j", gpu=2), network_gbps=1.0)
+    decisions = get_policy("drmaestro").place(cluster, [job], 0.0, np.random.default_rng(1))
+    assert set(placed(decisions)) == {"j"}, decisions.unplaced
+    (task,) = decisions.placed[0].tasks
+    assert task.machine == "m0"
+    assert sorted(d.location for d in task.devices) == ["m1", "m2"]
+    assert all(d.remote for d in task.devices)

@@ -15,6 +15,7 @@ get all its devices fails its job (gang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 from numpy.typing import NDArray
@@ -318,41 +319,66 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
 def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str | None, entries: list[list[int]],
                 opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
     """One remote device for a task from an aggregator's list, if a path has the bandwidth (and, NA,
-    the SLO still holds with this round's traffic on it). `why` says what stopped it otherwise."""
-    devices = state.cluster.devices
-    locations = state.cluster.locations
+    the SLO still holds with this round's traffic on it); else from any location within reach (the
+    flow sees the task's own links, not those of the device's side, so its choice can be full).
+    `why` says what stopped it otherwise."""
     why = "none"
     while entries and entries[0][1] == 0:
         entries.pop(0)
-    for entry in entries[:SCAN_LIMIT]:
-        loc = entry[0]
+    for entry in islice(entries, SCAN_LIMIT):
         if entry[1] == 0:
             continue
-        if loc == own:
-            dev = state.take_device(kind, loc, model, js.journal)
-            if dev is None:
-                continue
+        got, reason = take_at(state, js, kind, own, entry[0], model, opts)
+        if got is not None:
             entry[1] -= 1
-            return DeviceGrant(devices[dev].id, kind, False, locations[loc]), ""
-        path = state.path(own, loc)
-        if not state.take_traffic(path, js.gbps, js.journal):
-            why = "bandwidth"
-            continue
-        if opts.network_aware:
-            after = phi(js.job, js.profile, 1.0, state.load(path))
-            if after > js.tau and after > js.phi_local:
-                state.undo_last_traffic(js.journal)
-                why = "slo"
-                continue
-        dev = state.take_device(kind, loc, model, js.journal)
-        if dev is None:
-            state.undo_last_traffic(js.journal)
-            continue
-        entry[1] -= 1
-        js.remote += 1
-        names = tuple(state.link_names[p] for p in path)
-        return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
+            return got, ""
+        why = reason or why
+    got, reason = take_within_reach(state, js, kind, own, model, opts)
+    return got, reason or why
+
+
+def take_within_reach(state: FreeState, js: JobState, kind: str, own: int, model: str | None,
+                      opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
+    """A device from any other location whose path has the headroom: in the task's rack first, then
+    across racks, each in location order (deterministic)."""
+    free = state.free_count.get(kind)
+    if free is None:
+        return None, ""
+    cand = np.nonzero((free > 0) & state.remote_reach(own, js.gbps))[0]
+    same = state.loc_rack[cand] == state.loc_rack[own]
+    why = ""
+    for loc in np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT].tolist():
+        got, reason = take_at(state, js, kind, own, loc, model, opts)
+        if got is not None:
+            return got, ""
+        why = reason or why
     return None, why
+
+
+def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model: str | None,
+            opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
+    """One device of `kind` at `loc` for a task on `own`, with its traffic on the path; `why`
+    ("bandwidth", "slo" or "") says what stopped it."""
+    devices = state.cluster.devices
+    locations = state.cluster.locations
+    if loc == own:
+        dev = state.take_device(kind, loc, model, js.journal)
+        return (None, "") if dev is None else (DeviceGrant(devices[dev].id, kind, False, locations[loc]), "")
+    path = state.path(own, loc)
+    if not state.take_traffic(path, js.gbps, js.journal):
+        return None, "bandwidth"
+    if opts.network_aware:
+        after = phi(js.job, js.profile, 1.0, state.load(path))
+        if after > js.tau and after > js.phi_local:
+            state.undo_last_traffic(js.journal)
+            return None, "slo"
+    dev = state.take_device(kind, loc, model, js.journal)
+    if dev is None:
+        state.undo_last_traffic(js.journal)
+        return None, ""
+    js.remote += 1
+    names = tuple(state.link_names[p] for p in path)
+    return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
 
 
 def explain(state: FreeState, js: JobState, kind: str, own: int, want: int, best: int, u_cost: int,

@@ -110,16 +110,30 @@ def classify(jobs: list[JobState]) -> Classes:
     return Classes(of_job, counts, tasks, reps, list(shapes.values()))
 
 
-def fit_counts(state: FreeState, js: JobState, local_free: dict[str, IntArray], remote: bool) -> IntArray:
-    """How many tasks of this job each machine can take (server-centric policies: with their devices)."""
+def fit_counts(state: FreeState, js: JobState, local_free: dict[str, IntArray], remote: bool,
+               min_gbps: float = 0.0) -> IntArray:
+    """How many tasks of this job each machine can take: server-centric policies with their own
+    devices; with remote devices, no more than its own free devices plus what its uplink can carry
+    at `min_gbps` (the least any class of the shape draws per remote device) serve."""
     t = js.job.tasks
     with np.errstate(divide="ignore", invalid="ignore"):
         fit = np.minimum(np.floor((state.cpu + 1e-9) / t.cpus), np.floor((state.mem + 1e-9) / t.memory_gb))
     out: IntArray = np.maximum(fit, 0).astype(np.int64)
+    if not t.kinds:
+        return out
+    local_fit = out.copy()
+    local_units = np.zeros(state.n_machines, dtype=np.int64)
+    for k in t.kinds:
+        have = local_free[k] if k not in t.models else state.local_free(k, t.models[k])
+        local_fit = np.minimum(local_fit, have // t.wants(k))
+        local_units += have
     if not remote:
-        for k in t.kinds:
-            have = local_free[k] if k not in t.models else state.local_free(k, t.models[k])
-            out = np.minimum(out, have // t.wants(k))
+        return local_fit
+    if min_gbps > 0:
+        n = state.n_machines
+        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + 1e-9) / min_gbps)
+        served = np.floor((np.maximum(carried, 0) + local_units) / sum(t.wants(k) for k in t.kinds))
+        out = np.minimum(out, served.astype(np.int64))
     return out
 
 
@@ -133,7 +147,7 @@ def price(state: FreeState, cls: Classes, opts: FlowOptions) -> Pricing:
     for g, members in enumerate(cls.shapes):
         rep = cls.representative[members[0]]
         t = rep.job.tasks
-        fit = fit_counts(state, rep, local_free, opts.remote)
+        fit = fit_counts(state, rep, local_free, opts.remote, min(cls.representative[c].gbps for c in members))
         cand = np.nonzero(fit > 0)[0]
         want_total = sum(rep.wants.values())
         # The share of the task's devices that would have to be remote on each machine.
