@@ -99,7 +99,8 @@ def test_device_admin_routes_need_an_admin_and_change_the_inventory(api: Client)
     devices = {d["id"]: d for d in client.get("/v1/devices", headers=h(tok["bob"])).json()["devices"]}
     assert devices["iobox0/gpu1"]["state"] == "drained" and devices["iobox0/gpu2"]["state"] == "failed"
     assert devices["iobox0/gpu0"] == {"id": "iobox0/gpu0", "kind": "gpu", "model": "P100", "location": "iobox0",
-                                      "state": "free", "slice": None, "health": "healthy", "drained": False}
+                                      "state": "free", "slice": None, "health": "healthy", "drained": False,
+                                      "reachable": True}
     for dev in ("iobox0/gpu1", "iobox0/gpu2"):
         assert client.post(f"/v1/devices/{dev}/repair", headers=h(tok["admin"])).json()["state"] == "free"
     machines = client.get("/v1/machines", headers=h(tok["bob"])).json()["machines"]
@@ -122,3 +123,50 @@ def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
     post = spec["paths"]["/v1/jobs"]["post"]
     assert {"201", "401", "409", "422"} <= set(post["responses"])
     assert spec["components"]["schemas"]["JobIn"]["additionalProperties"] is False
+
+
+def test_a_link_fault_through_the_api_touches_only_the_slices_that_cross_it(api: Client) -> None:
+    client, tok = api
+    admin, alice = h(tok["admin"]), h(tok["alice"])
+
+    def submit(retries: int, **tasks: int) -> str:
+        r = client.post("/v1/jobs", headers=alice,
+                        json={**body("f", ["sleep", "30"], cpus=2.0, **tasks), "max_retries": retries})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def get(job_id: str) -> dict[str, object]:
+        return dict(client.get(f"/v1/jobs/{job_id}", headers=alice).json())
+
+    once, again, disk = submit(0, gpu=1), submit(2, gpu=1), submit(2, gpu=0, nvme=1)
+    for j in (once, again, disk):
+        wait_for(lambda j=j: get(j)["state"] == "running", what=f"{j} to run")
+    slices = {j: get(j)["slice"] for j in (once, again, disk)}
+    links = {lk["id"]: lk for lk in client.get("/v1/links", headers=alice).json()["links"]}
+    assert links["up:iobox0"]["gbps"] == 40 and links["up:iobox0"]["state"] == "up"
+    assert set(links["up:iobox0"]["slices"]) == {slices[once], slices[again]}
+    assert links["up:iobox1"]["slices"] == [slices[disk]]
+    assert links["up:iobox0"]["load_gbps"] == sum(
+        d["network_gbps"] for j in (once, again) for t in get(j)["placement"] for d in t["devices"])  # type: ignore[attr-defined]
+
+    assert client.post("/v1/links/up:iobox0/fail", headers=alice).status_code == 403
+    assert client.post("/v1/links/up:nowhere/fail", headers=admin).status_code == 404
+    r = client.post("/v1/links/up:iobox0/fail", headers=admin)
+    assert r.status_code == 200 and r.json()["state"] == "down"
+    # the job without retries fails, the other is re-queued and waits: no GPU is reachable any more
+    wait_for(lambda: get(once)["state"] == "failed", what="the job without retries to fail")
+    wait_for(lambda: get(again)["state"] == "queued" and get(again)["wait_rounds"] > 0, what="a re-queue")
+    assert get(again)["reason_code"] == "no-devices"  # the GPUs behind the link left the pool
+    done = {sl["id"]: sl for sl in client.get("/v1/slices?state=done", headers=alice).json()["slices"]}
+    assert "link up:iobox0 dropped" in done[slices[again]]["detail"] and slices[disk] not in done
+    assert get(disk)["state"] == "running" and get(disk)["slice"] == slices[disk]  # untouched
+    devices = {d["id"]: d for d in client.get("/v1/devices", headers=alice).json()["devices"]}
+    assert not devices["iobox0/gpu0"]["reachable"] and devices["iobox1/nvme0"]["reachable"]
+    assert all(devices[f"iobox0/gpu{i}"]["state"] == "free" for i in range(5))  # none attached now
+
+    r = client.post("/v1/links/up:iobox0/repair", headers=admin)
+    assert r.status_code == 200 and r.json()["state"] == "up"
+    wait_for(lambda: get(again)["state"] == "running", what="the re-queued job to run again")
+    assert get(again)["slice"] != slices[again] and get(again)["attempts"] == 2
+    for j in (again, disk):
+        client.delete(f"/v1/jobs/{j}", headers=alice)

@@ -295,6 +295,42 @@ def create_app(controller: Controller) -> FastAPI:
         """Admin: the device works again (and is no longer drained); it rejoins the pool."""
         return device_action(device_id, "repair")
 
+    @app.get("/v1/links", response_model=S.LinkList, tags=["inventory"], responses={**R401})
+    def list_links(_who: Who) -> dict[str, Any]:
+        """Network links: bandwidth, up or down, the load the live slices put on them, and who uses them."""
+        return {"links": store.links_view()}
+
+    LinkId = Annotated[
+        str, Path(max_length=160, description="A link id: up:<machine or pool>, or rack:<rack>.")
+    ]
+
+    def link_action(link_id: str, action: str) -> dict[str, Any]:
+        out = controller.set_link(link_id, action)
+        if out is None:
+            raise ApiError(404, f"no link {link_id!r} (links look like up:<node> or rack:<rack>; see GET /v1/links)")
+        return out
+
+    @app.post(
+        "/v1/links/{link_id}/fail",
+        response_model=S.LinkOut,
+        tags=["inventory"],
+        responses={**R401, **R403, **R404, **R422},
+    )
+    def fail_link(link_id: LinkId, _who: Admin) -> dict[str, Any]:
+        """Admin, fault injection: the link drops; only the slices whose remote devices' path crosses
+        it are torn down and their jobs re-queued; devices behind it leave the pool until it is repaired."""
+        return link_action(link_id, "fail")
+
+    @app.post(
+        "/v1/links/{link_id}/repair",
+        response_model=S.LinkOut,
+        tags=["inventory"],
+        responses={**R401, **R403, **R404, **R422},
+    )
+    def repair_link(link_id: LinkId, _who: Admin) -> dict[str, Any]:
+        """Admin: the link is back; the devices behind it rejoin the pool."""
+        return link_action(link_id, "repair")
+
     @app.get("/healthz", response_model=S.HealthOut, tags=["ops"])
     def healthz() -> dict[str, Any]:
         """Liveness: the API answers and the store is reachable."""

@@ -205,11 +205,27 @@ class DeviceOut(BaseModel):
     slice: str | None
     health: str
     drained: bool
+    reachable: bool = Field(description="False while the link to the device's location is down.")
 
 
 class DeviceList(BaseModel):
     model_config = _OUT
     devices: list[DeviceOut]
+
+
+class LinkOut(BaseModel):
+    model_config = _OUT
+    id: str = Field(description="up:<machine or pool> (its uplink) or rack:<rack> (rack to spine).")
+    gbps: float = Field(description="Bandwidth, Gbit/s.")
+    state: Literal["up", "down"]
+    load_gbps: float = Field(description="What the live slices' remote devices are placed to carry on it.")
+    utilisation: float = Field(description="load_gbps / gbps (above 1: the placed traffic exceeds it).")
+    slices: list[str] = Field(description="Live slices with a remote device whose path crosses the link.")
+
+
+class LinkList(BaseModel):
+    model_config = _OUT
+    links: list[LinkOut]
 
 
 class HealthOut(BaseModel):

@@ -530,12 +530,27 @@ class Controller:
             elif action == "repair":
                 dev.health, dev.drained = "healthy", False
         self.wake()
-        from disagg.store import device_dict
+        return next(d for d in self.store.devices_view() if d["id"] == device_id)
 
+    def set_link(self, link_id: str, action: str) -> dict[str, Any] | None:
+        """Admin fault injection on a link: `fail` drops it on the fabric, `repair` brings it back.
+
+        The monitor then does what it does for a fault it finds itself: only the slices with a remote
+        device whose path crosses the link are torn down and their jobs re-queued (or failed, by
+        their own retry policy); devices behind a dropped uplink leave the pool until it is repaired.
+        """
         with self.store.read() as s:
-            row = s.get(DeviceRow, device_id)
-            assert row is not None
-            return device_dict(row)
+            if s.get(LinkRow, link_id) is None:
+                return None
+        if action == "fail":
+            self.fabric.drop_link(link_id)
+        elif action == "repair":
+            self.fabric.restore_link(link_id)
+        else:
+            raise ValueError(f"unknown link action {action!r}")
+        self.monitor()
+        self.wake()
+        return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
 
 
 def _digest(request: dict[str, Any]) -> str:

@@ -299,7 +299,38 @@ class Store:
     # --- views -----------------------------------------------------------------------------
     def devices_view(self) -> list[dict[str, Any]]:
         with self.read() as s:
-            return [device_dict(r) for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position))]
+            down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+            return [
+                device_dict(r, reachable=f"up:{r.location}" not in down)
+                for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position))
+            ]
+
+    def links_view(self) -> list[dict[str, Any]]:
+        """Links: bandwidth, up or down, and the load the live slices' remote devices put on them.
+
+        The load is the policy's own accounting: each remote device of a live slice carries its
+        placement's `network_gbps` on every link of its path (machine uplink, rack links, pool uplink).
+        """
+        with self.read() as s:
+            load: dict[str, float] = {}
+            users: dict[str, set[str]] = {}
+            for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
+                for t in sl.placement.get("tasks", []):
+                    for d in t.get("devices", []):
+                        for link in d.get("path", []):
+                            load[link] = load.get(link, 0.0) + float(d.get("network_gbps", 0.0))
+                            users.setdefault(link, set()).add(sl.id)
+            return [
+                {
+                    "id": r.id,
+                    "gbps": r.gbps,
+                    "state": "up" if r.up else "down",
+                    "load_gbps": round(load.get(r.id, 0.0), 6),
+                    "utilisation": round(load.get(r.id, 0.0) / r.gbps, 6) if r.gbps > 0 else 0.0,
+                    "slices": sorted(users.get(r.id, ())),
+                }
+                for r in s.scalars(select(LinkRow).order_by(LinkRow.id))
+            ]
 
     def machines_view(self) -> list[dict[str, Any]]:
         with self.read() as s:
@@ -364,7 +395,8 @@ def allocations_of(job_id: str, placement: dict[str, Any]) -> list[Allocation]:
     return out
 
 
-def device_dict(r: DeviceRow) -> dict[str, Any]:
+def device_dict(r: DeviceRow, reachable: bool = True) -> dict[str, Any]:
+    """A device as the API shows it; `reachable` is false while a link it sits behind is down."""
     return {
         "id": r.id,
         "kind": r.kind,
@@ -374,6 +406,7 @@ def device_dict(r: DeviceRow) -> dict[str, Any]:
         "slice": r.slice_id,
         "health": r.health,
         "drained": r.drained,
+        "reachable": reachable,
     }
 
 
