@@ -93,11 +93,10 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
             last[ask] = (len(taken), said[key])
             continue
         short = None
-        request_key = (t.count, tuple(t.devices.items()), tuple(t.models.items()))
-        wanted = requests.get(request_key)
+        wanted = requests.get(ask)
         if wanted is None:
-            wanted = requests[request_key] = [(kind, n * t.count, (kind, t.models.get(kind)))
-                                              for kind, n in t.devices.items() if n > 0]
+            wanted = requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
+                                      for kind, n in t.devices.items() if n > 0]
         for kind, need, dev in wanted:
             if dev not in left_dev:
                 left_dev[dev] = free_dev[dev] = state.total_free(kind, dev[1])
