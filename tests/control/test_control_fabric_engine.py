@@ -14,7 +14,7 @@ from disagg.control.service import DEFAULT_CLUSTER
 from disagg.engines.base import SliceMachine, SliceSpec
 from disagg.engines.local import LocalEngine
 from disagg.fabric.base import FabricError
-from disagg.fabric.emulated import REMOTE_ATTACH_GBPS, EmulatedFabric, OperationLatencies
+from disagg.fabric.emulated import EmulatedFabric, OperationLatencies
 from disagg.model import load_cluster
 
 
@@ -65,7 +65,7 @@ def test_attach_timeouts_are_injected_and_retryable(fabric: EmulatedFabric) -> N
 def test_fabric_state_survives_a_new_driver_on_the_same_file(tmp_path: Path) -> None:
     cluster = load_cluster(DEFAULT_CLUSTER)
     f1 = EmulatedFabric(tmp_path / "f.db", cluster, scale=0.0)
-    f1.attach("iobox0/gpu0", "node0", "pcie-over-ethernet")
+    f1.attach("iobox0/gpu0", "node0", "pcie-over-ethernet", gbps=2.5)
     f1.fail_device("iobox0/gpu4")
     f1.drop_link("up:node3")
     # no close(): as if the process died
@@ -74,8 +74,38 @@ def test_fabric_state_survives_a_new_driver_on_the_same_file(tmp_path: Path) -> 
     assert f2.failed_devices() == {"iobox0/gpu4"} and not f2.healthy("iobox0/gpu4")
     assert f2.down_links() == {"up:node3"}
     load = f2.link_load()
-    assert load["up:node0"] == REMOTE_ATTACH_GBPS and load["up:iobox0"] == REMOTE_ATTACH_GBPS
+    assert load["up:node0"] == 2.5 and load["up:iobox0"] == 2.5
     assert load["up:node1"] == 0.0
+
+
+def test_links_have_a_bandwidth_that_attachments_reserve_and_cannot_exceed(fabric: EmulatedFabric) -> None:
+    # the testbed's links are 40 Gbit/s: node0 takes three GPUs at 12 Gbit/s each (36), not a fourth
+    for i in range(3):
+        fabric.attach(f"iobox0/gpu{i}", "node0", "pcie-over-ethernet", gbps=12.0)
+    with pytest.raises(FabricError, match=r"link up:(node0|iobox0) carries 36 of its 40 Gbit/s") as exc:
+        fabric.attach("iobox0/gpu3", "node0", "pcie-over-ethernet", gbps=12.0)
+    assert not exc.value.retryable
+    assert ("iobox0/gpu3", "node0") not in {(a.device, a.machine) for a in fabric.attachments()}
+    fabric.attach("iobox0/gpu3", "node0", "pcie-over-ethernet", gbps=4.0)  # what is left fits exactly
+    assert fabric.link_load()["up:node0"] == 40.0
+    fabric.detach("iobox0/gpu0", "node0")  # a detach gives its bandwidth back
+    assert fabric.link_load()["up:node0"] == 28.0 and fabric.link_load()["up:node1"] == 0.0
+    fabric.attach("iobox1/nvme0", "node0", "pcie-over-ethernet", gbps=12.0)
+
+
+def test_a_state_file_from_before_link_bandwidth_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    old = sqlite3.connect(tmp_path / "f.db")
+    old.execute("CREATE TABLE attachments (device TEXT PRIMARY KEY, machine TEXT NOT NULL, "
+                "mechanism TEXT NOT NULL, attached_at REAL NOT NULL)")
+    old.execute("INSERT INTO attachments VALUES ('iobox0/gpu0', 'node0', 'pcie-over-ethernet', 0)")
+    old.commit()
+    old.close()
+    f = EmulatedFabric(tmp_path / "f.db", load_cluster(DEFAULT_CLUSTER), scale=0.0)
+    assert [(a.device, a.machine) for a in f.attachments()] == [("iobox0/gpu0", "node0")]
+    assert f.link_load()["up:node0"] == 0.0
+    f.attach("iobox0/gpu1", "node0", "pcie-over-ethernet", gbps=40.0)
 
 
 def test_latencies_default_to_the_seed_testbed_and_scale() -> None:

@@ -147,6 +147,14 @@ def test_applying_decisions_rechecks_that_nothing_is_over_committed(tmp_path: Pa
         too_big = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node0", 50.0, 1.0),)),))
         assert svc.controller.apply(too_big, [b]) == 0
         assert "node0 has 9 cpus free" in job(svc, b)["reason"]
+        # a's GPU takes 1 of up:iobox0's 40 Gbit/s; another GPU placed to draw 39.5 would over-commit it
+        wide = DeviceGrant("iobox0/gpu1", "gpu", True, "iobox0", ("up:iobox0", "up:node1"), 39.5)
+        greedy = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node1", 1.0, 1.0, (wide,)),)),))
+        assert svc.controller.apply(greedy, [b]) == 0
+        assert "link up:iobox0 has 39 Gbit/s left, the job needs 39.5" in job(svc, b)["reason"]
+        fits = DeviceGrant("iobox0/gpu1", "gpu", True, "iobox0", ("up:iobox0", "up:node1"), 39.0)
+        exact = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node1", 1.0, 1.0, (fits,)),)),))
+        assert svc.controller.apply(exact, [b]) == 1
     finally:
         svc.close()
 

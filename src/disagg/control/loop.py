@@ -284,7 +284,16 @@ class Controller:
                 cpu[a.machine] -= a.cpus
                 mem[a.machine] -= a.memory_gb
             devs = {d.id: d for d in s.scalars(select(DeviceRow).with_for_update())}
-            down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+            links = list(s.scalars(select(LinkRow)))
+            down = {r.id for r in links if not r.up}
+            # bandwidth left on each link: what the live slices' remote devices were placed to carry is taken
+            bandwidth = {r.id: r.gbps for r in links}
+            for placement in s.scalars(select(SliceRow.placement).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
+                for t in placement.get("tasks", []):
+                    for d in t.get("devices", []):
+                        for lk in d.get("path", []):
+                            if lk in bandwidth:
+                                bandwidth[lk] -= float(d.get("network_gbps", 0.0))
             jobs = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(considered)))}
             decided: set[str] = set()
             waits: dict[tuple[str | None, str | None], list[str]] = defaultdict(list)
@@ -293,7 +302,7 @@ class Controller:
                 decided.add(p.job)
                 if job is None or job.state != "queued":
                     continue
-                problem = _over_commit(p, cpu, mem, devs, down)
+                problem = _over_commit(p, cpu, mem, devs, down, bandwidth)
                 if problem:
                     job.wait_rounds += 1
                     job.reason, job.reason_code, job.updated_at = (
@@ -309,6 +318,9 @@ class Controller:
                     mem[t.machine] -= t.memory_gb
                     for g in t.devices:
                         devs[g.id].slice_id = slice_id
+                        for lk in g.path:
+                            if lk in bandwidth:
+                                bandwidth[lk] -= g.network_gbps
                 job.attempts += 1
                 s.add(
                     SliceRow(
@@ -595,11 +607,20 @@ def _tasks_json(p: JobPlacement) -> list[dict[str, Any]]:
 
 
 def _over_commit(
-    p: JobPlacement, cpu: dict[str, float], mem: dict[str, float], devs: dict[str, DeviceRow], down: set[str]
+    p: JobPlacement,
+    cpu: dict[str, float],
+    mem: dict[str, float],
+    devs: dict[str, DeviceRow],
+    down: set[str],
+    bandwidth: dict[str, float],
 ) -> str | None:
-    """Why applying this placement now would over-commit something (None when it fits)."""
+    """Why applying this placement now would over-commit something (None when it fits).
+
+    `bandwidth`: Gbit/s left on each link; a remote device takes its `network_gbps` on every link of its path.
+    """
     need_cpu: dict[str, float] = {}
     need_mem: dict[str, float] = {}
+    need_link: dict[str, float] = {}
     seen: set[str] = set()
     for t in p.tasks:
         if t.machine not in cpu:
@@ -617,12 +638,17 @@ def _over_commit(
             hit = [lk for lk in g.path if lk in down]
             if hit:
                 return f"link {hit[0]} to device {g.id} is down"
+            for lk in g.path:
+                need_link[lk] = need_link.get(lk, 0.0) + g.network_gbps
             seen.add(g.id)
     for m, c in need_cpu.items():
         if c > cpu[m] + _EPS:
             return f"machine {m} has {cpu[m]:g} cpus free, the job needs {c:g}"
         if need_mem[m] > mem[m] + _EPS:
             return f"machine {m} has {mem[m]:g} GB free, the job needs {need_mem[m]:g}"
+    for lk, gbps in need_link.items():
+        if lk in bandwidth and gbps > bandwidth[lk] + _EPS:
+            return f"link {lk} has {max(bandwidth[lk], 0.0):g} Gbit/s left, the job needs {gbps:g}"
     return None
 
 

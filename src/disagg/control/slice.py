@@ -277,9 +277,15 @@ class SliceRunner:
 
     def _machine_chain(self, plan: SlicePlan, machine: SliceMachine, placement: dict[str, Any]) -> Callable[[], None]:
         remote = set(next(m for m in placement["machines"] if m["name"] == machine.name)["remote"])
+        gbps = {d["id"]: float(d.get("network_gbps", 0.0)) for t in placement.get("tasks", []) for d in t["devices"]}
 
         def chain() -> None:
-            self._all([self._attach(plan.slice_id, dev, machine.host, dev in remote) for dev in machine.devices])
+            self._all(
+                [
+                    self._attach(plan.slice_id, dev, machine.host, dev in remote, gbps.get(dev, 0.0))
+                    for dev in machine.devices
+                ]
+            )
             self.step(
                 plan.slice_id,
                 "launch-machine",
@@ -290,13 +296,15 @@ class SliceRunner:
 
         return chain
 
-    def _attach(self, slice_id: str, device: str, host: str, remote: bool) -> Callable[[], None]:
+    def _attach(self, slice_id: str, device: str, host: str, remote: bool, gbps: float) -> Callable[[], None]:
+        """Attach one device, reserving on its path the bandwidth the placement gave it."""
+
         def attach() -> None:
             self.step(
                 slice_id,
                 "attach-device",
                 device,
-                lambda: self.fabric.attach(device, host, "pcie-over-ethernet" if remote else "local"),
+                lambda: self.fabric.attach(device, host, "pcie-over-ethernet" if remote else "local", gbps),
                 guard="composing",
             )
 

@@ -33,8 +33,9 @@ class FabricDriver(ABC):
     name: str = "base"
 
     @abstractmethod
-    def attach(self, device: str, machine: str, mechanism: Mechanism) -> AttachmentInfo:
-        """Give `device` to `machine`. Idempotent for the same pair; an error if held by another."""
+    def attach(self, device: str, machine: str, mechanism: Mechanism, gbps: float = 0.0) -> AttachmentInfo:
+        """Give `device` to `machine`, reserving `gbps` on the links of its path. Idempotent for the
+        same pair; an error if held by another, or if a link on the path lacks the bandwidth."""
 
     @abstractmethod
     def detach(self, device: str, machine: str) -> None:

@@ -2,9 +2,11 @@
 
 It behaves like the FlowOS-RM testbed (seed 000: ExpEther HBAs, I/O boxes of GPUs and NVMe behind a
 40 GbE switch): every operation takes time, links have a bandwidth and can drop, devices can fail,
-attaches can time out. Its state (what is attached where, which faults are active) lives in its own
-SQLite file, apart from the controller's store, like the hardware it replaces: a controller killed
-with SIGKILL finds the fabric as the fabric left it, and reconciles against it.
+attaches can time out. An attachment reserves the bandwidth it is given on every link of its path,
+and an attach that would take a link past its bandwidth is refused. Its state (what is attached
+where, with what bandwidth, which faults are active) lives in its own SQLite file, apart from the
+controller's store, like the hardware it replaces: a controller killed with SIGKILL finds the
+fabric as the fabric left it, and reconciles against it.
 
 Latency defaults (seconds) are estimates from the seed's measurements, not a datasheet: the seed
 reports that slice construction and destruction took 32–45% of a short MNIST run (104.57–366.36 s
@@ -57,12 +59,9 @@ class OperationLatencies:
         return float(getattr(self, op.replace("-", "_")))
 
 
-#: Bandwidth one remote attachment takes on each link of its path (an ExpEther 40G HBA shares it).
-REMOTE_ATTACH_GBPS = 10.0
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS attachments (device TEXT PRIMARY KEY, machine TEXT NOT NULL,
-    mechanism TEXT NOT NULL, attached_at REAL NOT NULL);
+    mechanism TEXT NOT NULL, attached_at REAL NOT NULL, gbps REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS failed_devices (device TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS down_links (link TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -86,7 +85,11 @@ class EmulatedFabric(FabricDriver):
         self.cluster = cluster
         self.latencies = (latencies or OperationLatencies()).scaled(scale)
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(attachments)")}
+        if "gbps" not in columns:  # a state file from before links had bandwidth
+            conn.execute("ALTER TABLE attachments ADD COLUMN gbps REAL NOT NULL DEFAULT 0")
 
     # --- plumbing --------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -121,8 +124,13 @@ class EmulatedFabric(FabricDriver):
         return [lk for lk in path if lk in down]
 
     # --- the driver interface --------------------------------------------------------------
-    def attach(self, device: str, machine: str, mechanism: Mechanism) -> AttachmentInfo:
-        """Give `device` to `machine`, taking the attach latency. Idempotent for the same pair."""
+    def attach(self, device: str, machine: str, mechanism: Mechanism, gbps: float = 0.0) -> AttachmentInfo:
+        """Give `device` to `machine`, taking the attach latency. Idempotent for the same pair.
+
+        `gbps`: the bandwidth the attachment reserves on every link of its path (the placement's
+        `network_gbps` for the device). An attach that would take a link past its bandwidth is
+        refused, as a switch port that is full would refuse it.
+        """
         location = self._device(device)
         if machine not in self.cluster.machine_index:
             raise FabricError(f"machine {machine!r} does not exist on this fabric", retryable=False)
@@ -132,7 +140,7 @@ class EmulatedFabric(FabricDriver):
             ).fetchone()
             if row is not None and row[0] == machine:
                 return AttachmentInfo(device, machine, row[1])
-            self._check(db, device, machine, row)
+            self._check(db, device, machine, row, gbps)
             timeouts = db.execute("SELECT value FROM counters WHERE name='attach_timeouts'").fetchone()
             timing_out = bool(timeouts and timeouts[0] > 0)
             if timing_out:
@@ -147,12 +155,17 @@ class EmulatedFabric(FabricDriver):
             ).fetchone()
             if row is not None and row[0] == machine:
                 return AttachmentInfo(device, machine, row[1])
-            self._check(db, device, machine, row)  # the world may have changed while we waited
+            self._check(db, device, machine, row, gbps)  # the world may have changed while we waited
             mech: Mechanism = "local" if local else mechanism
-            db.execute("INSERT INTO attachments VALUES (?, ?, ?, ?)", (device, machine, mech, time.time()))
+            db.execute(
+                "INSERT INTO attachments (device, machine, mechanism, attached_at, gbps) VALUES (?, ?, ?, ?, ?)",
+                (device, machine, mech, time.time(), 0.0 if local else gbps),
+            )
         return AttachmentInfo(device, machine, mech)
 
-    def _check(self, db: sqlite3.Connection, device: str, machine: str, row: tuple[str, str] | None) -> None:
+    def _check(
+        self, db: sqlite3.Connection, device: str, machine: str, row: tuple[str, str] | None, gbps: float
+    ) -> None:
         if row is not None:
             raise FabricError(f"device {device} is attached to {row[0]}, not {machine}", retryable=False)
         if db.execute("SELECT 1 FROM failed_devices WHERE device=?", (device,)).fetchone():
@@ -160,6 +173,23 @@ class EmulatedFabric(FabricDriver):
         down = self._down_on_path(db, device, machine)
         if down:
             raise FabricError(f"link {down[0]} between {device} and {machine} is down", retryable=False)
+        if gbps > 0:
+            load = self._load(db)
+            for lk in self.cluster.path(self._device(device), machine):
+                cap = self.cluster.link_by_id[lk].gbps
+                if load.get(lk, 0.0) + gbps > cap + 1e-9:
+                    raise FabricError(
+                        f"link {lk} carries {load.get(lk, 0.0):g} of its {cap:g} Gbit/s; "
+                        f"attaching {device} to {machine} needs {gbps:g} more",
+                        retryable=False,
+                    )
+
+    def _load(self, db: sqlite3.Connection) -> dict[str, float]:
+        load: dict[str, float] = {}
+        for device, machine, gbps in db.execute("SELECT device, machine, gbps FROM attachments WHERE gbps > 0"):
+            for lk in self.cluster.path(self._device(device), machine):
+                load[lk] = load.get(lk, 0.0) + gbps
+        return load
 
     def detach(self, device: str, machine: str) -> None:
         """Take `device` back from `machine`, taking the detach latency. Idempotent."""
@@ -188,14 +218,8 @@ class EmulatedFabric(FabricDriver):
         return {r[0] for r in self._conn().execute("SELECT link FROM down_links")}
 
     def link_load(self) -> dict[str, float]:
-        """Gbit/s that remote attachments take on each link (REMOTE_ATTACH_GBPS each)."""
-        load = {lk.id: 0.0 for lk in self.cluster.links}
-        for a in self.attachments():
-            if a.mechanism == "local":
-                continue
-            for lk in self.cluster.path(self._device(a.device), a.machine):
-                load[lk] = load.get(lk, 0.0) + REMOTE_ATTACH_GBPS
-        return load
+        """Gbit/s that the remote attachments reserve on each link (every link listed)."""
+        return {lk.id: 0.0 for lk in self.cluster.links} | self._load(self._conn())
 
     # --- fault injection -------------------------------------------------------------------
     def fail_device(self, device: str) -> None:
