@@ -5,11 +5,13 @@ kill: `disagg.bench.crash`."""
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
 
 from disagg.bench.crash import event_violations, run_crash_trials
+from disagg.store.pgtemp import TempPostgres
 
 TRIALS = int(os.environ.get("DISAGG_CRASH_TRIALS", "50"))
 
@@ -32,3 +34,14 @@ def test_the_event_check_catches_a_job_that_ran_twice_at_once(tmp_path: Path) ->
     bad, runs = event_violations(events, {"j-1", "j-2", "j-3"})
     assert bad == ["job j-3 never ran", "job j-1 ran twice at the same time"]
     assert runs == {"j-1": 2, "j-2": 2}
+
+
+@pytest.mark.slow
+def test_kill_9_with_a_postgresql_store(tmp_path: Path, pg_server: TempPostgres) -> None:
+    """The same trials with the store on a real PostgreSQL server (which survives the kills)."""
+    trials = max(6, TRIALS // 5)
+    result = run_crash_trials(tmp_path, trials=trials, seed=7, scale=0.01,
+                              db=pg_server.create_database("crash_" + uuid.uuid4().hex[:8]))
+    assert result["store"] == "postgresql" and result["violations"] == []
+    assert result["kills"] == trials and result["jobs"] >= trials // 2
+    assert result["runs_per_job"]["min"] >= 1

@@ -168,15 +168,19 @@ def event_violations(events: Path, job_ids: set[str]) -> tuple[list[str], dict[s
 
 
 def run_crash_trials(root: Path, trials: int = 50, seed: int = 5, scale: float = 0.01,
-                     on_trial: Any = None) -> dict[str, Any]:
-    """Kill the controller `trials` times at random moments; return what was checked and found."""
+                     on_trial: Any = None, db: str | None = None) -> dict[str, Any]:
+    """Kill the controller `trials` times at random moments; return what was checked and found.
+
+    `db`: an empty store to use (a PostgreSQL URL, say); by default an SQLite file under `root`.
+    """
     t0 = time.perf_counter()
     rng = random.Random(seed)
-    db = f"sqlite:///{root / 'disagg.db'}"
+    db = db or f"sqlite:///{root / 'disagg.db'}"
     events = root / "events"
     store = Store(db)
     store.migrate()
     headers = {"Authorization": f"Bearer {store.create_token('admin', admin=True)}"}
+    dialect = store.dialect
     store.close()
     settings = Settings(db=db, state_dir=str(root / "state"), latency_scale=scale)
     server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02"])
@@ -238,7 +242,7 @@ def run_crash_trials(root: Path, trials: int = 50, seed: int = 5, scale: float =
     bad_events, runs = event_violations(events, set(submitted.values()))
     violations += bad_events
     per_job = sorted(runs.values())
-    return {"benchmark": "crash", "trials": trials, "seed": seed, "scale": scale, "kills": trials,
+    return {"benchmark": "crash", "store": dialect, "trials": trials, "seed": seed, "scale": scale, "kills": trials,
             "kills_during_startup": during_startup, "checks": checks + 1, "jobs": len(submitted),
             "slices": len(seen), "runs_per_job": {"min": per_job[0] if per_job else 0,
                                                   "max": per_job[-1] if per_job else 0},
@@ -249,19 +253,43 @@ def bench_crash(
     trials: Annotated[int, typer.Option(min=1, max=100_000, help="How many times to kill -9 the controller.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the kill moments and the jobs.")] = 5,
     scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,
+    backend: Annotated[
+        list[str], typer.Option(help="sqlite and/or postgres (a throw-away server; repeat the option).")
+    ] = ["sqlite"],  # noqa: B006
+    db: Annotated[
+        str | None, typer.Option(help="An empty store to use instead (e.g. postgresql://…); overrides --backend.")
+    ] = None,
 ) -> None:
     """kill -9 of the controller at random moments; invariants checked after each (JSON out)."""
     from rich.progress import Progress
 
-    with tempfile.TemporaryDirectory(prefix="disagg-crash-") as d, Progress(auto_refresh=False,
-                                                                            transient=True) as progress:
-        task = progress.add_task("kill -9 trials", total=trials)
+    from disagg.control.commands import _fail
+    from disagg.store.pgtemp import TempPostgres
 
-        def advance(_trial: int) -> None:
-            progress.advance(task)
-            progress.refresh()
+    for name in backend:
+        if name not in ("sqlite", "postgres"):
+            raise _fail(f"--backend: {name!r} is not allowed; use sqlite or postgres")
+    results = []
+    runs: list[str | None] = [None] if db else list(backend)
+    for b in runs:
+        pg: TempPostgres | None = None
+        with tempfile.TemporaryDirectory(prefix="disagg-crash-") as d, Progress(auto_refresh=False,
+                                                                                transient=True) as progress:
+            task = progress.add_task(f"kill -9 trials ({b or 'given store'})", total=trials)
 
-        result = run_crash_trials(Path(d), trials, seed, scale, advance)
-    sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    if result["violations"]:
+            def advance(_trial: int, task: Any = task) -> None:
+                progress.advance(task)
+                progress.refresh()
+
+            try:
+                url = db
+                if b == "postgres":
+                    pg = TempPostgres().start()
+                    url = pg.create_database("crash")
+                results.append(run_crash_trials(Path(d), trials, seed, scale, advance, db=url))
+            finally:
+                if pg is not None:
+                    pg.stop()
+    sys.stdout.write(json.dumps(results if len(results) > 1 else results[0], indent=2) + "\n")
+    if any(r["violations"] for r in results):
         raise typer.Exit(1)
