@@ -1,0 +1,17 @@
+"""`disagg bench api` runs end to end (a short run; its numbers are printed, never asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from disagg.bench.api import run_api_bench
+
+
+@pytest.mark.slow
+def test_bench_api_submits_while_the_loop_process_places() -> None:
+    r = run_api_bench("sqlite", seconds=1.5, clients=2, scale=0.001, tick_s=0.05)
+    assert r["errors"] == 0 and r["submitted"] > 0 and r["api_process"]
+    assert sum(r["jobs_by_state"].values()) == r["submitted"]  # every 201 is a stored job
+    assert r["placed_by_end"] > 0  # the loop process placed some of them meanwhile
+    assert r["cpu_s"]["loop"] > 0 and r["cpu_s"]["api"] > 0
+    assert set(r["latency_ms"]) == {"p50", "p90", "p99", "max", "mean"}
