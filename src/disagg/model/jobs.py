@@ -22,6 +22,11 @@ class TaskRequest:
     memory_gb: float = 1.0
     devices: Mapping[str, int] = field(default_factory=dict)
     models: Mapping[str, str] = field(default_factory=dict)
+    #: `kinds`, worked out once: policies ask for it per job and per task, every round.
+    _kinds: tuple[DeviceKind, ...] = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_kinds", tuple(k for k in DEVICE_KINDS if self.devices.get(k, 0) > 0))
 
     def wants(self, kind: str) -> int:
         return int(self.devices.get(kind, 0))
@@ -29,7 +34,7 @@ class TaskRequest:
     @property
     def kinds(self) -> tuple[DeviceKind, ...]:
         """The disaggregable kinds this request uses, in phase order."""
-        return tuple(k for k in DEVICE_KINDS if self.devices.get(k, 0) > 0)
+        return self._kinds
 
 
 @dataclass(frozen=True, slots=True)

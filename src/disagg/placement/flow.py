@@ -72,6 +72,9 @@ class FlowPlacer:
         timings.build_s += clock() - start
         pending = jobs
         placed: list[JobState] = []
+        # Only refusals for contention change between iterations (re-admission), so the jobs that may
+        # get another look only ever shrink from this list, in queue order.
+        late = [j for j in ordered if j.name in refused]
         iterations = 0
         for _ in range(self.options.max_iterations):
             if not pending:
@@ -87,7 +90,7 @@ class FlowPlacer:
             retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
             # Jobs refused up front only because the jobs ahead of them claimed what was free get
             # another look, now that those jobs are decided (some of them may not have been placed).
-            late = [j for j in ordered if j.name in refused and refused[j.name].reason == Reason.CONTENTION]
+            late = [j for j in late if j.name in refused and refused[j.name].reason == Reason.CONTENTION]
             more, still = admit(state, late)
             for j in more:
                 del refused[j.name]
