@@ -63,7 +63,7 @@ class FlowPlacer:
         state = FreeState(snapshot)
         ordered = order_queue(queue, now)
         admitted, refused = admit(state, ordered)
-        profiles: dict[tuple[str, float | None], tuple[Profile, float, float]] = {}
+        profiles: dict[str, tuple[Profile, float | None]] = {}
         position = {j.name: i for i, j in enumerate(ordered)}
         self._requests = {}
         jobs = [self._job_state(j, position[j.name], profiles) for j in admitted]
@@ -115,13 +115,16 @@ class FlowPlacer:
             stats={"admitted": len(jobs), "iterations": iterations},
         )
 
-    def _job_state(self, job: Job, order: int, cache: dict[tuple[str, float | None], tuple[Profile, float, float]]
-                   ) -> JobState:
-        key = (job.image, job.slo_s)
-        if key not in cache:
+    def _job_state(self, job: Job, order: int, cache: dict[str, tuple[Profile, float | None]]) -> JobState:
+        # A known profile's local time does not depend on the job's SLO (an unknown one's is its τ),
+        # so one entry per image serves a queue whose jobs each have their own SLO.
+        known = cache.get(job.image)
+        if known is None:
             profile = profile_of(job)
-            cache[key] = (profile, goal_s(job, profile), phi(job, profile, 0.0, 0.0))
-        profile, tau, phi_local = cache[key]
+            known = cache[job.image] = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None)
+        profile, phi_known = known
+        tau = goal_s(job, profile)
+        phi_local = phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0)
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
         # `wants` is shared between jobs with the same request, so it is read-only.

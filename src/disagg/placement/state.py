@@ -232,7 +232,10 @@ class FreeState:
         return models, out
 
     def rollback(self, journal: Journal) -> None:
-        """Give back everything in the journal (a failed gang)."""
+        """Give back everything in the journal (a failed gang). An empty journal changes nothing, so
+        it leaves `version` (and what is cached under it) alone."""
+        if not (journal.cpu or journal.devices or journal.traffic):
+            return
         for m, cpus, mem in journal.cpu:
             self.cpu[m] += cpus
             self.mem[m] += mem
