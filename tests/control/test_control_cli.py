@@ -116,6 +116,8 @@ def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_
         assert ", loop in process " in log
         loop_pid = int(log.split(", loop in process ")[1].split(")")[0])
         assert loop_pid != server.pid and os.getpgid(loop_pid) == server.pid
+        # the loop process yields the cores to the API first (loop_nice, default 5)
+        assert os.getpriority(os.PRIO_PROCESS, loop_pid) == os.getpriority(os.PRIO_PROCESS, server.pid) + 5
         token = log.split("admin token (shown once, keep it): ")[1].split()[0]
         auth = {"Authorization": f"Bearer {token}"}
         job = httpx.post(server.url + "/v1/jobs", headers=auth, json={"name": "x", "command": ["true"]}).json()
@@ -138,3 +140,17 @@ def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_serve_refuses_a_bad_loop_nice_from_the_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("loop_nice: fast\n")
+    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--config", str(cfg)])
+    assert r.exit_code == 2 and "loop_nice: 'fast' is not allowed" in r.output
+
+
+def test_serve_answers_a_cluster_spec_the_loop_process_refuses_with_exit_2(tmp_path: Path) -> None:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("machines: [{name: m0, rack: r0, cpus: -1, memory_gb: 1, uplink_gbps: 10}]\n")
+    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--cluster", str(spec)])
+    assert r.exit_code == 2 and "cpus" in r.output

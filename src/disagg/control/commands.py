@@ -90,6 +90,7 @@ def serve(
     from disagg.control.split import (
         STATUS_FILE,
         LoopLink,
+        LoopStartError,
         start_loop_process,
         stop_loop_process,
         watch_loop_process,
@@ -111,6 +112,8 @@ def serve(
             api_process=api_process,
         )
         get_policy(settings.policy)
+        if not isinstance(settings.loop_nice, int) or not 0 <= settings.loop_nice <= 19:
+            raise _fail(f"loop_nice: {settings.loop_nice!r} is not allowed; use an integer from 0 to 19")
         if settings.api_process:
             loop_pid, wake_fd, note = start_loop_process(
                 lambda ready, failed, fd: _run_loop(settings, ready, failed, fd)
@@ -122,8 +125,8 @@ def serve(
             note = service.reconciled.summary()
     except (SpecError, UnknownPolicyError, TypeError) as exc:
         raise _fail(str(exc)) from None
-    except RuntimeError as exc:  # the loop process could not start; it said why
-        raise _fail(str(exc), 1) from None
+    except LoopStartError as exc:  # the loop process could not start; it said why
+        raise _fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else 1) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = service.store
     if not store.has_admin():
@@ -170,6 +173,10 @@ def _run_loop(settings: Any, ready: Any, failed: Any, wake_fd: int) -> None:
         failed(str(exc))
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.loop_nice:
+        import os
+
+        os.nice(settings.loop_nice)  # requests first when the cores are short (docs/controller.md)
     controller = service.controller
     stopped = threading.Event()
     controller.publish = Publisher(

@@ -41,6 +41,7 @@ class Settings:
     engine: str = "local"              # local | slurm (disagg.engines.registry)
     slurm_site: str | None = None      # engine slurm: the path of the Slurm site.json
     api_process: bool = True           # serve: the REST API in a process apart from the loop (control.split)
+    loop_nice: int = 5                 # serve: the loop process's niceness increment (0: as the API)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def resolved_state_dir(self) -> Path:

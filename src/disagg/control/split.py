@@ -29,6 +29,14 @@ from pathlib import Path
 from typing import Any
 
 STATUS_FILE = "loop-status.json"
+
+
+class LoopStartError(RuntimeError):
+    """The loop process could not start; the message is its own. `bad_input`: it refused the settings."""
+
+    def __init__(self, message: str, bad_input: bool) -> None:
+        super().__init__(message)
+        self.bad_input = bad_input
 PUBLISH_EVERY_S = 0.5
 
 
@@ -85,8 +93,8 @@ def start_loop_process(
     """Fork the loop process; returns (its pid, the write end of its wake pipe, its ready note).
 
     `run_loop(ready, failed, wake_fd)` runs in the child: it opens the service, calls `ready(note)`
-    (or `failed(message)`), then runs the loop until it is told to stop. Raises RuntimeError with
-    the child's message when it could not start.
+    (or `failed(message)`), then runs the loop until it is told to stop. Raises LoopStartError
+    with the child's message when it could not start.
     """
     parent = os.getpid()
     wake_r, wake_w = os.pipe()
@@ -130,7 +138,9 @@ def start_loop_process(
     if not answer.startswith("ok "):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        raise RuntimeError(answer.removeprefix("error ") or "the loop process exited while starting")
+        if answer.startswith("error "):
+            raise LoopStartError(answer.removeprefix("error "), bad_input=True)
+        raise LoopStartError("the loop process exited while starting (its error is in the log)", bad_input=False)
     os.set_blocking(wake_w, False)
     return pid, wake_w, answer.removeprefix("ok ")
 
