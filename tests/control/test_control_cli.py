@@ -80,7 +80,7 @@ def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytes
         assert logs.stdout.startswith("hi iobox0/gpu")
         table = runner.invoke(app, ["jobs"], env={"COLUMNS": "200"})
         assert "hello" in table.stdout and "completed" in table.stdout
-        for cmd, key in (("slices", "slices"), ("machines", "machines"), ("devices", "devices")):
+        for cmd, key in (("slices", "slices"), ("machines", "machines"), ("devices", "devices"), ("links", "links")):
             out = runner.invoke(app, [cmd, "--json"])
             assert out.exit_code == 0 and json.loads(out.stdout)[key]
             assert runner.invoke(app, [cmd]).exit_code == 0

@@ -1,5 +1,5 @@
 """The controller's sub-commands of `disagg`: serve, token create, and the REST clients
-submit / jobs / logs / cancel / slices / machines / devices (Rich tables, or `--json` for scripts).
+submit / jobs / logs / cancel / slices / machines / devices / links (Rich tables, or `--json` for scripts).
 
 Client commands talk to the API at `--url` (or DISAGG_URL) with `--token` (or DISAGG_TOKEN).
 Exit codes: 0 ok, 1 the controller could not be reached or failed, 2 bad input (a 4xx answer).
@@ -424,6 +424,21 @@ def devices(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False
     Console().print(table)
 
 
+def links(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+    """List network links: bandwidth, up or down, the load live slices put on them, and which slices."""
+    data = _call("GET", url, "/v1/links", token)
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(title="links")
+    for col in ("id", "Gbit/s", "state", "load Gbit/s", "use", "slices"):
+        table.add_column(col)
+    for lk in data["links"]:
+        table.add_row(lk["id"], f"{lk['gbps']:g}", lk["state"], f"{lk['load_gbps']:g}",
+                      f"{lk['utilisation']:.0%}", ", ".join(lk["slices"]))
+    Console().print(table)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the controller's commands to the `disagg` app and its `bench` group."""
     from disagg.bench.api import bench_api
@@ -432,7 +447,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
     app.command()(serve)
     app.add_typer(token_app, name="token")
-    for fn in (submit, jobs, logs, cancel, slices, machines, devices):
+    for fn in (submit, jobs, logs, cancel, slices, machines, devices, links):
         app.command()(fn)
     bench_app.command("slices")(bench_slices)
     bench_app.command("api")(bench_api)
