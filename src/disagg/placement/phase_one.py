@@ -302,14 +302,15 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     direct = flow_lists(pref[0], pref[1], pref[3], flows[net.block("class->machine")])
     common = flow_lists(shared[0], shared[1], shared[3], flows[net.block("X->machine")])
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
-    survivors: list[JobState] = []
     none: list[list[int]] = []
+    sources = [(direct.get(c, none), common.get(shape_of.get(c, -1), none)) for c in range(len(cls.representative))]
+    survivors: list[JobState] = []
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
             explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), opts)
             continue
-        if assign(state, js, (direct.get(c, none), common.get(shape_of.get(c, -1), none)), opts.remote):
+        if assign(state, js, sources[c], opts.remote):
             survivors.append(js)
     return survivors
 
