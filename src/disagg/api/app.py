@@ -301,7 +301,12 @@ def create_app(controller: Controller) -> FastAPI:
         return {"links": store.links_view()}
 
     LinkId = Annotated[
-        str, Path(max_length=160, description="A link id: up:<machine or pool>, or rack:<rack>.")
+        str,
+        Path(
+            max_length=160,
+            description="A link id: up:<machine or pool>, or rack:<rack>.",
+            examples=["up:iobox0", "rack:r0"],
+        ),
     ]
 
     def link_action(link_id: str, action: str) -> dict[str, Any]:
