@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -68,10 +68,13 @@ class _Round:
 
 def _best_round(chosen: Policy, cluster: Cluster, queue: list[Job], seed: int, repeat: int,
                 clock: Clock) -> _Round:
+    """Each round gets a snapshot of its own (the same parts, as the simulator and the controller
+    build one per round), so no round reuses the indexes a snapshot builds on first use."""
     best: _Round | None = None
     for _ in range(max(1, repeat)):
+        snapshot = replace(cluster)
         cpu_start = time.process_time()
-        decisions = chosen.place(cluster, queue, 0.0, np.random.default_rng(seed), clock=clock)
+        decisions = chosen.place(snapshot, queue, 0.0, np.random.default_rng(seed), clock=clock)
         cpu_s = time.process_time() - cpu_start
         if best is None or decisions.timings["round_s"] < best.round_s:
             best = _Round(decisions.timings["round_s"], cpu_s, decisions)

@@ -10,13 +10,14 @@ surviving jobs into decisions. See README.md in this folder for the networks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
 from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
-from disagg.placement.decisions import Decisions, JobPlacement, Reason, TaskPlacement, Unplaced
+from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Refusal, admit, order_queue
@@ -165,29 +166,39 @@ class FlowPlacer:
 
     # -- decisions ---------------------------------------------------------------------------------
 
+    def _remote_task(self, state: FreeState, js: JobState, ti: int, machine: str,
+                     grants: tuple[DeviceGrant, ...]) -> TaskPlacement:
+        """A task of a job with remote devices: its expected time counts its own remote share (and,
+        NA, the load of the busiest link its devices use)."""
+        job = js.job
+        n_remote = sum(1 for g in grants if g.remote)
+        expected = js.phi_local
+        if n_remote:
+            load = 0.0
+            if self.options.network_aware:
+                load = state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
+            expected = phi(job, js.profile, n_remote / len(grants), load)
+        return TaskPlacement(f"{job.name}/{ti}", machine, job.tasks.cpus, job.tasks.memory_gb, grants,
+                             round(expected, 3))
+
     def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
                    refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
         names = [m.name for m in state.cluster.machines]
         placed_names = {js.job.name for js in placed}
         by_name = {js.job.name: js for js in jobs}
         out_placed: list[JobPlacement] = []
-        for js in sorted(placed, key=lambda s: s.order):
+        for js in sorted(placed, key=attrgetter("order")):
             job = js.job
-            t = job.tasks
+            name, t = job.name, job.tasks
             cpus, memory_gb = t.cpus, t.memory_gb
-            local = round(js.phi_local, 3)
-            tasks = []
-            for ti, (m, task_grants) in enumerate(zip(js.machines, js.grants, strict=True)):
-                grants = tuple(task_grants)
-                expected = local
-                if js.remote and any(g.remote for g in grants):
-                    load = 0.0
-                    if self.options.network_aware:
-                        load = state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
-                    n_remote = sum(1 for g in grants if g.remote)
-                    expected = round(phi(job, js.profile, n_remote / len(grants), load), 3)
-                tasks.append(TaskPlacement(f"{job.name}/{ti}", names[m], cpus, memory_gb, grants, expected))
-            out_placed.append(JobPlacement(job.name, tuple(tasks)))
+            if js.remote:
+                tasks = tuple([self._remote_task(state, js, ti, names[m], tuple(grants))
+                               for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
+            else:
+                local = round(js.phi_local, 3)
+                tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, tuple(grants), local)
+                               for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
+            out_placed.append(JobPlacement(name, tasks))
         out_unplaced: list[Unplaced] = []
         for job in ordered:
             if job.name in placed_names:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -17,8 +18,10 @@ from disagg.placement.state import FreeState
 
 
 def order_queue(queue: Sequence[Job], now: float) -> list[Job]:
-    """Longest total wait first; ties by submit time, then name (deterministic)."""
-    return sorted(queue, key=lambda j: (-(now - j.submit_s), j.submit_s, j.name))
+    """Longest total wait first; ties by submit time, then name (deterministic). The total wait
+    `now - submit_s` falls as `submit_s` rises, so this is the order of (submit_s, name); `now` is
+    kept in the signature because the order is defined by the wait."""
+    return sorted(queue, key=attrgetter("submit_s", "name"))
 
 
 @dataclass(frozen=True)

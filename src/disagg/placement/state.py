@@ -110,11 +110,11 @@ class FreeState:
                                                     count=n))
         gbps = np.fromiter(map(attrgetter("network_gbps"), allocations), dtype=np.float64, count=n)
         np.add.at(self.link_used, where, gbps)
-        by_id = cl.device_by_id
         for i in np.nonzero(gbps > 0)[0].tolist():
             a = allocations[i]
             if not a.devices:
                 continue
+            by_id = cl.device_by_id  # built on first use: most allocations hold no remote devices
             remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
             for loc in remote:
                 for link in self.path(int(where[i]), cl.location_index[loc])[1:]:
