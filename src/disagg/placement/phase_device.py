@@ -225,27 +225,21 @@ def decode(state: FreeState, jobs: list[JobState], phase: DevicePhase, flows: In
         cl = flows[net.block(f"cross->loc:{mi}")]
         remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
 
-    # The rest task by task, in queue order (jobs come in queue order, their tasks in a row).
-    first_task: dict[int, int] = {}
-    for i, (js, _) in enumerate(tasks.owners):
-        first_task.setdefault(id(js), i)
-    done_list = done.tolist()
-    for js in jobs:
-        start = first_task[id(js)]
-        for i in range(start, start + len(js.machines)):
-            if js.failure is not None:
-                break
-            if done_list[i]:
-                continue
-            if f_unsched[i] > 0:
-                explain(state, js, kind, int(own[i]), int(want[i]), int(phase.best_cost[i]), int(tasks.u_cost[i]),
-                        bool(phase.remote.slo_blocked[i]), opts)
-                break
-            rack = int(state.loc_rack[own[i]])
-            wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
-                       remote_lists.get((src, rack if src == "rack" else 0, mi), []))
-                      for src, mi, count in given.get(i, [])]
-            grant(state, js, tasks.owners[i][1], kind, int(own[i]), wanted, opts)
+    # The rest task by task, in queue order (jobs come in queue order, their tasks in a row); a job
+    # that has failed skips its remaining tasks.
+    for i in np.nonzero(~done)[0].tolist():
+        js, ti = tasks.owners[i]
+        if js.failure is not None:
+            continue
+        if f_unsched[i] > 0:
+            explain(state, js, kind, int(own[i]), int(want[i]), int(phase.best_cost[i]), int(tasks.u_cost[i]),
+                    bool(phase.remote.slo_blocked[i]), opts)
+            continue
+        rack = int(state.loc_rack[own[i]])
+        wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
+                   remote_lists.get((src, rack if src == "rack" else 0, mi), []))
+                  for src, mi, count in given.get(i, [])]
+        grant(state, js, ti, kind, int(own[i]), wanted, opts)
 
 
 def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]], own: IntArray, want: IntArray,
