@@ -16,5 +16,7 @@ cat <<'MSG'
      export DISAGG_URL=http://127.0.0.1:8080 DISAGG_TOKEN=<the admin token>
      .venv/bin/disagg submit hello --image rodinia/nw --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
      .venv/bin/disagg jobs; .venv/bin/disagg slices; .venv/bin/disagg devices
+   At the seed's latencies a slice takes about 40 s to compose (attach 4 s, launch-machine 30 s, ...);
+   `bash scripts/demo.sh --latency-scale 0.05` runs the emulated fabric 20x faster.
 MSG
 exec .venv/bin/disagg serve "$@"
