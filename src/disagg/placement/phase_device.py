@@ -15,7 +15,7 @@ get all its devices fails its job (gang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,11 +59,11 @@ def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int, t
     model_of = {m: i for i, m in enumerate(models)}
     pinned_job = np.full(len(jobs), -1, dtype=np.int64)
     for i, js in enumerate(jobs):
-        if kind in js.job.tasks.models:
+        if js.shape[3] and kind in js.job.tasks.models:  # shape[3]: the request's pinned models
             pinned_job[i] = model_of.get(js.job.tasks.models[kind], -2)
     return Tasks(
         owners=owners,
-        own=np.fromiter((m for js in jobs for m in js.machines), dtype=np.int64, count=len(owners)),
+        own=np.fromiter(chain.from_iterable(js.machines for js in jobs), dtype=np.int64, count=len(owners)),
         want=np.repeat(np.array([js.wants[kind] for js in jobs], dtype=np.int64), per_task),
         tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
         u_cost=unscheduled_cost(tau, z, table.waits[rows]) + age_bonus(table.order[rows], queue_len),
