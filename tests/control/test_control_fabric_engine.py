@@ -188,3 +188,32 @@ def test_exit_codes_and_stderr_are_kept(tmp_path: Path) -> None:
     assert st.exit_code == 3
     assert "out" in engine.logs(handle) and "oops" in engine.logs(handle)
     assert engine.status("s-nope").state == "lost"
+
+
+def test_a_runner_caught_writing_its_claim_is_not_taken_for_dead(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner creates `started` empty and writes its pid into it a moment later. A status look that
+    read it empty and then again with the pid called the live runner dead ("lost"): the loop tore its
+    slice down, killed the job and ran it again on another slice (the kill -9 trials' "ran twice")."""
+    engine = LocalEngine(tmp_path / "tasks")
+    handle = engine.prepare_task(_spec("s-6", ["sleep", "30"]))
+    engine.launch_task(handle)
+    started = tmp_path / "tasks" / handle / "started"
+    wait_for(lambda: started.exists() and '"pid"' in started.read_text(), what="the runner to claim the job")
+    real_read = Path.read_text
+    looks: list[Path] = []
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if self == started:
+            looks.append(self)
+            if len(looks) == 1:
+                return ""  # the first look lands between the runner's create and its write
+        return real_read(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert engine.status(handle).state == "running"
+    assert looks
+    monkeypatch.undo()
+    assert engine.status(handle).state == "running"
+    engine.cancel(handle)
+    assert engine.status(handle).state == "cancelled"

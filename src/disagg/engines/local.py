@@ -124,14 +124,7 @@ class LocalEngine(Engine):
 
     def _runner(self, d: Path) -> int | None:
         """The pid of the live runner of a job directory, if any (pid reuse and zombies excluded)."""
-        try:
-            info = json.loads((d / "started").read_text())
-        except (OSError, ValueError):
-            return None
-        if "pid" not in info:
-            return None
-        alive = start_ticks(int(info["pid"]))
-        return int(info["pid"]) if alive is not None and alive == info.get("start") else None
+        return _live_runner(_read_claim(d) or {})
 
     def status(self, handle: str) -> TaskStatus:
         d = self._dir(handle)
@@ -141,22 +134,21 @@ class LocalEngine(Engine):
         exit_status = _read_exit(d)
         if exit_status is not None:
             return exit_status
-        started = d / "started"
-        if started.exists():
-            if self._runner(d) is not None:
-                return TaskStatus("running")
-            exit_status = _read_exit(d)  # it may have ended between the two looks
-            if exit_status is not None:
-                return exit_status
-            try:
-                info = json.loads(started.read_text())
-            except (OSError, ValueError):
-                info = {}
+        # `started` is read once and judged as read: the runner creates it empty and writes its pid a
+        # moment later, so a second read could show the pid that the first look did not check (a live
+        # runner taken for a dead one, its slice torn down, its job killed and run again elsewhere)
+        info = _read_claim(d)
+        if info is not None:
+            if "pid" in info:
+                if _live_runner(info) is not None:
+                    return TaskStatus("running")
+                exit_status = _read_exit(d)  # it may have ended between the two looks
+                if exit_status is not None:
+                    return exit_status
+                return TaskStatus("lost", detail="the runner died without an exit status")
             if info.get("cancelled"):
-                return TaskStatus("cancelled")
-            if "pid" not in info:  # the runner is writing its claim right now
-                return TaskStatus("running")
-            return TaskStatus("lost", detail="the runner died without an exit status")
+                return _read_exit(d) or TaskStatus("cancelled")
+            return TaskStatus("running")  # the runner is writing its claim right now
         launched = d / "launched"
         if launched.exists() and time.time() - launched.stat().st_mtime > START_GRACE_S:
             return TaskStatus("lost", detail="launched but never started")
@@ -189,12 +181,9 @@ class LocalEngine(Engine):
         two would find no pid and let the job run on. Wait for the pid (or for the runner's end)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            try:
-                info = json.loads((d / "started").read_text())
-            except (OSError, ValueError):
-                info = {}
+            info = _read_claim(d) or {}
             if "pid" in info or info.get("cancelled") or _read_exit(d) is not None:
-                return self._runner(d)
+                return _live_runner(info)
             time.sleep(0.01)
         return self._runner(d)
 
@@ -221,6 +210,30 @@ class LocalEngine(Engine):
     def close(self) -> None:
         for handle in list(self._children):
             self._reap(handle)
+
+
+def _read_claim(d: Path) -> dict[str, object] | None:
+    """What `started` says: None when there is no such file, {} while its writer has not written it whole."""
+    try:
+        text = (d / "started").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return {}
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _live_runner(info: dict[str, object]) -> int | None:
+    """The runner's pid from its claim, if that process still lives (pid reuse and zombies excluded)."""
+    pid = info.get("pid")
+    if not isinstance(pid, int):
+        return None
+    alive = start_ticks(pid)
+    return pid if alive is not None and alive == info.get("start") else None
 
 
 def _read_exit(d: Path) -> TaskStatus | None:
