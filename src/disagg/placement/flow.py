@@ -154,7 +154,7 @@ class FlowPlacer:
                                                                                   self._queue_len, self._table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep(kind, phase.net, flows)
-        self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, jobs, phase, flows, self.options))
+        self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, phase, flows, self.options))
 
     @staticmethod
     def _timed(timings: Timings, clock: Clock, field: str, step: Callable[[], T]) -> T:

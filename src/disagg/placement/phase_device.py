@@ -189,7 +189,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
     return phase
 
 
-def decode(state: FreeState, jobs: list[JobState], phase: DevicePhase, flows: IntArray, opts: FlowOptions) -> None:
+def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOptions) -> None:
     """Hand out devices in queue order; a task that cannot get all its devices fails its whole job."""
     net, tasks, kind = phase.net, phase.tasks, phase.kind
     n_tasks, n_models = len(tasks.owners), len(phase.models)

@@ -34,6 +34,7 @@ from disagg.placement.jobstate import (
     request,
 )
 from disagg.placement.network import FlowNetwork
+from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
@@ -116,9 +117,7 @@ def fit_counts(state: FreeState, js: JobState, local_free: dict[str, IntArray], 
     devices; with remote devices, no more than its own free devices plus what its uplink can carry
     at `min_gbps` (the least any class of the shape draws per remote device) serve."""
     t = js.job.tasks
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fit = np.minimum(np.floor((state.cpu + 1e-9) / t.cpus), np.floor((state.mem + 1e-9) / t.memory_gb))
-    out: IntArray = np.maximum(fit, 0).astype(np.int64)
+    out: IntArray = task_fit_counts(state, t.cpus, t.memory_gb)
     if not t.kinds:
         return out
     local_fit = out.copy()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
+from numpy.typing import NDArray
 
 from disagg.model import Job
 from disagg.placement.decisions import Reason
@@ -30,7 +31,7 @@ class Refusal:
     message: str
 
 
-def task_fit_counts(state: FreeState, cpus: float, mem: float) -> np.ndarray:
+def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int64]:
     """How many tasks of this shape each machine can take now (cpu and memory only)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         by_cpu = np.floor((state.cpu + 1e-9) / cpus)

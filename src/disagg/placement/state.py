@@ -86,13 +86,12 @@ class FreeState:
             self.free_count[k] = counts
             self.size[k] = counts.copy()
         self._apply_allocations()
-        #: Bumped whenever free devices or link usage change; `reachable` answers cached under one
-        #: version stay valid (cpu and memory do not enter them).
+        #: Bumped whenever free devices or link usage change; what `reachable` and `machines_with_local`
+        #: cached under one version stays valid (cpu and memory do not enter them).
         self.version = 0
+        self._cached_version = -1
         self._reach: dict[tuple[str, int, float], int] = {}
-        self._reach_version = -1
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
-        self._local_version = -1
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -153,9 +152,6 @@ class FreeState:
 
     def link_load(self) -> FloatArray:
         return self.link_used / self.link_cap
-
-    def fits(self, m: int, cpus: float, mem: float) -> bool:
-        return bool(self.cpu.item(m) + _EPS >= cpus and self.mem.item(m) + _EPS >= mem)
 
     def take_cpu(self, m: int, cpus: float, mem: float, journal: Journal) -> bool:
         # Plain floats (`item`): the decoders call this once per task, and numpy scalars cost more.
@@ -272,13 +268,18 @@ class FreeState:
     def reachable(self, kind: str, own: int, gbps: float) -> int:
         """Free devices of `kind` a task on location `own` could use: its own, plus remote ones whose
         path has `gbps` of headroom on every link."""
-        if self._reach_version != self.version:
-            self._reach.clear()
-            self._reach_version = self.version
+        self._drop_stale_caches()
         key = (kind, own, gbps)
         if key not in self._reach:
             self._reach[key] = self._reachable(kind, own, gbps)
         return self._reach[key]
+
+    def _drop_stale_caches(self) -> None:
+        """Forget what was cached about devices and links under an older `version`."""
+        if self._cached_version != self.version:
+            self._reach.clear()
+            self._local.clear()
+            self._cached_version = self.version
 
     def _reachable(self, kind: str, own: int, gbps: float) -> int:
         free = self.free_count.get(kind)
@@ -305,9 +306,7 @@ class FreeState:
         `(cpus, memory_gb, ((kind, count), ...), ((kind, model), ...))`. Cached while no device is
         taken or given back: a decoder asks once per over-filled task, and a mask over every machine
         per kind is the expensive part."""
-        if self._local_version != self.version:
-            self._local.clear()
-            self._local_version = self.version
+        self._drop_stale_caches()
         key = (shape[2], shape[3])
         found = self._local.get(key)
         if found is None:
