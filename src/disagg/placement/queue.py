@@ -77,43 +77,40 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
             fits = task_fit_counts(state, t.cpus, t.memory_gb)
             shape_fit[shape] = (int(fits.sum()), float(state.cpu.max(initial=0)), float(state.mem.max(initial=0)))
         total_fit, best_cpu, best_mem = shape_fit[shape]
+        need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
+        wanted = requests.get(ask)
+        if wanted is None:
+            wanted = requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
+                                      for kind, n in t.devices.items() if n > 0]
+        short = None
         if total_fit < t.count:
             key: tuple[object, ...] = ("fit", t.count, shape)
             if key not in said:
                 said[key] = Refusal(Reason.NO_CAPACITY, (
                     f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
                     f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
-            refused[job.name] = said[key]
-            last[ask] = (len(taken), said[key])
-            continue
-        need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
-        if need_cpu > left_cpu + 1e-9 or need_mem > left_mem + 1e-9:
+            short = said[key]
+        elif need_cpu > left_cpu + 1e-9 or need_mem > left_mem + 1e-9:
             key = ("left", need_cpu, need_mem, left_cpu, left_mem)
             if key not in said:
                 said[key] = Refusal(Reason.CONTENTION, (
                     f"needs {need_cpu:g} cpus and {need_mem:g} GB; {left_cpu:g} cpus and {left_mem:g} GB "
                     f"are left after the jobs ahead of it in the queue"))
-            refused[job.name] = said[key]
-            last[ask] = (len(taken), said[key])
-            continue
-        short = None
-        wanted = requests.get(ask)
-        if wanted is None:
-            wanted = requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
-                                      for kind, n in t.devices.items() if n > 0]
-        for kind, need, dev in wanted:
-            if dev not in left_dev:
-                left_dev[dev] = free_dev[dev] = state.total_free(kind, dev[1])
-            if need > left_dev[dev]:
-                key = ("dev", need, dev, left_dev[dev])
-                if key not in said:
-                    what = f"{kind} ({dev[1]})" if dev[1] else kind
-                    total = free_dev[dev]
-                    said[key] = Refusal(Reason.NO_DEVICES if need > total else Reason.CONTENTION,
-                                        f"needs {need} {what}; {total} free, {left_dev[dev]} left after the jobs "
-                                        f"ahead of it in the queue")
-                short = said[key]
-                break
+            short = said[key]
+        else:
+            for kind, need, dev in wanted:
+                if dev not in left_dev:
+                    left_dev[dev] = free_dev[dev] = state.total_free(kind, dev[1])
+                if need > left_dev[dev]:
+                    key = ("dev", need, dev, left_dev[dev])
+                    if key not in said:
+                        what = f"{kind} ({dev[1]})" if dev[1] else kind
+                        total = free_dev[dev]
+                        said[key] = Refusal(Reason.NO_DEVICES if need > total else Reason.CONTENTION,
+                                            f"needs {need} {what}; {total} free, {left_dev[dev]} left after the "
+                                            f"jobs ahead of it in the queue")
+                    short = said[key]
+                    break
         if short is not None:
             refused[job.name] = short
             last[ask] = (len(taken), short)
