@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import httpx
@@ -240,6 +241,16 @@ def _call(method: str, url: str, path: str, token: str | None, headers: dict[str
     return r.json()
 
 
+def _print_table(title: str, columns: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> None:
+    """A Rich table of one listing (`slices`, `machines`, `devices`, `links`)."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -373,19 +384,11 @@ def slices(
     if as_json:
         _print_json(data)
         return
-    table = Table(title="slices")
-    for col in ("id", "job", "state", "outcome", "machines", "devices"):
-        table.add_column(col)
-    for s in data["slices"]:
-        table.add_row(
-            s["id"],
-            s["job"],
-            s["state"],
-            s["outcome"] or "",
-            ", ".join(f"{m['name']}@{m['host']}" for m in s["machines"]),
-            ", ".join(d for m in s["machines"] for d in m["devices"]),
-        )
-    Console().print(table)
+    _print_table("slices", ("id", "job", "state", "outcome", "machines", "devices"), (
+        (s["id"], s["job"], s["state"], s["outcome"] or "",
+         ", ".join(f"{m['name']}@{m['host']}" for m in s["machines"]),
+         ", ".join(d for m in s["machines"] for d in m["devices"]))
+        for s in data["slices"]))
 
 
 def machines(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
@@ -394,20 +397,9 @@ def machines(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = Fals
     if as_json:
         _print_json(data)
         return
-    table = Table(title="machines")
-    for col in ("id", "kind", "rack", "state", "cpus", "memory GB", "slices"):
-        table.add_column(col)
-    for m in data["machines"]:
-        table.add_row(
-            m["id"],
-            m["kind"],
-            m["location"],
-            m["state"],
-            f"{m['cpus']:g}",
-            f"{m['memory_gb']:g}",
-            ", ".join(m["slices"]),
-        )
-    Console().print(table)
+    _print_table("machines", ("id", "kind", "rack", "state", "cpus", "memory GB", "slices"), (
+        (m["id"], m["kind"], m["location"], m["state"], f"{m['cpus']:g}", f"{m['memory_gb']:g}", ", ".join(m["slices"]))
+        for m in data["machines"]))
 
 
 def devices(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
@@ -416,12 +408,8 @@ def devices(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False
     if as_json:
         _print_json(data)
         return
-    table = Table(title="devices")
-    for col in ("id", "kind", "model", "location", "state", "slice"):
-        table.add_column(col)
-    for d in data["devices"]:
-        table.add_row(d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"] or "")
-    Console().print(table)
+    _print_table("devices", ("id", "kind", "model", "location", "state", "slice"), (
+        (d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"] or "") for d in data["devices"]))
 
 
 def links(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
@@ -430,13 +418,10 @@ def links(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) 
     if as_json:
         _print_json(data)
         return
-    table = Table(title="links")
-    for col in ("id", "Gbit/s", "state", "load Gbit/s", "use", "slices"):
-        table.add_column(col)
-    for lk in data["links"]:
-        table.add_row(lk["id"], f"{lk['gbps']:g}", lk["state"], f"{lk['load_gbps']:g}",
-                      f"{lk['utilisation']:.0%}", ", ".join(lk["slices"]))
-    Console().print(table)
+    _print_table("links", ("id", "Gbit/s", "state", "load Gbit/s", "use", "slices"), (
+        (lk["id"], f"{lk['gbps']:g}", lk["state"], f"{lk['load_gbps']:g}", f"{lk['utilisation']:.0%}",
+         ", ".join(lk["slices"]))
+        for lk in data["links"]))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
