@@ -55,9 +55,14 @@ def test_serve_rejects_a_bad_policy_with_exit_2(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "unknown policy 'nope'" in r.output
 
 
-def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def fast_server(tmp_path: Path) -> Server:
+    """A `disagg serve` on SQLite in `tmp_path` with the emulated testbed 500x faster."""
     db = f"sqlite:///{tmp_path / 'd.db'}"
-    server = Server(tmp_path, db, ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"])
+    return Server(tmp_path, db, ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"])
+
+
+def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = fast_server(tmp_path)
     server.start()
     try:
         server.ready()
@@ -107,8 +112,7 @@ def test_a_client_without_a_server_exits_1(monkeypatch: pytest.MonkeyPatch) -> N
 def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_path: Path) -> None:
     import httpx
 
-    db = f"sqlite:///{tmp_path / 'd.db'}"
-    server = Server(tmp_path, db, ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"])
+    server = fast_server(tmp_path)
     server.start()
     try:
         server.ready()
