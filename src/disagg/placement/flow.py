@@ -10,6 +10,7 @@ surviving jobs into decisions. See README.md in this folder for the networks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TypeVar
 
@@ -30,6 +31,16 @@ __all__ = ["FlowOptions", "FlowPlacer"]
 T = TypeVar("T")
 
 
+@dataclass
+class _JobStateCache:
+    """What job states of one round share: per image its profile and (known profiles) local time,
+    per request its device and model parts."""
+
+    profiles: dict[str, tuple[Profile, float | None]] = field(default_factory=dict)
+    requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...], tuple[object, ...]]] = field(
+        default_factory=dict)
+
+
 class FlowPlacer:
     """Runs the phases for a set of options. Stateless between rounds: all state is per call."""
 
@@ -37,7 +48,6 @@ class FlowPlacer:
         self.options = options
         self._queue_len = 0
         self._table = JobTable.of([])
-        self._requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...], tuple[object, ...]]] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -64,10 +74,9 @@ class FlowPlacer:
         state = FreeState(snapshot)
         ordered = order_queue(queue, now)
         admitted, refused = admit(state, ordered)
-        profiles: dict[str, tuple[Profile, float | None]] = {}
+        cache = _JobStateCache()
         position = {j.name: i for i, j in enumerate(ordered)}
-        self._requests = {}
-        jobs = [self._job_state(j, position[j.name], profiles) for j in admitted]
+        jobs = [self._job_state(j, position[j.name], cache) for j in admitted]
         self._table = JobTable.of(jobs)
         self._queue_len = len(ordered)
         timings.build_s += clock() - start
@@ -96,7 +105,7 @@ class FlowPlacer:
             for j in more:
                 del refused[j.name]
             refused.update(still)
-            fresh = [self._job_state(j, position[j.name], profiles) for j in more]
+            fresh = [self._job_state(j, position[j.name], cache) for j in more]
             jobs += fresh
             if fresh:
                 self._table = JobTable.of(jobs)
@@ -116,13 +125,14 @@ class FlowPlacer:
             stats={"admitted": len(jobs), "iterations": iterations},
         )
 
-    def _job_state(self, job: Job, order: int, cache: dict[str, tuple[Profile, float | None]]) -> JobState:
+    @staticmethod
+    def _job_state(job: Job, order: int, cache: _JobStateCache) -> JobState:
         # A known profile's local time does not depend on the job's SLO (an unknown one's is its τ),
         # so one entry per image serves a queue whose jobs each have their own SLO.
-        known = cache.get(job.image)
+        known = cache.profiles.get(job.image)
         if known is None:
             profile = profile_of(job)
-            known = cache[job.image] = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None)
+            known = cache.profiles[job.image] = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None)
         profile, phi_known = known
         tau = goal_s(job, profile)
         phi_local = phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0)
@@ -130,11 +140,11 @@ class FlowPlacer:
         # Requests repeat across a queue: their device and model parts are worked out once per round.
         # `wants` is shared between jobs with the same request, so it is read-only.
         request_key = (tuple(t.devices.items()), tuple(t.models.items()))
-        parts = self._requests.get(request_key)
+        parts = cache.requests.get(request_key)
         if parts is None:
             wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
             parts = (wanted, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
-            self._requests[request_key] = parts
+            cache.requests[request_key] = parts
         wants, devices, models = parts
         shape = (t.cpus, t.memory_gb, devices, models)
         return JobState(job=job, order=order, profile=profile, tau=tau, z=job.importance,
