@@ -89,3 +89,30 @@ def test_waiting_longer_never_makes_waiting_win(cluster: Cluster, queue: list[Jo
         if first.placed and not later.placed:
             (why,) = later.unplaced
             assert why.reason in (Reason.NO_BANDWIDTH, Reason.NO_DEVICES), why
+
+
+@st.composite
+def long_queues(draw: st.DrawFn) -> list[Job]:
+    """Longer queues than `queues`, with requests shared between jobs and fractional memory, so that
+    what is left runs out part way along the queue."""
+    shared = [TaskRequest(draw(st.integers(1, 3)), draw(st.sampled_from([0.5, 1, 3])),
+                          draw(st.sampled_from([0.1, 0.3, 7.7, 16.0])),
+                          {"gpu": draw(st.integers(0, 2))} if draw(st.booleans()) else {},
+                          {"gpu": "K80"} if draw(st.booleans()) else {})
+              for _ in range(draw(st.integers(1, 4)))]
+    return [Job(f"j{i}", "rodinia/nw", draw(st.sampled_from(shared)), submit_s=float(i))
+            for i in range(draw(st.integers(0, 40)))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=clusters(), queue=long_queues())
+def test_admission_takes_the_head_at_once_as_the_walk_would(cluster: Cluster, queue: list[Job]) -> None:
+    """Admission decides the queue's head with running sums; it must take and refuse exactly what the
+    job-by-job walk does, with the same reasons."""
+    from disagg.placement.queue import admit
+    from disagg.placement.state import FreeState
+
+    at_once = admit(FreeState(cluster), queue)
+    walked = admit(FreeState(cluster), queue, vectorised=False)
+    assert [j.name for j in at_once[0]] == [j.name for j in walked[0]]
+    assert at_once[1] == walked[1]

@@ -6,16 +6,19 @@ from the queue, and to prevent starvation, the queue is sorted by the total wait
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.model import Job
+from disagg.model import Job, TaskRequest
 from disagg.placement.decisions import Reason
 from disagg.placement.state import FreeState
+
+IntArray = NDArray[np.int64]
 
 
 def order_queue(queue: Sequence[Job], now: float) -> list[Job]:
@@ -39,58 +42,176 @@ def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int
     return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
 
 
-def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str, Refusal]]:
+def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True) -> tuple[list[Job], dict[str, Refusal]]:
     """Split the ordered queue into the jobs this round considers and those refused, with why.
 
     A job is considered when (a) one of its tasks fits on some machine now, its gang fits in the
     sum of what machines can take, and (b) the cluster-wide free cpus, memory and devices left after
     the jobs ahead of it cover it. Necessary, not sufficient: the flow decides the rest.
 
+    The queue's head, up to the first job that what is left cannot cover, is decided at once with
+    running sums (`vectorised`; a queue that fits is all head); the rest job by job. Both give the
+    same answer (a test checks): the head only takes the jobs the walk would take.
+    """
+    admission = _Admission(state)
+    first = admission.take_head(ordered) if vectorised else 0
+    for job in ordered[first:]:
+        admission.consider(job)
+    return admission.taken, admission.refused
+
+
+#: How far below what is left a running sum must stay for the head to take a job without the walk:
+#: the walk subtracts job by job, the running sum adds, and the two may round differently.
+_HEAD_MARGIN = 1e-6
+
+
+class _Admission:
+    """What is left as the queue is walked, and the refusals made so far.
+
     A long queue on a full cluster refuses thousands of jobs for the same few reasons, so refusals
     are made once per distinct reason and shared.
     """
-    left_cpu = float(state.cpu.sum())
-    left_mem = float(state.mem.sum())
-    left_dev: dict[tuple[str, str | None], int] = {}
-    free_dev: dict[tuple[str, str | None], int] = {}
-    shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
-    said: dict[tuple[object, ...], Refusal] = {}
-    # The devices a request needs in all, per (kind, model): requests repeat along a queue.
-    requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
-    taken: list[Job] = []
-    refused: dict[str, Refusal] = {}
-    # What is left moves only when a job is taken, so until then a job asking for what an earlier one
-    # was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
-    last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
-    asks: dict[int, tuple[object, ...]] = {}  # by id(): jobs often share one request object
-    for job in ordered:
-        t = job.tasks
-        ask = asks.get(id(t))
+
+    def __init__(self, state: FreeState) -> None:
+        self.state = state
+        self.left_cpu = float(state.cpu.sum())
+        self.left_mem = float(state.mem.sum())
+        self.left_dev: dict[tuple[str, str | None], int] = {}
+        self.free_dev: dict[tuple[str, str | None], int] = {}
+        self.shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
+        self.said: dict[tuple[object, ...], Refusal] = {}
+        # The devices a request needs in all, per (kind, model): requests repeat along a queue.
+        self.requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
+        self.taken: list[Job] = []
+        self.refused: dict[str, Refusal] = {}
+        # What is left moves only when a job is taken, so until then a job asking for what an earlier
+        # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
+        self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
+        self.asks: dict[int, tuple[object, ...]] = {}  # by id(): jobs often share one request object
+
+    def ask(self, t: TaskRequest) -> tuple[object, ...]:
+        ask = self.asks.get(id(t))
         if ask is None:
-            ask = asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()))
-        seen = last.get(ask)
-        if seen is not None and seen[0] == len(taken):
-            refused[job.name] = seen[1]
-            continue
-        shape = (t.cpus, t.memory_gb)
-        if shape not in shape_fit:
-            fits = task_fit_counts(state, t.cpus, t.memory_gb)
-            shape_fit[shape] = (int(fits.sum()), float(state.cpu.max(initial=0)), float(state.mem.max(initial=0)))
-        total_fit, best_cpu, best_mem = shape_fit[shape]
+            ask = self.asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
+                                      tuple(t.models.items()))
+        return ask
+
+    def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
+        """How many tasks of a shape the machines can take now, and the most free on one machine."""
+        shape = (cpus, memory_gb)
+        found = self.shape_fit.get(shape)
+        if found is None:
+            state = self.state
+            fits = task_fit_counts(state, cpus, memory_gb)
+            found = self.shape_fit[shape] = (int(fits.sum()), float(state.cpu.max(initial=0)),
+                                             float(state.mem.max(initial=0)))
+        return found
+
+    def wanted(self, ask: tuple[object, ...], t: TaskRequest) -> list[tuple[str, int, tuple[str, str | None]]]:
+        found = self.requests.get(ask)
+        if found is None:
+            found = self.requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
+                                          for kind, n in t.devices.items() if n > 0]
+        return found
+
+    def device_left(self, dev: tuple[str, str | None]) -> int:
+        if dev not in self.left_dev:
+            self.left_dev[dev] = self.free_dev[dev] = self.state.total_free(dev[0], dev[1])
+        return self.left_dev[dev]
+
+    def take(self, job: Job, wanted: list[tuple[str, int, tuple[str, str | None]]]) -> None:
+        t = job.tasks
+        self.left_cpu -= t.count * t.cpus
+        self.left_mem -= t.count * t.memory_gb
+        for _, need, dev in wanted:
+            self.left_dev[dev] -= need
+        self.taken.append(job)
+
+    def take_head(self, ordered: Sequence[Job]) -> int:
+        """Decide the queue's head at once: the jobs before the first one whose running sums of
+        cpus, memory or devices (over the jobs that fit on the machines at all) reach what is left.
+        Returns how many jobs it decided."""
+        n = len(ordered)
+        if n == 0:
+            return 0
+        requests = list(map(attrgetter("tasks"), ordered))
+        count = np.fromiter(map(attrgetter("count"), requests), dtype=np.float64, count=n)
+        cpus = np.fromiter(map(attrgetter("cpus"), requests), dtype=np.float64, count=n)
+        memory = np.fromiter(map(attrgetter("memory_gb"), requests), dtype=np.float64, count=n)
+        # Does a job's gang fit on the machines at all (per distinct task shape)?
+        cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
+        mem_values, mem_of = np.unique(memory, return_inverse=True)
+        shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
+        per_cpu = len(mem_values)
+        shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))[0]
+                              for s in shapes.tolist()], dtype=np.float64)
+        ok = shape_fit[shape_of] >= count
+        need_cpu, need_mem = count * cpus, count * memory
+        over = np.zeros(n, dtype=bool)
+        for need, left in ((need_cpu, self.left_cpu), (need_mem, self.left_mem)):
+            over |= np.cumsum(np.where(ok, need, 0.0)) > left - _HEAD_MARGIN * max(1.0, abs(left))
+        need_dev = self._device_needs(requests, count)
+        for dev, need_d in need_dev.items():
+            over |= np.cumsum(np.where(ok, need_d, 0)) > self.device_left(dev)
+        over &= ok
+        head = int(np.argmax(over)) if over.any() else n
+        # The head's jobs that fit on the machines are taken; the rest are refused for that, which
+        # does not depend on what is left (so the order of the two does not matter).
+        ok_head = ok[:head]
+        for i in np.nonzero(~ok_head)[0].tolist():
+            self.consider(ordered[i])
+        taken = np.nonzero(ok_head)[0]
+        # What is left, subtracted job by job as the walk would (the same rounding).
+        for need_cpu_i, need_mem_i in zip(need_cpu[taken].tolist(), need_mem[taken].tolist(), strict=True):
+            self.left_cpu -= need_cpu_i
+            self.left_mem -= need_mem_i
+        for dev, need_d in need_dev.items():
+            self.left_dev[dev] -= int(need_d[taken].sum())
+        self.taken += itertools.compress(ordered[:head], ok_head.tolist())
+        return head
+
+    @staticmethod
+    def _device_needs(requests: list[TaskRequest],
+                      count: NDArray[np.float64]) -> dict[tuple[str, str | None], IntArray]:
+        """Per (kind, model) the devices each job needs in all; a model only where the job pins one."""
+        n = len(requests)
+        devices = list(map(attrgetter("devices"), requests))
+        models = list(map(attrgetter("models"), requests))
+        counts = count.astype(np.int64)
+        out: dict[tuple[str, str | None], IntArray] = {}
+        for kind in sorted(set(itertools.chain.from_iterable(devices))):
+            per_task = np.fromiter(map(methodcaller("get", kind, 0), devices), dtype=np.int64, count=n)
+            out[(kind, None)] = np.maximum(per_task, 0) * counts
+        for i in np.nonzero(np.fromiter(map(bool, models), dtype=bool, count=n))[0].tolist():
+            for kind, model in models[i].items():
+                need = out.get((kind, None))
+                if need is not None and need[i] > 0:
+                    out.setdefault((kind, model), np.zeros(n, dtype=np.int64))[i] = need[i]
+                    need[i] = 0
+        return {dev: need for dev, need in out.items() if need.any()}
+
+    def consider(self, job: Job) -> None:
+        """Take the job, or refuse it naming what it lacks."""
+        t = job.tasks
+        ask = self.ask(t)
+        seen = self.last.get(ask)
+        if seen is not None and seen[0] == len(self.taken):
+            self.refused[job.name] = seen[1]
+            return
+        total_fit, best_cpu, best_mem = self.fit(t.cpus, t.memory_gb)
         need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
-        wanted = requests.get(ask)
-        if wanted is None:
-            wanted = requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
-                                      for kind, n in t.devices.items() if n > 0]
+        wanted = self.wanted(ask, t)
+        said = self.said
         short = None
         if total_fit < t.count:
-            key: tuple[object, ...] = ("fit", t.count, shape)
+            key: tuple[object, ...] = ("fit", t.count, (t.cpus, t.memory_gb))
             if key not in said:
                 said[key] = Refusal(Reason.NO_CAPACITY, (
                     f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
                     f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
             short = said[key]
-        elif need_cpu > left_cpu + 1e-9 or need_mem > left_mem + 1e-9:
+        elif need_cpu > self.left_cpu + 1e-9 or need_mem > self.left_mem + 1e-9:
+            left_cpu, left_mem = self.left_cpu, self.left_mem
             key = ("left", need_cpu, need_mem, left_cpu, left_mem)
             if key not in said:
                 said[key] = Refusal(Reason.CONTENTION, (
@@ -99,25 +220,19 @@ def admit(state: FreeState, ordered: Sequence[Job]) -> tuple[list[Job], dict[str
             short = said[key]
         else:
             for kind, need, dev in wanted:
-                if dev not in left_dev:
-                    left_dev[dev] = free_dev[dev] = state.total_free(kind, dev[1])
-                if need > left_dev[dev]:
-                    key = ("dev", need, dev, left_dev[dev])
+                left = self.device_left(dev)
+                if need > left:
+                    key = ("dev", need, dev, left)
                     if key not in said:
                         what = f"{kind} ({dev[1]})" if dev[1] else kind
-                        total = free_dev[dev]
+                        total = self.free_dev[dev]
                         said[key] = Refusal(Reason.NO_DEVICES if need > total else Reason.CONTENTION,
-                                            f"needs {need} {what}; {total} free, {left_dev[dev]} left after the "
+                                            f"needs {need} {what}; {total} free, {left} left after the "
                                             f"jobs ahead of it in the queue")
                     short = said[key]
                     break
         if short is not None:
-            refused[job.name] = short
-            last[ask] = (len(taken), short)
-            continue
-        left_cpu -= need_cpu
-        left_mem -= need_mem
-        for _, need, dev in wanted:
-            left_dev[dev] -= need
-        taken.append(job)
-    return taken, refused
+            self.refused[job.name] = short
+            self.last[ask] = (len(self.taken), short)
+            return
+        self.take(job, wanted)
