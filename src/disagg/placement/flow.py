@@ -194,9 +194,9 @@ class FlowPlacer:
 
     def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
                    refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
-        names = [m.name for m in state.cluster.machines]
-        placed_names = {js.job.name for js in placed}
-        by_name = {js.job.name: js for js in jobs}
+        names = state.cluster.locations  # machines first, in order
+        # Jobs of one image share their local time (known profiles): round it once (round is slow).
+        rounded: dict[float, float] = {}
         out_placed: list[JobPlacement] = []
         for js in sorted(placed, key=attrgetter("order")):
             job = js.job
@@ -206,20 +206,26 @@ class FlowPlacer:
                 tasks = tuple([self._remote_task(state, js, ti, names[m], tuple(grants))
                                for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
             else:
-                local = round(js.phi_local, 3)
+                local = rounded.get(js.phi_local)
+                if local is None:
+                    local = rounded[js.phi_local] = round(js.phi_local, 3)
                 tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, tuple(grants), local)
                                for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
             out_placed.append(JobPlacement(name, tasks))
-        out_unplaced: list[Unplaced] = []
-        for job in ordered:
-            if job.name in placed_names:
-                continue
+        return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)
+
+    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[JobState],
+                  refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:
+        """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
+        by_name = {js.job.name: js for js in jobs if js.order not in placed_at}
+        out: list[Unplaced] = []
+        for job in (ordered[i] for i in range(len(ordered)) if i not in placed_at):
             if job.name in refused:
                 r = refused[job.name]
-                out_unplaced.append(Unplaced(job.name, r.reason, r.message))
+                out.append(Unplaced(job.name, r.reason, r.message))
                 continue
             js = by_name[job.name]
             reason, message = js.failure or (Reason.CONTENTION, f"needs {request(job)}; still contended after "
                                                                 f"{self.options.max_iterations} tries this round")
-            out_unplaced.append(Unplaced(job.name, reason, message))
-        return tuple(out_placed), tuple(out_unplaced)
+            out.append(Unplaced(job.name, reason, message))
+        return tuple(out)
