@@ -10,7 +10,7 @@ surviving jobs into decisions. See README.md in this folder for the networks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import TypeVar
 
@@ -33,10 +33,10 @@ T = TypeVar("T")
 
 @dataclass
 class _JobStateCache:
-    """What job states of one round share: per image its profile and (known profiles) local time,
-    per request its device and model parts."""
+    """What job states of one round share: per image its profile, (known profiles) local time and
+    defaults, per request its device and model parts."""
 
-    profiles: dict[str, tuple[Profile, float | None]] = field(default_factory=dict)
+    images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...], tuple[object, ...]]] = field(
         default_factory=dict)
 
@@ -76,8 +76,7 @@ class FlowPlacer:
         ordered = order_queue(queue, now)
         admitted, refused = admit(state, ordered)
         cache = _JobStateCache()
-        position = {j.name: i for i, j in enumerate(ordered)}
-        jobs = [self._job_state(j, position[j.name], cache) for j in admitted]
+        jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._table = JobTable.of(jobs)
         self._queue_len = len(ordered)
         timings.build_s += clock() - start
@@ -85,7 +84,7 @@ class FlowPlacer:
         placed: list[JobState] = []
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
-        late = [j for j in ordered if j.name in refused]
+        late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
         iterations = 0
         for _ in range(self.options.max_iterations):
             if not pending:
@@ -101,12 +100,13 @@ class FlowPlacer:
             retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
             # Jobs refused up front only because the jobs ahead of them claimed what was free get
             # another look, now that those jobs are decided (some of them may not have been placed).
-            late = [j for j in late if j.name in refused and refused[j.name].reason == Reason.CONTENTION]
-            more, still = admit(state, late)
-            for j in more:
-                del refused[j.name]
+            late = [i for i in late if ordered[i].name in refused
+                    and refused[ordered[i].name].reason == Reason.CONTENTION]
+            more, still = admit(state, [ordered[i] for i in late])
+            for k in more:
+                del refused[ordered[late[k]].name]
             refused.update(still)
-            fresh = [self._job_state(j, position[j.name], cache) for j in more]
+            fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
             jobs += fresh
             if fresh:
                 self._table = JobTable.of(jobs)
@@ -128,28 +128,33 @@ class FlowPlacer:
 
     @staticmethod
     def _job_state(job: Job, order: int, cache: _JobStateCache) -> JobState:
-        # A known profile's local time does not depend on the job's SLO (an unknown one's is its τ),
-        # so one entry per image serves a queue whose jobs each have their own SLO.
-        known = cache.profiles.get(job.image)
-        if known is None:
+        # Per image, once a round: its profile, its local time if the profile is known (it then does
+        # not depend on the job's SLO; an unknown image's is its τ), the τ of a job without an SLO,
+        # and the bandwidth a remote device of a job that does not say draws.
+        image = cache.images.get(job.image)
+        if image is None:
             profile = profile_of(job)
-            known = cache.profiles[job.image] = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None)
-        profile, phi_known = known
-        tau = goal_s(job, profile)
-        phi_local = phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0)
+            no_slo = replace(job, slo_s=None, network_gbps=None)
+            image = cache.images[job.image] = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None,
+                                               goal_s(no_slo, profile), remote_gbps(no_slo, profile))
+        profile, phi_known, default_tau, default_gbps = image
+        slo = job.slo_s
+        tau = default_tau if slo is None else slo
+        gbps = job.network_gbps
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
         # `wants` is shared between jobs with the same request, so it is read-only.
-        request_key = (tuple(t.devices.items()), tuple(t.models.items()))
+        models = t.models
+        request_key = (tuple(t.devices.items()), tuple(models.items()) if models else ())
         parts = cache.requests.get(request_key)
         if parts is None:
             wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
             parts = (wanted, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
             cache.requests[request_key] = parts
-        wants, devices, models = parts
-        shape = (t.cpus, t.memory_gb, devices, models)
-        return JobState(job=job, order=order, profile=profile, tau=tau, z=job.importance,
-                        gbps=remote_gbps(job, profile), phi_local=phi_local, shape=shape, wants=wants)
+        wants, devices, pinned = parts
+        return JobState(job, order, profile, tau, job.importance, default_gbps if gbps is None else gbps,
+                        phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
+                        (t.cpus, t.memory_gb, devices, pinned), wants)
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(state, jobs, self.options,

@@ -42,8 +42,9 @@ def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int
     return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
 
 
-def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True) -> tuple[list[Job], dict[str, Refusal]]:
-    """Split the ordered queue into the jobs this round considers and those refused, with why.
+def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True) -> tuple[list[int], dict[str, Refusal]]:
+    """Split the ordered queue into the jobs this round considers (their places in `ordered`) and those
+    refused, with why.
 
     A job is considered when (a) one of its tasks fits on some machine now, its gang fits in the
     sum of what machines can take, and (b) the cluster-wide free cpus, memory and devices left after
@@ -55,8 +56,8 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True) -> 
     """
     admission = _Admission(state)
     first = admission.take_head(ordered) if vectorised else 0
-    for job in ordered[first:]:
-        admission.consider(job)
+    for at in range(first, len(ordered)):
+        admission.consider(ordered[at], at)
     return admission.taken, admission.refused
 
 
@@ -82,7 +83,7 @@ class _Admission:
         self.said: dict[tuple[object, ...], Refusal] = {}
         # The devices a request needs in all, per (kind, model): requests repeat along a queue.
         self.requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
-        self.taken: list[Job] = []
+        self.taken: list[int] = []  # places in the queue
         self.refused: dict[str, Refusal] = {}
         # What is left moves only when a job is taken, so until then a job asking for what an earlier
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
@@ -119,13 +120,13 @@ class _Admission:
             self.left_dev[dev] = self.free_dev[dev] = self.state.total_free(dev[0], dev[1])
         return self.left_dev[dev]
 
-    def take(self, job: Job, wanted: list[tuple[str, int, tuple[str, str | None]]]) -> None:
+    def take(self, job: Job, at: int, wanted: list[tuple[str, int, tuple[str, str | None]]]) -> None:
         t = job.tasks
         self.left_cpu -= t.count * t.cpus
         self.left_mem -= t.count * t.memory_gb
         for _, need, dev in wanted:
             self.left_dev[dev] -= need
-        self.taken.append(job)
+        self.taken.append(at)
 
     def take_head(self, ordered: Sequence[Job]) -> int:
         """Decide the queue's head at once: the jobs before the first one whose running sums of
@@ -159,7 +160,7 @@ class _Admission:
         # does not depend on what is left (so the order of the two does not matter).
         ok_head = ok[:head]
         for i in np.nonzero(~ok_head)[0].tolist():
-            self.consider(ordered[i])
+            self.consider(ordered[i], i)
         taken = np.nonzero(ok_head)[0]
         # What is left, subtracted job by job as the walk would (the same rounding).
         for need_cpu_i, need_mem_i in zip(need_cpu[taken].tolist(), need_mem[taken].tolist(), strict=True):
@@ -167,7 +168,7 @@ class _Admission:
             self.left_mem -= need_mem_i
         for dev, need_d in need_dev.items():
             self.left_dev[dev] -= int(need_d[taken].sum())
-        self.taken += itertools.compress(ordered[:head], ok_head.tolist())
+        self.taken += taken.tolist()
         return head
 
     @staticmethod
@@ -190,7 +191,7 @@ class _Admission:
                     need[i] = 0
         return {dev: need for dev, need in out.items() if need.any()}
 
-    def consider(self, job: Job) -> None:
+    def consider(self, job: Job, at: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
         t = job.tasks
         ask = self.ask(t)
@@ -235,4 +236,4 @@ class _Admission:
             self.refused[job.name] = short
             self.last[ask] = (len(self.taken), short)
             return
-        self.take(job, wanted)
+        self.take(job, at, wanted)
