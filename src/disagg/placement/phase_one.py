@@ -16,7 +16,6 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import islice
 
 import numpy as np
 
@@ -298,10 +297,12 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     to_class = flows[net.block("job->class")]
     pref, shared = phase.arcs["preferred"], phase.arcs["shared"]
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
-    direct = flow_lists(pref[0], pref[1], pref[3], flows[net.block("class->machine")])
-    common = flow_lists(shared[0], shared[1], shared[3], flows[net.block("X->machine")])
+    direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3],
+                                                  flows[net.block("class->machine")]).items()}
+    common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3],
+                                                  flows[net.block("X->machine")]).items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
-    none: list[list[int]] = []
+    none = Offers([])
     sources = [(direct.get(c, none), common.get(shape_of.get(c, -1), none)) for c in range(len(cls.representative))]
     survivors: list[JobState] = []
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
@@ -314,35 +315,45 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     return survivors
 
 
-def assign(state: FreeState, js: JobState, sources: tuple[list[list[int]], ...], remote: bool) -> bool:
+class Offers:
+    """A flow list ([machine, tasks left] pairs, cheapest first) and where its first entry with
+    tasks left is (the front only moves forward)."""
+
+    __slots__ = ("entries", "start")
+
+    def __init__(self, entries: list[list[int]]) -> None:
+        self.entries = entries
+        self.start = 0
+
+    def front(self) -> int:
+        entries, start = self.entries, self.start
+        while start < len(entries) and entries[start][1] == 0:
+            start += 1
+        self.start = start
+        return start
+
+
+def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: bool) -> bool:
     """Give each task a machine from the flow's lists (the class's own, then its shape's), checking
     the real fit; repair when the flow over-filled a machine (gang: all or none)."""
     t = js.job.tasks
-    cpus, memory_gb, journal = t.cpus, t.memory_gb, js.journal
+    cpus, memory_gb, journal, machines = t.cpus, t.memory_gb, js.journal, js.machines
     for _ in range(t.count):
         chosen = -1
-        for machines in sources:
-            while machines and machines[0][1] == 0:
-                machines.pop(0)
-            for entry in islice(machines, SCAN_LIMIT):
-                if entry[1] == 0:
-                    continue
-                if state.take_cpu(entry[0], cpus, memory_gb, journal):
-                    entry[1] -= 1
-                    chosen = entry[0]
+        for offers in sources:
+            start = offers.front()
+            if start < len(offers.entries):
+                chosen = state.take_cpu_along(offers.entries, start, cpus, memory_gb, journal, SCAN_LIMIT)
+                if chosen >= 0:
                     break
-                # Machines only fill up within a round: no later task of this shape fits here.
-                entry[1] = 0
-            if chosen >= 0:
-                break
         if chosen < 0:
             chosen = repair(state, js, remote)
         if chosen < 0:
             js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit went "
                                               f"to jobs ahead of it this round")
             return False
-        js.machines.append(chosen)
-    js.grants = [[] for _ in js.machines]
+        machines.append(chosen)
+    js.grants = [[] for _ in machines]
     return True
 
 

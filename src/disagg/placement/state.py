@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
-from typing import cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,6 +22,18 @@ _EPS = 1e-9
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+
+class FloatView(Protocol):
+    """Scalar access to a float64 array as plain floats (a memoryview of it)."""
+
+    def __getitem__(self, i: int, /) -> float: ...
+
+    def __setitem__(self, i: int, value: float, /) -> None: ...
+
+
+def _float_view(array: FloatArray) -> FloatView:
+    return cast(FloatView, memoryview(cast(Any, array)))
 
 
 @dataclass(slots=True)
@@ -47,6 +59,9 @@ class FreeState:
         self.mem_total: FloatArray = np.array([m.memory_gb for m in machines], dtype=np.float64)
         self.cpu: FloatArray = self.cpu_total.copy()
         self.mem: FloatArray = self.mem_total.copy()
+        # Scalar access to the same memory (the arrays are never replaced, only written in place).
+        self._cpu_view = _float_view(self.cpu)
+        self._mem_view = _float_view(self.mem)
         # Racks and links: links are ordered [uplink of each location..., uplink of each rack...].
         rack_index = {r: i for i, r in enumerate(cluster.racks)}
         self.loc_rack: IntArray = np.array([rack_index[r] for r in cluster.location_rack], dtype=np.int64)
@@ -154,15 +169,39 @@ class FreeState:
         return self.link_used / self.link_cap
 
     def take_cpu(self, m: int, cpus: float, mem: float, journal: Journal) -> bool:
-        # Plain floats (`item`): the decoders call this once per task, and numpy scalars cost more.
-        cpu, memory = self.cpu, self.mem
-        free_cpu, free_mem = cpu.item(m), memory.item(m)
+        # Through memoryviews of the arrays, as plain floats: the decoders call this once per task,
+        # and numpy's scalar reads and writes cost several times more.
+        cpu, memory = self._cpu_view, self._mem_view
+        free_cpu, free_mem = cpu[m], memory[m]
         if free_cpu + _EPS < cpus or free_mem + _EPS < mem:
             return False
         cpu[m] = free_cpu - cpus
         memory[m] = free_mem - mem
         journal.cpu.append((m, cpus, mem))
         return True
+
+    def take_cpu_along(self, offers: list[list[int]], start: int, cpus: float, mem: float, journal: Journal,
+                       limit: int) -> int:
+        """Take cpus and memory for one task on the first machine along `offers` that has some left
+        and really fits it; returns the machine, or -1 if none does among the `limit` offers from
+        `start`. `offers` are [machine, tasks left] pairs for tasks of one size, so a machine found
+        too full is spent for all of them (machines only fill up within a round)."""
+        cpu, memory = self._cpu_view, self._mem_view
+        for k in range(start, min(start + limit, len(offers))):
+            offer = offers[k]
+            if offer[1] == 0:
+                continue
+            m = offer[0]
+            free_cpu, free_mem = cpu[m], memory[m]
+            if free_cpu + _EPS < cpus or free_mem + _EPS < mem:
+                offer[1] = 0
+                continue
+            cpu[m] = free_cpu - cpus
+            memory[m] = free_mem - mem
+            journal.cpu.append((m, cpus, mem))
+            offer[1] -= 1
+            return m
+        return -1
 
     def take_device(self, kind: str, loc: int, model: str | None, journal: Journal) -> int | None:
         """Take one free device of `kind` (and `model`, if given) at `loc`; None if there is none."""
