@@ -152,9 +152,10 @@ class FlowPlacer:
             parts = (wanted, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
             cache.requests[request_key] = parts
         wants, devices, pinned = parts
+        cpus, memory_gb = t.cpus, t.memory_gb
         return JobState(job, order, profile, tau, job.importance, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
-                        (t.cpus, t.memory_gb, devices, pinned), wants)
+                        (cpus, memory_gb, devices, pinned), wants, t.count, cpus, memory_gb)
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(state, jobs, self.options,

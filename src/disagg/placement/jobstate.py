@@ -42,6 +42,11 @@ class JobState:
     phi_local: float
     shape: tuple[object, ...]
     wants: dict[str, int]
+    #: The request's task count and per-task cpus and memory, read here rather than through the job
+    #: (the decoders read them per task).
+    count: int
+    cpus: float
+    memory_gb: float
     index: int = 0
     remote: int = 0
     journal: Journal = field(default_factory=Journal)

@@ -16,6 +16,7 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def classify(jobs: list[JobState]) -> Classes:
             reps.append(js)
         of.append(c)
     of_job = np.array(of, dtype=np.int64)
-    counts = np.array([js.job.tasks.count for js in jobs], dtype=np.int64)
+    counts = np.fromiter(map(attrgetter("count"), jobs), dtype=np.int64, count=len(jobs))
     tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
     shapes: dict[tuple[object, ...], list[int]] = {}
     for c, js in enumerate(reps):
@@ -273,8 +274,8 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     to its free local devices go free, the rest pay what going remote costs a typical job."""
     # Every job of a class has its representative's request: the classes stand for the jobs here.
     reps = cls.representative
-    min_cpu = min(js.job.tasks.cpus for js in reps)
-    min_mem = min(js.job.tasks.memory_gb for js in reps)
+    min_cpu = min(js.cpus for js in reps)
+    min_mem = min(js.memory_gb for js in reps)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
@@ -336,9 +337,8 @@ class Offers:
 def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: bool) -> bool:
     """Give each task a machine from the flow's lists (the class's own, then its shape's), checking
     the real fit; repair when the flow over-filled a machine (gang: all or none)."""
-    t = js.job.tasks
-    cpus, memory_gb, journal, machines = t.cpus, t.memory_gb, js.journal, js.machines
-    for _ in range(t.count):
+    cpus, memory_gb, journal, machines = js.cpus, js.memory_gb, js.journal, js.machines
+    for _ in range(js.count):
         chosen = -1
         for offers in sources:
             start = offers.front()
@@ -360,21 +360,21 @@ def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: 
 def repair(state: FreeState, js: JobState, remote: bool) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task (and its devices, server-centric)."""
-    t = js.job.tasks
+    cpus, memory_gb = js.cpus, js.memory_gb
     # Server-centric: only machines whose own free devices cover the task (ascending, so argmax still
     # takes the first of equals).
     has_devices, cand = (None, np.arange(state.n_machines)) if remote else state.machines_with_local(js.shape)
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))
-    if (has_devices is None or has_devices[m]) and state.take_cpu(m, t.cpus, t.memory_gb, js.journal):
+    if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js.journal):
         return m
     cpu = state.cpu[cand]
-    ok = (cpu + 1e-9 >= t.cpus) & (state.mem[cand] + 1e-9 >= t.memory_gb)
+    ok = (cpu + 1e-9 >= cpus) & (state.mem[cand] + 1e-9 >= memory_gb)
     if not ok.any():
         return -1
     m = int(cand[np.argmax(np.where(ok, cpu, -np.inf))])
-    return m if state.take_cpu(m, t.cpus, t.memory_gb, js.journal) else -1
+    return m if state.take_cpu(m, cpus, memory_gb, js.journal) else -1
 
 
 def explain(state: FreeState, js: JobState, best: int, u_cost: int, opts: FlowOptions) -> None:
