@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from typing import Literal
 
 DeviceKind = Literal["gpu", "nvme", "fpga", "memory"]
@@ -100,15 +101,15 @@ class Cluster:
     @cached_property
     def locations(self) -> tuple[str, ...]:
         """Every place a device can sit: machines first (same order), then pools."""
-        return tuple(m.name for m in self.machines) + tuple(p.name for p in self.pools)
+        return tuple(map(attrgetter("name"), self.machines)) + tuple(map(attrgetter("name"), self.pools))
 
     @cached_property
     def location_index(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.locations)}
+        return dict(zip(self.locations, range(len(self.locations)), strict=True))
 
     @cached_property
     def location_rack(self) -> tuple[str, ...]:
-        return tuple(m.rack for m in self.machines) + tuple(p.rack for p in self.pools)
+        return tuple(map(attrgetter("rack"), self.machines)) + tuple(map(attrgetter("rack"), self.pools))
 
     @cached_property
     def racks(self) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ back exactly what it took. This is the one place that enforces "never over-commi
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
@@ -22,6 +24,11 @@ _EPS = 1e-9
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+
+def _column(items: Sequence[object], name: str) -> FloatArray:
+    """One float attribute of every item, as an array (one pass, no Python loop)."""
+    return np.fromiter(map(attrgetter(name), items), dtype=np.float64, count=len(items))
 
 
 class FloatView(Protocol):
@@ -55,8 +62,8 @@ class FreeState:
         locations = cluster.locations
         n_loc = len(locations)
         self.n_machines = n_machines
-        self.cpu_total: FloatArray = np.array([m.cpus for m in machines], dtype=np.float64)
-        self.mem_total: FloatArray = np.array([m.memory_gb for m in machines], dtype=np.float64)
+        self.cpu_total: FloatArray = _column(machines, "cpus")
+        self.mem_total: FloatArray = _column(machines, "memory_gb")
         self.cpu: FloatArray = self.cpu_total.copy()
         self.mem: FloatArray = self.mem_total.copy()
         # Scalar access to the same memory (the arrays are never replaced, only written in place).
@@ -64,10 +71,12 @@ class FreeState:
         self._mem_view = _float_view(self.mem)
         # Racks and links: links are ordered [uplink of each location..., uplink of each rack...].
         rack_index = {r: i for i, r in enumerate(cluster.racks)}
-        self.loc_rack: IntArray = np.array([rack_index[r] for r in cluster.location_rack], dtype=np.int64)
+        self.loc_rack: IntArray = np.fromiter(map(rack_index.__getitem__, cluster.location_rack), dtype=np.int64,
+                                              count=n_loc)
         self.n_racks = len(rack_index)
-        gbps = [m.uplink_gbps for m in machines] + [p.uplink_gbps for p in cluster.pools]
-        self.link_cap: FloatArray = np.array(gbps + [cluster.rack_uplink_gbps] * self.n_racks, dtype=np.float64)
+        self.link_cap: FloatArray = np.concatenate([
+            _column(machines, "uplink_gbps"), _column(cluster.pools, "uplink_gbps"),
+            np.full(self.n_racks, cluster.rack_uplink_gbps, dtype=np.float64)])
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
         # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
         # segment slots[start[loc] : start[loc] + size[loc]], and its first free_count[loc] entries are
@@ -75,7 +84,7 @@ class FreeState:
         # Every kind gets (possibly empty) arrays, so a request for a kind the cluster lacks finds none.
         self.kinds: tuple[DeviceKind, ...] = DEVICE_KINDS
         loc_index = cluster.location_index
-        held = {d for a in cluster.allocations for d in a.devices}
+        held = set(itertools.chain.from_iterable(map(attrgetter("devices"), cluster.allocations)))
         devices = cluster.devices
         n_dev = len(devices)
         # One pass per attribute with map/attrgetter: a snapshot can hold 50,000 devices or more.
@@ -85,7 +94,9 @@ class FreeState:
         self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
                                              dtype=np.int64, count=n_dev)
         self.device_ids: list[str] = list(map(attrgetter("id"), devices))
-        usable = np.fromiter(map("healthy".__eq__, map(attrgetter("health"), devices)), dtype=bool, count=n_dev)
+        health = list(map(attrgetter("health"), devices))
+        usable = (np.ones(n_dev, dtype=bool) if set(health) <= {"healthy"} else
+                  np.fromiter(map("healthy".__eq__, health), dtype=bool, count=n_dev))
         if held:
             usable &= ~np.fromiter(map(held.__contains__, self.device_ids), dtype=bool, count=n_dev)
         self.slots: dict[str, IntArray] = {}
@@ -115,7 +126,7 @@ class FreeState:
         allocations = cl.allocations
         if not allocations:
             return
-        m_index = cl.machine_index
+        m_index = cl.location_index  # machines first, in order
         n = len(allocations)
         where = np.fromiter(map(m_index.__getitem__, map(attrgetter("machine"), allocations)), dtype=np.int64,
                             count=n)
