@@ -75,6 +75,10 @@ def test_bench_placement_prints_numbers() -> None:
     assert set(data) >= {"machines", "pending", "placed", "build_s", "solve_s", "decode_s", "round_s", "peak_rss_mb"}
     assert data["machines"] == 80 and data["pending"] == 60 and 0 < data["placed"] <= 60
     assert data["round_s"] >= data["solve_s"] > 0
+    # Python's share is everything in the round but the solver (not only what is timed as build/decode).
+    python = data["round_s"] - data["solve_s"]
+    assert python >= data["build_s"] + data["decode_s"] - 2e-4
+    assert abs(data["python_over_solver_wall"] - python / data["solve_s"]) < 0.02 + 1e-3 / data["solve_s"]
 
 
 def test_dump_graphs_writes_each_solved_phase(tmp_path: Path) -> None:

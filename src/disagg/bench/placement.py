@@ -83,5 +83,8 @@ def _best_round(chosen: Policy, cluster: Cluster, queue: list[Job], seed: int, r
 
 
 def _python_over_solver(timings: dict[str, float]) -> float:
-    python = timings.get("build_s", 0.0) + timings.get("decode_s", 0.0)
-    return round(python / max(timings.get("solve_s", 0.0), 1e-9), 2)
+    """Everything in the round but the solver (building, decoding, and the bookkeeping between
+    phases that is neither), over the solver."""
+    solve = timings.get("solve_s", 0.0)
+    python = timings.get("round_s", 0.0) - solve
+    return round(python / max(solve, 1e-9), 2)

@@ -209,13 +209,13 @@ class FlowPlacer:
             name, t = job.name, job.tasks
             cpus, memory_gb = t.cpus, t.memory_gb
             if js.remote:
-                tasks = tuple([self._remote_task(state, js, ti, names[m], tuple(grants))
+                tasks = tuple([self._remote_task(state, js, ti, names[m], grants)
                                for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
             else:
                 local = rounded.get(js.phi_local)
                 if local is None:
                     local = rounded[js.phi_local] = round(js.phi_local, 3)
-                tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, tuple(grants), local)
+                tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, grants, local)
                                for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
             out_placed.append(JobPlacement(name, tasks))
         return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)

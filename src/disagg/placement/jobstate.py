@@ -51,7 +51,7 @@ class JobState:
     remote: int = 0
     journal: Journal = field(default_factory=Journal)
     machines: list[int] = field(default_factory=list)
-    grants: list[list[DeviceGrant]] = field(default_factory=list)
+    grants: list[tuple[DeviceGrant, ...]] = field(default_factory=list)  # per task, as they will be output
     failure: tuple[Reason, str] | None = None
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:

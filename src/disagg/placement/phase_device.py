@@ -263,13 +263,13 @@ def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]],
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
     ids = state.device_ids
     names = state.cluster.locations
-    granted = [DeviceGrant(ids[d], kind, False, names[loc])
-               for d, loc in zip(taken, np.repeat(locs, wants).tolist(), strict=True)]
+    granted = tuple([DeviceGrant(ids[d], kind, False, names[loc])
+                     for d, loc in zip(taken, np.repeat(locs, wants).tolist(), strict=True)])
     bounds = np.r_[0, ends].tolist()
     for t_idx, b, e in zip(idx.tolist(), bounds[:-1], bounds[1:], strict=True):
         js, ti = owners[t_idx]
         js.journal.devices.extend(taken[b:e])
-        js.grants[ti].extend(granted[b:e])
+        js.grants[ti] += granted[b:e]
     np.subtract.at(state.free_count[kind], locs, wants)
     state.version += 1
 
@@ -287,12 +287,12 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
                 dev = state.take_device(kind, own, model, js.journal)
                 if dev is None:
                     break
-                js.grants[ti].append(DeviceGrant(devices[dev].id, kind, False, locations[own]))
+                js.grants[ti] += (DeviceGrant(devices[dev].id, kind, False, locations[own]),)
                 continue
             got, why = take_remote(state, js, kind, own, model, entries, opts)
             if got is None:
                 break
-            js.grants[ti].append(got)
+            js.grants[ti] += (got,)
         else:
             continue
         break

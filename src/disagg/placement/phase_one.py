@@ -353,7 +353,7 @@ def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: 
                                               f"to jobs ahead of it this round")
             return False
         machines.append(chosen)
-    js.grants = [[] for _ in machines]
+    js.grants = [()] * len(machines)
     return True
 
 

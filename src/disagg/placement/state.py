@@ -93,6 +93,8 @@ class FreeState:
                             count=n_dev)
         self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
                                              dtype=np.int64, count=n_dev)
+        self._kind_codes = kinds
+        self._models: dict[str, list[str]] = {}
         self.device_ids: list[str] = list(map(attrgetter("id"), devices))
         health = list(map(attrgetter("health"), devices))
         usable = (np.ones(n_dev, dtype=bool) if set(health) <= {"healthy"} else
@@ -267,7 +269,7 @@ class FreeState:
         if kind not in self.slots:
             return ["generic"], np.zeros((n_loc, 1), dtype=np.int64)
         devices = self.cluster.devices
-        models = sorted({d.model for d in devices if d.kind == kind})
+        models = self._models_of(kind)
         if len(models) == 1:
             return models, self.free_count[kind].reshape(-1, 1).copy()
         col = {m: i for i, m in enumerate(models)}
@@ -276,6 +278,15 @@ class FreeState:
             for d in self.free_devices(kind, int(loc)):
                 out[loc, col[devices[d].model]] += 1
         return models, out
+
+    def _models_of(self, kind: str) -> list[str]:
+        """The models of a kind's devices (free or not), sorted."""
+        found = self._models.get(kind)
+        if found is None:
+            at = np.nonzero(self._kind_codes == self.kinds.index(cast(DeviceKind, kind)))[0].tolist()
+            found = self._models[kind] = sorted(set(map(attrgetter("model"),
+                                                        map(self.cluster.devices.__getitem__, at))))
+        return found
 
     def rollback(self, journal: Journal) -> None:
         """Give back everything in the journal (a failed gang). An empty journal changes nothing, so
