@@ -15,7 +15,8 @@ get all its devices fails its job (gang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import chain, compress, islice
+from operator import attrgetter, itemgetter
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,9 +37,12 @@ NEVER = np.iinfo(np.int64).max
 
 @dataclass
 class Tasks:
-    """Per task of the jobs in this phase: one entry per (job, task index), as arrays."""
+    """Per task of the jobs in this phase: one entry per (job, task index), as arrays. A task's job is
+    `jobs[job_at[i]]`, its index in that job `task_index[i]`."""
 
-    owners: list[tuple[JobState, int]]
+    jobs: list[JobState]
+    job_at: list[int]
+    task_index: list[int]
     own: IntArray
     want: IntArray
     tau: FloatArray
@@ -51,20 +55,28 @@ class Tasks:
 
 
 def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int, table: JobTable) -> Tasks:
-    per_task = np.array([len(js.machines) for js in jobs], dtype=np.int64)
+    n_jobs = len(jobs)
+    machines = list(map(attrgetter("machines"), jobs))
+    per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
+    n = int(per_task.sum())
     rows = np.repeat(JobTable.indices(jobs), per_task)
-    owners = [(js, ti) for js in jobs for ti in range(len(js.machines))]
+    job_at = np.repeat(np.arange(n_jobs, dtype=np.int64), per_task)
     tau, z = table.tau[rows], table.z[rows]
     # -1: any model; -2: a model that has no free device at all.
     model_of = {m: i for i, m in enumerate(models)}
-    pinned_job = np.full(len(jobs), -1, dtype=np.int64)
-    for i, js in enumerate(jobs):
-        if js.shape[3] and kind in js.job.tasks.models:  # shape[3]: the request's pinned models
-            pinned_job[i] = model_of.get(js.job.tasks.models[kind], -2)
+    pinned_job = np.full(n_jobs, -1, dtype=np.int64)
+    # shape[3]: the request's pinned models (usually none).
+    for i in compress(range(n_jobs), map(itemgetter(3), map(attrgetter("shape"), jobs))):
+        pinned = jobs[i].job.tasks.models
+        if kind in pinned:
+            pinned_job[i] = model_of.get(pinned[kind], -2)
     return Tasks(
-        owners=owners,
-        own=np.fromiter(chain.from_iterable(js.machines for js in jobs), dtype=np.int64, count=len(owners)),
-        want=np.repeat(np.array([js.wants[kind] for js in jobs], dtype=np.int64), per_task),
+        jobs=jobs,
+        job_at=job_at.tolist(),
+        task_index=(np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(per_task) - per_task, per_task)).tolist(),
+        own=np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n),
+        want=np.repeat(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64,
+                                   count=n_jobs), per_task),
         tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
         u_cost=unscheduled_cost(tau, z, table.waits[rows]) + age_bonus(table.order[rows], queue_len),
         pinned=np.repeat(pinned_job, per_task),
@@ -85,7 +97,7 @@ class RemoteCosts:
 
 
 def _remote_costs(state: FreeState, tasks: Tasks, opts: FlowOptions) -> RemoteCosts:
-    n = len(tasks.owners)
+    n = len(tasks.job_at)
     none = np.zeros(n, dtype=bool)
     if not opts.remote:
         return RemoteCosts(none, none, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), none)
@@ -135,7 +147,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
     n_models, n_loc = len(models), len(state.loc_rack)
     tasks = _tasks(jobs, kind, models, queue_len, table)
     remote = _remote_costs(state, tasks, opts)
-    own, want, n_tasks = tasks.own, tasks.want, len(tasks.owners)
+    own, want, n_tasks = tasks.own, tasks.want, len(tasks.job_at)
     net = FlowNetwork()
     task0 = net.add_nodes(n_tasks)
     rack0 = net.add_nodes(state.n_racks * n_models)
@@ -192,7 +204,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
 def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOptions) -> None:
     """Hand out devices in queue order; a task that cannot get all its devices fails its whole job."""
     net, tasks, kind = phase.net, phase.tasks, phase.kind
-    n_tasks, n_models = len(tasks.owners), len(phase.models)
+    n_tasks, n_models = len(tasks.job_at), len(phase.models)
     f_unsched = flows[net.block("task->U")]
     own, want = tasks.own, tasks.want
 
@@ -203,7 +215,7 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOpti
         f_local = np.zeros(n_tasks, dtype=np.int64)
         f_local[phase.local_sel[0]] = flows[net.block("local:0")]
         done = (f_local == want) & (f_unsched == 0) & (want > 0)
-        grant_local(state, kind, tasks.owners, own, want, done)
+        grant_local(state, kind, tasks, done)
     if done.all():
         return
 
@@ -228,7 +240,7 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOpti
     # The rest task by task, in queue order (jobs come in queue order, their tasks in a row); a job
     # that has failed skips its remaining tasks.
     for i in np.nonzero(~done)[0].tolist():
-        js, ti = tasks.owners[i]
+        js, ti = tasks.jobs[tasks.job_at[i]], tasks.task_index[i]
         if js.failure is not None:
             continue
         if f_unsched[i] > 0:
@@ -242,13 +254,12 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOpti
         grant(state, js, ti, kind, int(own[i]), wanted, opts)
 
 
-def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]], own: IntArray, want: IntArray,
-                chosen: NDArray[np.bool_]) -> None:
+def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bool_]) -> None:
     """Hand the chosen tasks their local devices from the top of each location's stack."""
     idx = np.nonzero(chosen)[0]
     if len(idx) == 0:
         return
-    locs, wants = own[idx], want[idx]
+    locs, wants = tasks.own[idx], tasks.want[idx]
     order = np.lexsort((idx, locs))
     idx, locs, wants = idx[order], locs[order], wants[order]
     # Within a location, each task takes the next `want` devices down from the top.
@@ -261,13 +272,14 @@ def grant_local(state: FreeState, kind: str, owners: list[tuple[JobState, int]],
     ends = np.cumsum(wants)
     step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
-    ids = state.device_ids
+    ids = map(attrgetter("id"), map(state.cluster.devices.__getitem__, taken))
     names = state.cluster.locations
-    granted = tuple([DeviceGrant(ids[d], kind, False, names[loc])
-                     for d, loc in zip(taken, np.repeat(locs, wants).tolist(), strict=True)])
+    granted = tuple([DeviceGrant(d, kind, False, names[loc])
+                     for d, loc in zip(ids, np.repeat(locs, wants).tolist(), strict=True)])
     bounds = np.r_[0, ends].tolist()
+    jobs, job_at, task_index = tasks.jobs, tasks.job_at, tasks.task_index
     for t_idx, b, e in zip(idx.tolist(), bounds[:-1], bounds[1:], strict=True):
-        js, ti = owners[t_idx]
+        js, ti = jobs[job_at[t_idx]], task_index[t_idx]
         js.journal.devices.extend(taken[b:e])
         js.grants[ti] += granted[b:e]
     np.subtract.at(state.free_count[kind], locs, wants)

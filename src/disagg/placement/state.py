@@ -95,12 +95,11 @@ class FreeState:
                                              dtype=np.int64, count=n_dev)
         self._kind_codes = kinds
         self._models: dict[str, list[str]] = {}
-        self.device_ids: list[str] = list(map(attrgetter("id"), devices))
         health = list(map(attrgetter("health"), devices))
         usable = (np.ones(n_dev, dtype=bool) if set(health) <= {"healthy"} else
                   np.fromiter(map("healthy".__eq__, health), dtype=bool, count=n_dev))
         if held:
-            usable &= ~np.fromiter(map(held.__contains__, self.device_ids), dtype=bool, count=n_dev)
+            usable &= ~np.fromiter(map(held.__contains__, map(attrgetter("id"), devices)), dtype=bool, count=n_dev)
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
