@@ -195,7 +195,7 @@ class FlowPlacer:
             if self.options.network_aware:
                 load = state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
             expected = phi(job, js.profile, n_remote / len(grants), load)
-        return TaskPlacement(f"{job.name}/{ti}", machine, job.tasks.cpus, job.tasks.memory_gb, grants,
+        return TaskPlacement(f"{job.name}/{ti}", machine, js.cpus, js.memory_gb, grants,
                              round(expected, 3))
 
     def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
@@ -205,18 +205,19 @@ class FlowPlacer:
         rounded: dict[float, float] = {}
         out_placed: list[JobPlacement] = []
         for js in sorted(placed, key=attrgetter("order")):
-            job = js.job
-            name, t = job.name, job.tasks
-            cpus, memory_gb = t.cpus, t.memory_gb
+            name, cpus, memory_gb, machines, grants = js.job.name, js.cpus, js.memory_gb, js.machines, js.grants
             if js.remote:
-                tasks = tuple([self._remote_task(state, js, ti, names[m], grants)
-                               for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
+                tasks = tuple([self._remote_task(state, js, ti, names[m], granted)
+                               for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
             else:
                 local = rounded.get(js.phi_local)
                 if local is None:
                     local = rounded[js.phi_local] = round(js.phi_local, 3)
-                tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, grants, local)
-                               for ti, (m, grants) in enumerate(zip(js.machines, js.grants, strict=True))])
+                if len(machines) == 1:  # most jobs: no per-job comprehension
+                    tasks = (TaskPlacement(f"{name}/0", names[machines[0]], cpus, memory_gb, grants[0], local),)
+                else:
+                    tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, granted, local)
+                                   for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
             out_placed.append(JobPlacement(name, tasks))
         return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)
 

@@ -35,7 +35,7 @@ from disagg.placement.jobstate import (
 )
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import task_fit_counts
-from disagg.placement.state import FreeState
+from disagg.placement.state import FreeState, Offers
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
 PREFERRED = 8
@@ -303,8 +303,9 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3],
                                                   flows[net.block("X->machine")]).items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
-    none = Offers([])
-    sources = [(direct.get(c, none), common.get(shape_of.get(c, -1), none)) for c in range(len(cls.representative))]
+    # A class without flow on its own arcs (most) draws from its shape's list only.
+    sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
+               for c in range(len(cls.representative))]
     survivors: list[JobState] = []
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
@@ -316,24 +317,6 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     return survivors
 
 
-class Offers:
-    """A flow list ([machine, tasks left] pairs, cheapest first) and where its first entry with
-    tasks left is (the front only moves forward)."""
-
-    __slots__ = ("entries", "start")
-
-    def __init__(self, entries: list[list[int]]) -> None:
-        self.entries = entries
-        self.start = 0
-
-    def front(self) -> int:
-        entries, start = self.entries, self.start
-        while start < len(entries) and entries[start][1] == 0:
-            start += 1
-        self.start = start
-        return start
-
-
 def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: bool) -> bool:
     """Give each task a machine from the flow's lists (the class's own, then its shape's), checking
     the real fit; repair when the flow over-filled a machine (gang: all or none)."""
@@ -341,11 +324,9 @@ def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: 
     for _ in range(js.count):
         chosen = -1
         for offers in sources:
-            start = offers.front()
-            if start < len(offers.entries):
-                chosen = state.take_cpu_along(offers.entries, start, cpus, memory_gb, journal, SCAN_LIMIT)
-                if chosen >= 0:
-                    break
+            chosen = state.take_cpu_along(offers, cpus, memory_gb, journal, SCAN_LIMIT)
+            if chosen >= 0:
+                break
         if chosen < 0:
             chosen = repair(state, js, remote)
         if chosen < 0:

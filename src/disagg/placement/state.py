@@ -43,6 +43,17 @@ def _float_view(array: FloatArray) -> FloatView:
     return cast(FloatView, memoryview(cast(Any, array)))
 
 
+class Offers:
+    """Machines a flow offers to tasks of one size: [machine, tasks left] pairs, cheapest first, and
+    where the first pair with tasks left is (the front only moves forward)."""
+
+    __slots__ = ("entries", "start")
+
+    def __init__(self, entries: list[list[int]]) -> None:
+        self.entries = entries
+        self.start = 0
+
+
 @dataclass(slots=True)
 class Journal:
     """What one job took this round, to give back if its gang fails."""
@@ -192,15 +203,19 @@ class FreeState:
         journal.cpu.append((m, cpus, mem))
         return True
 
-    def take_cpu_along(self, offers: list[list[int]], start: int, cpus: float, mem: float, journal: Journal,
-                       limit: int) -> int:
+    def take_cpu_along(self, offers: Offers, cpus: float, mem: float, journal: Journal, limit: int) -> int:
         """Take cpus and memory for one task on the first machine along `offers` that has some left
-        and really fits it; returns the machine, or -1 if none does among the `limit` offers from
-        `start`. `offers` are [machine, tasks left] pairs for tasks of one size, so a machine found
-        too full is spent for all of them (machines only fill up within a round)."""
+        and really fits it; returns the machine, or -1 if none does among the `limit` offers from the
+        front. The offers are for tasks of one size, so a machine found too full is spent for all of
+        them (machines only fill up within a round)."""
+        entries, start = offers.entries, offers.start
+        end = len(entries)
+        while start < end and entries[start][1] == 0:
+            start += 1
+        offers.start = start
         cpu, memory = self._cpu_view, self._mem_view
-        for k in range(start, min(start + limit, len(offers))):
-            offer = offers[k]
+        for k in range(start, min(start + limit, end)):
+            offer = entries[k]
             if offer[1] == 0:
                 continue
             m = offer[0]
