@@ -37,8 +37,8 @@ class _JobStateCache:
     defaults, per request its device and model parts."""
 
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
-    requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...], tuple[object, ...]]] = field(
-        default_factory=dict)
+    shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
+    requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
 
 
 class FlowPlacer:
@@ -144,18 +144,20 @@ class FlowPlacer:
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
         # `wants` is shared between jobs with the same request, so it is read-only.
+        # One `shape` object per distinct request in a round: classes compare shapes by identity.
         models = t.models
-        request_key = (tuple(t.devices.items()), tuple(models.items()) if models else ())
+        cpus, memory_gb = t.cpus, t.memory_gb
+        request_key = (cpus, memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
         parts = cache.requests.get(request_key)
         if parts is None:
             wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
-            parts = (wanted, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
-            cache.requests[request_key] = parts
-        wants, devices, pinned = parts
-        cpus, memory_gb = t.cpus, t.memory_gb
+            parts = (wanted, (cpus, memory_gb, tuple(sorted(wanted.items())), tuple(sorted(t.models.items()))))
+            # Requests that differ only in how they are written (order, zero counts) share the shape.
+            parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
+        wants, shape = parts
         return JobState(job, order, profile, tau, job.importance, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
-                        (cpus, memory_gb, devices, pinned), wants, t.count, cpus, memory_gb)
+                        shape, wants, t.count, cpus, memory_gb)
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(state, jobs, self.options,

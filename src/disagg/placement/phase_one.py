@@ -94,20 +94,22 @@ class Pricing:
 
 
 def classify(jobs: list[JobState]) -> Classes:
+    """Jobs of one round into classes and classes into shapes. A round's job states share one shape
+    object per distinct request, so shapes are told apart by identity (no hashing of nested tuples)."""
     classes: dict[tuple[object, ...], int] = {}
     of: list[int] = []
     reps: list[JobState] = []  # the first job of each class (classes are numbered as they first appear)
     for js in jobs:
-        c = classes.setdefault((js.shape, js.profile.name, js.tau, js.z, js.gbps), len(classes))
+        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps), len(classes))
         if c == len(reps):
             reps.append(js)
         of.append(c)
     of_job = np.array(of, dtype=np.int64)
     counts = np.fromiter(map(attrgetter("count"), jobs), dtype=np.int64, count=len(jobs))
     tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
-    shapes: dict[tuple[object, ...], list[int]] = {}
+    shapes: dict[int, list[int]] = {}
     for c, js in enumerate(reps):
-        shapes.setdefault(js.shape, []).append(c)
+        shapes.setdefault(id(js.shape), []).append(c)
     return Classes(of_job, counts, tasks, reps, list(shapes.values()))
 
 
