@@ -155,4 +155,4 @@ class JobTable:
 
     @staticmethod
     def indices(jobs: Sequence[JobState]) -> IntArray:
-        return np.fromiter((js.index for js in jobs), dtype=np.int64, count=len(jobs))
+        return np.fromiter(map(attrgetter("index"), jobs), dtype=np.int64, count=len(jobs))
