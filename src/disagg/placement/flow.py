@@ -92,7 +92,7 @@ class FlowPlacer:
             iterations += 1
             survivors = self._phase_one(state, pending, timings, clock)
             for kind in DEVICE_KINDS:
-                wanting = [js for js in survivors if kind in js.wants]
+                wanting = self._wanting(survivors, kind, cache)
                 if wanting:
                     self._phase_device(state, wanting, kind, timings, clock)
                     survivors = [js for js in survivors if js.failure is None]
@@ -125,6 +125,17 @@ class FlowPlacer:
             timings=timings.as_dict(clock() - start),
             stats={"admitted": len(jobs), "iterations": iterations},
         )
+
+    @staticmethod
+    def _wanting(jobs: list[JobState], kind: str, cache: _JobStateCache) -> list[JobState]:
+        """The jobs that want devices of `kind`. The round's distinct requests say at once when all or
+        none do (the usual case: one kind of device in the whole queue)."""
+        wants = [kind in w for w, _ in cache.requests.values()]
+        if all(wants):
+            return jobs
+        if not any(wants):
+            return []
+        return [js for js in jobs if kind in js.wants]
 
     @staticmethod
     def _job_state(job: Job, order: int, cache: _JobStateCache) -> JobState:
