@@ -162,10 +162,10 @@ class _Admission:
         for i in np.nonzero(~ok_head)[0].tolist():
             self.consider(ordered[i], i)
         taken = np.nonzero(ok_head)[0]
-        # What is left, subtracted job by job as the walk would (the same rounding).
-        for need_cpu_i, need_mem_i in zip(need_cpu[taken].tolist(), need_mem[taken].tolist(), strict=True):
-            self.left_cpu -= need_cpu_i
-            self.left_mem -= need_mem_i
+        # What is left, subtracted job by job as the walk would (accumulate is sequential: the same
+        # rounding).
+        self.left_cpu = float(np.subtract.accumulate(np.r_[self.left_cpu, need_cpu[taken]])[-1])
+        self.left_mem = float(np.subtract.accumulate(np.r_[self.left_mem, need_mem[taken]])[-1])
         for dev, need_d in need_dev.items():
             self.left_dev[dev] -= int(need_d[taken].sum())
         self.taken += taken.tolist()
