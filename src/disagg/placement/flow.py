@@ -34,7 +34,7 @@ T = TypeVar("T")
 @dataclass
 class _JobStateCache:
     """What job states of one round share: per image its profile, (known profiles) local time and
-    defaults, per request its device and model parts."""
+    defaults; per request its wanted devices and its shape, one shape object per distinct request."""
 
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)

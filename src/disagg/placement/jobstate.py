@@ -105,11 +105,15 @@ def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArra
 
 def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity."""
-    base = np.array([js.profile.base_s if js.profile.known else js.tau for js in jobs])
-    ts = np.array([js.profile.transfer_share for js in jobs])
-    rf = np.array([js.profile.remote_factor for js in jobs])
-    sens = np.array([js.profile.load_sensitivity for js in jobs])
-    return base, ts, rf, sens
+    n = len(jobs)
+    profiles = list(map(attrgetter("profile"), jobs))
+
+    def column(name: str) -> FloatArray:
+        return np.fromiter(map(attrgetter(name), profiles), dtype=np.float64, count=n)
+
+    known = np.fromiter(map(attrgetter("known"), profiles), dtype=bool, count=n)
+    base = np.where(known, column("base_s"), np.fromiter(map(attrgetter("tau"), jobs), dtype=np.float64, count=n))
+    return base, column("transfer_share"), column("remote_factor"), column("load_sensitivity")
 
 
 def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
