@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from disagg.model import Job
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.state import FreeState, Journal
+from disagg.placement.state import FreeState
 from disagg.profiles import Profile
 
 IntArray = NDArray[np.int64]
@@ -49,13 +49,17 @@ class JobState:
     memory_gb: float
     index: int = 0
     remote: int = 0
-    journal: Journal = field(default_factory=Journal)
+    #: What the job took this round (`state.Reservations`): kept here rather than in a `Journal` of
+    #: its own, one object fewer per job.
+    taken_cpu: list[tuple[int, float, float]] = field(default_factory=list)
+    taken_devices: list[int] = field(default_factory=list)
+    taken_traffic: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
     machines: list[int] = field(default_factory=list)
     grants: list[tuple[DeviceGrant, ...]] = field(default_factory=list)  # per task, as they will be output
     failure: tuple[Reason, str] | None = None
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
-        state.rollback(self.journal)
+        state.rollback(self)
         self.machines = []
         self.grants = []
         self.remote = 0

@@ -280,7 +280,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     jobs, job_at, task_index = tasks.jobs, tasks.job_at, tasks.task_index
     for t_idx, b, e in zip(idx.tolist(), bounds[:-1], bounds[1:], strict=True):
         js, ti = jobs[job_at[t_idx]], task_index[t_idx]
-        js.journal.devices.extend(taken[b:e])
+        js.taken_devices.extend(taken[b:e])
         js.grants[ti] += granted[b:e]
     np.subtract.at(state.free_count[kind], locs, wants)
     state.version += 1
@@ -296,7 +296,7 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
     for model, count, entries in sources:
         for _ in range(count):
             if entries is None:
-                dev = state.take_device(kind, own, model, js.journal)
+                dev = state.take_device(kind, own, model, js)
                 if dev is None:
                     break
                 js.grants[ti] += (DeviceGrant(devices[dev].id, kind, False, locations[own]),)
@@ -368,19 +368,19 @@ def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model
     devices = state.cluster.devices
     locations = state.cluster.locations
     if loc == own:
-        dev = state.take_device(kind, loc, model, js.journal)
+        dev = state.take_device(kind, loc, model, js)
         return (None, "") if dev is None else (DeviceGrant(devices[dev].id, kind, False, locations[loc]), "")
     path = state.path(own, loc)
-    if not state.take_traffic(path, js.gbps, js.journal):
+    if not state.take_traffic(path, js.gbps, js):
         return None, "bandwidth"
     if opts.network_aware:
         after = phi(js.job, js.profile, 1.0, state.load(path))
         if after > js.tau and after > js.phi_local:
-            state.undo_last_traffic(js.journal)
+            state.undo_last_traffic(js)
             return None, "slo"
-    dev = state.take_device(kind, loc, model, js.journal)
+    dev = state.take_device(kind, loc, model, js)
     if dev is None:
-        state.undo_last_traffic(js.journal)
+        state.undo_last_traffic(js)
         return None, ""
     js.remote += 1
     names = tuple(state.link_names[p] for p in path)

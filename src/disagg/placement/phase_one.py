@@ -322,11 +322,11 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
 def assign(state: FreeState, js: JobState, sources: tuple[Offers, ...], remote: bool) -> bool:
     """Give each task a machine from the flow's lists (the class's own, then its shape's), checking
     the real fit; repair when the flow over-filled a machine (gang: all or none)."""
-    cpus, memory_gb, journal, machines = js.cpus, js.memory_gb, js.journal, js.machines
+    cpus, memory_gb, machines = js.cpus, js.memory_gb, js.machines
     for _ in range(js.count):
         chosen = -1
         for offers in sources:
-            chosen = state.take_cpu_along(offers, cpus, memory_gb, journal, SCAN_LIMIT)
+            chosen = state.take_cpu_along(offers, cpus, memory_gb, js, SCAN_LIMIT)
             if chosen >= 0:
                 break
         if chosen < 0:
@@ -350,14 +350,14 @@ def repair(state: FreeState, js: JobState, remote: bool) -> int:
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))
-    if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js.journal):
+    if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js):
         return m
     cpu = state.cpu[cand]
     ok = (cpu + 1e-9 >= cpus) & (state.mem[cand] + 1e-9 >= memory_gb)
     if not ok.any():
         return -1
     m = int(cand[np.argmax(np.where(ok, cpu, -np.inf))])
-    return m if state.take_cpu(m, cpus, memory_gb, js.journal) else -1
+    return m if state.take_cpu(m, cpus, memory_gb, js) else -1
 
 
 def explain(state: FreeState, js: JobState, best: int, u_cost: int, opts: FlowOptions) -> None:

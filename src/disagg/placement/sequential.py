@@ -99,8 +99,8 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
             placed.append(_place_job(state, ask, rng, pick_machine, pick_devices))
             generation += 1
         except Refused as exc:
-            took_devices = bool(ask.journal.devices)
-            version = state.version if not took_devices and not ask.journal.traffic else -1
+            took_devices = bool(ask.journal.taken_devices)
+            version = state.version if not took_devices and not ask.journal.taken_traffic else -1
             state.rollback(ask.journal)
             if version >= 0:
                 # Nothing of devices or links was taken: what was cached about them still holds.

@@ -1,8 +1,8 @@
 """The free resources of one round, as arrays, with reservations that can be rolled back.
 
 A policy copies what it needs from the immutable snapshot into a `FreeState` and reserves from it
-as it decides. Every reservation goes into a `Journal` so a job that fails its gang check gives
-back exactly what it took. This is the one place that enforces "never over-commit": every
+as it decides. Every reservation goes into the job's `Reservations` (a `Journal`, or a flow round's
+job state) so a job that fails its gang check gives back exactly what it took. This is the one place that enforces "never over-commit": every
 `take_*` checks capacity and refuses rather than going negative.
 """
 
@@ -54,13 +54,22 @@ class Offers:
         self.start = 0
 
 
+class Reservations(Protocol):
+    """What one job took this round, to give back if its gang fails: a `Journal`, or a flow round's
+    job state (which keeps the same lists itself, one object fewer per job)."""
+
+    taken_cpu: list[tuple[int, float, float]]
+    taken_devices: list[int]
+    taken_traffic: list[tuple[tuple[int, ...], float]]
+
+
 @dataclass(slots=True)
 class Journal:
     """What one job took this round, to give back if its gang fails."""
 
-    cpu: list[tuple[int, float, float]] = field(default_factory=list)
-    devices: list[int] = field(default_factory=list)
-    traffic: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
+    taken_cpu: list[tuple[int, float, float]] = field(default_factory=list)
+    taken_devices: list[int] = field(default_factory=list)
+    taken_traffic: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
 
 
 class FreeState:
@@ -191,7 +200,7 @@ class FreeState:
     def link_load(self) -> FloatArray:
         return self.link_used / self.link_cap
 
-    def take_cpu(self, m: int, cpus: float, mem: float, journal: Journal) -> bool:
+    def take_cpu(self, m: int, cpus: float, mem: float, journal: Reservations) -> bool:
         # Through memoryviews of the arrays, as plain floats: the decoders call this once per task,
         # and numpy's scalar reads and writes cost several times more.
         cpu, memory = self._cpu_view, self._mem_view
@@ -200,10 +209,10 @@ class FreeState:
             return False
         cpu[m] = free_cpu - cpus
         memory[m] = free_mem - mem
-        journal.cpu.append((m, cpus, mem))
+        journal.taken_cpu.append((m, cpus, mem))
         return True
 
-    def take_cpu_along(self, offers: Offers, cpus: float, mem: float, journal: Journal, limit: int) -> int:
+    def take_cpu_along(self, offers: Offers, cpus: float, mem: float, journal: Reservations, limit: int) -> int:
         """Take cpus and memory for one task on the first machine along `offers` that has some left
         and really fits it; returns the machine, or -1 if none does among the `limit` offers from the
         front. The offers are for tasks of one size, so a machine found too full is spent for all of
@@ -225,12 +234,12 @@ class FreeState:
                 continue
             cpu[m] = free_cpu - cpus
             memory[m] = free_mem - mem
-            journal.cpu.append((m, cpus, mem))
+            journal.taken_cpu.append((m, cpus, mem))
             offer[1] -= 1
             return m
         return -1
 
-    def take_device(self, kind: str, loc: int, model: str | None, journal: Journal) -> int | None:
+    def take_device(self, kind: str, loc: int, model: str | None, journal: Reservations) -> int | None:
         """Take one free device of `kind` (and `model`, if given) at `loc`; None if there is none."""
         counts = self.free_count.get(kind)
         if counts is None or counts[loc] == 0:
@@ -246,7 +255,7 @@ class FreeState:
             slots[pos], slots[top] = slots[top], slots[pos]
         dev = int(slots[top])
         counts[loc] -= 1
-        journal.devices.append(dev)
+        journal.taken_devices.append(dev)
         self.version += 1
         return dev
 
@@ -257,7 +266,7 @@ class FreeState:
         first = int(self.start[kind][loc])
         return self.slots[kind][first:first + int(self.free_count[kind][loc])]
 
-    def take_traffic(self, links: tuple[int, ...], gbps: float, journal: Journal) -> bool:
+    def take_traffic(self, links: tuple[int, ...], gbps: float, journal: Reservations) -> bool:
         if not links or gbps <= 0:
             return True
         used, cap = self.link_used, self.link_cap
@@ -266,13 +275,13 @@ class FreeState:
                 return False
         for link in links:
             used[link] += gbps
-        journal.traffic.append((links, gbps))
+        journal.taken_traffic.append((links, gbps))
         self.version += 1
         return True
 
-    def undo_last_traffic(self, journal: Journal) -> None:
+    def undo_last_traffic(self, journal: Reservations) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
-        links, gbps = journal.traffic.pop()
+        links, gbps = journal.taken_traffic.pop()
         for link in links:
             self.link_used[link] -= gbps
         self.version += 1
@@ -302,16 +311,16 @@ class FreeState:
                                                         map(self.cluster.devices.__getitem__, at))))
         return found
 
-    def rollback(self, journal: Journal) -> None:
+    def rollback(self, journal: Reservations) -> None:
         """Give back everything in the journal (a failed gang). An empty journal changes nothing, so
         it leaves `version` (and what is cached under it) alone."""
-        if not (journal.cpu or journal.devices or journal.traffic):
+        if not (journal.taken_cpu or journal.taken_devices or journal.taken_traffic):
             return
-        for m, cpus, mem in journal.cpu:
+        for m, cpus, mem in journal.taken_cpu:
             self.cpu[m] += cpus
             self.mem[m] += mem
         devices = self.cluster.devices
-        for dev in reversed(journal.devices):
+        for dev in reversed(journal.taken_devices):
             kind = devices[dev].kind
             loc = int(self.dev_loc[dev])
             # The device sits in the taken part of its location's segment; swap it to the top of the
@@ -322,11 +331,11 @@ class FreeState:
             here = int(np.nonzero(slots[pos:end] == dev)[0][0]) + pos
             slots[here], slots[pos] = slots[pos], slots[here]
             self.free_count[kind][loc] += 1
-        for links, gbps in journal.traffic:
+        for links, gbps in journal.taken_traffic:
             self.link_used[np.fromiter(links, dtype=np.int64)] -= gbps
-        journal.cpu.clear()
-        journal.devices.clear()
-        journal.traffic.clear()
+        journal.taken_cpu.clear()
+        journal.taken_devices.clear()
+        journal.taken_traffic.clear()
         self.version += 1
 
     # -- summaries for explanations ------------------------------------------------------------------
