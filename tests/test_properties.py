@@ -104,15 +104,16 @@ def long_queues(draw: st.DrawFn) -> list[Job]:
             for i in range(draw(st.integers(0, 40)))]
 
 
-@settings(max_examples=60, deadline=None)
-@given(cluster=clusters(), queue=long_queues())
-def test_admission_takes_the_head_at_once_as_the_walk_would(cluster: Cluster, queue: list[Job]) -> None:
-    """Admission decides the queue's head with running sums; it must take and refuse exactly what the
-    job-by-job walk does, with the same reasons."""
+@settings(max_examples=80, deadline=None)
+@given(cluster=clusters(), queue=long_queues(), probe=st.sampled_from([0, 1, 3, 8]))
+def test_admission_takes_the_head_at_once_as_the_walk_would(cluster: Cluster, queue: list[Job], probe: int) -> None:
+    """Admission decides the queue's head with running sums (looking among the first `probe` jobs,
+    then the whole queue); it must take and refuse exactly what the job-by-job walk does, with the
+    same reasons."""
     from disagg.placement.queue import admit
     from disagg.placement.state import FreeState
 
-    at_once = admit(FreeState(cluster), queue)
+    at_once = admit(FreeState(cluster), queue, probe=probe)
     walked = admit(FreeState(cluster), queue, vectorised=False)
     assert at_once[0] == walked[0]
     assert at_once[1] == walked[1]

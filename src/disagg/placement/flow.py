@@ -21,7 +21,7 @@ from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
-from disagg.placement.queue import Refusal, admit, order_queue
+from disagg.placement.queue import Asks, Refusal, admit, order_queue
 from disagg.placement.solver import solve
 from disagg.placement.state import FreeState
 from disagg.profiles import Profile
@@ -38,6 +38,7 @@ class _JobStateCache:
 
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
+    asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
 
 
@@ -74,8 +75,8 @@ class FlowPlacer:
         timings = Timings()
         state = FreeState(snapshot)
         ordered = order_queue(queue, now)
-        admitted, refused = admit(state, ordered)
         cache = _JobStateCache()
+        admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._table = JobTable.of(jobs)
         self._queue_len = len(ordered)
@@ -102,7 +103,9 @@ class FlowPlacer:
             # another look, now that those jobs are decided (some of them may not have been placed).
             late = [i for i in late if ordered[i].name in refused
                     and refused[ordered[i].name].reason == Reason.CONTENTION]
-            more, still = admit(state, [ordered[i] for i in late])
+            # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
+            # refusals answers without a look; the head would stop at the first.)
+            more, still = admit(state, [ordered[i] for i in late], vectorised=False, asks=cache.asks)
             for k in more:
                 del refused[ordered[late[k]].name]
             refused.update(still)

@@ -42,7 +42,22 @@ def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int
     return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
 
 
-def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True) -> tuple[list[int], dict[str, Refusal]]:
+#: How far below what is left a running sum must stay for the head to take a job without the walk:
+#: the walk subtracts job by job, the running sum adds, and the two may round differently.
+_HEAD_MARGIN = 1e-6
+#: The head is first looked for among this many jobs: on a full cluster it is short or empty, and
+#: the columns of a long queue would be read for nothing. A queue no longer than this is walked:
+#: the head's fixed cost (a few numpy calls) is more than walking so few jobs.
+HEAD_PROBE = 64
+
+
+Asks = dict[int, tuple[object, ...]]
+"""A request's admission key by `id()` of its `TaskRequest` (jobs often share one): a round that
+admits more than once passes the same dict each time."""
+
+
+def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
+          asks: Asks | None = None) -> tuple[list[int], dict[str, Refusal]]:
     """Split the ordered queue into the jobs this round considers (their places in `ordered`) and those
     refused, with why.
 
@@ -51,19 +66,26 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True) -> 
     the jobs ahead of it cover it. Necessary, not sufficient: the flow decides the rest.
 
     The queue's head, up to the first job that what is left cannot cover, is decided at once with
-    running sums (`vectorised`; a queue that fits is all head); the rest job by job. Both give the
-    same answer (a test checks): the head only takes the jobs the walk would take.
+    running sums (`vectorised`; a queue that fits is all head; looked for among the first `probe`
+    jobs, then the whole queue); the rest job by job. Both give the same answer (a test checks): the
+    head only takes the jobs the walk would take.
     """
-    admission = _Admission(state)
-    first = admission.take_head(ordered) if vectorised else 0
-    for at in range(first, len(ordered)):
-        admission.consider(ordered[at], at)
+    admission = _Admission(state, {} if asks is None else asks)
+    vectorised = vectorised and len(ordered) > probe
+    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0)
     return admission.taken, admission.refused
 
 
-#: How far below what is left a running sum must stay for the head to take a job without the walk:
-#: the walk subtracts job by job, the running sum adds, and the two may round differently.
-_HEAD_MARGIN = 1e-6
+@dataclass
+class _Head:
+    """The queue's head as `take_head` finds it: its length, and per job of the queue read whether
+    its gang fits on the machines at all and what it needs in all."""
+
+    length: int
+    fits: NDArray[np.bool_]
+    need_cpu: NDArray[np.float64]
+    need_mem: NDArray[np.float64]
+    need_dev: dict[tuple[str, str | None], IntArray]
 
 
 class _Admission:
@@ -73,7 +95,7 @@ class _Admission:
     are made once per distinct reason and shared.
     """
 
-    def __init__(self, state: FreeState) -> None:
+    def __init__(self, state: FreeState, asks: Asks) -> None:
         self.state = state
         self.left_cpu = float(state.cpu.sum())
         self.left_mem = float(state.mem.sum())
@@ -88,13 +110,14 @@ class _Admission:
         # What is left moves only when a job is taken, so until then a job asking for what an earlier
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
         self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
-        self.asks: dict[int, tuple[object, ...]] = {}  # by id(): jobs often share one request object
+        self.asks = asks
 
     def ask(self, t: TaskRequest) -> tuple[object, ...]:
         ask = self.asks.get(id(t))
         if ask is None:
+            models = t.models
             ask = self.asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
-                                      tuple(t.models.items()))
+                                      tuple(models.items()) if models else ())
         return ask
 
     def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
@@ -128,13 +151,34 @@ class _Admission:
             self.left_dev[dev] -= need
         self.taken.append(at)
 
-    def take_head(self, ordered: Sequence[Job]) -> int:
+    def take_head(self, ordered: Sequence[Job], probe: int = HEAD_PROBE) -> int:
         """Decide the queue's head at once: the jobs before the first one whose running sums of
         cpus, memory or devices (over the jobs that fit on the machines at all) reach what is left.
-        Returns how many jobs it decided."""
+        Looks among the first `probe` jobs, then, if they are all head, the whole queue. Returns how
+        many jobs it decided."""
+        probe = min(len(ordered), probe)
+        head = self._find_head(ordered[:probe])
+        if head.length == probe < len(ordered):
+            head = self._find_head(ordered)
+        # The head's jobs that fit on the machines are taken; the rest are refused for that, which
+        # does not depend on what is left (so the order of the two does not matter).
+        fits = head.fits[:head.length]
+        for i in np.nonzero(~fits)[0].tolist():
+            self.walk(ordered[i:i + 1], 0, offset=i)
+        taken = np.nonzero(fits)[0]
+        # What is left, subtracted job by job as the walk would (accumulate is sequential: the same
+        # rounding).
+        self.left_cpu = float(np.subtract.accumulate(np.r_[self.left_cpu, head.need_cpu[taken]])[-1])
+        self.left_mem = float(np.subtract.accumulate(np.r_[self.left_mem, head.need_mem[taken]])[-1])
+        for dev, need_d in head.need_dev.items():
+            self.left_dev[dev] -= int(need_d[taken].sum())
+        self.taken += taken.tolist()
+        return head.length
+
+    def _find_head(self, ordered: Sequence[Job]) -> _Head:
         n = len(ordered)
         if n == 0:
-            return 0
+            return _Head(0, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0), {})
         requests = list(map(attrgetter("tasks"), ordered))
         count = np.fromiter(map(attrgetter("count"), requests), dtype=np.float64, count=n)
         cpus = np.fromiter(map(attrgetter("cpus"), requests), dtype=np.float64, count=n)
@@ -155,21 +199,7 @@ class _Admission:
         for dev, need_d in need_dev.items():
             over |= np.cumsum(np.where(ok, need_d, 0)) > self.device_left(dev)
         over &= ok
-        head = int(np.argmax(over)) if over.any() else n
-        # The head's jobs that fit on the machines are taken; the rest are refused for that, which
-        # does not depend on what is left (so the order of the two does not matter).
-        ok_head = ok[:head]
-        for i in np.nonzero(~ok_head)[0].tolist():
-            self.consider(ordered[i], i)
-        taken = np.nonzero(ok_head)[0]
-        # What is left, subtracted job by job as the walk would (accumulate is sequential: the same
-        # rounding).
-        self.left_cpu = float(np.subtract.accumulate(np.r_[self.left_cpu, need_cpu[taken]])[-1])
-        self.left_mem = float(np.subtract.accumulate(np.r_[self.left_mem, need_mem[taken]])[-1])
-        for dev, need_d in need_dev.items():
-            self.left_dev[dev] -= int(need_d[taken].sum())
-        self.taken += taken.tolist()
-        return head
+        return _Head(int(np.argmax(over)) if over.any() else n, ok, need_cpu, need_mem, need_dev)
 
     @staticmethod
     def _device_needs(requests: list[TaskRequest],
@@ -191,14 +221,28 @@ class _Admission:
                     need[i] = 0
         return {dev: need for dev, need in out.items() if need.any()}
 
-    def consider(self, job: Job, at: int) -> None:
+    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0) -> None:
+        """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
+        A job asking for what the last refused one asked for, with nothing taken since, is refused
+        the same way without a look (on a full cluster most of a long queue is)."""
+        asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
+        for at in range(first, len(ordered)):
+            job = ordered[at]
+            t = job.tasks
+            ask = asks.get(id(t))
+            if ask is None:  # inline: the walk runs over thousands of jobs on a full cluster
+                models = t.models
+                ask = asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
+                                     tuple(models.items()) if models else ())
+            seen = last.get(ask)
+            if seen is not None and seen[0] == len(taken):
+                refused[job.name] = seen[1]
+                continue
+            self.consider(job, offset + at, ask)
+
+    def consider(self, job: Job, at: int, ask: tuple[object, ...]) -> None:
         """Take the job, or refuse it naming what it lacks."""
         t = job.tasks
-        ask = self.ask(t)
-        seen = self.last.get(ask)
-        if seen is not None and seen[0] == len(self.taken):
-            self.refused[job.name] = seen[1]
-            return
         total_fit, best_cpu, best_mem = self.fit(t.cpus, t.memory_gb)
         need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
         wanted = self.wanted(ask, t)

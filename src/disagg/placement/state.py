@@ -2,8 +2,9 @@
 
 A policy copies what it needs from the immutable snapshot into a `FreeState` and reserves from it
 as it decides. Every reservation goes into the job's `Reservations` (a `Journal`, or a flow round's
-job state) so a job that fails its gang check gives back exactly what it took. This is the one place that enforces "never over-commit": every
-`take_*` checks capacity and refuses rather than going negative.
+job state) so a job that fails its gang check gives back exactly what it took. This is the one
+place that enforces "never over-commit": every `take_*` checks capacity and refuses rather than
+going negative.
 """
 
 from __future__ import annotations
