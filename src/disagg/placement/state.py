@@ -110,8 +110,11 @@ class FreeState:
         n_dev = len(devices)
         # One pass per attribute with map/attrgetter: a snapshot can hold 50,000 devices or more.
         kind_code = {k: i for i, k in enumerate(self.kinds)}
-        kinds = np.fromiter(map(kind_code.__getitem__, map(attrgetter("kind"), devices)), dtype=np.int64,
-                            count=n_dev)
+        kind_names = list(map(attrgetter("kind"), devices))
+        present = set(kind_names)
+        # One kind in the whole cluster (the usual case): its code for every device, without a lookup each.
+        kinds = (np.full(n_dev, kind_code[present.pop()], dtype=np.int64) if len(present) == 1 else
+                 np.fromiter(map(kind_code.__getitem__, kind_names), dtype=np.int64, count=n_dev))
         self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
                                              dtype=np.int64, count=n_dev)
         self._kind_codes = kinds
