@@ -232,3 +232,12 @@ def test_a_remote_choice_whose_uplink_fills_up_is_replaced_by_a_device_within_re
     assert task.machine == "m0"
     assert sorted(d.location for d in task.devices) == ["m1", "m2"]
     assert all(d.remote for d in task.devices)
+
+
+def test_the_queue_is_ordered_by_submit_time_then_name() -> None:
+    from disagg.placement.queue import order_queue
+
+    distinct = [replace(make_job(f"j{i}"), submit_s=float(s)) for i, s in enumerate([5, 1, 3])]
+    assert [j.name for j in order_queue(distinct, 10.0)] == ["j1", "j2", "j0"]
+    tied = [replace(make_job(n), submit_s=s) for n, s in [("b", 2.0), ("c", 1.0), ("a", 2.0), ("d", 1.0)]]
+    assert [j.name for j in order_queue(tied, 10.0)] == ["c", "d", "a", "b"]
