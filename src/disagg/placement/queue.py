@@ -119,14 +119,6 @@ class _Admission:
         self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
         self.asks = asks
 
-    def ask(self, t: TaskRequest) -> tuple[object, ...]:
-        ask = self.asks.get(id(t))
-        if ask is None:
-            models = t.models
-            ask = self.asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
-                                      tuple(models.items()) if models else ())
-        return ask
-
     def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
         """How many tasks of a shape the machines can take now, and the most free on one machine."""
         shape = (cpus, memory_gb)
