@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from disagg.model import Job
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.state import FreeState
+from disagg.placement.state import FreeState, column
 from disagg.profiles import Profile
 
 IntArray = NDArray[np.int64]
@@ -109,15 +109,10 @@ def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArra
 
 def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity."""
-    n = len(jobs)
     profiles = list(map(attrgetter("profile"), jobs))
-
-    def column(name: str) -> FloatArray:
-        return np.fromiter(map(attrgetter(name), profiles), dtype=np.float64, count=n)
-
-    known = np.fromiter(map(attrgetter("known"), profiles), dtype=bool, count=n)
-    base = np.where(known, column("base_s"), np.fromiter(map(attrgetter("tau"), jobs), dtype=np.float64, count=n))
-    return base, column("transfer_share"), column("remote_factor"), column("load_sensitivity")
+    base = np.where(column(profiles, "known", np.bool_), column(profiles, "base_s"), column(jobs, "tau"))
+    return (base, column(profiles, "transfer_share"), column(profiles, "remote_factor"),
+            column(profiles, "load_sensitivity"))
 
 
 def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
@@ -146,21 +141,16 @@ class JobTable:
     def of(cls, jobs: Sequence[JobState]) -> JobTable:
         for i, js in enumerate(jobs):
             js.index = i
-        n = len(jobs)
-
-        def column(name: str) -> FloatArray:
-            return np.fromiter(map(attrgetter(name), jobs), dtype=np.float64, count=n)
-
         return cls(
-            tau=column("tau"),
-            z=column("z"),
-            gbps=column("gbps"),
-            phi_local=column("phi_local"),
-            order=column("order"),
-            waits=column("job.wait_rounds"),
+            tau=column(jobs, "tau"),
+            z=column(jobs, "z"),
+            gbps=column(jobs, "gbps"),
+            phi_local=column(jobs, "phi_local"),
+            order=column(jobs, "order"),
+            waits=column(jobs, "job.wait_rounds"),
             params=profile_arrays(jobs),
         )
 
     @staticmethod
     def indices(jobs: Sequence[JobState]) -> IntArray:
-        return np.fromiter(map(attrgetter("index"), jobs), dtype=np.int64, count=len(jobs))
+        return column(jobs, "index", np.int64)

@@ -290,18 +290,14 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
           sources: list[tuple[str | None, int, list[list[int]] | None]], opts: FlowOptions) -> None:
     """Take the devices the flow gave one task (local ones: list None); fail the job if the
     real state says no."""
-    devices = state.cluster.devices
     locations = state.cluster.locations
     why = "none"
     for model, count, entries in sources:
         for _ in range(count):
             if entries is None:
-                dev = state.take_device(kind, own, model, js)
-                if dev is None:
-                    break
-                js.grants[ti] += (DeviceGrant(devices[dev].id, kind, False, locations[own]),)
-                continue
-            got, why = take_remote(state, js, kind, own, model, entries, opts)
+                got, why = take_at(state, js, kind, own, own, model, opts)
+            else:
+                got, why = take_remote(state, js, kind, own, model, entries, opts)
             if got is None:
                 break
             js.grants[ti] += (got,)

@@ -16,7 +16,6 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
@@ -35,7 +34,7 @@ from disagg.placement.jobstate import (
 )
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import task_fit_counts
-from disagg.placement.state import FreeState, Offers
+from disagg.placement.state import FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
 PREFERRED = 8
@@ -105,7 +104,7 @@ def classify(jobs: list[JobState]) -> Classes:
             reps.append(js)
         of.append(c)
     of_job = np.array(of, dtype=np.int64)
-    counts = np.fromiter(map(attrgetter("count"), jobs), dtype=np.int64, count=len(jobs))
+    counts = column(jobs, "count", np.int64)
     tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
     shapes: dict[int, list[int]] = {}
     for c, js in enumerate(reps):

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from disagg.model import Job, TaskRequest
 from disagg.placement.decisions import Reason
-from disagg.placement.state import FreeState
+from disagg.placement.state import FreeState, column
 
 IntArray = NDArray[np.int64]
 
@@ -179,9 +179,7 @@ class _Admission:
         if n == 0:
             return _Head(0, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0), {})
         requests = list(map(attrgetter("tasks"), ordered))
-        count = np.fromiter(map(attrgetter("count"), requests), dtype=np.float64, count=n)
-        cpus = np.fromiter(map(attrgetter("cpus"), requests), dtype=np.float64, count=n)
-        memory = np.fromiter(map(attrgetter("memory_gb"), requests), dtype=np.float64, count=n)
+        count, cpus, memory = (column(requests, name) for name in ("count", "cpus", "memory_gb"))
         # Does a job's gang fit on the machines at all (per distinct task shape)?
         cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
         mem_values, mem_of = np.unique(memory, return_inverse=True)
