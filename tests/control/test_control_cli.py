@@ -88,7 +88,8 @@ def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytes
         for cmd, key in (("slices", "slices"), ("machines", "machines"), ("devices", "devices"), ("links", "links")):
             out = runner.invoke(app, [cmd, "--json"])
             assert out.exit_code == 0 and json.loads(out.stdout)[key]
-            assert runner.invoke(app, [cmd]).exit_code == 0
+            shown = runner.invoke(app, [cmd], env={"COLUMNS": "250"})
+            assert shown.exit_code == 0 and json.loads(out.stdout)[key][0]["id"] in shown.stdout
         bad = runner.invoke(app, ["submit", "big", "--gpus", "9", "--", "true"])
         assert bad.exit_code == 2 and "never fit" in bad.output
         nobody = runner.invoke(app, ["jobs"], env={"DISAGG_TOKEN": "dg_wrong"})

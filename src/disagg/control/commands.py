@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import httpx
@@ -241,13 +241,19 @@ def _call(method: str, url: str, path: str, token: str | None, headers: dict[str
     return r.json()
 
 
-def _print_table(title: str, columns: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> None:
-    """A Rich table of one listing (`slices`, `machines`, `devices`, `links`)."""
-    table = Table(title=title)
+def _listing(url: str, token: str | None, as_json: bool, kind: str, columns: tuple[str, ...],
+             row: Callable[[dict[str, Any]], tuple[str, ...]], params: dict[str, str] | None = None) -> None:
+    """One listing (`slices`, `machines`, `devices`, `links`): GET /v1/<kind>, printed as the API's JSON
+    or as a Rich table with one row per item."""
+    data = _call("GET", url, f"/v1/{kind}", token, params=params)
+    if as_json:
+        _print_json(data)
+        return
+    table = Table(title=kind)
     for col in columns:
         table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
+    for item in data[kind]:
+        table.add_row(*row(item))
     Console().print(table)
 
 
@@ -379,49 +385,31 @@ def slices(
     as_json: AsJson = False,
 ) -> None:
     """List slices: their machines, devices and state."""
-    params = {"state": state} if state else None
-    data = _call("GET", url, "/v1/slices", token, params=params)
-    if as_json:
-        _print_json(data)
-        return
-    _print_table("slices", ("id", "job", "state", "outcome", "machines", "devices"), (
-        (s["id"], s["job"], s["state"], s["outcome"] or "",
-         ", ".join(f"{m['name']}@{m['host']}" for m in s["machines"]),
-         ", ".join(d for m in s["machines"] for d in m["devices"]))
-        for s in data["slices"]))
+    _listing(url, token, as_json, "slices", ("id", "job", "state", "outcome", "machines", "devices"), lambda s: (
+        s["id"], s["job"], s["state"], s["outcome"] or "",
+        ", ".join(f"{m['name']}@{m['host']}" for m in s["machines"]),
+        ", ".join(d for m in s["machines"] for d in m["devices"])), params={"state": state} if state else None)
 
 
 def machines(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
     """List machines and pools."""
-    data = _call("GET", url, "/v1/machines", token)
-    if as_json:
-        _print_json(data)
-        return
-    _print_table("machines", ("id", "kind", "rack", "state", "cpus", "memory GB", "slices"), (
-        (m["id"], m["kind"], m["location"], m["state"], f"{m['cpus']:g}", f"{m['memory_gb']:g}", ", ".join(m["slices"]))
-        for m in data["machines"]))
+    columns = ("id", "kind", "rack", "state", "cpus", "memory GB", "slices")
+    _listing(url, token, as_json, "machines", columns, lambda m: (
+        m["id"], m["kind"], m["location"], m["state"], f"{m['cpus']:g}", f"{m['memory_gb']:g}",
+        ", ".join(m["slices"])))
 
 
 def devices(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
     """List devices: free, attached (and to which slice), failed or drained."""
-    data = _call("GET", url, "/v1/devices", token)
-    if as_json:
-        _print_json(data)
-        return
-    _print_table("devices", ("id", "kind", "model", "location", "state", "slice"), (
-        (d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"] or "") for d in data["devices"]))
+    _listing(url, token, as_json, "devices", ("id", "kind", "model", "location", "state", "slice"), lambda d: (
+        d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"] or ""))
 
 
 def links(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
     """List network links: bandwidth, up or down, the load live slices put on them, and which slices."""
-    data = _call("GET", url, "/v1/links", token)
-    if as_json:
-        _print_json(data)
-        return
-    _print_table("links", ("id", "Gbit/s", "state", "load Gbit/s", "use", "slices"), (
-        (lk["id"], f"{lk['gbps']:g}", lk["state"], f"{lk['load_gbps']:g}", f"{lk['utilisation']:.0%}",
-         ", ".join(lk["slices"]))
-        for lk in data["links"]))
+    _listing(url, token, as_json, "links", ("id", "Gbit/s", "state", "load Gbit/s", "use", "slices"), lambda lk: (
+        lk["id"], f"{lk['gbps']:g}", lk["state"], f"{lk['load_gbps']:g}", f"{lk['utilisation']:.0%}",
+        ", ".join(lk["slices"])))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
