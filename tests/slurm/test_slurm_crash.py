@@ -3,7 +3,8 @@ processes. After a restart the job runs exactly once, and Slurm is left as it wa
 disagg job, every static node's GPUs as before, nothing attached on the fabric.
 
 Three moments are hit: while devices are attached (before any Slurm node exists), after the slice's
-node joined Slurm, and after its job was submitted held. Each restart reconciles and resumes.
+node joined Slurm, and after its job is in Slurm's queue (held, or released but kept from starting by
+a down partition). Each restart reconciles and resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 
 from disagg.engines.slurm import JOB_PREFIX, SlurmEngine, is_disagg_job
 from disagg.engines.slurm_cluster import SlurmCluster
+from disagg.engines.slurm_site import SlurmSite
 from disagg.fabric.emulated import EmulatedFabric
 from disagg.model import load_cluster
 from disagg.store.pgtemp import free_port
@@ -85,6 +87,11 @@ def serve(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Serve]:
     server = Serve(config, tmp_path / "serve.log")
     yield server
     server.kill()
+    set_partition(site, "up")
+
+
+def set_partition(site: SlurmSite, state: str) -> None:
+    site.run(["scontrol", "update", f"partitionname={site.partition}", f"state={state}"])
 
 
 def wait(cond: Callable[[], bool], what: str | Callable[[], str], timeout_s: float = 30) -> None:
@@ -94,13 +101,18 @@ def wait(cond: Callable[[], bool], what: str | Callable[[], str], timeout_s: flo
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("moment", ["attaching", "node-joined", "job-held"])
+@pytest.mark.parametrize("moment", ["attaching", "node-joined", "job-queued"])
 def test_kill_9_mid_composition_runs_the_job_exactly_once(
     moment: str, serve: Serve, slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    engine = SlurmEngine(slurm_cluster.site)
+    site = slurm_cluster.site
+    engine = SlurmEngine(site)
     before = engine.node_gres()
     runs = tmp_path / "runs"
+    # The slices' partition is down until the server is killed: Slurm takes the job (held or released)
+    # but cannot start it, so "killed before the job ran" holds whatever the server did in between
+    # (a released job starts in ≈ 0.5 s, which a loaded machine can beat the kill by).
+    set_partition(site, "down")
     token = serve.start()
     assert token
     headers = {"Authorization": f"Bearer {token}"}
@@ -124,9 +136,10 @@ def test_kill_9_mid_composition_runs_the_job_exactly_once(
     elif moment == "node-joined":
         wait(lambda: bool(engine.joined_machines()), "a slice node to join")
     else:
-        wait(lambda: bool(disagg_in_squeue()), "the held job in squeue")
+        wait(lambda: bool(disagg_in_squeue()), "the job in squeue")
     serve.kill()
     assert not runs.exists()                       # killed before the job could run
+    set_partition(site, "up")
 
     serve.start()
     wait(lambda: job()["state"] in ("completed", "failed", "cancelled"), "the job to end", 60)
