@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import pytest
 from control_helpers import job, submit, wait_for, wait_state
 from sqlalchemy import select, update
 
 from conftest import make_service
 from disagg.control.service import Service
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
-from disagg.store.models import DeviceRow, SliceRow, StepRow
+from disagg.store.models import DeviceRow, LinkRow, SliceRow, StepRow
 
 
 def _steps(svc: Service, slice_id: str) -> list[StepRow]:
@@ -46,8 +48,14 @@ def test_a_job_runs_through_all_six_operations_each_recorded_before_and_after(se
 
 
 def _overlap(steps: list[StepRow], op: str) -> bool:
-    chosen = [st for st in steps if st.op == op]
-    return max(st.started_at or 0 for st in chosen) < min(st.ended_at or 0 for st in chosen)
+    """The op's steps ran at the same time: from the first start to the last end took well under the
+    sum of their durations (one after another, it would take at least the sum). Not "all started
+    before the first ended": on a loaded machine a thread can start a step late, and that is no
+    sign of serial execution."""
+    chosen = [(st.started_at or 0.0, st.ended_at or 0.0) for st in steps if st.op == op]
+    assert len(chosen) >= 2, (op, chosen)
+    span = max(end for _, end in chosen) - min(start for start, _ in chosen)
+    return span < 0.75 * sum(end - start for start, end in chosen)
 
 
 def test_independent_steps_run_at_the_same_time(tmp_path: Path) -> None:
@@ -248,5 +256,59 @@ def test_a_gang_job_runs_end_to_end_on_each_store(db_url: str, tmp_path: Path) -
             assert "rank 0" in svc.controller.logs(j) and "rank 1" in svc.controller.logs(j)
         assert svc.fabric.attachments() == []
         assert svc.store.counts()["devices"] == {"free": 9}
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("look", [1, 2])
+@pytest.mark.parametrize("what", ["link", "device"])
+def test_a_repair_is_not_undone_by_a_look_at_the_fabric_taken_before_it(
+    what: str, look: int, db_url: str, tmp_path: Path
+) -> None:
+    """The monitor reads the fabric (the link down, the device failed), then an admin repairs it before
+    the monitor wrote what it saw: the repair must stand. The monitor looks twice when something
+    changed (a quick look, then again inside the transaction that writes); it is held after each."""
+    svc = make_service(tmp_path, db=db_url)  # the loop is not started: the race is driven by hand
+    target = "up:iobox0" if what == "link" else "iobox0/gpu1"
+    fabric = svc.fabric
+    read = fabric.down_links if what == "link" else fabric.failed_devices
+    looked, resume = threading.Event(), threading.Event()
+    looks: list[int] = []
+
+    def slow_read() -> set[str]:
+        out = read()
+        if threading.current_thread().name == "monitor":
+            looks.append(1)
+            if len(looks) == look:
+                looked.set()
+                resume.wait(5)  # the monitor has seen the fault and not written it yet
+        return out
+
+    try:
+        (fabric.drop_link if what == "link" else fabric.fail_device)(target)  # a fault the monitor finds
+        setattr(fabric, "down_links" if what == "link" else "failed_devices", slow_read)
+        monitor = threading.Thread(target=svc.controller.monitor, name="monitor")
+        monitor.start()
+        assert looked.wait(5)
+        answers: list[dict[str, object] | None] = []
+        repair = threading.Thread(target=lambda: answers.append(
+            (svc.controller.set_link if what == "link" else svc.controller.set_device)(target, "repair")))
+        repair.start()
+        repair.join(0.5)   # the repair either finishes now (and the stale look is written after it) or waits
+        resume.set()
+        monitor.join(10)
+        repair.join(10)
+        assert not monitor.is_alive() and not repair.is_alive()
+        with svc.store.read() as s:
+            if what == "link":
+                link = s.get(LinkRow, target)
+                assert link is not None and link.up
+                assert answers and answers[0] is not None and answers[0]["state"] == "up"
+            else:
+                dev = s.get(DeviceRow, target)
+                assert dev is not None and dev.health == "healthy"
+        svc.controller.monitor()   # and the next look agrees
+        assert {lk["id"]: lk["state"] for lk in svc.store.links_view()}["up:iobox0"] == "up"
+        assert {d["id"]: d["health"] for d in svc.store.devices_view()}["iobox0/gpu1"] == "healthy"
     finally:
         svc.close()

@@ -31,6 +31,7 @@ import anyio.to_thread
 import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.slice import SliceRunner, build_placement
@@ -181,32 +182,52 @@ class Controller:
     # --- 1. monitor ------------------------------------------------------------------------
     def monitor(self) -> None:
         """Mirror the fabric's device and link health into the store; re-queue affected slices."""
-        failed = self.fabric.failed_devices()
-        down = self.fabric.down_links()
-        seen = (frozenset(failed), frozenset(down))
-        if seen == self._health_seen:
+        if self._health_key() == self._health_seen:
             return  # nothing changed since the last look (the first look after a start always runs)
-        self._wake.set()  # capacity changed: place again
-        victims: dict[str, str] = {}
+        self._change_health(lambda: None)
+
+    def _health_key(self) -> tuple[frozenset[str], frozenset[str]]:
+        return frozenset(self.fabric.failed_devices()), frozenset(self.fabric.down_links())
+
+    def _change_health(self, change: Callable[[], None], then: Callable[[Session], None] | None = None) -> None:
+        """Apply `change` to the fabric and mirror the fabric's health, in one serialized transaction.
+
+        The fabric is read inside the transaction: a look at the fabric taken before an admin's repair
+        (in another thread or the other process of a split `serve`) can then never be written after
+        the repair's own mirror, which would leave a repaired link down or a device failed.
+        """
         with self.store.write() as s:
-            for dev in s.scalars(select(DeviceRow)):
-                if dev.id in failed and dev.health != "failed":
-                    dev.health = "failed"
-                if dev.id in failed and dev.slice_id is not None:
-                    victims.setdefault(dev.slice_id, f"device {dev.id} failed")
-            for link in s.scalars(select(LinkRow)):
-                link.up = link.id not in down
-            if down:
-                for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(("composing", "running")))):
-                    for t in sl.placement.get("tasks", []):
-                        for d in t.get("devices", []):
-                            hit = [lk for lk in d.get("path", []) if lk in down]
-                            if hit:
-                                victims.setdefault(sl.id, f"link {hit[0]} dropped (device {d['id']})")
+            self.store.serialize(s, "fabric-health")
+            change()
+            seen = self._health_key()
+            victims = self._mirror_health(s, *seen)
+            if then is not None:
+                then(s)
+        self._wake.set()  # capacity changed: place again
         for slice_id, why in victims.items():
             if self.slices.abort(slice_id, "requeue", why):
                 log.warning("slice %s: %s; job re-queued", slice_id, why)
         self._health_seen = seen
+
+    @staticmethod
+    def _mirror_health(s: Session, failed: frozenset[str], down: frozenset[str]) -> dict[str, str]:
+        """Write device failures and link states; return the slices they hit, with why."""
+        victims: dict[str, str] = {}
+        for dev in s.scalars(select(DeviceRow)):
+            if dev.id in failed and dev.health != "failed":
+                dev.health = "failed"
+            if dev.id in failed and dev.slice_id is not None:
+                victims.setdefault(dev.slice_id, f"device {dev.id} failed")
+        for link in s.scalars(select(LinkRow)):
+            link.up = link.id not in down
+        if down:
+            for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(("composing", "running")))):
+                for t in sl.placement.get("tasks", []):
+                    for d in t.get("devices", []):
+                        hit = [lk for lk in d.get("path", []) if lk in down]
+                        if hit:
+                            victims.setdefault(sl.id, f"link {hit[0]} dropped (device {d['id']})")
+        return victims
 
     # --- 2. poll ---------------------------------------------------------------------------
     def poll(self) -> None:
@@ -530,17 +551,22 @@ class Controller:
             if s.get(DeviceRow, device_id) is None:
                 return None
         if action == "fail":
-            self.fabric.fail_device(device_id)
-            self.monitor()
+            self._change_health(lambda: self.fabric.fail_device(device_id))
         elif action == "repair":
-            self.fabric.repair_device(device_id)
-        with self.store.write() as s:
-            dev = s.get(DeviceRow, device_id)
-            assert dev is not None
-            if action == "drain":
-                dev.drained = True
-            elif action == "repair":
+
+            def healthy(s: Session) -> None:
+                dev = s.get(DeviceRow, device_id)
+                assert dev is not None
                 dev.health, dev.drained = "healthy", False
+
+            self._change_health(lambda: self.fabric.repair_device(device_id), healthy)
+        elif action == "drain":
+            with self.store.write() as s:
+                dev = s.get(DeviceRow, device_id)
+                assert dev is not None
+                dev.drained = True
+        else:
+            raise ValueError(f"unknown device action {action!r}")
         self.wake()
         return next(d for d in self.store.devices_view() if d["id"] == device_id)
 
@@ -555,12 +581,11 @@ class Controller:
             if s.get(LinkRow, link_id) is None:
                 return None
         if action == "fail":
-            self.fabric.drop_link(link_id)
+            self._change_health(lambda: self.fabric.drop_link(link_id))
         elif action == "repair":
-            self.fabric.restore_link(link_id)
+            self._change_health(lambda: self.fabric.restore_link(link_id))
         else:
             raise ValueError(f"unknown link action {action!r}")
-        self.monitor()
         self.wake()
         return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
 

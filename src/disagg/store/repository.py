@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from disagg.model import Allocation, Cluster, Device, Machine, Pool
@@ -173,6 +173,18 @@ class Store:
             return
         with self._writers.hold(urgent), self._write() as session, session.begin():
             yield session
+
+    def serialize(self, session: Session, name: str) -> None:
+        """Inside a `write()`: wait until no other transaction that serializes on `name` is open.
+
+        For read-then-write sequences that must not interleave across processes (mirroring the
+        fabric's health while an admin repairs a link). SQLite's write transactions are serial
+        already (one writer, BEGIN IMMEDIATE); PostgreSQL's are not, so a transaction-scoped
+        advisory lock orders them there.
+        """
+        if self.dialect == "postgresql":
+            key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
     @contextmanager
     def read(self) -> Iterator[Session]:
