@@ -135,6 +135,16 @@ def test_reason_names_resource_and_shortfall_within_reach() -> None:
     assert message == "needs 4 gpu, 3 free within 10 Gb/s of m0"
 
 
+def test_server_centric_reason_counts_every_task_of_the_job_on_the_machine() -> None:
+    # one machine, 3 GPUs, and a pool (out of a server-centric policy's reach); two tasks of 2 GPUs
+    # each both land on the machine: the shortfall is 4 against 3
+    cluster = make_cluster(machines=1, gpus=3, cpus=20, pools=1)
+    decisions = PlacementHarness(cluster, [make_job("pair", count=2, cpus=4, gpu=2)]).run("firmament")
+    assert reason(decisions, "pair") == (
+        Reason.NO_DEVICES, "needs 4 gpu on m0 (2 for each of its 2 tasks there), 3 free there "
+                           "(server-centric: no remote devices)")
+
+
 def test_fifo_blocks_behind_the_head_and_says_so() -> None:
     cluster = make_cluster(machines=1, gpus=2)
     head = make_job("head", gpu=4, submit_s=0)

@@ -390,8 +390,7 @@ def explain(state: FreeState, js: JobState, kind: str, own: int, want: int, best
     where = state.cluster.locations[own]
     local = int(state.free_count[kind][own]) if kind in state.free_count else 0
     if not opts.remote:
-        js.fail(state, Reason.NO_DEVICES, f"needs {want} {kind} on {where}, {local} free there "
-                                          f"(server-centric: no remote devices)")
+        js.fail(state, Reason.NO_DEVICES, _server_centric_shortfall(state, js, kind, own, want, local))
         return
     if slo_blocked and (best == np.iinfo(np.int64).max or best >= u_cost):
         js.fail(state, Reason.SLO_AT_RISK, (
@@ -410,3 +409,17 @@ def explain(state: FreeState, js: JobState, kind: str, own: int, want: int, best
             f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed"))
         return
     js.fail(state, Reason.CONTENTION, f"its {kind} went to jobs ahead of it in the queue this round")
+
+
+def _server_centric_shortfall(state: FreeState, js: JobState, kind: str, own: int, want: int, local: int) -> str:
+    """What a job's tasks on one machine need of `kind` against what it has free. All of them count,
+    not only the task the flow left short: "needs 2, 3 free" would read as no shortfall at all when
+    two tasks there need 2 each. Devices the job already took this round count as free (its own)."""
+    where = state.cluster.locations[own]
+    here = js.machines.count(own)
+    devices = state.cluster.devices
+    free = local + sum(1 for d in js.taken_devices if devices[d].kind == kind and devices[d].location == where)
+    per = js.wants.get(kind, want)
+    need = f"{want} {kind} on {where}" if here <= 1 else (
+        f"{per * here} {kind} on {where} ({per} for each of its {here} tasks there)")
+    return f"needs {need}, {free} free there (server-centric: no remote devices)"
