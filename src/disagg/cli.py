@@ -44,7 +44,9 @@ def place(
     cluster: Annotated[Path, typer.Option(help="Cluster spec (YAML or JSON).")],
     jobs: Annotated[Path, typer.Option(help="Jobs spec (YAML or JSON).")],
     policy: Annotated[str, typer.Option(help="Policy name (see --policy list).")] = "drmaestro",
-    now: Annotated[float, typer.Option(help="The time of the round, seconds.")] = 0.0,
+    now: Annotated[float, typer.Option(help=(
+        "The time of the round, seconds (every listed job is queued; the longest waiting, now − submit_s, goes "
+        "first)."))] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the policy's randomness.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     dump_graphs: Annotated[Path | None, typer.Option(help="Write each solved flow network (JSON, DOT) here.")] = None,
