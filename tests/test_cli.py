@@ -79,6 +79,12 @@ def test_bench_placement_prints_numbers() -> None:
     python = data["round_s"] - data["solve_s"]
     assert python >= data["build_s"] + data["decode_s"] - 2e-4
     assert abs(data["python_over_solver_wall"] - python / data["solve_s"]) < 0.02 + 1e-3 / data["solve_s"]
+    # no solver, no ratio (not a number divided by a tiny epsilon)
+    for policy, pending in (("greedy", "60"), ("drmaestro", "0")):
+        out = run("bench", "placement", "--machines", "80", "--gpus-per-machine", "4", "--pending", pending,
+                  "--policy", policy, "--json")
+        none = json.loads(out.stdout)
+        assert none["solve_s"] == 0 and none["python_over_solver"] is None is none["python_over_solver_wall"], policy
 
 
 def test_dump_graphs_writes_each_solved_phase(tmp_path: Path) -> None:

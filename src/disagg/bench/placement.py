@@ -82,9 +82,12 @@ def _best_round(chosen: Policy, cluster: Cluster, queue: list[Job], seed: int, r
     return best
 
 
-def _python_over_solver(timings: dict[str, float]) -> float:
+def _python_over_solver(timings: dict[str, float]) -> float | None:
     """Everything in the round but the solver (building, decoding, and the bookkeeping between
-    phases that is neither), over the solver."""
+    phases that is neither), over the solver. None when no solver ran (the sequential policies, an
+    empty queue): a ratio over nothing would print as a huge, meaningless number."""
     solve = timings.get("solve_s", 0.0)
+    if solve <= 0.0:
+        return None
     python = timings.get("round_s", 0.0) - solve
-    return round(python / max(solve, 1e-9), 2)
+    return round(python / solve, 2)
