@@ -34,6 +34,9 @@ def test_place_json_has_the_documented_shape(policy: str) -> None:
                 assert set(d) >= {"id", "kind", "remote"}
     for u in data["unplaced"]:
         assert u["reason"]
+    # one job per line: each line of the lists is a whole JSON object of its own
+    rows = [line.strip().rstrip(",") for line in out.stdout.splitlines() if line.startswith('    {"job"')]
+    assert [json.loads(r) for r in rows] == data["placed"] + data["unplaced"]
 
 
 def test_place_table_output_names_jobs_and_reasons() -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from disagg.model import SpecError, load_cluster, load_jobs, parse_cluster, parse_jobs
+from disagg.model import Cluster, Job, SpecError, load_cluster, load_jobs, never_fits, parse_cluster, parse_jobs
 
 GOOD_CLUSTER = {
     "machines": [{"name": "m0", "rack": "r0", "cpus": 20, "memory_gb": 512, "uplink_gbps": 10,
@@ -100,3 +102,40 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
     badjson.write_text("{")
     with pytest.raises(SpecError, match="not valid JSON"):
         load_cluster(badjson)
+
+
+def _never_fits_by_definition(job: Job, cluster: Cluster) -> bool:
+    """The rule read straight off the inventory, machine by machine and device by device."""
+    t = job.tasks
+    if not any(m.cpus >= t.cpus and m.memory_gb >= t.memory_gb for m in cluster.machines):
+        return True
+    if t.count * t.cpus > sum(m.cpus for m in cluster.machines):
+        return True
+    return any(
+        t.count * t.wants(kind) > sum(1 for d in cluster.devices
+                                      if d.kind == kind and t.models.get(kind) in (None, d.model))
+        for kind in t.kinds)
+
+
+@settings(max_examples=150, deadline=None)
+@example(shapes=[(8, 1, 0, "K80"), (1, 16, 2, "P100")], count=1, cpus=1, memory=16, gpu=2, model=None)  # a trade-off
+@given(
+    shapes=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 4, 16]),
+                              st.integers(0, 3), st.sampled_from(["K80", "P100"])), min_size=1, max_size=6),
+    count=st.integers(1, 4), cpus=st.sampled_from([1, 2, 4, 8, 9]), memory=st.sampled_from([1, 4, 16, 17]),
+    gpu=st.integers(0, 6), model=st.sampled_from([None, "K80", "P100", "H100"]),
+)
+def test_never_fits_agrees_with_its_definition(
+    shapes: list[tuple[int, int, int, str]], count: int, cpus: int, memory: int, gpu: int, model: str | None
+) -> None:
+    """The check is answered from a summary of the cluster (machine shapes no other beats, device
+    counts per kind and model); it must say exactly what reading every machine and device says."""
+    cluster = parse_cluster({"machines": [
+        {"name": f"m{i}", "rack": "r0", "cpus": c, "memory_gb": m, "uplink_gbps": 10,
+         "devices": {"gpu": {"model": mod, "count": g}} if g else {}}
+        for i, (c, m, g, mod) in enumerate(shapes)]})
+    tasks: dict[str, object] = {"count": count, "cpus": cpus, "memory_gb": memory, "gpu": gpu}
+    if gpu and model:
+        tasks["gpu_model"] = model
+    (job,) = parse_jobs({"jobs": [{"name": "j", "tasks": tasks}]})
+    assert (never_fits(job, cluster) is not None) == _never_fits_by_definition(job, cluster)

@@ -79,13 +79,30 @@ def place(
             stem.with_suffix(".dot").write_text(net.to_dot())
         err.print(f"wrote {len(graphs)} flow network(s) to {dump_graphs}")
     if as_json:
-        sys.stdout.write(json.dumps(decisions.to_json(), indent=2) + "\n")
+        sys.stdout.write(json_rows(decisions.to_json()))
         return
     from disagg.placement.render import decisions_table
 
     console = Console()
     for table in decisions_table(decisions):
         console.print(table)
+
+
+def json_rows(data: dict[str, object]) -> str:
+    """JSON with each top-level key on a line and each item of a top-level list on a line of its own.
+
+    Readable line by line (one job per line) and written by the C encoder: `indent=` falls back to
+    Python's encoder, which took 1.7 s of a 3.6 s `disagg place --json` at 12,500 machines.
+    """
+    lines = []
+    for key, value in data.items():
+        head = f"  {json.dumps(key)}: "
+        if isinstance(value, list) and value:
+            items = ",\n".join("    " + json.dumps(v) for v in value)
+            lines.append(f"{head}[\n{items}\n  ]")
+        else:
+            lines.append(head + json.dumps(value))
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _policies_table() -> Table:

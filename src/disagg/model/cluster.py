@@ -76,6 +76,37 @@ class Allocation:
     network_gbps: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a cluster has, empty: enough to tell a job that can never fit from one that must wait,
+    in time independent of the cluster's size (a trace or a submission checks every job)."""
+
+    #: (cpus, memory_gb) of the machines that no other machine matches or beats in both.
+    shapes: tuple[tuple[float, float], ...]
+    cpus: float
+    #: Devices per (kind, model) and, under model None, per kind.
+    devices: dict[tuple[str, str | None], int]
+
+    @classmethod
+    def of(cls, machines: tuple[Machine, ...], devices: tuple[Device, ...]) -> Capacity:
+        shapes: list[tuple[float, float]] = []
+        for cpus, memory in sorted(((m.cpus, m.memory_gb) for m in machines), reverse=True):
+            if not shapes or memory > shapes[-1][1]:
+                shapes.append((cpus, memory))
+        counts: dict[tuple[str, str | None], int] = {}
+        for d in devices:
+            for key in ((d.kind, d.model), (d.kind, None)):
+                counts[key] = counts.get(key, 0) + 1
+        return cls(tuple(shapes), sum(m.cpus for m in machines), counts)
+
+    def fits_one(self, cpus: float, memory_gb: float) -> bool:
+        """Some machine has at least these cpus and this memory."""
+        return any(c >= cpus and m >= memory_gb for c, m in self.shapes)
+
+    def count(self, kind: str, model: str | None = None) -> int:
+        return self.devices.get((kind, model), 0)
+
+
 @dataclass(frozen=True)
 class Cluster:
     """An immutable snapshot of the inventory and its current use."""
@@ -139,6 +170,10 @@ class Cluster:
     @cached_property
     def link_by_id(self) -> dict[str, Link]:
         return {lk.id: lk for lk in self.links}
+
+    @cached_property
+    def capacity(self) -> Capacity:
+        return Capacity.of(self.machines, self.devices)
 
     @cached_property
     def device_kinds(self) -> tuple[DeviceKind, ...]:
