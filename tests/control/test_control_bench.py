@@ -1,10 +1,11 @@
-"""`disagg bench api` runs end to end (a short run; its numbers are printed, never asserted)."""
+"""`disagg bench api` and `bench slices` run end to end (short runs; their speeds are printed, never asserted)."""
 
 from __future__ import annotations
 
 import pytest
 
 from disagg.bench.api import run_api_bench
+from disagg.bench.slices import SHAPES, run_slices_bench
 
 
 @pytest.mark.slow
@@ -15,3 +16,13 @@ def test_bench_api_submits_while_the_loop_process_places() -> None:
     assert r["placed_by_end"] > 0  # the loop process placed some of them meanwhile
     assert r["cpu_s"]["loop"] > 0 and r["cpu_s"]["api"] > 0
     assert set(r["latency_ms"]) == {"p50", "p90", "p99", "max", "mean"}
+
+
+def test_bench_slices_composes_every_shape_both_ways() -> None:
+    r = run_slices_bench(scale=0.002, repeats=1)
+    assert [row["shape"] for row in r["shapes"]] == [f"{m}x{g}" for m, g in SHAPES]
+    for row in r["shapes"]:
+        for mode in ("serial", "parallel"):
+            # every phase ran (compose takes at least its slowest step) and was timed
+            assert row[mode]["compose_s"] >= row[mode]["slowest_step_s"] > 0 and row[mode]["teardown_s"] > 0
+    assert isinstance(r["target_met"], bool)

@@ -27,9 +27,6 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from disagg.store import Store
-from disagg.store.pgtemp import TempPostgres, free_port
-
 
 def _percentile(values: list[float], q: float) -> float:
     if not values:
@@ -123,6 +120,9 @@ def _load(url: str, token: str, seconds: float, clients: int) -> dict[str, Any]:
 def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int = 8, scale: float = 0.001,
                   db: str | None = None, tick_s: float = 0.25, api_process: bool = True) -> dict[str, Any]:
     """One run against a fresh store of `backend` (or the given empty `db`)."""
+    from disagg.store import Store  # here, not at the top: every `disagg` command imports this module
+    from disagg.store.pgtemp import TempPostgres, free_port
+
     pg: TempPostgres | None = None
     with tempfile.TemporaryDirectory(prefix="disagg-bench-api-") as d:
         root = Path(d)

@@ -30,17 +30,18 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
-from sqlalchemy import select
 
-from disagg.control.service import Service, Settings, open_service
 from disagg.control.split import group_gone
-from disagg.store import LIVE_SLICE_STATES, Store
-from disagg.store.models import DeviceRow, JobRow, SliceRow
-from disagg.store.pgtemp import free_port
+
+if TYPE_CHECKING:
+    from disagg.control.service import Service
+
+# The store, SQLAlchemy and the service are imported where they are used: every `disagg` command
+# imports this module (to register `bench crash`), and most need none of them.
 
 
 class ForkedServer:
@@ -48,6 +49,8 @@ class ForkedServer:
 
     def __init__(self, root: Path, db: str, options: list[str]) -> None:
         self.root, self.db, self.options = root, db, options
+        from disagg.store.pgtemp import free_port
+
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.pid = 0
@@ -109,6 +112,11 @@ def job_body(rng: random.Random, events: Path, i: int) -> dict[str, Any]:
 
 def invariant_violations(svc: Service, seen_slices: set[str], final: bool = False) -> list[str]:
     """What is wrong with a reconciled, quiescent world (empty when nothing is)."""
+    from sqlalchemy import select
+
+    from disagg.store import LIVE_SLICE_STATES
+    from disagg.store.models import DeviceRow, JobRow, SliceRow
+
     bad: list[str] = []
     with svc.store.read() as s:
         slices = {r.id: r for r in s.scalars(select(SliceRow))}
@@ -173,6 +181,9 @@ def run_crash_trials(root: Path, trials: int = 50, seed: int = 5, scale: float =
 
     `db`: an empty store to use (a PostgreSQL URL, say); by default an SQLite file under `root`.
     """
+    from disagg.control.service import Settings, open_service
+    from disagg.store import Store
+
     t0 = time.perf_counter()
     rng = random.Random(seed)
     db = db or f"sqlite:///{root / 'disagg.db'}"

@@ -23,20 +23,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from sqlalchemy import select
 
-from disagg.control.slice import SliceRunner, build_placement
-from disagg.engines.local import LocalEngine
-from disagg.fabric.emulated import EmulatedFabric, OperationLatencies
-from disagg.model import load_cluster
-from disagg.store import Store
-from disagg.store.models import JobRow, SliceRow, StepRow
+from disagg.fabric.emulated import OperationLatencies
 
 SHAPES = ((1, 4), (2, 2), (4, 1))
 
 
 def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> dict[str, float]:
+    # imported here: every `disagg` command imports this module (to register `bench slices`)
+    from sqlalchemy import select
+
     from disagg.control.service import DEFAULT_CLUSTER
+    from disagg.control.slice import SliceRunner, build_placement
+    from disagg.engines.local import LocalEngine
+    from disagg.fabric.emulated import EmulatedFabric
+    from disagg.model import load_cluster
+    from disagg.store import Store
+    from disagg.store.models import JobRow, SliceRow, StepRow
 
     cluster = load_cluster(DEFAULT_CLUSTER)
     store = Store(f"sqlite:///{root / 'bench.db'}")
