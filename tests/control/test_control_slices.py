@@ -312,3 +312,35 @@ def test_a_repair_is_not_undone_by_a_look_at_the_fabric_taken_before_it(
         assert {d["id"]: d["health"] for d in svc.store.devices_view()}["iobox0/gpu1"] == "healthy"
     finally:
         svc.close()
+
+
+def test_the_dashboard_summarises_a_large_inventory(service: Service) -> None:
+    """Past its size limits the page shows racks, kinds and models with counts by state, and lists
+    only the devices an operator must look at; the counts agree with the store's own."""
+    from disagg.api.dashboard import render_dashboard
+
+    j = submit(service, gpu=1, cpus=2, command=["sleep", "30"])
+    wait_state(service, j, ("running",))
+    used, _ = _device_of(service, j)
+    drained = next(f"iobox0/gpu{i}" for i in range(5) if f"iobox0/gpu{i}" != used)
+    service.controller.set_device(drained, "drain")
+    service.controller.set_device("iobox1/nvme2", "fail")
+    try:
+        small = render_dashboard(service.store)
+        assert "<td>iobox0/gpu0</td>" in small and "node3" in small and "Racks" not in small  # a row each
+        page = render_dashboard(service.store, full_machines=2, full_devices=4)
+        counts = service.store.counts()["devices"]
+        assert "Racks (1: 4 machines, 2 pools)" in page
+        # the rack's row: 4 machines, 2 pools, devices free/attached/drained/failed, 1 live slice
+        row = "<tr><td>r0</td><td>4</td><td>2</td>" + "".join(
+            f"<td>{counts.get(st, 0)}</td>" for st in ("free", "attached", "drained", "failed")) + "<td>1</td></tr>"
+        assert row in page
+        assert counts["attached"] == 1 and counts["drained"] == 1 and counts["failed"] == 1
+        assert "<td>nvme</td><td>SSD750</td><td>3</td><td>0</td><td>0</td><td>1</td>" in page
+        # only the drained and the failed device get a row of their own
+        assert drained in page and "iobox1/nvme2" in page
+        rows = [f"iobox0/gpu{i}" for i in range(5) if f"<td>iobox0/gpu{i}</td>" in page]
+        assert sorted(rows) == sorted({drained, used})   # no other device has a row; the slice's is in its row
+        assert job(service, j)["slice"] in page
+    finally:
+        service.controller.cancel(j)

@@ -3,6 +3,8 @@ snapshots, idempotency keys, all-or-nothing transactions."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
@@ -10,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from disagg.control.service import DEFAULT_CLUSTER
 from disagg.model import load_cluster
 from disagg.store import Store
-from disagg.store.models import DeviceRow, JobRow, SliceRow
+from disagg.store.models import DeviceRow, JobRow, SliceRow, device_state
 
 
 def _job(id_: str, tenant: str = "a", key: str | None = None) -> JobRow:
@@ -76,6 +78,34 @@ def test_inventory_round_trips_into_a_snapshot_with_health_and_allocations(db_ur
     assert (alloc.machine, alloc.cpus, alloc.memory_gb, alloc.devices) == ("node1", 3, 7, ("iobox0/gpu0",))
     assert snap.device_by_id["iobox0/gpu1"].health == "failed"
     assert snap.device_by_id["iobox0/gpu2"].health == "healthy"
+    store.close()
+
+
+def test_device_counts_by_state_match_each_devices_state(db_url: str) -> None:
+    """Counted in SQL by (health, attached, drained); each combination must land where the one-word
+    state of each device puts it (failed > attached > drained > free)."""
+    store = Store(db_url)
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    store.ping()
+    with store.write() as s:
+        s.add(_job("j-1"))
+        s.flush()
+        s.add(SliceRow(id="s-1", job_id="j-1", attempt=1, state="running", outcome=None, detail=None,
+                       placement={"machines": [], "tasks": []}, handle=None, created_at=0.0, updated_at=0.0))
+        s.flush()
+        marks = {"iobox0/gpu0": ("failed", True, True), "iobox0/gpu1": ("failed", False, False),
+                 "iobox0/gpu2": ("healthy", True, True), "iobox0/gpu3": ("healthy", True, False),
+                 "iobox0/gpu4": ("healthy", False, True)}
+        for dev_id, (health, attached, drained) in marks.items():
+            dev = s.get(DeviceRow, dev_id)
+            assert dev is not None
+            dev.health, dev.drained, dev.slice_id = health, drained, "s-1" if attached else None
+    with store.read() as s:
+        expected = Counter(device_state(d) for d in s.scalars(select(DeviceRow)))
+    counts = store.counts()["devices"]
+    assert counts == dict(expected)
+    assert counts["failed"] == 2 and counts["attached"] == 2 and counts["drained"] == 1
     store.close()
 
 

@@ -339,7 +339,7 @@ def create_app(controller: Controller) -> FastAPI:
     @app.get("/healthz", response_model=S.HealthOut, tags=["ops"])
     def healthz() -> dict[str, Any]:
         """Liveness: the API answers and the store is reachable."""
-        store.counts()
+        store.ping()
         last = {k: float(v) for k, v in controller.round_info().items() if isinstance(v, int | float)}
         return {"status": "ok", "policy": controller.config.policy, "last_round": last}
 

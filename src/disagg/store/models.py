@@ -151,10 +151,15 @@ Index("ix_jobs_state_seq", JobRow.state, JobRow.seq)
 
 def device_state(row: DeviceRow) -> str:
     """The one word the API shows: failed > attached > drained > free."""
-    if row.health == "failed":
+    return device_state_of(row.health, row.slice_id is not None, bool(row.drained))
+
+
+def device_state_of(health: str, attached: bool, drained: bool) -> str:
+    """`device_state` from the three columns it reads (for counting by state in SQL)."""
+    if health == "failed":
         return "failed"
-    if row.slice_id is not None:
+    if attached:
         return "attached"
-    if row.drained:
+    if drained:
         return "drained"
     return "free"

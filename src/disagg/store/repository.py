@@ -33,6 +33,7 @@ from disagg.store.models import (
     StepRow,
     TokenRow,
     device_state,
+    device_state_of,
 )
 
 DEFAULT_URL = "sqlite:///disagg.db"
@@ -382,11 +383,36 @@ class Store:
             slices = {
                 str(st): int(n) for st, n in s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state))
             }
-            devices: dict[str, int] = {}
-            for r in s.scalars(select(DeviceRow)):
-                st = device_state(r)
-                devices[st] = devices.get(st, 0) + 1
+        devices = {state: n for (state,), n in self.device_counts().items()}
         return {"jobs": jobs, "slices": slices, "devices": devices}
+
+    def node_counts(self) -> dict[tuple[str, str], int]:
+        """Machines and pools per (rack, kind): the dashboard's summary of a large inventory."""
+        with self.read() as s:
+            query = select(MachineRow.rack, MachineRow.kind, func.count()).group_by(MachineRow.rack, MachineRow.kind)
+            return {(str(rack), str(kind)): int(n) for rack, kind, n in s.execute(query)}
+
+    def device_counts(self, *by: str) -> dict[tuple[str, ...], int]:
+        """Devices by their one-word state and by `by` ("kind", "model", "rack"), counted in SQL:
+        loading every device row to count them took 0.9 s at 52,500 devices. Keys: (state, *by)."""
+        attached = DeviceRow.slice_id.is_not(None)
+        columns = {"kind": DeviceRow.kind, "model": DeviceRow.model, "rack": MachineRow.rack}
+        extra = [columns[b] for b in by]
+        query = select(DeviceRow.health, attached, DeviceRow.drained, *extra, func.count()).group_by(
+            DeviceRow.health, attached, DeviceRow.drained, *extra)
+        if "rack" in by:
+            query = query.join(MachineRow, MachineRow.name == DeviceRow.location)
+        out: dict[tuple[str, ...], int] = {}
+        with self.read() as s:
+            for health, is_attached, drained, *keys, n in s.execute(query):
+                key = (device_state_of(str(health), bool(is_attached), bool(drained)), *map(str, keys))
+                out[key] = out.get(key, 0) + int(n)
+        return out
+
+    def ping(self) -> None:
+        """Raise unless the store answers a query (the liveness probe: no table is read)."""
+        with self.read_core() as conn:
+            conn.execute(select(1))
 
 
 def allocations_of(job_id: str, placement: dict[str, Any]) -> list[Allocation]:
