@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from disagg.model import Allocation, Cluster, Device, Machine, Pool
@@ -227,56 +227,33 @@ class Store:
 
     # --- inventory -------------------------------------------------------------------------
     def sync_inventory(self, cluster: Cluster) -> None:
-        """Add the spec's machines, pools, devices and links that the store lacks; keep health."""
+        """Add the spec's machines, pools, devices and links that the store lacks; keep health.
+
+        Rows go in as bulk INSERTs and only the key columns are read back: one ORM object per row
+        took 11 s for a 12,500-machine spec (78,000 rows).
+        """
+        nodes = [
+            {"name": m.name, "kind": "machine", "rack": m.rack, "cpus": m.cpus, "memory_gb": m.memory_gb,
+             "uplink_gbps": m.uplink_gbps, "position": i}
+            for i, m in enumerate(cluster.machines)
+        ] + [
+            {"name": p.name, "kind": "pool", "rack": p.rack, "cpus": 0.0, "memory_gb": 0.0,
+             "uplink_gbps": p.uplink_gbps, "position": len(cluster.machines) + i}
+            for i, p in enumerate(cluster.pools)
+        ]
+        devices = [
+            {"id": d.id, "kind": d.kind, "model": d.model, "location": d.location, "index": d.index,
+             "capacity": d.capacity, "health": "failed" if d.health == "failed" else "healthy", "drained": False,
+             "slice_id": None, "position": i}
+            for i, d in enumerate(cluster.devices)
+        ]
+        links = [{"id": lk.id, "gbps": lk.gbps, "up": True} for lk in cluster.links]
         with self.write() as s:
-            have_m = {r.name for r in s.scalars(select(MachineRow))}
-            for i, m in enumerate(cluster.machines):
-                if m.name not in have_m:
-                    s.add(
-                        MachineRow(
-                            name=m.name,
-                            kind="machine",
-                            rack=m.rack,
-                            cpus=m.cpus,
-                            memory_gb=m.memory_gb,
-                            uplink_gbps=m.uplink_gbps,
-                            position=i,
-                        )
-                    )
-            for i, p in enumerate(cluster.pools):
-                if p.name not in have_m:
-                    s.add(
-                        MachineRow(
-                            name=p.name,
-                            kind="pool",
-                            rack=p.rack,
-                            cpus=0.0,
-                            memory_gb=0.0,
-                            uplink_gbps=p.uplink_gbps,
-                            position=len(cluster.machines) + i,
-                        )
-                    )
-            have_d = {r.id for r in s.scalars(select(DeviceRow))}
-            for i, d in enumerate(cluster.devices):
-                if d.id not in have_d:
-                    s.add(
-                        DeviceRow(
-                            id=d.id,
-                            kind=d.kind,
-                            model=d.model,
-                            location=d.location,
-                            index=d.index,
-                            capacity=d.capacity,
-                            health="failed" if d.health == "failed" else "healthy",
-                            drained=False,
-                            slice_id=None,
-                            position=i,
-                        )
-                    )
-            have_l = {r.id for r in s.scalars(select(LinkRow))}
-            for link in cluster.links:
-                if link.id not in have_l:
-                    s.add(LinkRow(id=link.id, gbps=link.gbps, up=True))
+            for model, key, rows in ((MachineRow, "name", nodes), (DeviceRow, "id", devices), (LinkRow, "id", links)):
+                have = set(s.scalars(select(getattr(model, key))))
+                missing = [r for r in rows if r[key] not in have]
+                if missing:
+                    s.execute(insert(model), missing)
 
     def cluster(self, session: Session | None = None) -> Cluster:
         """The inventory as a snapshot (health included) with what live slices hold as allocations."""
@@ -284,8 +261,10 @@ class Store:
             with self.read() as s:
                 return self.cluster(s)
         s = session
-        mrows = list(s.scalars(select(MachineRow).order_by(MachineRow.position)))
-        links = list(s.scalars(select(LinkRow)))
+        # columns, not ORM objects: a snapshot is read every round (1.3 s as objects at 52,500 devices)
+        mrows = s.execute(select(MachineRow.name, MachineRow.kind, MachineRow.rack, MachineRow.cpus,
+                                 MachineRow.memory_gb, MachineRow.uplink_gbps).order_by(MachineRow.position)).all()
+        links = s.execute(select(LinkRow.id, LinkRow.gbps, LinkRow.up)).all()
         down = {r.id for r in links if not r.up}
         rack_gbps = next((r.gbps for r in links if r.id.startswith("rack:")), 100.0)
         machines = tuple(
@@ -293,11 +272,16 @@ class Store:
         )
         pools = tuple(Pool(r.name, r.rack, r.uplink_gbps) for r in mrows if r.kind == "pool")
         devices = []
-        for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position)):
-            health = "failed" if r.health == "failed" else "drained" if r.drained else "healthy"
-            if f"up:{r.location}" in down:  # unreachable behind a dropped uplink
+        columns = (DeviceRow.id, DeviceRow.kind, DeviceRow.model, DeviceRow.location, DeviceRow.index,
+                   DeviceRow.capacity, DeviceRow.health, DeviceRow.drained)
+        # unpacked by position: a row's `.index` is the tuple method, not the column
+        for dev_id, kind, model, location, index, capacity, stored, drained in s.execute(
+            select(*columns).order_by(DeviceRow.position)
+        ):
+            health = "failed" if stored == "failed" else "drained" if drained else "healthy"
+            if f"up:{location}" in down:  # unreachable behind a dropped uplink
                 health = "failed"
-            devices.append(Device(r.id, r.kind, r.model, r.location, r.index, r.capacity, health))  # type: ignore[arg-type]
+            devices.append(Device(dev_id, kind, model, location, index, capacity, health))  # type: ignore[arg-type]
         allocations = []
         for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
             allocations += allocations_of(sl.job_id, sl.placement)
