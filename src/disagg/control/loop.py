@@ -298,13 +298,14 @@ class Controller:
         now = time.time()
         placed = 0
         with self.store.write() as s:
-            cluster = self.store.cluster(s)
-            cpu = {m.name: m.cpus for m in cluster.machines}
-            mem = {m.name: m.memory_gb for m in cluster.machines}
-            for a in cluster.allocations:
-                cpu[a.machine] -= a.cpus
-                mem[a.machine] -= a.memory_gb
-            devs = {d.id: d for d in s.scalars(select(DeviceRow).with_for_update())}
+            cpu, mem = self.store.room_left(s)
+            # only the devices the decisions grant are read (and locked): reading every device row
+            # took 0.8 s a round at 52,500 devices
+            granted = sorted({g.id for p in decisions.placed for t in p.tasks for g in t.devices})
+            devs: dict[str, DeviceRow] = {}
+            for i in range(0, len(granted), 500):
+                chunk = select(DeviceRow).where(DeviceRow.id.in_(granted[i:i + 500])).with_for_update()
+                devs.update((d.id, d) for d in s.scalars(chunk))
             links = list(s.scalars(select(LinkRow)))
             down = {r.id for r in links if not r.up}
             # bandwidth left on each link: what the live slices' remote devices were placed to carry is taken

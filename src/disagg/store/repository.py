@@ -293,6 +293,21 @@ class Store:
             allocations=tuple(allocations),
         )
 
+    def room_left(self, session: Session) -> tuple[dict[str, float], dict[str, float]]:
+        """The cpus and memory each machine has left after what the live slices hold (applying a
+        round's decisions re-checks against these; a whole snapshot would read every device too)."""
+        cpu: dict[str, float] = {}
+        mem: dict[str, float] = {}
+        for name, cpus, memory in session.execute(
+            select(MachineRow.name, MachineRow.cpus, MachineRow.memory_gb).where(MachineRow.kind == "machine")
+        ):
+            cpu[name], mem[name] = cpus, memory
+        for sl in session.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
+            for a in allocations_of(sl.job_id, sl.placement):
+                cpu[a.machine] -= a.cpus
+                mem[a.machine] -= a.memory_gb
+        return cpu, mem
+
     # --- views -----------------------------------------------------------------------------
     def devices_view(self) -> list[dict[str, Any]]:
         with self.read() as s:
