@@ -7,7 +7,7 @@ run time), so SQLite and PostgreSQL databases evolve the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     JSON,
@@ -149,7 +149,32 @@ class LinkRow(Base):
 Index("ix_jobs_state_seq", JobRow.state, JobRow.seq)
 
 
-def device_state(row: DeviceRow) -> str:
+class DeviceFields(Protocol):
+    """What the API shows of a device: a DeviceRow, or a row of just these columns (listing 52,500
+    devices as ORM objects took 1.1 s; as column rows a fraction of that)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def drained(self) -> bool: ...
+    @property
+    def slice_id(self) -> str | None: ...
+
+
+#: The columns of DeviceFields, for a select that reads only those.
+DEVICE_FIELDS = (DeviceRow.id, DeviceRow.kind, DeviceRow.model, DeviceRow.location, DeviceRow.health,
+                 DeviceRow.drained, DeviceRow.slice_id)
+
+
+def device_state(row: DeviceFields) -> str:
     """The one word the API shows: failed > attached > drained > free."""
     return device_state_of(row.health, row.slice_id is not None, bool(row.drained))
 

@@ -25,6 +25,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from disagg.model import Allocation, Cluster, Device, Machine, Pool
 from disagg.store.models import (
+    DEVICE_FIELDS,
+    DeviceFields,
     DeviceRow,
     JobRow,
     LinkRow,
@@ -314,7 +316,7 @@ class Store:
             down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
             return [
                 device_dict(r, reachable=f"up:{r.location}" not in down)
-                for r in s.scalars(select(DeviceRow).order_by(DeviceRow.position))
+                for r in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position))
             ]
 
     def links_view(self) -> list[dict[str, Any]]:
@@ -350,11 +352,12 @@ class Store:
             for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
                 for m in sl.placement.get("machines", []):
                     holders.setdefault(m["host"], []).append(sl.id)
-            devs: dict[str, list[DeviceRow]] = {}
-            for d in s.scalars(select(DeviceRow)):
+            devs: dict[str, list[DeviceFields]] = {}
+            for d in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position)):
                 devs.setdefault(d.location, []).append(d)
             out = []
-            for r in s.scalars(select(MachineRow).order_by(MachineRow.position)):
+            nodes = select(MachineRow.name, MachineRow.kind, MachineRow.rack, MachineRow.cpus, MachineRow.memory_gb)
+            for r in s.execute(nodes.order_by(MachineRow.position)):
                 slices = sorted(set(holders.get(r.name, [])))
                 states = [device_state(d) for d in devs.get(r.name, [])]
                 state = "attached" if slices else "free"
@@ -432,7 +435,7 @@ def allocations_of(job_id: str, placement: dict[str, Any]) -> list[Allocation]:
     return out
 
 
-def device_dict(r: DeviceRow, reachable: bool = True) -> dict[str, Any]:
+def device_dict(r: DeviceFields, reachable: bool = True) -> dict[str, Any]:
     """A device as the API shows it; `reachable` is false while a link it sits behind is down."""
     return {
         "id": r.id,
