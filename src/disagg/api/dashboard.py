@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from disagg.store import LIVE_SLICE_STATES, Store, device_dict, slice_dict
-from disagg.store.models import DeviceRow, MachineRow, SliceRow
+from disagg.store.models import DEVICE_FIELDS, DeviceRow, MachineRow, SliceRow
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
@@ -91,8 +91,8 @@ def _inventory_summary(store: Store, nodes: dict[tuple[str, str], int], slices: 
     with store.read() as s:
         rack_of = {str(name): str(rack) for name, rack in s.execute(
             select(MachineRow.name, MachineRow.rack).where(MachineRow.name.in_(hosts)))}
-        attention = [device_dict(r) for r in s.scalars(
-            select(DeviceRow).where(or_(DeviceRow.health == "failed", DeviceRow.drained.is_(True)))
+        attention = [device_dict(r) for r in s.execute(
+            select(*DEVICE_FIELDS).where(or_(DeviceRow.health == "failed", DeviceRow.drained.is_(True)))
             .order_by(DeviceRow.position).limit(MAX_ROWS))]
     capped = f", the first {MAX_ROWS}" if len(attention) == MAX_ROWS else ""
     slices_in: dict[str, set[str]] = {}
@@ -110,8 +110,7 @@ def _inventory_summary(store: Store, nodes: dict[tuple[str, str], int], slices: 
 <h2>Devices by kind and model</h2>
 {_table(["kind", "model", *STATES], model_rows)}
 <h2>Failed and drained devices ({len(attention)}{capped})</h2>
-{_table(["id", "kind", "model", "location", "state", "slice"],
-        [[d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"]] for d in attention], state_col=4)}"""
+{_devices_table(attention)}"""
 
 
 def _inventory_rows(store: Store) -> str:
@@ -138,14 +137,16 @@ def _inventory_rows(store: Store) -> str:
         )
     }
 <h2>Devices ({len(devices)})</h2>
-{
-        _table(
-            ["id", "kind", "model", "location", "state", "slice"],
-            [[d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"]] for d in devices],
-            state_col=4,
-        )
-    }
+{_devices_table(devices)}
 """
+
+
+def _devices_table(devices: list[dict[str, Any]]) -> str:
+    return _table(
+        ["id", "kind", "model", "location", "state", "slice"],
+        [[d["id"], d["kind"], d["model"], d["location"], d["state"], d["slice"]] for d in devices],
+        state_col=4,
+    )
 
 
 def _slices_table(slices: list[dict[str, Any]]) -> str:

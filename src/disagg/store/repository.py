@@ -284,15 +284,12 @@ class Store:
             if f"up:{location}" in down:  # unreachable behind a dropped uplink
                 health = "failed"
             devices.append(Device(dev_id, kind, model, location, index, capacity, health))  # type: ignore[arg-type]
-        allocations = []
-        for sl in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
-            allocations += allocations_of(sl.job_id, sl.placement)
         return Cluster(
             machines=machines,
             pools=pools,
             devices=tuple(devices),
             rack_uplink_gbps=rack_gbps,
-            allocations=tuple(allocations),
+            allocations=tuple(_live_allocations(s)),
         )
 
     def room_left(self, session: Session) -> tuple[dict[str, float], dict[str, float]]:
@@ -304,10 +301,9 @@ class Store:
             select(MachineRow.name, MachineRow.cpus, MachineRow.memory_gb).where(MachineRow.kind == "machine")
         ):
             cpu[name], mem[name] = cpus, memory
-        for sl in session.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
-            for a in allocations_of(sl.job_id, sl.placement):
-                cpu[a.machine] -= a.cpus
-                mem[a.machine] -= a.memory_gb
+        for a in _live_allocations(session):
+            cpu[a.machine] -= a.cpus
+            mem[a.machine] -= a.memory_gb
         return cpu, mem
 
     # --- views -----------------------------------------------------------------------------
@@ -415,6 +411,15 @@ class Store:
         """Raise unless the store answers a query (the liveness probe: no table is read)."""
         with self.read_core() as conn:
             conn.execute(select(1))
+
+
+def _live_allocations(session: Session) -> list[Allocation]:
+    """What the live slices hold, as allocations (the snapshot's warm part, and what applying a
+    round's decisions re-checks against)."""
+    out: list[Allocation] = []
+    for sl in session.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES))):
+        out += allocations_of(sl.job_id, sl.placement)
+    return out
 
 
 def allocations_of(job_id: str, placement: dict[str, Any]) -> list[Allocation]:
