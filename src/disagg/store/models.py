@@ -153,20 +153,13 @@ class DeviceFields(Protocol):
     """What the API shows of a device: a DeviceRow, or a row of just these columns (listing 52,500
     devices as ORM objects took 1.1 s; as column rows a fraction of that)."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def location(self) -> str: ...
-    @property
-    def health(self) -> str: ...
-    @property
-    def drained(self) -> bool: ...
-    @property
-    def slice_id(self) -> str | None: ...
+    id: str
+    kind: str
+    model: str
+    location: str
+    health: str
+    drained: bool
+    slice_id: str | None
 
 
 #: The columns of DeviceFields, for a select that reads only those.
