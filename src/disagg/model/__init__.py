@@ -13,6 +13,7 @@ from disagg.model.cluster import (
 )
 from disagg.model.errors import SpecError
 from disagg.model.jobs import Job, TaskRequest
+from disagg.model.slices import PlacedDevice, PlacedTask, SliceMachine, SlicePlacement
 from disagg.model.spec import load_cluster, load_jobs, never_fits, parse_cluster, parse_jobs
 
 __all__ = [
@@ -24,7 +25,11 @@ __all__ = [
     "Job",
     "Link",
     "Machine",
+    "PlacedDevice",
+    "PlacedTask",
     "Pool",
+    "SliceMachine",
+    "SlicePlacement",
     "SpecError",
     "TaskRequest",
     "device_id",

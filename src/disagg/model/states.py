@@ -1,0 +1,149 @@
+"""The life of jobs, slices and slice steps: their states, and the transitions allowed between them.
+
+This is the one module that names the states; everything else uses these enums. They are
+`StrEnum`s, so a state is stored, compared and serialised as its plain name (`"queued"`), and the
+store, the API and the CLI show the same words.
+
+The transition tables are the contract the controller's writers keep: the store's guarded
+`transition()` refuses any move that is not in them (`IllegalTransition` names both states), and
+every move it makes is recorded as an event (from, to, when, why) — the history an operator reads.
+
+    job:    queued → composing → running → completed | failed | cancelled
+            composing | running → queued   (re-queued: a device failed, the engine lost the job)
+            queued | composing | running → cancelled | failed
+    slice:  composing → running → tearing-down → done;  composing → tearing-down
+    step:   started → done | failed;  started | failed → started   (run again after a crash or a retry)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """Where a job stands, as the API shows it."""
+
+    QUEUED = "queued"
+    COMPOSING = "composing"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        """A job in a final state never changes again."""
+        return self in JOB_FINAL
+
+    @property
+    def live(self) -> bool:
+        """A job with a slice that holds (or is about to hold) resources."""
+        return self in (JobState.COMPOSING, JobState.RUNNING)
+
+
+class SliceState(StrEnum):
+    """Where a slice is in its life (FlowOS-RM's six operations, grouped)."""
+
+    COMPOSING = "composing"
+    RUNNING = "running"
+    TEARING_DOWN = "tearing-down"
+    DONE = "done"
+
+
+class SliceOutcome(StrEnum):
+    """What a slice's teardown does to its job once the slice is gone."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REQUEUE = "requeue"
+
+
+class StepStatus(StrEnum):
+    """One recorded step of a slice: written `started` before it runs, `done` or `failed` after."""
+
+    STARTED = "started"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class RunState(StrEnum):
+    """Where an engine says a job is (the engine's view, which the loop polls)."""
+
+    PENDING = "pending"
+    HELD = "held"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+    @property
+    def ended(self) -> bool:
+        """The job's process is gone (finished, stopped, or never to be found again)."""
+        return self in (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.LOST)
+
+
+#: Jobs that will not change any more.
+JOB_FINAL: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+#: Slices that still hold resources.
+LIVE_SLICE_STATES: tuple[SliceState, ...] = (SliceState.COMPOSING, SliceState.RUNNING, SliceState.TEARING_DOWN)
+#: Slices that a failed device or link, a cancel or an engine's loss may send to teardown.
+ACTIVE_SLICE_STATES: tuple[SliceState, ...] = (SliceState.COMPOSING, SliceState.RUNNING)
+
+#: The job moves the controller may make: from → the states it may go to.
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.COMPOSING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.COMPOSING: frozenset({JobState.RUNNING, JobState.QUEUED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED}),
+    JobState.COMPLETED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+#: The slice moves: from → the states it may go to.
+SLICE_TRANSITIONS: dict[SliceState, frozenset[SliceState]] = {
+    SliceState.COMPOSING: frozenset({SliceState.RUNNING, SliceState.TEARING_DOWN}),
+    SliceState.RUNNING: frozenset({SliceState.TEARING_DOWN}),
+    SliceState.TEARING_DOWN: frozenset({SliceState.DONE}),
+    SliceState.DONE: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """A move the transition table does not allow; names what moved and both states."""
+
+    def __init__(self, what: str, ident: str, src: str, dst: str) -> None:
+        super().__init__(f"{what} {ident}: {src} → {dst} is not an allowed transition")
+        self.what, self.ident, self.src, self.dst = what, ident, src, dst
+
+
+def check_job_move(job_id: str, src: JobState | str, dst: JobState | str) -> None:
+    """Raise IllegalTransition unless a job may go from `src` to `dst` (staying put is no move)."""
+    s, d = JobState(src), JobState(dst)
+    if s is not d and d not in JOB_TRANSITIONS[s]:
+        raise IllegalTransition("job", job_id, s, d)
+
+
+def check_slice_move(slice_id: str, src: SliceState | str, dst: SliceState | str) -> None:
+    """Raise IllegalTransition unless a slice may go from `src` to `dst`."""
+    s, d = SliceState(src), SliceState(dst)
+    if s is not d and d not in SLICE_TRANSITIONS[s]:
+        raise IllegalTransition("slice", slice_id, s, d)
+
+
+__all__ = [
+    "ACTIVE_SLICE_STATES",
+    "JOB_FINAL",
+    "JOB_TRANSITIONS",
+    "LIVE_SLICE_STATES",
+    "SLICE_TRANSITIONS",
+    "IllegalTransition",
+    "JobState",
+    "RunState",
+    "SliceOutcome",
+    "SliceState",
+    "StepStatus",
+    "check_job_move",
+    "check_slice_move",
+]
