@@ -60,7 +60,7 @@ def api(service: Service) -> Iterator[tuple[TestClient, dict[str, str]]]:
         "alice": service.store.create_token("alice"),
         "bob": service.store.create_token("bob"),
     }
-    with TestClient(create_app(service.controller)) as client:
+    with TestClient(create_app(service.jobs)) as client:
         yield client, tokens
 
 

@@ -47,7 +47,7 @@ def body(name: str = "train", command: list[str] | None = None, **tasks: Any) ->
 
 
 def submit(svc: Service, tenant: str = "t", **kw: Any) -> str:
-    j, created = svc.controller.submit(tenant, body(**kw))
+    j, created = svc.jobs.submit(tenant, body(**kw))
     assert created
     return str(j["id"])
 

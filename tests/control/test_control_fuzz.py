@@ -25,7 +25,7 @@ from disagg.api import create_app
 _DIR = Path(tempfile.mkdtemp(prefix="disagg-fuzz-"))
 _SERVICE = make_service(_DIR)
 _ADMIN = _SERVICE.store.create_token("fuzz-admin", admin=True)
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_SERVICE.controller))
+schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_SERVICE.jobs))
 
 
 _SEEN: Counter[tuple[str, int]] = Counter()

@@ -44,7 +44,7 @@ def test_a_job_runs_through_all_six_operations_each_recorded_before_and_after(se
         assert st.started_at <= st.ended_at
     assert _slice(service, done["slice"]).state == "done"
     assert service.fabric.attachments() == []
-    assert "task 0" in service.controller.logs(j) and "task 1" in service.controller.logs(j)
+    assert "task 0" in service.jobs.logs(j) and "task 1" in service.jobs.logs(j)
 
 
 def _overlap(steps: list[StepRow], op: str) -> bool:
@@ -92,7 +92,7 @@ def test_a_step_interrupted_by_a_crash_is_repeated_safely(tmp_path: Path) -> Non
         assert job(svc, j)["state"] == "running"
         svc.controller.start()
         assert wait_state(svc, j, ("completed", "failed"))["state"] == "completed"
-        assert svc.controller.logs(j) == "once\n"
+        assert svc.jobs.logs(j) == "once\n"
     finally:
         svc.close()
 
@@ -113,7 +113,7 @@ def test_a_failed_attach_compensates_only_what_started_and_requeues(service: Ser
 
 def test_the_jobs_own_retry_policy_decides_when_to_give_up(service: Service) -> None:
     service.fabric.inject_attach_timeouts(100)
-    j, _ = service.controller.submit("t", {**_body(), "max_retries": 0})
+    j, _ = service.jobs.submit("t", {**_body(), "max_retries": 0})
     done = wait_state(service, j["id"], ("completed", "failed"))
     assert done["state"] == "failed" and done["reason_code"] == "retries-exhausted"
 
@@ -132,7 +132,7 @@ def test_waiting_jobs_are_explained_and_their_wait_grows(service: Service) -> No
     waiting = job(service, second)
     assert waiting["state"] == "queued"
     assert waiting["reason"] and waiting["reason_code"] not in (None, "new")
-    service.controller.cancel(first)
+    service.jobs.cancel(first)
     assert wait_state(service, second, ("completed",), timeout=30)["state"] == "completed"
 
 
@@ -147,22 +147,22 @@ def test_applying_decisions_rechecks_that_nothing_is_over_committed(tmp_path: Pa
             return JobPlacement(job_id, (TaskPlacement(f"{job_id}/0", "node0", 1.0, 1.0, (grant,)),))
 
         stale = Decisions("test", placed=(placement(a), placement(b)))  # both got the same GPU
-        assert svc.controller.apply(stale, [a, b]) == 1
+        assert len(svc.store.commit_placements(stale, [a, b]).placed) == 1
         assert job(svc, a)["state"] == "composing"
         loser = job(svc, b)
         assert loser["state"] == "queued" and loser["reason_code"] == "contention"
         assert "iobox0/gpu0 is already held" in loser["reason"]
         too_big = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node0", 50.0, 1.0),)),))
-        assert svc.controller.apply(too_big, [b]) == 0
+        assert len(svc.store.commit_placements(too_big, [b]).placed) == 0
         assert "node0 has 9 cpus free" in job(svc, b)["reason"]
         # a's GPU takes 1 of up:iobox0's 40 Gbit/s; another GPU placed to draw 39.5 would over-commit it
         wide = DeviceGrant("iobox0/gpu1", "gpu", True, "iobox0", ("up:iobox0", "up:node1"), 39.5)
         greedy = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node1", 1.0, 1.0, (wide,)),)),))
-        assert svc.controller.apply(greedy, [b]) == 0
+        assert len(svc.store.commit_placements(greedy, [b]).placed) == 0
         assert "link up:iobox0 has 39 Gbit/s left, the job needs 39.5" in job(svc, b)["reason"]
         fits = DeviceGrant("iobox0/gpu1", "gpu", True, "iobox0", ("up:iobox0", "up:node1"), 39.0)
         exact = Decisions("test", placed=(JobPlacement(b, (TaskPlacement(f"{b}/0", "node1", 1.0, 1.0, (fits,)),)),))
-        assert svc.controller.apply(exact, [b]) == 1
+        assert len(svc.store.commit_placements(exact, [b]).placed) == 1
     finally:
         svc.close()
 
@@ -181,7 +181,7 @@ def test_a_failed_device_affects_only_the_slice_that_uses_it(service: Service) -
     slice_b = job(service, b)["slice"]
     dev_a, _ = _device_of(service, a)
     slice_a = job(service, a)["slice"]
-    service.controller.set_device(dev_a, "fail")
+    service.jobs.set_device(dev_a, "fail")
     wait_for(lambda: _slice(service, slice_a).state == "done", what="the broken slice to be torn down")
     assert _slice(service, slice_a).outcome == "requeue"
     again = wait_state(service, a, ("running",))
@@ -192,12 +192,12 @@ def test_a_failed_device_affects_only_the_slice_that_uses_it(service: Service) -
     with service.store.read() as s:
         row = s.get(DeviceRow, dev_a)
         assert row is not None and row.health == "failed" and row.slice_id is None
-    service.controller.set_device(dev_a, "repair")
+    service.jobs.set_device(dev_a, "repair")
     with service.store.read() as s:
         row = s.get(DeviceRow, dev_a)
         assert row is not None and row.health == "healthy"
     for j in (a, b):
-        service.controller.cancel(j)
+        service.jobs.cancel(j)
 
 
 def test_a_dropped_link_affects_only_the_slices_whose_path_crosses_it(service: Service) -> None:
@@ -216,14 +216,14 @@ def test_a_dropped_link_affects_only_the_slices_whose_path_crosses_it(service: S
     service.fabric.restore_link(f"up:{host_a}")
     assert wait_state(service, a, ("running",))["slice"] != slice_a
     for j in (a, b):
-        service.controller.cancel(j)
+        service.jobs.cancel(j)
 
 
 def test_cancel_tears_the_slice_down_and_stops_the_job(service: Service) -> None:
     j = submit(service, gpu=2, command=["sleep", "30"])
     wait_state(service, j, ("running",))
     slice_id = job(service, j)["slice"]
-    assert service.controller.cancel(j)["state"] == "cancelled"
+    assert service.jobs.cancel(j)["state"] == "cancelled"
     wait_for(lambda: _slice(service, slice_id).state == "done", what="teardown")
     assert service.engine.status(slice_id).state == "cancelled"
     assert service.fabric.attachments() == []
@@ -233,7 +233,7 @@ def test_cancel_tears_the_slice_down_and_stops_the_job(service: Service) -> None
 def test_a_drained_device_gets_no_new_slice(service: Service) -> None:
     for i in range(5):
         if i != 4:
-            service.controller.set_device(f"iobox0/gpu{i}", "drain")
+            service.jobs.set_device(f"iobox0/gpu{i}", "drain")
     j = submit(service, gpu=1)
     assert wait_state(service, j, ("completed",))["state"] == "completed"
     with service.store.read() as s:
@@ -253,7 +253,7 @@ def test_a_gang_job_runs_end_to_end_on_each_store(db_url: str, tmp_path: Path) -
             done = wait_state(svc, j, ("completed", "failed"), timeout=30)
             assert done["state"] == "completed"
             wait_for(lambda done=done: _slice(svc, done["slice"]).state == "done", what="teardown")
-            assert "rank 0" in svc.controller.logs(j) and "rank 1" in svc.controller.logs(j)
+            assert "rank 0" in svc.jobs.logs(j) and "rank 1" in svc.jobs.logs(j)
         assert svc.fabric.attachments() == []
         assert svc.store.counts()["devices"] == {"free": 9}
     finally:
@@ -292,7 +292,7 @@ def test_a_repair_is_not_undone_by_a_look_at_the_fabric_taken_before_it(
         assert looked.wait(5)
         answers: list[dict[str, object] | None] = []
         repair = threading.Thread(target=lambda: answers.append(
-            (svc.controller.set_link if what == "link" else svc.controller.set_device)(target, "repair")))
+            (svc.jobs.set_link if what == "link" else svc.jobs.set_device)(target, "repair")))
         repair.start()
         repair.join(0.5)   # the repair either finishes now (and the stale look is written after it) or waits
         resume.set()
@@ -323,8 +323,8 @@ def test_the_dashboard_summarises_a_large_inventory(service: Service) -> None:
     wait_state(service, j, ("running",))
     used, _ = _device_of(service, j)
     drained = next(f"iobox0/gpu{i}" for i in range(5) if f"iobox0/gpu{i}" != used)
-    service.controller.set_device(drained, "drain")
-    service.controller.set_device("iobox1/nvme2", "fail")
+    service.jobs.set_device(drained, "drain")
+    service.jobs.set_device("iobox1/nvme2", "fail")
     try:
         small = render_dashboard(service.store)
         assert "<td>iobox0/gpu0</td>" in small and "node3" in small and "Racks" not in small  # a row each
@@ -343,4 +343,4 @@ def test_the_dashboard_summarises_a_large_inventory(service: Service) -> None:
         assert sorted(rows) == sorted({drained, used})   # no other device has a row; the slice's is in its row
         assert job(service, j)["slice"] in page
     finally:
-        service.controller.cancel(j)
+        service.jobs.cancel(j)

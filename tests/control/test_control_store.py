@@ -142,11 +142,11 @@ def _values(id_: str, key: str | None = None) -> dict[str, object]:
 def test_group_insert_commits_a_batch_and_answers_each_row_of_a_refused_one(db_url: str) -> None:
     from concurrent.futures import Future
 
-    from disagg.store.batch import GroupInsert
+    from disagg.store import DuplicateKey
 
     store = Store(db_url)
     store.migrate()
-    writer = GroupInsert(store, JobRow.__table__)  # type: ignore[arg-type]
+    writer = store.submissions()
     futures = [writer.insert(_values(f"j{i}")) for i in range(40)]
     for f in futures:
         assert f.result(timeout=30) is None
@@ -159,7 +159,7 @@ def test_group_insert_commits_a_batch_and_answers_each_row_of_a_refused_one(db_u
     ]
     writer._write(batch)
     assert batch[0][1].result() is None and batch[2][1].result() is None
-    with pytest.raises(IntegrityError):
+    with pytest.raises(DuplicateKey):
         batch[1][1].result()
     writer.close()
     with pytest.raises(RuntimeError):

@@ -83,7 +83,7 @@ def test_rest_jobs_run_on_slurm_slices_beside_users_own_jobs(
 
         token = slurm_service.store.create_token("alice")
         headers = {"Authorization": f"Bearer {token}"}
-        with TestClient(create_app(slurm_service.controller)) as client:
+        with TestClient(create_app(slurm_service.jobs)) as client:
             ids = {}
             for name, count in (("one", 1), ("two", 2)):
                 r = client.post("/v1/jobs", headers=headers, json={
@@ -141,7 +141,7 @@ def test_a_lost_slurm_job_is_requeued_and_its_devices_return(
     command = ["bash", "-c", f'echo "$DISAGG_ATTEMPT" >> {marker}; '
                'if [ "$DISAGG_ATTEMPT" = 1 ]; then sleep 120; fi; echo "done on $SLURMD_NODENAME"']
     headers = {"Authorization": f"Bearer {slurm_service.store.create_token('bob')}"}
-    client = TestClient(create_app(slurm_service.controller))
+    client = TestClient(create_app(slurm_service.jobs))
     r = client.post("/v1/jobs", headers=headers, json={
         "name": "victim", "command": command, "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0, "gpu": 1}})
     assert r.status_code == 201, r.text

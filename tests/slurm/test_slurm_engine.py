@@ -206,7 +206,7 @@ def test_a_restarted_engine_adopts_the_running_job_and_does_not_rerun_it(
     wait_state(engine, handle, "running")
 
     restarted = SlurmEngine(slurm_cluster.site)            # a controller restart: a fresh engine object
-    adopted = restarted.adopt(spec)
+    adopted = restarted.job_of(spec)
     assert adopted is not None
     assert adopted[0] == handle and adopted[1].state == "running"
     assert "s8-m0" in restarted.joined_machines()
@@ -216,7 +216,7 @@ def test_a_restarted_engine_adopts_the_running_job_and_does_not_rerun_it(
     assert wait_done(restarted, handle).state == "completed"
     assert runs.read_text() == "run\n"                     # ran exactly once
     restarted.destroy_machine(spec, spec.machines[0])
-    assert restarted.adopt(SliceSpec("never", "j", ("true",), spec.machines)) is None
+    assert restarted.job_of(SliceSpec("never", "j", ("true",), spec.machines)) is None
 
 
 def test_clean_orphans_cancels_unknown_jobs_and_makes_unknown_machines_leave(engine: SlurmEngine) -> None:

@@ -22,7 +22,7 @@ from starlette.routing import Match
 
 from disagg.api import schemas as S
 from disagg.api.dashboard import render_dashboard
-from disagg.control.loop import Controller, JobRejected
+from disagg.control.jobs import JobRejected, JobService
 from disagg.store import IdempotencyConflict, Principal, job_dict, slice_dict
 from disagg.store.models import JobRow, SliceRow, StepRow
 
@@ -73,7 +73,7 @@ async def _no_unknown_query(request: Request) -> None:
         )
 
 
-def create_app(controller: Controller) -> FastAPI:
+def create_app(controller: JobService) -> FastAPI:
     """The API of one controller. The caller runs the controller loop (see `disagg serve`)."""
     app = FastAPI(
         dependencies=[Depends(_no_unknown_query)],

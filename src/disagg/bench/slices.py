@@ -34,10 +34,11 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
     from sqlalchemy import select
 
     from disagg.control.service import DEFAULT_CLUSTER
-    from disagg.control.slice import SliceRunner, build_placement
+    from disagg.control.slice import SliceRunner
     from disagg.engines.local import LocalEngine
     from disagg.fabric.emulated import EmulatedFabric
-    from disagg.model import load_cluster
+    from disagg.model import SlicePlacement, load_cluster
+    from disagg.model.states import SliceOutcome
     from disagg.store import Store
     from disagg.store.models import JobRow, SliceRow, StepRow
 
@@ -63,7 +64,8 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
                      request_hash=None))
         s.flush()
         s.add(SliceRow(id="s-b", job_id="j-b", attempt=1, state="composing", outcome=None, detail=None,
-                       placement=build_placement("s-b", tasks), handle=None, created_at=now, updated_at=now))
+                       placement=SlicePlacement.from_json("s-b", {"tasks": tasks}).to_json(),
+                       handle=None, created_at=now, updated_at=now))
     t0 = time.perf_counter()
     runner.compose("s-b")
     compose_s = time.perf_counter() - t0
@@ -75,7 +77,7 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
     construct = [st for st in steps if st.op in ("attach-device", "launch-machine")]
     construct_s = max(st.ended_at or 0 for st in construct) - min(st.started_at or 0 for st in construct)
     slowest = max((st.ended_at or 0) - (st.started_at or 0) for st in construct)
-    runner.abort("s-b", "completed", "benchmark done")
+    runner.abort("s-b", SliceOutcome.COMPLETED, "benchmark done")
     t1 = time.perf_counter()
     runner.teardown("s-b")
     teardown_s = time.perf_counter() - t1

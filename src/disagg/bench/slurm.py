@@ -201,7 +201,7 @@ def controller_bench(site: SlurmSite, engine_name: str, repeats: int, shapes: Se
         try:
             headers = {"Authorization": f"Bearer {svc.store.create_token('bench')}"}
             out: dict[str, Any] = {}
-            with TestClient(create_app(svc.controller)) as client:
+            with TestClient(create_app(svc.jobs)) as client:
                 for shape in shapes:
                     samples = []
                     for _ in range(repeats):

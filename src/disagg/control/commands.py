@@ -141,13 +141,13 @@ def serve(
     sys.stdout.flush()
     stopping = threading.Event()
     if loop_pid:
-        service.controller.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE))
+        service.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE))
         watch_loop_process(loop_pid, stopping)
     else:
         service.controller.start()
     try:
         uvicorn.run(
-            create_app(service.controller),
+            create_app(service.jobs),
             host=settings.host,
             port=settings.port,
             log_level="warning",

@@ -9,46 +9,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from disagg.fabric.base import FabricDriver
+from disagg.model.states import DeviceState, JobState, SliceState
 from disagg.store import Store
-from disagg.store.models import JOB_STATES, SLICE_STATES
 
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 class _StoreCollector(Collector):
-    def __init__(self, store: Store, fabric: object | None = None) -> None:
+    def __init__(self, store: Store, fabric: FabricDriver | None = None) -> None:
         self.store = store
         self.fabric = fabric
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         counts = self.store.counts()
         queue = GaugeMetricFamily("disagg_queue_length", "Jobs waiting to be placed.")
-        queue.add_metric([], counts["jobs"].get("queued", 0))
+        queue.add_metric([], counts["jobs"].get(JobState.QUEUED, 0))
         yield queue
         jobs = GaugeMetricFamily("disagg_jobs", "Jobs by state.", labels=["state"])
-        for st in JOB_STATES:
+        for st in JobState:
             jobs.add_metric([st], counts["jobs"].get(st, 0))
         yield jobs
         slices = GaugeMetricFamily("disagg_slices", "Slices by state.", labels=["state"])
-        for st in SLICE_STATES:
-            slices.add_metric([st], counts["slices"].get(st, 0))
+        for sst in SliceState:
+            slices.add_metric([sst], counts["slices"].get(sst, 0))
         yield slices
         devices = GaugeMetricFamily("disagg_devices", "Devices by state.", labels=["state"])
-        for st in ("free", "attached", "failed", "drained"):
-            devices.add_metric([st], counts["devices"].get(st, 0))
+        for dst in DeviceState:
+            devices.add_metric([dst], counts["devices"].get(dst, 0))
         yield devices
-        link_load = getattr(self.fabric, "link_load", None)
-        down_links = getattr(self.fabric, "down_links", None)
-        if callable(link_load) and callable(down_links):
-            down = down_links()
+        if self.fabric is not None:
+            down = self.fabric.down_links()
             load = GaugeMetricFamily("disagg_link_load_gbps", "Bandwidth remote attachments take per link.",
                                      labels=["link"])
             up = GaugeMetricFamily("disagg_link_up", "1 when the link is up, 0 when it dropped.", labels=["link"])
-            for link, gbps in sorted(link_load().items()):
+            for link, gbps in sorted(self.fabric.link_load().items()):
                 load.add_metric([link], gbps)
                 up.add_metric([link], 0 if link in down else 1)
             yield load
@@ -63,7 +62,7 @@ class ControllerMetrics:
     loop process publishes its part and `loop_text` reads it back.
     """
 
-    def __init__(self, store: Store, fabric: object | None = None) -> None:
+    def __init__(self, store: Store, fabric: FabricDriver | None = None) -> None:
         self.registry = CollectorRegistry()
         self.loop_registry = CollectorRegistry()
         self.loop_text: Callable[[], bytes] | None = None
@@ -78,6 +77,11 @@ class ControllerMetrics:
             "disagg_placement_round_seconds",
             "Wall time of one scheduling round.",
             buckets=_STEP_BUCKETS,
+            registry=self.loop_registry,
+        )
+        self.replans = Counter(
+            "disagg_placement_replans",
+            "Re-plans on a fresh snapshot after a placement no longer fitted at commit (Nomad's refresh).",
             registry=self.loop_registry,
         )
         self.submit_seconds = Histogram(

@@ -18,12 +18,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
-
 from disagg.engines.base import Engine
 from disagg.fabric.base import FabricDriver
-from disagg.store import LIVE_SLICE_STATES, Store
-from disagg.store.models import DeviceRow, JobRow, SliceRow
+from disagg.model.states import SliceState
+from disagg.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -50,40 +48,19 @@ def reconcile(store: Store, fabric: FabricDriver, engine: Engine) -> ReconcileRe
     """Bring fabric, engine and store back in line (see the module docstring). Idempotent."""
     t0 = time.perf_counter()
     report = ReconcileReport()
-    with store.read() as s:
-        live = {r.id: r for r in s.scalars(select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES)))}
-        holds: dict[str, str] = {}  # device → host machine, for live slices
-        for sl in live.values():
-            for m in sl.placement.get("machines", []):
-                for dev in m.get("devices", []):
-                    holds[dev] = m["host"]
-        report.resumed = [sid for sid, r in live.items() if r.state in ("composing", "tearing-down")]
+    live = store.live_slices()
+    holds = {d.id: t.machine for r in live for t, d in r.placement.devices()}  # device → host, for live slices
+    report.resumed = [r.id for r in live if r.state in (SliceState.COMPOSING, SliceState.TEARING_DOWN)]
     for a in fabric.attachments():
         if holds.get(a.device) != a.machine:
             fabric.detach(a.device, a.machine)
             report.detached.append(a.device)
-    with store.write() as s:
-        for dev in s.scalars(select(DeviceRow).where(DeviceRow.slice_id.is_not(None))):
-            if dev.slice_id not in live:
-                report.freed.append(dev.id)
-                dev.slice_id = None
-        now = time.time()
-        for job in s.scalars(select(JobRow).where(JobRow.state.in_(("composing", "running")))):
-            if job.slice_id not in live:
-                job.state, job.reason, job.reason_code = "queued", "re-queued: its slice was gone", "requeued"
-                job.updated_at = now
-                report.requeued.append(job.id)
-    handles = getattr(engine, "handles", None)
-    if callable(handles):
-        for h in handles():
-            if h not in live and engine.status(h).state in ("running", "pending", "held"):
-                engine.cancel(h)
-                report.cancelled.append(h)
-    # engines whose slice machines exist outside this process (Slurm nodes) are asked which are orphans
-    leave_orphans = getattr(engine, "leave_orphan_machines", None)
-    if callable(leave_orphans):
-        keep = {m["name"] for r in live.values() for m in r.placement.get("machines", [])}
-        report.left = list(leave_orphans(keep))
+    report.freed, report.requeued = store.reconcile_records({r.id for r in live})
+    for h in engine.orphans({r.id for r in live} | {r.handle for r in live if r.handle}):
+        engine.cancel(h)
+        report.cancelled.append(h)
+    # engines whose slice machines exist outside this process (Slurm nodes) keep only the live slices' ones
+    report.left = engine.adopt({m.name for r in live for m in r.placement.machines})
     report.seconds = time.perf_counter() - t0
     log.info(report.summary())
     return report

@@ -10,24 +10,14 @@ the controller persists, so a restarted controller can ask the engine about them
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
-from disagg.model import Allocation, Cluster
+from disagg.model import Allocation, Cluster, SliceMachine
+from disagg.model.states import RunState
 
-TaskState = Literal["pending", "held", "running", "completed", "failed", "cancelled", "lost"]
-
-
-@dataclass(frozen=True)
-class SliceMachine:
-    """One machine of a slice with what the slice holds on it."""
-
-    name: str                      # the slice machine's name as the engine will know it
-    host: str                      # the physical machine it runs on (a cluster machine name)
-    cpus: float
-    memory_gb: float
-    devices: tuple[str, ...] = ()  # device ids attached to it (local and remote), in order
+#: Where an engine says a job is (kept as a name for the engines' own signatures).
+TaskState = RunState
 
 
 @dataclass(frozen=True)
@@ -84,7 +74,7 @@ def with_foreign_holdings(snapshot: Cluster, holdings: Iterable[ForeignHolding])
 
 
 class Engine(ABC):
-    """Runs jobs on slices. Implementations: `local` (processes), `slurm`."""
+    """Runs jobs on slices. Implementations: `local` (processes), `slurm`; by name in `ENGINES`."""
 
     name: str = "base"
 
@@ -116,9 +106,33 @@ class Engine(ABC):
     def logs(self, handle: str) -> str:
         """The job's output so far (stdout and stderr)."""
 
+    # --- reconciliation after a restart (the controller calls these before its loop runs) ------
+    def orphans(self, live: Collection[str]) -> list[str]:
+        """Handles of jobs this engine may still run (running, pending or held) that no live slice
+        accounts for (`live`: the live slices' handles); reconciliation cancels them. Engines that keep
+        nothing across a restart have none."""
+        return []
+
+    def adopt(self, machines: Collection[str]) -> list[str]:
+        """Keep the slice machines of live slices (`machines`); every other slice machine this engine
+        knows leaves. Returns those that left. Engines whose slice machines live only as long as the
+        controller's process (local processes) have nothing to adopt."""
+        return []
+
     def foreign_holdings(self) -> list[ForeignHolding]:
         """What jobs not submitted by disagg hold now. Engines that run only disagg's jobs hold nothing."""
         return []
 
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release what the engine holds (connections, threads). Running jobs are left alone."""
+
+
+__all__ = [
+    "Engine",
+    "ForeignHolding",
+    "SliceMachine",
+    "SliceSpec",
+    "TaskState",
+    "TaskStatus",
+    "with_foreign_holdings",
+]

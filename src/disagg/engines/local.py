@@ -21,11 +21,13 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskStatus
 from disagg.engines.local_runner import claim, runner_script, start_ticks, write_atomic
 from disagg.fabric.emulated import OperationLatencies
+from disagg.model.states import RunState
 
 #: A launched runner that has not claimed its job after this long is taken as lost.
 START_GRACE_S = 30.0
@@ -130,7 +132,7 @@ class LocalEngine(Engine):
         d = self._dir(handle)
         self._reap(handle)
         if not (d / "spec.json").exists():
-            return TaskStatus("lost", detail="no such job on this engine")
+            return TaskStatus(RunState.LOST, detail="no such job on this engine")
         exit_status = _read_exit(d)
         if exit_status is not None:
             return exit_status
@@ -141,25 +143,25 @@ class LocalEngine(Engine):
         if info is not None:
             if "pid" in info:
                 if _live_runner(info) is not None:
-                    return TaskStatus("running")
+                    return TaskStatus(RunState.RUNNING)
                 exit_status = _read_exit(d)  # it may have ended between the two looks
                 if exit_status is not None:
                     return exit_status
-                return TaskStatus("lost", detail="the runner died without an exit status")
-            if info.get("cancelled"):
-                return _read_exit(d) or TaskStatus("cancelled")
-            return TaskStatus("running")  # the runner is writing its claim right now
+                return TaskStatus(RunState.LOST, detail="the runner died without an exit status")
+            if info.get(RunState.CANCELLED):
+                return _read_exit(d) or TaskStatus(RunState.CANCELLED)
+            return TaskStatus(RunState.RUNNING)  # the runner is writing its claim right now
         launched = d / "launched"
         if launched.exists() and time.time() - launched.stat().st_mtime > START_GRACE_S:
-            return TaskStatus("lost", detail="launched but never started")
-        return TaskStatus("pending" if launched.exists() else "held")
+            return TaskStatus(RunState.LOST, detail="launched but never started")
+        return TaskStatus(RunState.PENDING if launched.exists() else RunState.HELD)
 
     def cancel(self, handle: str) -> None:
         """Make sure the job is not running and will never start. Safe to repeat."""
         d = self._dir(handle)
         if not d.exists():
             return
-        if claim(d / "started", json.dumps({"cancelled": True})):
+        if claim(d / "started", json.dumps({RunState.CANCELLED: True})):
             return  # no runner ever claimed it; none ever will
         pid = self._runner(d) or self._await_claim(d)
         if pid is None:
@@ -182,7 +184,7 @@ class LocalEngine(Engine):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             info = _read_claim(d) or {}
-            if "pid" in info or info.get("cancelled") or _read_exit(d) is not None:
+            if "pid" in info or info.get(RunState.CANCELLED) or _read_exit(d) is not None:
                 return _live_runner(info)
             time.sleep(0.01)
         return self._runner(d)
@@ -204,8 +206,12 @@ class LocalEngine(Engine):
         return "".join(parts)
 
     def handles(self) -> list[str]:
-        """Every job directory the engine knows (for reconciliation)."""
+        """Every job directory the engine knows."""
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+
+    def orphans(self, live: Collection[str]) -> list[str]:
+        keep = set(live)
+        return [h for h in self.handles() if h not in keep and not self.status(h).state.ended]
 
     def close(self) -> None:
         for handle in list(self._children):
@@ -241,10 +247,10 @@ def _read_exit(d: Path) -> TaskStatus | None:
         info = json.loads((d / "exit").read_text())
     except (OSError, ValueError):
         return None
-    if info.get("cancelled"):
-        return TaskStatus("cancelled", exit_code=info.get("code"))
+    if info.get(RunState.CANCELLED):
+        return TaskStatus(RunState.CANCELLED, exit_code=info.get("code"))
     code = int(info["code"])
-    return TaskStatus("completed" if code == 0 else "failed", exit_code=code)
+    return TaskStatus(RunState.COMPLETED if code == 0 else RunState.FAILED, exit_code=code)
 
 
 def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:

@@ -29,7 +29,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,19 +37,22 @@ from typing import Any
 from disagg.engines.base import Engine, ForeignHolding, SliceMachine, SliceSpec, TaskState, TaskStatus
 from disagg.engines.slurm_node import DynamicNodes, NodeSpec
 from disagg.engines.slurm_site import SlurmError, SlurmSite
+from disagg.model.states import RunState
 
 JOB_PREFIX = "disagg-"
 COMMENT_PREFIX = "disagg job="
 
 #: Slurm job states → engine task states (a held PENDING job is told apart by its reason).
 _STATES: dict[str, TaskState] = {
-    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending",
-    "RUNNING": "running", "COMPLETING": "running", "SUSPENDED": "running", "STAGE_OUT": "running",
-    "COMPLETED": "completed",
-    "FAILED": "failed", "TIMEOUT": "failed", "OUT_OF_MEMORY": "failed", "DEADLINE": "failed",
-    "PREEMPTED": "failed", "SPECIAL_EXIT": "failed",
-    "CANCELLED": "cancelled",
-    "NODE_FAIL": "lost", "BOOT_FAIL": "lost", "REVOKED": "lost",
+    "PENDING": RunState.PENDING, "CONFIGURING": RunState.PENDING, "REQUEUED": RunState.PENDING,
+    "REQUEUE_HOLD": RunState.PENDING,
+    "RUNNING": RunState.RUNNING, "COMPLETING": RunState.RUNNING, "SUSPENDED": RunState.RUNNING,
+    "STAGE_OUT": RunState.RUNNING,
+    "COMPLETED": RunState.COMPLETED,
+    "FAILED": RunState.FAILED, "TIMEOUT": RunState.FAILED, "OUT_OF_MEMORY": RunState.FAILED,
+    "DEADLINE": RunState.FAILED, "PREEMPTED": RunState.FAILED, "SPECIAL_EXIT": RunState.FAILED,
+    "CANCELLED": RunState.CANCELLED,
+    "NODE_FAIL": RunState.LOST, "BOOT_FAIL": RunState.LOST, "REVOKED": RunState.LOST,
 }
 _HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
 _HOLDING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STAGE_OUT")
@@ -272,11 +275,11 @@ class SlurmEngine(Engine):
         the controller re-queues it rather than reporting the job's failure.
         """
         st = self._slurm_status(handle)
-        if st.state in ("pending", "held", "running", "failed"):
+        if st.state in (RunState.PENDING, RunState.HELD, RunState.RUNNING, RunState.FAILED):
             for name in self._slice_nodes(self._split(handle)[1]):
-                why = self.nodes.down(name, ask_slurm=st.state == "failed")
+                why = self.nodes.down(name, ask_slurm=st.state == RunState.FAILED)
                 if why:
-                    return TaskStatus("lost", None, f"slice machine {name} is down ({why}); {st.detail}")
+                    return TaskStatus(RunState.LOST, None, f"slice machine {name} is down ({why}); {st.detail}")
         return st
 
     def _slice_nodes(self, key: str) -> list[str]:
@@ -290,26 +293,26 @@ class SlurmEngine(Engine):
         exit_code = self._exit_code(d)
         if job is None:
             if exit_code is not None:
-                ended: TaskState = "completed" if exit_code == 0 else "failed"
+                ended: TaskState = RunState.COMPLETED if exit_code == 0 else RunState.FAILED
                 return TaskStatus(ended, exit_code, "from the job's exit file")
-            if (d / "cancelled").exists():
-                return TaskStatus("cancelled", None, "cancelled by disagg")
+            if (d / RunState.CANCELLED).exists():
+                return TaskStatus(RunState.CANCELLED, None, "cancelled by disagg")
             if job_id is None:
-                return TaskStatus("lost", None, f"no Slurm job was submitted for {handle}")
-            return TaskStatus("lost", None, f"Slurm job {job_id} is unknown to slurmctld")
+                return TaskStatus(RunState.LOST, None, f"no Slurm job was submitted for {handle}")
+            return TaskStatus(RunState.LOST, None, f"Slurm job {job_id} is unknown to slurmctld")
         state = str(job.get("job_state", "")).upper()
         reason = str(job.get("state_reason", ""))
         detail = f"slurm {state} ({reason})" if reason and reason != "None" else f"slurm {state}"
         if state == "PENDING" and reason in _HELD_REASONS:
-            return TaskStatus("held", None, detail)
-        mapped = _STATES.get(state, "lost")
-        if mapped in ("completed", "failed") and exit_code is None:
+            return TaskStatus(RunState.HELD, None, detail)
+        mapped = _STATES.get(state, RunState.LOST)
+        if mapped in (RunState.COMPLETED, RunState.FAILED) and exit_code is None:
             exit_code = _wait_status_code(job.get("exit_code"))
-        if mapped == "completed" and exit_code not in (None, 0):
-            mapped = "failed"
-        if mapped == "running" and state == "COMPLETING" and exit_code is not None:
-            mapped = "completed" if exit_code == 0 else "failed"
-        return TaskStatus(mapped, exit_code if mapped in ("completed", "failed") else None, detail)
+        if mapped == RunState.COMPLETED and exit_code not in (None, 0):
+            mapped = RunState.FAILED
+        if mapped == RunState.RUNNING and state == "COMPLETING" and exit_code is not None:
+            mapped = RunState.COMPLETED if exit_code == 0 else RunState.FAILED
+        return TaskStatus(mapped, exit_code if mapped in (RunState.COMPLETED, RunState.FAILED) else None, detail)
 
     @staticmethod
     def _exit_code(d: Path) -> int | None:
@@ -323,7 +326,7 @@ class SlurmEngine(Engine):
         job_id, key = self._split(handle)
         d = self._job_dir(key)
         if d.exists():
-            (d / "cancelled").touch()
+            (d / RunState.CANCELLED).touch()
         if job_id is not None:
             self.site.run(["scancel", job_id], check=False)
             self._changed()
@@ -385,9 +388,13 @@ class SlurmEngine(Engine):
         """Slice machines that have joined (or half-joined) Slurm through this site."""
         return [n.name for n in self.nodes.joined()]
 
-    def leave_orphan_machines(self, keep: Iterable[str]) -> list[str]:
-        """Make every joined slice machine not in `keep` leave Slurm (reconciliation); returns their names."""
-        keep_set = set(keep)
+    def orphans(self, live: Collection[str]) -> list[str]:
+        keep = set(live)
+        return [h for h in self.handles() if h not in keep and not self.status(h).state.ended]
+
+    def adopt(self, machines: Collection[str]) -> list[str]:
+        """Make every joined slice machine not in `machines` leave Slurm (reconciliation); returns their names."""
+        keep_set = set(machines)
         gone = [name for name in self.joined_machines() if name not in keep_set]
         for name in gone:
             self.nodes.leave(name)
@@ -395,7 +402,7 @@ class SlurmEngine(Engine):
             self._changed()
         return gone
 
-    def adopt(self, spec: SliceSpec) -> tuple[str, TaskStatus] | None:
+    def job_of(self, spec: SliceSpec) -> tuple[str, TaskStatus] | None:
         """After a controller restart: the handle and state of the slice's job if Slurm or disagg has it.
 
         None means the job was never submitted (the caller may prepare it). A running job is returned
@@ -418,7 +425,7 @@ class SlurmEngine(Engine):
         keep_m = set(keep_machines)
         cleaned: dict[str, list[str]] = {"jobs": [], "machines": []}
         for job in self.disagg_jobs():
-            if job.slice_key not in keep_keys and job.state in ("pending", "held", "running"):
+            if job.slice_key not in keep_keys and job.state in (RunState.PENDING, RunState.HELD, RunState.RUNNING):
                 self.cancel(job.handle)
                 cleaned["jobs"].append(job.handle)
         for name in self.joined_machines():

@@ -232,13 +232,6 @@ class SlurmCluster:
             time.sleep(0.05)
         raise SlurmError(f"{what} within {timeout_s:.0f} s")
 
-    def kill_slurmd(self, node: str) -> None:
-        """SIGKILL one static node's slurmd (a machine failure, for fault tests)."""
-        proc = self.procs.get(f"slurmd.{node}")
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
     def stop(self) -> None:
         """Stop slice machines' namespaces, the slurmd, slurmctld and munged by pid; remove the namespaces.
 

@@ -29,7 +29,36 @@ class AttachmentInfo:
     mechanism: Mechanism
 
 
+class FaultInjection(ABC):
+    """An optional capability of a driver: break and mend parts on request (tests, drills, demos).
+
+    The emulated fabric has it; a driver of real hardware has none (`FabricDriver.faults` is None),
+    and the controller then answers an operator's fail/repair with a clear refusal.
+    """
+
+    @abstractmethod
+    def fail_device(self, device: str) -> None:
+        """The device breaks; it stays attached (hardware does not detach itself) until detached."""
+
+    @abstractmethod
+    def repair_device(self, device: str) -> None:
+        """The device works again."""
+
+    @abstractmethod
+    def drop_link(self, link: str) -> None:
+        """The link goes down: devices behind it are unreachable until it is restored."""
+
+    @abstractmethod
+    def restore_link(self, link: str) -> None:
+        """The link is back."""
+
+
 class FabricDriver(ABC):
+    """What the controller calls on a fabric: attach, detach, what is attached, health and load.
+
+    Drivers register by name in `disagg.fabric.registry.DRIVERS`.
+    """
+
     name: str = "base"
 
     @abstractmethod
@@ -48,6 +77,23 @@ class FabricDriver(ABC):
     @abstractmethod
     def healthy(self, device: str) -> bool:
         """Whether the device works."""
+
+    @abstractmethod
+    def failed_devices(self) -> set[str]:
+        """Devices the fabric reports broken (the health monitor mirrors these)."""
+
+    @abstractmethod
+    def down_links(self) -> set[str]:
+        """Links the fabric reports down (`up:<node>`, `rack:<rack>`)."""
+
+    @abstractmethod
+    def link_load(self) -> dict[str, float]:
+        """Gbit/s the attachments reserve on each link (for metrics); every link the fabric knows."""
+
+    @property
+    def faults(self) -> FaultInjection | None:
+        """The driver's fault injection, if it has one."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Stop background work."""

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from disagg.fabric.base import AttachmentInfo, FabricDriver, FabricError, Mechanism
+from disagg.fabric.base import AttachmentInfo, FabricDriver, FabricError, FaultInjection, Mechanism
 from disagg.model import Cluster
 
 #: The six slice operations, in the order of a slice's life.
@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 """
 
 
-class EmulatedFabric(FabricDriver):
+class EmulatedFabric(FabricDriver, FaultInjection):
     """PCIe-over-Ethernet fabric emulated on a state file. Thread-safe; operations run in parallel."""
 
     name = "emulated"
@@ -222,6 +222,10 @@ class EmulatedFabric(FabricDriver):
         return {lk.id: 0.0 for lk in self.cluster.links} | self._load(self._conn())
 
     # --- fault injection -------------------------------------------------------------------
+    @property
+    def faults(self) -> FaultInjection:
+        return self
+
     def fail_device(self, device: str) -> None:
         """The device breaks. It stays attached (hardware does not detach itself) until detached."""
         self._device(device)

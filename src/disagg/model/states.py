@@ -84,6 +84,33 @@ class RunState(StrEnum):
         return self in (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.LOST)
 
 
+class DeviceState(StrEnum):
+    """The one word the API shows for a device: failed > attached > drained > free."""
+
+    FREE = "free"
+    ATTACHED = "attached"
+    DRAINED = "drained"
+    FAILED = "failed"
+
+    @staticmethod
+    def of(health: str, attached: bool, drained: bool) -> DeviceState:
+        """From the stored columns: a failed device is failed whoever holds it."""
+        if health == Health.FAILED:
+            return DeviceState.FAILED
+        if attached:
+            return DeviceState.ATTACHED
+        if drained:
+            return DeviceState.DRAINED
+        return DeviceState.FREE
+
+
+class Health(StrEnum):
+    """A device's health as the fabric reports it (drained is the operator's word, not health)."""
+
+    HEALTHY = "healthy"
+    FAILED = "failed"
+
+
 #: Jobs that will not change any more.
 JOB_FINAL: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 #: Slices that still hold resources.
@@ -138,6 +165,8 @@ __all__ = [
     "JOB_TRANSITIONS",
     "LIVE_SLICE_STATES",
     "SLICE_TRANSITIONS",
+    "DeviceState",
+    "Health",
     "IllegalTransition",
     "JobState",
     "RunState",

@@ -1,31 +1,37 @@
 """Persistent state of the controller (SQLAlchemy 2): SQLite (WAL) by default, PostgreSQL by URL.
 
-The schema comes from the Alembic migrations in `disagg.store.migrations`; `Store.migrate()` runs
-them at start.
+The only package that speaks SQL. The schema comes from the Alembic migrations in
+`disagg.store.migrations`; `Store.migrate()` runs them at start. See README.md for the file map.
 """
 
-from disagg.store.repository import (
-    DEFAULT_URL,
-    LIVE_SLICE_STATES,
-    IdempotencyConflict,
-    Principal,
-    Store,
-    device_dict,
-    job_dict,
-    new_id,
-    normalize_url,
-    slice_dict,
-)
+from disagg.model.states import LIVE_SLICE_STATES
+from disagg.store.base import DEFAULT_URL, DuplicateKey, normalize_url
+from disagg.store.health import FabricHealth
+from disagg.store.jobs import IdempotencyConflict, job_dict, model_job
+from disagg.store.plans import CommitResult, new_id, slice_placement
+from disagg.store.repository import Principal, Store, device_dict, slice_dict
+from disagg.store.slices import KeepHandle, ReleaseDevice, SliceAborted, SliceRecord, SliceRunning, StepEffect
 
 __all__ = [
     "DEFAULT_URL",
     "LIVE_SLICE_STATES",
+    "CommitResult",
+    "DuplicateKey",
+    "FabricHealth",
     "IdempotencyConflict",
+    "KeepHandle",
     "Principal",
+    "ReleaseDevice",
+    "SliceAborted",
+    "SliceRecord",
+    "SliceRunning",
+    "StepEffect",
     "Store",
     "device_dict",
     "job_dict",
+    "model_job",
     "new_id",
     "normalize_url",
     "slice_dict",
+    "slice_placement",
 ]

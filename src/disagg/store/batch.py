@@ -12,25 +12,33 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from disagg.store.repository import Store
+from disagg.store.base import DuplicateKey, StoreBase
 
 log = logging.getLogger(__name__)
 
 _Item = tuple[dict[str, Any], Future[None]]
 
 
-class GroupInsert:
-    """Insert rows of `table` from any thread; `insert(values)` returns a Future set once committed."""
+#: Writes one batch of rows inside the transaction it is given.
+BatchWriter = Callable[[Connection, list[dict[str, Any]]], None]
 
-    def __init__(self, store: Store, table: Table, max_batch: int = 256) -> None:
+
+class GroupInsert:
+    """Insert rows from any thread; `insert(values)` returns a Future set once committed.
+
+    `write` puts one batch into the transaction it is handed (the jobs and their first events, say).
+    """
+
+    def __init__(self, store: StoreBase, write: BatchWriter, max_batch: int = 256) -> None:
         self.store = store
-        self.table = table
+        self.write = write
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -81,13 +89,13 @@ class GroupInsert:
     def _write(self, batch: list[_Item]) -> None:
         try:
             with self.store.write_core(urgent=True) as conn:
-                conn.execute(insert(self.table), [values for values, _ in batch])
+                self.write(conn, [values for values, _ in batch])
         except IntegrityError as exc:
             if len(batch) > 1:  # find the rows at fault: each gets its own transaction and answer
                 for item in batch:
                     self._write([item])
                 return
-            batch[0][1].set_exception(exc)
+            batch[0][1].set_exception(DuplicateKey(str(exc.orig)))
             return
         except Exception as exc:  # the store is down: every waiting submission hears it
             log.warning("group insert of %d rows failed: %s", len(batch), exc)

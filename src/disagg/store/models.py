@@ -1,6 +1,6 @@
 """The controller's persistent state as SQLAlchemy 2 tables.
 
-One table per concept: tokens, jobs, slices, slice steps, machines, pools, devices. The schema is
+One table per concept: tokens, jobs, slices, slice steps, events, machines, pools, devices, links. The schema is
 created by the Alembic migrations shipped in `disagg.store.migrations` (never by `create_all` at
 run time), so SQLite and PostgreSQL databases evolve the same way.
 """
@@ -23,14 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-#: Job states as the API shows them.
-JOB_STATES = ("queued", "composing", "running", "completed", "failed", "cancelled")
-#: Jobs that will not change any more.
-JOB_FINAL = ("completed", "failed", "cancelled")
-#: Slice states: composing → running → tearing-down → done.
-SLICE_STATES = ("composing", "running", "tearing-down", "done")
-#: What a slice's teardown does to its job once the slice is gone.
-OUTCOMES = ("completed", "failed", "cancelled", "requeue")
+from disagg.model.states import DeviceState, Health
 
 
 class Base(DeclarativeBase):
@@ -131,10 +124,26 @@ class DeviceRow(Base):
     location: Mapped[str] = mapped_column(String(128))
     index: Mapped[int] = mapped_column(Integer)
     capacity: Mapped[float] = mapped_column(Float)
-    health: Mapped[str] = mapped_column(String(16), default="healthy")
+    health: Mapped[str] = mapped_column(String(16), default=Health.HEALTHY)
     drained: Mapped[bool] = mapped_column(Boolean, default=False)
     slice_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     position: Mapped[int] = mapped_column(Integer)
+
+
+class EventRow(Base):
+    """One transition of a job or of its slice (`subject`: job | slice): from, to, when and why.
+
+    Written by the store's guarded transitions only, in the transaction that makes the move."""
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    subject: Mapped[str] = mapped_column(String(8))
+    job_id: Mapped[str] = mapped_column(String(32))
+    slice_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_state: Mapped[str] = mapped_column(String(16))
+    why: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class LinkRow(Base):
@@ -147,6 +156,7 @@ class LinkRow(Base):
 
 
 Index("ix_jobs_state_seq", JobRow.state, JobRow.seq)
+Index("ix_events_job_id", EventRow.job_id, EventRow.id)
 
 
 class DeviceFields(Protocol):
@@ -167,17 +177,11 @@ DEVICE_FIELDS = (DeviceRow.id, DeviceRow.kind, DeviceRow.model, DeviceRow.locati
                  DeviceRow.drained, DeviceRow.slice_id)
 
 
-def device_state(row: DeviceFields) -> str:
+def device_state(row: DeviceFields) -> DeviceState:
     """The one word the API shows: failed > attached > drained > free."""
-    return device_state_of(row.health, row.slice_id is not None, bool(row.drained))
+    return DeviceState.of(row.health, row.slice_id is not None, bool(row.drained))
 
 
-def device_state_of(health: str, attached: bool, drained: bool) -> str:
+def device_state_of(health: str, attached: bool, drained: bool) -> DeviceState:
     """`device_state` from the three columns it reads (for counting by state in SQL)."""
-    if health == "failed":
-        return "failed"
-    if attached:
-        return "attached"
-    if drained:
-        return "drained"
-    return "free"
+    return DeviceState.of(health, attached, drained)

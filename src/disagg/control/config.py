@@ -1,0 +1,127 @@
+"""The controller's one configuration object, and where its values come from.
+
+Every setting of `disagg serve` is a field of `Config`. A value comes from, lowest first: the
+default, the config file (YAML, `--config` or `DISAGG_CONFIG`), the environment (`DISAGG_<NAME>`,
+e.g. `DISAGG_TICK_S=0.1`; a mapping such as `fabric` as YAML/JSON text), then the command line's
+options. `docs/configuration.md` lists every field; a test checks that table against this class.
+A setting that is unknown or of the wrong type is refused with a message naming it, its value and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from disagg.model import SpecError
+from disagg.store import DEFAULT_URL, normalize_url
+
+ENV_PREFIX = "DISAGG_"
+
+
+class Config(BaseModel):
+    """Everything `disagg serve` can be told. Frozen: one object, read by every part of the controller."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field(default="127.0.0.1", description="Address the API listens on.")
+    port: int = Field(default=8080, ge=1, le=65535, description="Port the API listens on.")
+    db: str = Field(default=DEFAULT_URL, description="Store URL: sqlite:///path.db or postgresql://…")
+    cluster: str | None = Field(default=None, description="Cluster spec (YAML/JSON); default: the FlowOS-RM testbed.")
+    state_dir: str | None = Field(default=None,
+                                  description="Fabric state and job files; default: <db>.d beside SQLite.")
+    policy: str = Field(default="drmaestro-na", description="Placement policy (`disagg policies`).")
+    latency_scale: float = Field(default=1.0, ge=0.0,
+                                 description="Scale of the emulated testbed's latencies (1 = seed's).")
+    tick_s: float = Field(default=0.25, gt=0.0, description="Period of the scheduling loop, seconds.")
+    round_gap_s: float = Field(default=0.5, ge=0.0, description="Least time between placement rounds, seconds.")
+    window: int = Field(default=32, ge=1, description="Queued jobs handed to the policy per round (oldest first).")
+    replans: int = Field(default=1, ge=0, le=5,
+                         description="Re-plans per round after a commit conflict (Nomad's refresh).")
+    workers: int = Field(default=16, ge=1, le=1024, description="Slices composed or torn down at once.")
+    parallel_steps: bool = Field(default=True, description="Run a slice's independent steps at once.")
+    seed: int = Field(default=0, description="Seed of the policy's randomness.")
+    engine: str = Field(default="local", description="Where tasks run: local or slurm (`disagg.engines.registry`).")
+    slurm_site: str | None = Field(default=None, description="With engine slurm: the path of the Slurm site.json.")
+    fabric: dict[str, Any] = Field(default_factory=lambda: {"driver": "emulated"},
+                                   description="Fabric driver and its options, e.g. {driver: emulated}.")
+    api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
+    loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
+
+    def resolved_state_dir(self) -> Path:
+        """Where the fabric's state and the jobs' files live: beside an SQLite file, else ./disagg.d."""
+        if self.state_dir:
+            return Path(self.state_dir)
+        url = normalize_url(self.db)
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            return Path(url[len("sqlite:///"):] + ".d")
+        return Path("disagg.d")
+
+    @property
+    def fabric_driver(self) -> str:
+        return str(self.fabric.get("driver", "emulated"))
+
+    @property
+    def fabric_options(self) -> dict[str, Any]:
+        """The driver's own options: the `fabric` mapping less its `driver`."""
+        return {k: v for k, v in self.fabric.items() if k != "driver"}
+
+
+def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = None, **flags: Any) -> Config:
+    """The Config from, lowest first: defaults, `file`, `env` (`DISAGG_<NAME>`), `flags` (None: not given).
+
+    Raises SpecError naming the source, the setting, its value and what is allowed.
+    """
+    values: dict[str, Any] = {}
+    source = "settings"
+    if file:
+        values.update(_from_file(file))
+        source = str(file)
+    values.update(_from_env(env or {}))
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return Config(**values)
+    except ValidationError as exc:
+        raise SpecError(source, [_problem(e, values) for e in exc.errors()]) from None
+
+
+def _from_file(file: str | Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(file).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(str(file), [f"cannot read the config file: {exc}"]) from None
+    if not isinstance(data, dict):
+        raise SpecError(str(file), [f"(top level): expected a mapping with keys {', '.join(Config.model_fields)}"])
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """`DISAGG_<NAME>` for each field; a mapping field's value is YAML (or JSON) text."""
+    out: dict[str, Any] = {}
+    for name, info in Config.model_fields.items():
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is None or raw == "":
+            continue
+        if info.annotation is not None and "dict" in str(info.annotation):
+            try:
+                out[name] = yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise SpecError(ENV_PREFIX + name.upper(), [f"not YAML/JSON: {exc}"]) from None
+        else:
+            out[name] = raw
+    return out
+
+
+def _problem(error: Any, values: Mapping[str, Any]) -> str:
+    field = ".".join(str(p) for p in error.get("loc", ())) or "(top level)"
+    if error.get("type") == "extra_forbidden":
+        return f"{field}: unknown setting; allowed: {', '.join(Config.model_fields)}"
+    top = str(error.get("loc", ("",))[0])
+    return f"{field}: {values.get(top)!r} is not allowed ({error.get('msg', 'invalid')})"
+
+
+__all__ = ["ENV_PREFIX", "Config", "load_config"]

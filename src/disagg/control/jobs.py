@@ -1,0 +1,174 @@
+"""`JobService`: what the API calls — submit, cancel, logs, an operator's device and link actions.
+
+It decides nothing about placement: it stores what users ask (a submission, a cancel) through the
+store's named operations and wakes the scheduling loop, which may run in this process or in
+another one (`control.split`). A 201 means the job is committed: submissions that arrive together
+share one transaction (the store's group writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+
+from disagg.control.config import Config
+from disagg.control.health import HealthMonitor
+from disagg.control.metrics import ControllerMetrics
+from disagg.engines.base import Engine
+from disagg.fabric.base import FaultInjection
+from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
+from disagg.model.states import JobState
+from disagg.store import DuplicateKey, Store, job_dict, new_id
+from disagg.store.batch import GroupInsert
+
+
+class JobRejected(ValueError):
+    """A job that can never run on this cluster; `field` names what to change."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class JobService:
+    """The controller as the API sees it. `wake` tells the scheduling loop that something changed;
+    `round_info` reads the loop's last round (here, or published by the loop process)."""
+
+    def __init__(self, store: Store, engine: Engine, health: HealthMonitor, metrics: ControllerMetrics,
+                 config: Config, wake: Callable[[], None], round_info: Callable[[], dict[str, Any]]) -> None:
+        self.store = store
+        self.engine = engine
+        self.health = health
+        self.metrics = metrics
+        self.config = config
+        self.wake = wake
+        self.round_info = round_info
+        self._cluster: Cluster = store.cluster()
+        self._jobs: GroupInsert = store.submissions()
+
+    def close(self) -> None:
+        self._jobs.close()
+
+    # --- submissions -------------------------------------------------------------------------
+    def submit(self, tenant: str, request: dict[str, Any], idempotency_key: str | None = None
+               ) -> tuple[dict[str, Any], bool]:
+        """Store a new job (state queued) or, for a repeated idempotency key, return the first one.
+
+        Returns (job, created) once the job is committed. Raises JobRejected when the job can never
+        fit, IdempotencyConflict when the key was used with another body.
+        """
+        digest = _digest(request)
+        if idempotency_key is not None:
+            found = self.store.job_by_key(tenant, idempotency_key, digest)
+            if found is not None:
+                return found, False
+        values = self._new_job(tenant, request, idempotency_key, digest)
+        try:
+            self._jobs.insert(values).result()
+        except DuplicateKey:
+            if idempotency_key is None:
+                raise
+            found = self.store.job_by_key(tenant, idempotency_key, digest)  # a concurrent twin won the race
+            if found is None:
+                raise
+            return found, False
+        self.wake()
+        return job_dict(values), True
+
+    async def submit_async(self, tenant: str, request: dict[str, Any], idempotency_key: str | None = None
+                           ) -> tuple[dict[str, Any], bool]:
+        """`submit` for the API's event loop: no thread hop unless an idempotency key needs a look-up."""
+        if idempotency_key is not None:
+            return await anyio.to_thread.run_sync(self.submit, tenant, request, idempotency_key)
+        values = self._new_job(tenant, request, None, _digest(request))
+        await asyncio.wrap_future(self._jobs.insert(values))
+        self.wake()
+        return job_dict(values), True
+
+    def _new_job(self, tenant: str, request: dict[str, Any], key: str | None, digest: str) -> dict[str, Any]:
+        """The stored columns of a new job; JobRejected when it can never fit on this cluster."""
+        tasks = dict(request["tasks"])
+        why = never_fits(Job(name="probe", image=request["image"], tasks=_task_request(tasks)), self._cluster)
+        if why:
+            raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
+        now = time.time()
+        return {
+            "id": new_id("j"), "seq": time.time_ns(), "tenant": tenant, "name": request["name"],
+            "image": request["image"], "command": list(request["command"]), "tasks": tasks,
+            "slo_s": request.get("slo_s"), "importance": float(request.get("importance", 1.0)),
+            "max_retries": int(request.get("max_retries", 2)), "state": JobState.QUEUED,
+            "reason": "waiting for the next scheduling round", "reason_code": "new", "wait_rounds": 0,
+            "attempts": 0, "exit_code": None, "slice_id": None, "submitted_at": now, "updated_at": now,
+            "idempotency_key": key, "request_hash": digest,
+        }
+
+    # --- a job's life ------------------------------------------------------------------------
+    def cancel(self, job_id: str) -> dict[str, Any] | None:
+        """Cancel a job: a queued one stops waiting; a live slice is torn down. Safe to repeat."""
+        out = self.store.cancel_job(job_id)
+        self.wake()
+        return out
+
+    def logs(self, job_id: str) -> str:
+        """What the job's latest attempt wrote (empty before it ran, or when the engine has nothing)."""
+        handle = self.store.job_handle(job_id)
+        if handle is None:
+            return ""
+        try:
+            return self.engine.logs(handle)
+        except (OSError, ValueError):
+            return ""
+
+    # --- an operator's actions ------------------------------------------------------------------
+    def set_device(self, device_id: str, action: str) -> dict[str, Any] | None:
+        """Admin actions on a device: drain, fail (fault injection), repair. None: no such device."""
+        if not self.store.has_device(device_id):
+            return None
+        if action == "fail":
+            self.health.inject(lambda f: f.fail_device(device_id))
+        elif action == "repair":
+            self.health.inject(lambda f: f.repair_device(device_id), repaired=device_id)
+        elif action == "drain":
+            self.store.drain_device(device_id)
+        else:
+            raise ValueError(f"unknown device action {action!r}")
+        self.wake()
+        return next(d for d in self.store.devices_view() if d["id"] == device_id)
+
+    def set_link(self, link_id: str, action: str) -> dict[str, Any] | None:
+        """Admin fault injection on a link: `fail` drops it on the fabric, `repair` brings it back.
+
+        The monitor then does what it does for a fault it finds itself: only the slices with a remote
+        device whose path crosses the link are torn down and their jobs re-queued (or failed, by
+        their own retry policy); devices behind a dropped uplink leave the pool until it is repaired.
+        """
+        if not self.store.has_link(link_id):
+            return None
+        actions: dict[str, Callable[[FaultInjection], None]] = {
+            "fail": lambda f: f.drop_link(link_id), "repair": lambda f: f.restore_link(link_id)}
+        if action not in actions:
+            raise ValueError(f"unknown link action {action!r}")
+        self.health.inject(actions[action])
+        self.wake()
+        return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
+
+
+def _task_request(tasks: dict[str, Any]) -> TaskRequest:
+    return TaskRequest(
+        int(tasks["count"]), float(tasks["cpus"]), float(tasks["memory_gb"]),
+        {k: int(tasks.get(k) or 0) for k in DEVICE_KINDS if int(tasks.get(k) or 0) > 0},
+        {k: str(tasks[f"{k}_model"]) for k in DEVICE_KINDS if tasks.get(f"{k}_model")},
+    )
+
+
+def _digest(request: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+__all__ = ["JobRejected", "JobService"]

@@ -1,0 +1,181 @@
+"""The store's foundation: the database engines and the transactions every operation runs in.
+
+`StoreBase.write()` opens a transaction that commits on success and rolls back on any error, so a
+request or a controller step either lands whole or not at all. On SQLite every write transaction
+starts with `BEGIN IMMEDIATE` (it takes the write lock up front, so two writers queue on
+`busy_timeout` instead of failing on a lock upgrade); reads use a second, deferred engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+DEFAULT_URL = "sqlite:///disagg.db"
+
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain paths and `postgresql://` URLs; SQLAlchemy wants a driver for PostgreSQL."""
+    if "://" not in url:
+        return f"sqlite:///{url}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class DuplicateKey(ValueError):
+    """A row broke a uniqueness rule (a concurrent submission with the same idempotency key)."""
+
+
+class _WriterQueue:
+    """One writer at a time, urgent writers first, then first come first served.
+
+    The holder hands the lock directly to the next waiter (each waits on a lock of its own), so a
+    release wakes exactly one thread, not every waiter. (SQLite allows one writer; this orders them.)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = False
+        self._urgent: deque[threading.Lock] = deque()
+        self._normal: deque[threading.Lock] = deque()
+
+    @contextmanager
+    def hold(self, urgent: bool) -> Iterator[None]:
+        waiter: threading.Lock | None = None
+        with self._lock:
+            if self._held:
+                waiter = threading.Lock()
+                waiter.acquire()
+                (self._urgent if urgent else self._normal).append(waiter)
+            else:
+                self._held = True
+        if waiter is not None:
+            waiter.acquire()  # released by the previous holder: the lock is ours now
+        try:
+            yield
+        finally:
+            with self._lock:
+                queue = self._urgent or self._normal
+                if queue:
+                    queue.popleft().release()
+                else:
+                    self._held = False
+
+
+
+class StoreBase:
+    """The controller's database: engines, transactions, migrations. Thread-safe: every call opens its own session."""
+
+    def __init__(self, url: str = DEFAULT_URL) -> None:
+        self.url = normalize_url(url)
+        self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
+        if self.dialect == "sqlite":
+            self.engine = _sqlite_engine(self.url, immediate=True)
+            self.read_engine = _sqlite_engine(self.url, immediate=False)
+        else:
+            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_recycle=300)
+            self.read_engine = self.engine
+        self._write = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite has one writer at a time: queue this process's writers on a lock (a fair, quick
+        # hand-over) instead of SQLite's busy handler, which backs off in sleeps of up to 100 ms.
+        self._writers: _WriterQueue | None = _WriterQueue() if self.dialect == "sqlite" else None
+        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (Alembic). Safe to call on every start."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+    @contextmanager
+    def write(self, urgent: bool = False) -> Iterator[Session]:
+        """A transaction that commits at the end of the block, or rolls back on error. Not re-entrant.
+
+        `urgent` writers (API requests someone waits for) go ahead of the controller's background
+        writers when both wait for SQLite's single write lock.
+        """
+        if self._writers is None:
+            with self._write() as session, session.begin():
+                yield session
+            return
+        with self._writers.hold(urgent), self._write() as session, session.begin():
+            yield session
+
+    def serialize(self, session: Session, name: str) -> None:
+        """Inside a `write()`: wait until no other transaction that serializes on `name` is open.
+
+        For read-then-write sequences that must not interleave across processes (mirroring the
+        fabric's health while an admin repairs a link). SQLite's write transactions are serial
+        already (one writer, BEGIN IMMEDIATE); PostgreSQL's are not, so a transaction-scoped
+        advisory lock orders them there.
+        """
+        if self.dialect == "postgresql":
+            key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def write_core(self, urgent: bool = False) -> Iterator[Connection]:
+        """`write()` on a bare connection (SQLAlchemy Core, no ORM session): for the hot paths
+        (submissions, slice step records), where an ORM session costs more than the statements."""
+        if self._writers is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._writers.hold(urgent), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read_core(self) -> Iterator[Connection]:
+        with self.read_engine.begin() as conn:
+            yield conn
+
+    def ping(self) -> None:
+        """Raise unless the store answers a query (the liveness probe: no table is read)."""
+        with self.read_core() as conn:
+            conn.execute(select(1))

@@ -1,0 +1,143 @@
+"""Guarded transitions: the only code that writes a job's or a slice's state, and the events that record them.
+
+Every move is checked against the transition tables of `disagg.model.states` before any SQL runs
+(a move the table forbids is a programming error: `IllegalTransition` names both states), then made
+only if the row is still in one of the states the caller expects — a cancel, a failure or the other
+process may have moved it first, and then nothing is written and the caller hears `None`. The move
+and its event row (from, to, when, why) go into the caller's transaction, so the history can never
+disagree with the state.
+
+Core statements on a bare connection: the slice workers and the scheduling loop make these moves on
+their hot paths, where an ORM session costs more than the statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Table, insert, select, update
+
+from disagg.model.states import JobState, SliceState, check_job_move, check_slice_move
+from disagg.store.models import EventRow, JobRow, SliceRow
+
+_jobs: Table = JobRow.__table__  # type: ignore[assignment]
+_slices: Table = SliceRow.__table__  # type: ignore[assignment]
+_events: Table = EventRow.__table__  # type: ignore[assignment]
+#: An event's `why` is kept to this many characters (a step's error can be long).
+WHY_MAX = 2000
+
+
+@dataclass(frozen=True)
+class JobMove:
+    """One job to move in a batch (`move_jobs`): to `to`, if it is still in one of `expect`."""
+
+    job_id: str
+    to: JobState
+    why: str | None
+    expect: tuple[JobState, ...]
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _event(subject: str, job_id: str, slice_id: str | None, src: str | None, dst: str, why: str | None,
+           now: float) -> dict[str, Any]:
+    return {"at": now, "subject": subject, "job_id": job_id, "slice_id": slice_id, "from_state": src,
+            "to_state": dst, "why": None if why is None else why[:WHY_MAX]}
+
+
+def move_job(conn: Connection, job_id: str, to: JobState, why: str | None, expect: Collection[JobState],
+             now: float, **values: Any) -> JobState | None:
+    """Move a job to `to` if it is in one of `expect`; returns the state it left (None: not moved).
+
+    `values` are other columns written with the move (reason, exit code, slice). Raises
+    IllegalTransition when some state of `expect` may not go to `to`.
+    """
+    moved = move_jobs(conn, [JobMove(job_id, to, why, tuple(expect), values)], now)
+    return moved[0][1] if moved else None
+
+
+def move_jobs(conn: Connection, moves: Iterable[JobMove], now: float) -> list[tuple[str, JobState]]:
+    """Make many job moves in one go (a round places hundreds); returns (job, state it left) for each made."""
+    moves = list(moves)
+    for m in moves:
+        for src in m.expect:
+            check_job_move(m.job_id, src, m.to)
+    if not moves:
+        return []
+    current = _current(conn, _jobs, [m.job_id for m in moves])
+    made: list[tuple[str, JobState]] = []
+    events = []
+    for m in moves:
+        now_in = current.get(m.job_id)
+        if now_in is None or now_in[0] not in m.expect:
+            continue
+        src = JobState(now_in[0])
+        # compare-and-set on the state read: a move another transaction made meanwhile wins (on
+        # PostgreSQL the UPDATE waits for that row and re-checks its WHERE; SQLite's writers are serial)
+        if not _cas(conn, _jobs, m.job_id, src, {"state": m.to, "updated_at": now, **m.values}):
+            continue
+        slice_id = m.values.get("slice_id", now_in[1])
+        events.append(_event("job", m.job_id, slice_id, src, m.to, m.why, now))
+        made.append((m.job_id, src))
+    if events:
+        conn.execute(insert(_events), events)
+    return made
+
+
+def move_slice(conn: Connection, slice_id: str, to: SliceState, why: str | None, expect: Collection[SliceState],
+               now: float, **values: Any) -> SliceState | None:
+    """Move a slice to `to` if it is in one of `expect`; returns the state it left (None: not moved)."""
+    for src in expect:
+        check_slice_move(slice_id, src, to)
+    row = conn.execute(select(_slices.c.state, _slices.c.job_id).where(_slices.c.id == slice_id)).first()
+    if row is None or row.state not in expect:
+        return None
+    if not _cas(conn, _slices, slice_id, row.state, {"state": to, "updated_at": now, **values}):
+        return None
+    conn.execute(insert(_events), [_event("slice", row.job_id, slice_id, row.state, to, why, now)])
+    return SliceState(row.state)
+
+
+def _cas(conn: Connection, table: Table, ident: str, src: str, values: dict[str, Any]) -> bool:
+    """Write `values` if the row is still in state `src`; whether it was."""
+    result = conn.execute(update(table).where(table.c.id == ident, table.c.state == src).values(**values))
+    return bool(result.rowcount)
+
+
+def new_jobs(conn: Connection, rows: list[dict[str, Any]], now: float) -> None:
+    """Insert submitted jobs (each `queued`) with their first event."""
+    conn.execute(insert(_jobs), rows)
+    conn.execute(insert(_events), [_event("job", r["id"], None, None, JobState.QUEUED, "submitted", now)
+                                   for r in rows])
+
+
+def new_slices(conn: Connection, rows: list[dict[str, Any]], now: float) -> None:
+    """Insert slices a round decided (each `composing`) with their first event."""
+    if not rows:
+        return
+    conn.execute(insert(_slices), rows)
+    conn.execute(insert(_events), [_event("slice", r["job_id"], r["id"], None, SliceState.COMPOSING, "placed", now)
+                                   for r in rows])
+
+
+def _current(conn: Connection, table: Table, ids: list[str]) -> dict[str, tuple[str, str | None]]:
+    """(state, slice id) of each row, read in chunks (a round may move thousands of jobs)."""
+    out: dict[str, tuple[str, str | None]] = {}
+    sid = table.c.slice_id if "slice_id" in table.c else table.c.id
+    for i in range(0, len(ids), 500):
+        query = select(table.c.id, table.c.state, sid).where(table.c.id.in_(ids[i:i + 500]))
+        out.update((r[0], (r[1], r[2])) for r in conn.execute(query))
+    return out
+
+
+def job_events(conn: Connection, job_id: str) -> list[dict[str, Any]]:
+    """The job's history, oldest first: its own moves and its slices' moves."""
+    query = select(_events).where(_events.c.job_id == job_id).order_by(_events.c.id)
+    return [
+        {"at": r.at, "subject": r.subject, "slice": r.slice_id, "from": r.from_state, "to": r.to_state, "why": r.why}
+        for r in conn.execute(query)
+    ]
+
+
+__all__ = ["WHY_MAX", "JobMove", "job_events", "move_job", "move_jobs", "move_slice", "new_jobs", "new_slices"]

@@ -1,0 +1,279 @@
+"""The store's slice operations: what the slice workers and the loop read and record as slices live.
+
+A slice's steps are rows of `slice_steps`, written `started` before the step acts and `done` or
+`failed` after; what a finished step changes besides (the engine's handle kept, the slice now
+running, a device released) is a named `StepEffect` made in the same transaction as its `done`.
+Every state change goes through `disagg.store.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, bindparam, insert, select, update
+
+from disagg.model import SlicePlacement
+from disagg.model.states import (
+    ACTIVE_SLICE_STATES,
+    JOB_FINAL,
+    LIVE_SLICE_STATES,
+    Health,
+    JobState,
+    SliceOutcome,
+    SliceState,
+    StepStatus,
+)
+from disagg.store.base import StoreBase
+from disagg.store.lifecycle import WHY_MAX, JobMove, move_job, move_jobs, move_slice
+from disagg.store.models import DeviceRow, JobRow, SliceRow, StepRow
+
+_steps: Table = StepRow.__table__  # type: ignore[assignment]
+_slices: Table = SliceRow.__table__  # type: ignore[assignment]
+_jobs: Table = JobRow.__table__  # type: ignore[assignment]
+_devices: Table = DeviceRow.__table__  # type: ignore[assignment]
+_RECORD = select(_slices, _jobs.c.command).join(_jobs, _jobs.c.id == _slices.c.job_id)
+_SLICE_STATE = select(_slices.c.state).where(_slices.c.id == bindparam("id"))
+# (bind names differ from the column names: in an UPDATE those would be taken as SET values)
+_STEP_KEY = and_(
+    _steps.c.slice_id == bindparam("k_slice"),
+    _steps.c.op == bindparam("k_op"),
+    _steps.c.target == bindparam("k_target"),
+)
+_STEP_STATUS = select(_steps.c.id, _steps.c.status).where(_STEP_KEY)
+_STEP_RESTART = (
+    update(_steps)
+    .where(_steps.c.id == bindparam("k_id"))
+    .values(status=StepStatus.STARTED, tries=_steps.c.tries + 1, started_at=bindparam("t_start"), error=None)
+)
+_STEP_DONE = (
+    update(_steps)
+    .where(_STEP_KEY)
+    .values(status=StepStatus.DONE, ended_at=bindparam("t_end"), tries=_steps.c.tries + bindparam("extra"))
+)
+_STEP_FAILED = (
+    update(_steps).where(_STEP_KEY).values(status=StepStatus.FAILED, ended_at=bindparam("t_end"),
+                                           error=bindparam("err"))
+)
+
+
+class SliceAborted(RuntimeError):
+    """The slice left the state a step belongs to (cancelled, a device failed) before the step began."""
+
+
+@dataclass(frozen=True)
+class SliceRecord:
+    """A stored slice as the workers use it: its placement as a typed value, and its job's command."""
+
+    id: str
+    job_id: str
+    attempt: int
+    state: SliceState
+    outcome: str | None
+    detail: str | None
+    handle: str | None
+    placement: SlicePlacement
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KeepHandle:
+    """After prepare-task: keep the engine's handle of the job."""
+
+    handle: str
+
+
+@dataclass(frozen=True)
+class SliceRunning:
+    """After launch-task: the slice runs, and so does its job (both only if still composing)."""
+
+
+@dataclass(frozen=True)
+class ReleaseDevice:
+    """After detach-device: the device no longer belongs to the slice."""
+
+    device: str
+
+
+StepEffect = KeepHandle | SliceRunning | ReleaseDevice
+
+
+def _record(row: Any) -> SliceRecord:
+    return SliceRecord(row.id, row.job_id, row.attempt, SliceState(row.state), row.outcome, row.detail, row.handle,
+                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command))
+
+
+class SliceOps(StoreBase):
+    """Reading slices, recording their steps, and the moves their life makes."""
+
+    def load_slice(self, slice_id: str) -> SliceRecord:
+        """The slice and its job's command; KeyError when there is no such slice."""
+        with self.read_core() as conn:
+            row = conn.execute(_RECORD.where(_slices.c.id == slice_id)).first()
+        if row is None:
+            raise KeyError(slice_id)
+        return _record(row)
+
+    def live_slices(self) -> list[SliceRecord]:
+        """Slices that still hold resources (composing, running, tearing down)."""
+        with self.read_core() as conn:
+            return [_record(r) for r in conn.execute(_RECORD.where(_slices.c.state.in_(LIVE_SLICE_STATES)))]
+
+    def running_slices(self) -> list[tuple[str, str | None]]:
+        """(slice, engine handle) of every running slice: what the loop polls."""
+        query = select(_slices.c.id, _slices.c.handle).where(_slices.c.state == SliceState.RUNNING)
+        with self.read_core() as conn:
+            return [(str(i), h) for i, h in conn.execute(query)]
+
+    def slices_to_work(self) -> list[tuple[str, SliceState]]:
+        """Slices a worker must move on (composing or tearing down), oldest first."""
+        query = (select(_slices.c.id, _slices.c.state)
+                 .where(_slices.c.state.in_((SliceState.COMPOSING, SliceState.TEARING_DOWN)))
+                 .order_by(_slices.c.created_at))
+        with self.read_core() as conn:
+            return [(str(i), SliceState(st)) for i, st in conn.execute(query)]
+
+    # --- steps -------------------------------------------------------------------------------
+    def begin_step(self, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:
+        """Record a step `started` (again, if it ran before); False when it is `done` already.
+
+        `guard`: the slice state the step belongs to; SliceAborted if the slice has left it.
+        """
+        with self.write_core() as conn:
+            if guard is not None:
+                state = conn.execute(_SLICE_STATE, {"id": slice_id}).scalar()
+                if state != guard:
+                    raise SliceAborted(f"slice {slice_id} is {state}, no longer {guard}")
+            key = {"k_slice": slice_id, "k_op": op, "k_target": target}
+            row = conn.execute(_STEP_STATUS, key).first()
+            if row is not None and row.status == StepStatus.DONE:
+                return False
+            now = time.time()
+            if row is None:
+                conn.execute(insert(_steps), {"slice_id": slice_id, "op": op, "target": target,
+                                              "status": StepStatus.STARTED, "tries": 1, "started_at": now})
+            else:
+                conn.execute(_STEP_RESTART, {"k_id": row.id, "t_start": now})
+        return True
+
+    def step_done(self, slice_id: str, op: str, target: str, retries: int, effect: StepEffect | None = None) -> None:
+        """Record a step `done` (after `retries` extra tries), with what it changes besides, in one transaction."""
+        with self.write_core() as conn:
+            conn.execute(_STEP_DONE, {"k_slice": slice_id, "k_op": op, "k_target": target, "t_end": time.time(),
+                                      "extra": retries})
+            if effect is not None:
+                _apply_effect(conn, slice_id, effect)
+
+    def step_failed(self, slice_id: str, op: str, target: str, error: str) -> None:
+        with self.write_core() as conn:
+            conn.execute(_STEP_FAILED, {"k_slice": slice_id, "k_op": op, "k_target": target, "t_end": time.time(),
+                                        "err": error[:WHY_MAX]})
+
+    def begun_steps(self, slice_id: str) -> set[tuple[str, str]]:
+        """(op, target) of every step the slice ever started: what its teardown must compensate."""
+        query = select(_steps.c.op, _steps.c.target).where(_steps.c.slice_id == slice_id)
+        with self.read_core() as conn:
+            return {(str(op), str(target)) for op, target in conn.execute(query)}
+
+    # --- moves -------------------------------------------------------------------------------
+    def abort_slice(self, slice_id: str, outcome: SliceOutcome, detail: str, failed_device: str | None = None) -> bool:
+        """Send a composing or running slice to teardown with `outcome`. False if it already left.
+
+        `failed_device`: a device a failed attach showed broken, marked failed in the same transaction.
+        """
+        with self.write_core() as conn:
+            if failed_device is not None:
+                conn.execute(update(_devices).where(_devices.c.id == failed_device).values(health=Health.FAILED))
+            left = move_slice(conn, slice_id, SliceState.TEARING_DOWN, detail, ACTIVE_SLICE_STATES, time.time(),
+                              outcome=outcome, detail=detail[:WHY_MAX])
+        return left is not None
+
+    def finish_slice(self, slice_id: str, ended: JobState, exit_code: int | None) -> bool:
+        """The engine says the job ended (`completed` or `failed`): the slice goes to teardown and the job
+        takes its outcome now (its teardown does not change it). False if the slice was no longer running."""
+        now = time.time()
+        detail = f"exit code {exit_code}"
+        with self.write_core() as conn:
+            if move_slice(conn, slice_id, SliceState.TEARING_DOWN, f"job {ended}: {detail}", (SliceState.RUNNING,),
+                          now, outcome=SliceOutcome(ended), detail=detail) is None:
+                return False
+            job_id = conn.execute(select(_slices.c.job_id).where(_slices.c.id == slice_id)).scalar_one()
+            failed = ended is not JobState.COMPLETED
+            move_job(conn, job_id, ended, detail, (JobState.RUNNING,), now, exit_code=exit_code,
+                     reason=detail if failed else None, reason_code="exit-code" if failed else None)
+        return True
+
+    def settle_slice(self, slice_id: str) -> None:
+        """The slice is gone: free what it held and give its job the outcome, in one transaction. Idempotent."""
+        now = time.time()
+        with self.write_core() as conn:
+            sl = conn.execute(select(_slices).where(_slices.c.id == slice_id)).first()
+            if sl is None or move_slice(conn, slice_id, SliceState.DONE, "torn down", (SliceState.TEARING_DOWN,),
+                                        now) is None:
+                return
+            conn.execute(update(_devices).where(_devices.c.slice_id == slice_id).values(slice_id=None))
+            job = conn.execute(select(_jobs).where(_jobs.c.id == sl.job_id)).first()
+            if job is None or job.slice_id != slice_id or job.state in JOB_FINAL:
+                return
+            _settle_job(conn, job, sl, now)
+
+    def reconcile_records(self, live: set[str]) -> tuple[list[str], list[str]]:
+        """After a restart: free devices held by slices that are gone, re-queue jobs whose slice is gone.
+
+        Returns (devices freed, jobs re-queued).
+        """
+        now = time.time()
+        with self.write_core() as conn:
+            held = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(_devices.c.slice_id.is_not(None)))
+            freed = [str(d) for d, s in held if s not in live]
+            for i in range(0, len(freed), 500):
+                conn.execute(update(_devices).where(_devices.c.id.in_(freed[i:i + 500])).values(slice_id=None))
+            live_jobs = conn.execute(select(_jobs.c.id, _jobs.c.slice_id)
+                                     .where(_jobs.c.state.in_((JobState.COMPOSING, JobState.RUNNING))))
+            why = "re-queued: its slice was gone"
+            moves = [JobMove(str(j), JobState.QUEUED, why, (JobState.COMPOSING, JobState.RUNNING),
+                             {"reason": why, "reason_code": "requeued"})
+                     for j, s in live_jobs if s not in live]
+            requeued = [j for j, _ in move_jobs(conn, moves, now)]
+        return freed, requeued
+
+
+def _apply_effect(conn: Connection, slice_id: str, effect: StepEffect) -> None:
+    now = time.time()
+    if isinstance(effect, KeepHandle):
+        conn.execute(update(_slices).where(_slices.c.id == slice_id).values(handle=effect.handle))
+    elif isinstance(effect, ReleaseDevice):
+        conn.execute(update(_devices).where(_devices.c.id == effect.device, _devices.c.slice_id == slice_id)
+                     .values(slice_id=None))
+    elif move_slice(conn, slice_id, SliceState.RUNNING, "launched", (SliceState.COMPOSING,), now) is not None:
+        job_id = conn.execute(select(_slices.c.job_id).where(_slices.c.id == slice_id)).scalar_one()
+        move_job(conn, job_id, JobState.RUNNING, "launched", (JobState.COMPOSING,), now, reason=None,
+                 reason_code=None)
+
+
+def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
+    """What a torn-down slice's outcome does to its job (still in composing or running)."""
+    live = (JobState.COMPOSING, JobState.RUNNING)
+    if sl.outcome == SliceOutcome.REQUEUE:
+        if job.attempts > job.max_retries:
+            why = f"gave up after {job.attempts} attempts; last: {sl.detail}"
+            move_job(conn, job.id, JobState.FAILED, why, live, now, reason=why, reason_code="retries-exhausted")
+        else:
+            why = f"re-queued: {sl.detail}"
+            move_job(conn, job.id, JobState.QUEUED, why, live, now, reason=why, reason_code="requeued")
+    elif sl.outcome is not None:
+        ended = JobState(sl.outcome)
+        # only a running job completes; a failure or a cancel ends a composing one too
+        move_job(conn, job.id, ended, sl.detail, (JobState.RUNNING,) if ended is JobState.COMPLETED else live, now)
+
+
+__all__ = [
+    "KeepHandle",
+    "ReleaseDevice",
+    "SliceAborted",
+    "SliceOps",
+    "SliceRecord",
+    "SliceRunning",
+    "StepEffect",
+]

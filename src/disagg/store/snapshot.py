@@ -1,0 +1,81 @@
+"""The snapshot a round plans on, and the room left that its commit re-checks against.
+
+Read as columns, not ORM objects: a snapshot is read every round (1.3 s as objects at 52,500
+devices); the room left reads only machines and the live slices, not every device.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Table, select
+
+from disagg.model import Allocation, Cluster, Device, Machine, Pool, SlicePlacement
+from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health
+from disagg.store.base import StoreBase
+from disagg.store.models import DeviceRow, LinkRow, MachineRow, SliceRow
+
+_machines: Table = MachineRow.__table__  # type: ignore[assignment]
+_devices: Table = DeviceRow.__table__  # type: ignore[assignment]
+_links: Table = LinkRow.__table__  # type: ignore[assignment]
+_slices: Table = SliceRow.__table__  # type: ignore[assignment]
+
+
+def live_slices_placed(conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
+    """(slice, job, placement) of every slice that still holds resources."""
+    query = select(_slices.c.id, _slices.c.job_id, _slices.c.placement).where(_slices.c.state.in_(LIVE_SLICE_STATES))
+    return [(str(i), str(j), SlicePlacement.from_json(i, p)) for i, j, p in conn.execute(query)]
+
+
+def live_placements(conn: Connection) -> list[SlicePlacement]:
+    return [p for _, _, p in live_slices_placed(conn)]
+
+
+def live_allocations(conn: Connection) -> list[Allocation]:
+    """What the live slices hold, as allocations (the snapshot's warm part, and what a commit re-checks)."""
+    return [a for _, job, p in live_slices_placed(conn) for a in p.allocations(job)]
+
+
+def room_left(conn: Connection) -> tuple[dict[str, float], dict[str, float]]:
+    """The cpus and memory each machine has left after what the live slices hold."""
+    cpu: dict[str, float] = {}
+    mem: dict[str, float] = {}
+    query = select(_machines.c.name, _machines.c.cpus, _machines.c.memory_gb).where(_machines.c.kind == "machine")
+    for name, cpus, memory in conn.execute(query):
+        cpu[name], mem[name] = cpus, memory
+    for a in live_allocations(conn):
+        cpu[a.machine] -= a.cpus
+        mem[a.machine] -= a.memory_gb
+    return cpu, mem
+
+
+def read_cluster(conn: Connection) -> Cluster:
+    """The inventory as a snapshot (health included) with what live slices hold as allocations."""
+    m = _machines.c
+    mrows = conn.execute(select(m.name, m.kind, m.rack, m.cpus, m.memory_gb, m.uplink_gbps).order_by(m.position)).all()
+    links = conn.execute(select(_links.c.id, _links.c.gbps, _links.c.up)).all()
+    down = {r.id for r in links if not r.up}
+    rack_gbps = next((r.gbps for r in links if r.id.startswith("rack:")), 100.0)
+    machines = tuple(Machine(r.name, r.rack, r.cpus, r.memory_gb, r.uplink_gbps) for r in mrows if r.kind == "machine")
+    pools = tuple(Pool(r.name, r.rack, r.uplink_gbps) for r in mrows if r.kind == "pool")
+    d = _devices.c
+    columns = (d.id, d.kind, d.model, d.location, d.index, d.capacity, d.health, d.drained)
+    devices = []
+    # unpacked by position: a row's `.index` is the tuple method, not the column
+    for dev_id, kind, model, location, index, capacity, stored, drained in conn.execute(
+        select(*columns).order_by(d.position)
+    ):
+        health = Health.FAILED if stored == Health.FAILED else DeviceState.DRAINED if drained else Health.HEALTHY
+        if f"up:{location}" in down:  # unreachable behind a dropped uplink
+            health = Health.FAILED
+        devices.append(Device(dev_id, kind, model, location, index, capacity, health))  # type: ignore[arg-type]
+    return Cluster(machines=machines, pools=pools, devices=tuple(devices), rack_uplink_gbps=rack_gbps,
+                   allocations=tuple(live_allocations(conn)))
+
+
+class SnapshotOps(StoreBase):
+    def cluster(self) -> Cluster:
+        """The inventory as a snapshot (health included) with what live slices hold as allocations."""
+        with self.read_core() as conn:
+            return read_cluster(conn)
+
+
+__all__ = ["SnapshotOps", "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "room_left"]
