@@ -14,23 +14,20 @@ The target: construction with parallel steps within 1.2x of its slowest step.
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from disagg.fabric.emulated import OperationLatencies
+from disagg.model.states import SliceOutcome, SliceState
 
 SHAPES = ((1, 4), (2, 2), (4, 1))
 
 
 def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> dict[str, float]:
-    # imported here: every `disagg` command imports this module (to register `bench slices`)
+    # imported here: the store and the controller load only when the benchmark runs
     from sqlalchemy import select
 
     from disagg.control.service import DEFAULT_CLUSTER
@@ -70,12 +67,12 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
     with store.read() as s:
         steps = list(s.scalars(select(StepRow).where(StepRow.slice_id == "s-b")))
         state = s.scalar(select(SliceRow.state).where(SliceRow.id == "s-b"))
-    if state != "running":
+    if state != SliceState.RUNNING:
         raise RuntimeError(f"the benchmark slice did not compose (it is {state})")
     construct = [st for st in steps if st.op in ("attach-device", "launch-machine")]
     construct_s = max(st.ended_at or 0 for st in construct) - min(st.started_at or 0 for st in construct)
     slowest = max((st.ended_at or 0) - (st.started_at or 0) for st in construct)
-    runner.abort("s-b", "completed", "benchmark done")
+    runner.abort("s-b", SliceOutcome.COMPLETED, "benchmark done")
     t1 = time.perf_counter()
     runner.teardown("s-b")
     teardown_s = time.perf_counter() - t1
@@ -112,22 +109,3 @@ def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
             "latencies_testbed_s": OperationLatencies().__dict__, "shapes": results,
             "target": "parallel construction within 1.2x of its slowest step",
             "target_met": all(r["parallel_construct_over_slowest_step"] <= 1.2 for r in results)}
-
-
-def bench_slices(
-    scale: Annotated[float, typer.Option(min=0.0001, max=1.0, help="Scale of the testbed's latencies.")] = 0.05,
-    repeats: Annotated[int, typer.Option(min=1, max=20)] = 2,
-    engine: Annotated[str, typer.Option(help="local (emulated testbed) | slurm (throw-away Slurm, root)")] = "local",
-) -> None:
-    """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out).
-
-    `--engine slurm`: the same shapes on a real Slurm, step by step, against a plain `sbatch` and through the
-    controller on both engines (`disagg.bench.slurm`)."""
-    if engine == "slurm":
-        from disagg.bench.slurm import main as slurm_bench
-
-        raise typer.Exit(slurm_bench(["--repeats", str(repeats)]))
-    if engine != "local":
-        sys.stderr.write(f"error: --engine: unknown engine {engine!r}; known: local, slurm\n")
-        raise typer.Exit(2)
-    sys.stdout.write(json.dumps(run_slices_bench(scale, repeats), indent=2) + "\n")

@@ -37,6 +37,7 @@ from disagg.engines.base import Engine, SliceMachine, SliceSpec
 from disagg.engines.slurm import SlurmEngine
 from disagg.engines.slurm_cluster import SlurmCluster, default_nodes
 from disagg.engines.slurm_site import SlurmError, SlurmSite
+from disagg.model.states import JobState
 
 SHAPES: dict[str, tuple[int, int]] = {"1x4": (1, 4), "2x2": (2, 2), "4x1": (4, 1)}
 STEPS = ("launch_machine", "prepare_task", "launch_task", "to_running")
@@ -143,9 +144,9 @@ def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, stor
     deadline = time.monotonic() + 60
     while True:
         job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
-        if job["state"] == "running":
+        if job["state"] == JobState.RUNNING:
             break
-        if job["state"] in ("failed", "cancelled", "completed") or time.monotonic() > deadline:
+        if job["state"] in (JobState.FAILED, JobState.CANCELLED, JobState.COMPLETED) or time.monotonic() > deadline:
             with store.read() as s:
                 errors = [(st.slice_id, st.op, st.target, st.error) for st in s.scalars(select(StepRow))
                           if st.error]
