@@ -6,6 +6,8 @@ empty. Each rule also has a self-test on a tiny synthetic tree with one offence,
 
   - no import cycle among disagg's modules (module-level and function-level imports alike: a function
     that imports a module depends on it; imports under `if TYPE_CHECKING:` are for the type checker only);
+  - the CLI is the outermost layer: no module outside `disagg/cli/` imports it (the benchmarks return
+    data, the CLI prints it);
   - SQL only in `disagg/store/`: no import of SQLAlchemy and no SQL statement in a string elsewhere;
   - no function longer than 80 lines (Alembic migrations excepted);
   - job and slice state names as string literals in `disagg/model/states.py` only (the step, engine-run
@@ -25,6 +27,7 @@ from disagg.model.states import JobState, SliceState
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_FUNCTION_LINES = 80
+CLI = "disagg.cli"
 STORE = "disagg.store"
 MIGRATIONS = "disagg.store.migrations"
 STATES_MODULE = "disagg.model.states"
@@ -177,6 +180,13 @@ def _cycle_path(graph: dict[str, dict[str, int]], group: set[str]) -> str:
     return "import cycle: " + " → ".join([*hops, start])
 
 
+def cli_importers(root: Path) -> list[str]:
+    """Imports of `disagg.cli` (or a module of it) from a module outside it."""
+    return [f"{module}:{line} imports {target} (only the CLI imports the CLI)"
+            for module, edges in sorted(import_graph(root).items()) if not _within(module, CLI)
+            for target, line in sorted(edges.items()) if _within(target, CLI)]
+
+
 SQL = re.compile(
     r"^\s*(?:(?:SELECT|INSERT|UPDATE|DELETE|BEGIN|PRAGMA|CREATE|DROP|ALTER|VACUUM)\s"
     r"|(?i:select\s.+\sfrom\s|insert\s+into\s|update\s+\S+\s+set\s|delete\s+from\s|pragma\s+\w))",
@@ -240,6 +250,11 @@ def test_no_import_cycle_among_disagg_modules() -> None:
     assert not cycles, "\n".join(cycles)
 
 
+def test_nothing_outside_the_cli_imports_it() -> None:
+    bad = cli_importers(SRC)
+    assert not bad, "\n".join(bad)
+
+
 @PENDING_REFACTOR
 def test_only_the_store_speaks_sql() -> None:
     bad = sql_outside_store(SRC)
@@ -287,6 +302,17 @@ def test_no_cycle_is_reported_for_a_chain(tmp_path: Path) -> None:
     assert import_cycles(root) == []
     assert import_graph(root)["disagg.a"] == {"disagg.b": 1}
     assert import_graph(root)["disagg.b"] == {"disagg.c": 1}
+
+
+def test_an_import_of_the_cli_from_the_library_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "disagg/__init__.py": "",
+        "disagg/cli/__init__.py": "from disagg.cli import serve\n",
+        "disagg/cli/serve.py": "from disagg.bench import crash\n",
+        "disagg/bench/__init__.py": "",
+        "disagg/bench/crash.py": "def start():\n    from disagg.cli.serve import main\n",
+    })
+    assert cli_importers(root) == ["disagg.bench.crash:2 imports disagg.cli.serve (only the CLI imports the CLI)"]
 
 
 def test_sqlalchemy_and_sql_strings_are_found_outside_the_store_only(tmp_path: Path) -> None:
