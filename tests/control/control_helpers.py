@@ -7,17 +7,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from disagg.bench.crash import ForkedServer as Server  # noqa: F401 - the tests' server, re-exported
-from disagg.control.service import Service, Settings, open_service
+from disagg.bench.crash import ForkedServer
+from disagg.cli.serve import serve_main
+from disagg.control.config import Config
+from disagg.control.service import Service, open_service
 from disagg.store import job_dict
 from disagg.store.models import JobRow
 
 FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
 
 
+class Server(ForkedServer):
+    """The tests' server: `disagg serve` in a forked child, started as `disagg bench crash` starts it."""
+
+    def __init__(self, root: Path, db: str, options: list[str]) -> None:
+        super().__init__(root, db, options, serve_main)
+
+
 def make_service(tmp_path: Path, db: str | None = None, cluster: str | None = None, scale: float = FAST,
                  **kw: object) -> Service:
-    settings = Settings(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
+    settings = Config(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
                         state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, round_gap_s=0.02, **kw)  # type: ignore[arg-type]
     return open_service(settings)
 

@@ -16,7 +16,7 @@ from control_helpers import Server, wait_for
 from typer.testing import CliRunner
 
 from disagg.cli import app
-from disagg.control.service import settings_from
+from disagg.control.config import load_config as settings_from
 from disagg.control.split import group_gone
 from disagg.model import SpecError
 from disagg.store import Store

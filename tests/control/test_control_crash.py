@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from disagg.bench.crash import event_violations, run_crash_trials
+from disagg.cli.serve import serve_main
 from disagg.store.pgtemp import TempPostgres
 
 TRIALS = int(os.environ.get("DISAGG_CRASH_TRIALS", "50"))
@@ -18,7 +19,7 @@ TRIALS = int(os.environ.get("DISAGG_CRASH_TRIALS", "50"))
 
 @pytest.mark.slow
 def test_kill_9_at_random_moments(tmp_path: Path) -> None:
-    result = run_crash_trials(tmp_path, trials=TRIALS, seed=5, scale=0.01)
+    result = run_crash_trials(tmp_path, serve_main, trials=TRIALS, seed=5, scale=0.01)
     assert result["violations"] == []
     assert result["kills"] == TRIALS and result["checks"] >= TRIALS // 2
     assert result["jobs"] >= TRIALS // 2 and result["slices"] >= result["jobs"]
@@ -40,7 +41,7 @@ def test_the_event_check_catches_a_job_that_ran_twice_at_once(tmp_path: Path) ->
 def test_kill_9_with_a_postgresql_store(tmp_path: Path, pg_server: TempPostgres) -> None:
     """The same trials with the store on a real PostgreSQL server (which survives the kills)."""
     trials = max(6, TRIALS // 5)
-    result = run_crash_trials(tmp_path, trials=trials, seed=7, scale=0.01,
+    result = run_crash_trials(tmp_path, serve_main, trials=trials, seed=7, scale=0.01,
                               db=pg_server.create_database("crash_" + uuid.uuid4().hex[:8]))
     assert result["store"] == "postgresql" and result["violations"] == []
     assert result["kills"] == trials and result["jobs"] >= trials // 2

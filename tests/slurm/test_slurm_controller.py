@@ -18,7 +18,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from disagg.api import create_app
-from disagg.control.service import Service, Settings, open_service
+from disagg.control.config import Config
+from disagg.control.service import Service, open_service
 from disagg.engines.slurm import JOB_PREFIX, SlurmEngine
 from disagg.engines.slurm_cluster import SlurmCluster
 
@@ -42,7 +43,7 @@ def cluster_spec(cluster: SlurmCluster, path: Path) -> Path:
 
 @pytest.fixture
 def slurm_service(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Service]:
-    settings = Settings(db=f"sqlite:///{tmp_path / 'disagg.db'}",
+    settings = Config(db=f"sqlite:///{tmp_path / 'disagg.db'}",
                         cluster=str(cluster_spec(slurm_cluster, tmp_path / "cluster.yaml")),
                         state_dir=str(tmp_path / "state"), latency_scale=0.002, tick_s=0.05,
                         engine="slurm", slurm_site=str(slurm_cluster.site.save()))
@@ -197,7 +198,7 @@ def test_reconciliation_makes_orphan_slice_machines_leave(slurm_cluster: SlurmCl
     orphan = SliceSpec("s-orphan", "j-orphan", ("true",), (SliceMachine("s-orphan-m0", "m1", 1, 1, ("m1/gpu0",)),))
     engine.launch_machine(orphan, orphan.machines[0])
     assert "s-orphan-m0" in engine.node_gres()
-    settings = Settings(db=f"sqlite:///{tmp_path / 'disagg.db'}",
+    settings = Config(db=f"sqlite:///{tmp_path / 'disagg.db'}",
                         cluster=str(cluster_spec(slurm_cluster, tmp_path / "cluster.yaml")),
                         state_dir=str(tmp_path / "state"), latency_scale=0.002, engine="slurm",
                         slurm_site=str(slurm_cluster.site.save()))

@@ -13,13 +13,15 @@ these invariants are checked:
   - no runner lives without its live slice, and no job has two.
 At the end the server runs undisturbed until every job has completed; the tasks' logs must show
 that no job ever ran twice at the same time. `tests/control/test_control_crash.py` runs 50 trials.
+
+The server is started by a `serve(argv)` the caller passes (`disagg.cli.serve.serve_main`): the
+benchmarks are library functions returning data, and import nothing from the CLI that prints them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import random
 import signal
@@ -29,26 +31,35 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import typer
 
 from disagg.control.split import group_gone
+from disagg.model.states import LIVE_SLICE_STATES, JobState, RunState
 
 if TYPE_CHECKING:
+    from disagg.control.config import Config
     from disagg.control.service import Service
+    from disagg.store import SliceRecord
 
-# The store, SQLAlchemy and the service are imported where they are used: every `disagg` command
-# imports this module (to register `bench crash`), and most need none of them.
+# The store, SQLAlchemy and the service are imported where they are used: `disagg bench api` and the
+# controller's tests import this module, and need none of them to start.
+
+#: Runs `disagg serve` with these options in this process, until it stops (`disagg.cli.serve.serve_main`).
+Serve = Callable[[list[str]], object]
 
 
 class ForkedServer:
-    """`disagg serve` in a forked child with its output in `<root>/server.log`; killed with SIGKILL."""
+    """`disagg serve` in a forked child with its output in `<root>/server.log`; killed with SIGKILL.
 
-    def __init__(self, root: Path, db: str, options: list[str]) -> None:
-        self.root, self.db, self.options = root, db, options
+    `serve(options)` runs in the child: the CLI passes `disagg.cli.serve.serve_main`.
+    """
+
+    def __init__(self, root: Path, db: str, options: list[str], serve: Serve) -> None:
+        self.root, self.db, self.options, self.serve = root, db, options, serve
         from disagg.store.pgtemp import free_port
 
         self.port = free_port()
@@ -56,8 +67,7 @@ class ForkedServer:
         self.pid = 0
 
     def start(self) -> None:
-        argv = ["disagg", "serve", "--db", self.db, "--port", str(self.port), "--state-dir",
-                str(self.root / "state"), *self.options]
+        options = ["--db", self.db, "--port", str(self.port), "--state-dir", str(self.root / "state"), *self.options]
         pid = os.fork()
         if pid == 0:  # the child: become the server, never return into the caller
             try:
@@ -67,10 +77,8 @@ class ForkedServer:
                 os.dup2(fd, 2)
                 sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the caller's may be captured
                 sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-                sys.argv = argv
-                from disagg.cli import main
-
-                main()
+                sys.argv = ["disagg", "serve", *options]
+                self.serve(options)
             finally:
                 os._exit(0)
         self.pid = pid
@@ -112,48 +120,46 @@ def job_body(rng: random.Random, events: Path, i: int) -> dict[str, Any]:
 
 def invariant_violations(svc: Service, seen_slices: set[str], final: bool = False) -> list[str]:
     """What is wrong with a reconciled, quiescent world (empty when nothing is)."""
-    from sqlalchemy import select
-
-    from disagg.store import LIVE_SLICE_STATES
-    from disagg.store.models import DeviceRow, JobRow, SliceRow
-
-    bad: list[str] = []
-    with svc.store.read() as s:
-        slices = {r.id: r for r in s.scalars(select(SliceRow))}
-        jobs = {r.id: r for r in s.scalars(select(JobRow))}
-        devices = list(s.scalars(select(DeviceRow)))
+    slices = {r.id: r for r in svc.store.all_slices()}
+    jobs = {j.id: j for j in svc.store.job_summaries()}
     live = {sid: r for sid, r in slices.items() if r.state in LIVE_SLICE_STATES}
+    bad: list[str] = []
     if not seen_slices <= set(slices):
         bad.append(f"slices lost: {sorted(seen_slices - set(slices))}")
     seen_slices |= set(slices)
-    holds = {(d, m["host"]) for r in live.values() for m in r.placement["machines"] for d in m["devices"]}
+    holds = {(d.id, t.machine) for r in live.values() for t, d in r.placement.devices()}
     bad += [f"{a.device} attached to {a.machine} without a slice" for a in svc.fabric.attachments()
             if (a.device, a.machine) not in holds]
-    bad += [f"{d.id} held by gone slice {d.slice_id}" for d in devices
-            if d.slice_id is not None and d.slice_id not in live]
+    bad += [f"{d} held by gone slice {sid}" for d, sid in svc.store.held_devices().items() if sid not in live]
     per_job: dict[str, list[str]] = defaultdict(list)
     for sid, r in live.items():
         per_job[r.job_id].append(sid)
     bad += [f"job {jid} has {len(sids)} live slices" for jid, sids in per_job.items() if len(sids) > 1]
     for jid, j in jobs.items():
-        if j.state in ("composing", "running") and not (j.slice_id in live and live[j.slice_id].job_id == jid):
+        has_slice = j.slice_id in live and live[j.slice_id].job_id == jid
+        if j.state.live and not has_slice:
             bad.append(f"job {jid} is {j.state} without its slice")
-        if j.state == "queued" and jid in per_job:
+        if j.state == JobState.QUEUED and jid in per_job:
             bad.append(f"queued job {jid} still has a live slice")
+    bad += _runner_violations(svc, live)
+    if final:
+        if live or svc.fabric.attachments():
+            bad.append(f"at the end, {len(live)} slices are live and {len(svc.fabric.attachments())} attached")
+        bad += [f"job {j.id} ended {j.state}: {j.reason}" for j in jobs.values() if j.state != JobState.COMPLETED]
+    return bad
+
+
+def _runner_violations(svc: Service, live: dict[str, SliceRecord]) -> list[str]:
+    """Runners without their slice, and jobs that run more than once at the same time."""
+    bad: list[str] = []
     running: dict[str, int] = defaultdict(int)
-    handles: Callable[[], list[str]] = getattr(svc.engine, "handles", list)
-    for h in handles():
-        if svc.engine.status(h).state == "running":
+    for h in svc.engine.handles():
+        if svc.engine.status(h).state == RunState.RUNNING:
             if h not in live:
                 bad.append(f"a runner of slice {h} lives without its slice")
             else:
                 running[live[h].job_id] += 1
-    bad += [f"job {jid} runs {n} times" for jid, n in running.items() if n > 1]
-    if final:
-        if live or svc.fabric.attachments():
-            bad.append(f"at the end, {len(live)} slices are live and {len(svc.fabric.attachments())} attached")
-        bad += [f"job {j.id} ended {j.state}: {j.reason}" for j in jobs.values() if j.state != "completed"]
-    return bad
+    return bad + [f"job {jid} runs {n} times" for jid, n in running.items() if n > 1]
 
 
 def event_violations(events: Path, job_ids: set[str]) -> tuple[list[str], dict[str, int]]:
@@ -175,132 +181,137 @@ def event_violations(events: Path, job_ids: set[str]) -> tuple[list[str], dict[s
     return bad, {job: len(by_slice) for job, by_slice in runs.items()}
 
 
-def run_crash_trials(root: Path, trials: int = 50, seed: int = 5, scale: float = 0.01,
-                     on_trial: Any = None, db: str | None = None) -> dict[str, Any]:
-    """Kill the controller `trials` times at random moments; return what was checked and found.
+@dataclass
+class _Trials:
+    """One run of kill trials against one store: the server, the jobs and what was found so far."""
 
-    `db`: an empty store to use (a PostgreSQL URL, say); by default an SQLite file under `root`.
-    """
-    from disagg.control.service import Settings, open_service
+    server: ForkedServer
+    settings: Config
+    headers: dict[str, str]
+    events: Path
+    rng: random.Random
+    pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    submitted: dict[str, str] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    violations: list[str] = field(default_factory=list)
+    checks: int = 0
+    during_startup: int = 0
+
+    def submit_pending(self) -> None:
+        """Submit what is not yet accepted; a job is kept (and retried with its key) until the answer is 201."""
+        for key, body in list(self.pending):
+            r = httpx.post(self.server.url + "/v1/jobs", json=body, headers={**self.headers, "Idempotency-Key": key},
+                           timeout=5)
+            if r.status_code != 201:
+                raise RuntimeError(f"submission refused: {r.status_code} {r.text}")
+            self.submitted[key] = r.json()["id"]
+            self.pending.remove((key, body))
+
+    def kill_once(self, trial: int) -> None:
+        """Start the server, kill it at a random moment (one in five during start-up), check every other time."""
+        self.server.start()
+        if self.rng.random() < 0.2:
+            self.during_startup += 1
+            time.sleep(self.rng.uniform(0.0, 0.6))  # during start-up, migrations, reconciliation
+        else:
+            self.server.ready()
+            for _ in range(self.rng.randint(1, 2)):
+                n = len(self.submitted) + len(self.pending) + 1
+                self.pending.append((uuid.uuid4().hex, job_body(self.rng, self.events, n)))
+            with contextlib.suppress(httpx.HTTPError):  # retried with the same key after the restart
+                self.submit_pending()
+            time.sleep(self.rng.uniform(0.0, 0.8))
+        self.server.kill()
+        if trial % 2 == 0:  # reconcile as a restart would, then look at the world
+            self.check(f"after kill {trial + 1}")
+            self.checks += 1
+
+    def check(self, when: str, final: bool = False) -> None:
+        """Reconcile in this process (the same `open_service` a restart runs) and record what is wrong."""
+        from disagg.control.service import open_service
+
+        svc = open_service(self.settings)
+        try:
+            self.violations += [f"{when}: {v}" for v in invariant_violations(svc, self.seen, final)]
+        finally:
+            svc.close()
+
+    def finish(self, timeout_s: float = 120.0) -> None:
+        """Run undisturbed until every job has completed and no slice tears down, then kill and check."""
+        self.server.start()
+        self.server.ready()
+        self.submit_pending()
+        end = time.monotonic() + timeout_s
+        while True:
+            jobs = httpx.get(self.server.url + "/v1/jobs", headers=self.headers, timeout=5).json()["jobs"]
+            tearing = httpx.get(self.server.url + "/v1/slices?state=tearing-down", headers=self.headers,
+                                timeout=5).json()
+            if all(j["state"] == JobState.COMPLETED for j in jobs) and not tearing["slices"]:
+                break
+            if time.monotonic() > end:
+                self.violations.append(f"jobs did not finish within {timeout_s:.0f} s after the last kill")
+                break
+            time.sleep(0.2)
+        self.server.kill()
+        self.check("at the end", final=True)
+
+
+def _admin_headers(db: str) -> tuple[dict[str, str], str]:
+    """Migrate the empty store at `db` and make an admin token: (the request headers, the store's dialect)."""
     from disagg.store import Store
 
-    t0 = time.perf_counter()
-    rng = random.Random(seed)
-    db = db or f"sqlite:///{root / 'disagg.db'}"
-    events = root / "events"
     store = Store(db)
     store.migrate()
     headers = {"Authorization": f"Bearer {store.create_token('admin', admin=True)}"}
     dialect = store.dialect
     store.close()
-    settings = Settings(db=db, state_dir=str(root / "state"), latency_scale=scale)
-    server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02"])
-    pending: list[tuple[str, dict[str, Any]]] = []
-    submitted: dict[str, str] = {}
-    seen: set[str] = set()
-    violations: list[str] = []
-    checks = during_startup = 0
+    return headers, dialect
 
-    def submit_pending() -> None:
-        for key, body in list(pending):
-            r = httpx.post(server.url + "/v1/jobs", json=body, headers={**headers, "Idempotency-Key": key}, timeout=5)
-            if r.status_code != 201:
-                raise RuntimeError(f"submission refused: {r.status_code} {r.text}")
-            submitted[key] = r.json()["id"]
-            pending.remove((key, body))
 
+def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, scale: float = 0.01,
+                     on_trial: Any = None, db: str | None = None) -> dict[str, Any]:
+    """Kill the controller `trials` times at random moments; return what was checked and found.
+
+    `serve`: runs `disagg serve` in the forked child (`disagg.cli.serve.serve_main`).
+    `db`: an empty store to use (a PostgreSQL URL, say); by default an SQLite file under `root`.
+    """
+    from disagg.control.config import Config
+
+    t0 = time.perf_counter()
+    db = db or f"sqlite:///{root / 'disagg.db'}"
+    headers, dialect = _admin_headers(db)
+    server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02"],
+                          serve)
+    run = _Trials(server, Config(db=db, state_dir=str(root / "state"), latency_scale=scale), headers,
+                  root / "events", random.Random(seed))
     for trial in range(trials):
-        server.start()
-        if rng.random() < 0.2:
-            during_startup += 1
-            time.sleep(rng.uniform(0.0, 0.6))  # during start-up, migrations, reconciliation
-        else:
-            server.ready()
-            for _ in range(rng.randint(1, 2)):
-                pending.append((uuid.uuid4().hex, job_body(rng, events, len(submitted) + len(pending) + 1)))
-            with contextlib.suppress(httpx.HTTPError):  # retried with the same key after the restart
-                submit_pending()
-            time.sleep(rng.uniform(0.0, 0.8))
-        server.kill()
-        if trial % 2 == 0:  # reconcile as a restart would, then look at the world
-            svc = open_service(settings)
-            try:
-                violations += [f"after kill {trial + 1}: {v}" for v in invariant_violations(svc, seen)]
-                checks += 1
-            finally:
-                svc.close()
+        run.kill_once(trial)
         if on_trial is not None:
             on_trial(trial)
-    server.start()
-    server.ready()
-    submit_pending()
-    end = time.monotonic() + 120
-    while True:
-        jobs = httpx.get(server.url + "/v1/jobs", headers=headers, timeout=5).json()["jobs"]
-        tearing = httpx.get(server.url + "/v1/slices?state=tearing-down", headers=headers, timeout=5).json()
-        if all(j["state"] == "completed" for j in jobs) and not tearing["slices"]:
-            break
-        if time.monotonic() > end:
-            violations.append("jobs did not finish within 120 s after the last kill")
-            break
-        time.sleep(0.2)
-    server.kill()
-    svc = open_service(settings)
-    try:
-        violations += [f"at the end: {v}" for v in invariant_violations(svc, seen, final=True)]
-    finally:
-        svc.close()
-    bad_events, runs = event_violations(events, set(submitted.values()))
-    violations += bad_events
+    run.finish()
+    bad_events, runs = event_violations(run.events, set(run.submitted.values()))
     per_job = sorted(runs.values())
     return {"benchmark": "crash", "store": dialect, "trials": trials, "seed": seed, "scale": scale, "kills": trials,
-            "kills_during_startup": during_startup, "checks": checks + 1, "jobs": len(submitted),
-            "slices": len(seen), "runs_per_job": {"min": per_job[0] if per_job else 0,
-                                                  "max": per_job[-1] if per_job else 0},
-            "violations": violations, "seconds": round(time.perf_counter() - t0, 1)}
+            "kills_during_startup": run.during_startup, "checks": run.checks + 1, "jobs": len(run.submitted),
+            "slices": len(run.seen), "runs_per_job": {"min": per_job[0] if per_job else 0,
+                                                      "max": per_job[-1] if per_job else 0},
+            "violations": run.violations + bad_events, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def bench_crash(
-    trials: Annotated[int, typer.Option(min=1, max=100_000, help="How many times to kill -9 the controller.")] = 200,
-    seed: Annotated[int, typer.Option(help="Seed of the kill moments and the jobs.")] = 5,
-    scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,
-    backend: Annotated[
-        list[str], typer.Option(help="sqlite and/or postgres (a throw-away server; repeat the option).")
-    ] = ["sqlite"],  # noqa: B006
-    db: Annotated[
-        str | None, typer.Option(help="An empty store to use instead (e.g. postgresql://…); overrides --backend.")
-    ] = None,
-) -> None:
-    """kill -9 of the controller at random moments; invariants checked after each (JSON out)."""
-    from rich.progress import Progress
-
-    from disagg.control.commands import _fail
+def run_crash_bench(backend: str | None, serve: Serve, trials: int = 200, seed: int = 5, scale: float = 0.01,
+                    on_trial: Any = None, db: str | None = None) -> dict[str, Any]:
+    """`run_crash_trials` in a temporary directory on a fresh store: `db` when given (backend None), else
+    SQLite, or a throw-away PostgreSQL server (backend "postgres") stopped afterwards."""
     from disagg.store.pgtemp import TempPostgres
 
-    for name in backend:
-        if name not in ("sqlite", "postgres"):
-            raise _fail(f"--backend: {name!r} is not allowed; use sqlite or postgres")
-    results = []
-    runs: list[str | None] = [None] if db else list(backend)
-    for b in runs:
-        pg: TempPostgres | None = None
-        with tempfile.TemporaryDirectory(prefix="disagg-crash-") as d, Progress(auto_refresh=False,
-                                                                                transient=True) as progress:
-            task = progress.add_task(f"kill -9 trials ({b or 'given store'})", total=trials)
-
-            def advance(_trial: int, task: Any = task) -> None:
-                progress.advance(task)
-                progress.refresh()
-
-            try:
-                url = db
-                if b == "postgres":
-                    pg = TempPostgres().start()
-                    url = pg.create_database("crash")
-                results.append(run_crash_trials(Path(d), trials, seed, scale, advance, db=url))
-            finally:
-                if pg is not None:
-                    pg.stop()
-    sys.stdout.write(json.dumps(results if len(results) > 1 else results[0], indent=2) + "\n")
-    if any(r["violations"] for r in results):
-        raise typer.Exit(1)
+    pg: TempPostgres | None = None
+    with tempfile.TemporaryDirectory(prefix="disagg-crash-") as d:
+        try:
+            url = db
+            if backend == "postgres":
+                pg = TempPostgres().start()
+                url = pg.create_database("crash")
+            return run_crash_trials(Path(d), serve, trials, seed, scale, on_trial, db=url)
+        finally:
+            if pg is not None:
+                pg.stop()

@@ -14,33 +14,27 @@ The target: construction with parallel steps within 1.2x of its slowest step.
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from disagg.fabric.emulated import OperationLatencies
+from disagg.model.states import SliceOutcome, SliceState
 
 SHAPES = ((1, 4), (2, 2), (4, 1))
 
 
 def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> dict[str, float]:
-    # imported here: every `disagg` command imports this module (to register `bench slices`)
-    from sqlalchemy import select
-
+    # imported here: the store and the controller load only when the benchmark runs
     from disagg.control.service import DEFAULT_CLUSTER
     from disagg.control.slice import SliceRunner
     from disagg.engines.local import LocalEngine
     from disagg.fabric.emulated import EmulatedFabric
-    from disagg.model import SlicePlacement, load_cluster
-    from disagg.model.states import SliceOutcome
-    from disagg.store import Store
-    from disagg.store.models import JobRow, SliceRow, StepRow
+    from disagg.model import load_cluster
+    from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
+    from disagg.store import Store, new_job_row
 
     cluster = load_cluster(DEFAULT_CLUSTER)
     store = Store(f"sqlite:///{root / 'bench.db'}")
@@ -51,35 +45,33 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
     engine = LocalEngine(root / "tasks", latencies)
     runner = SliceRunner(store, fabric, engine, parallel=parallel)
     gpu_ids = [d.id for d in cluster.devices if d.kind == "gpu"]
-    tasks = [{"task": f"j-b/{i}", "machine": f"node{i}", "cpus": 1.0, "memory_gb": 1.0,
-              "devices": [{"id": gpu_ids[i * gpus + k], "kind": "gpu", "remote": True, "location": "iobox0",
-                           "path": ["up:iobox0", f"up:node{i}"], "network_gbps": 1.0} for k in range(gpus)]}
-             for i in range(machines)]
-    now = time.time()
-    with store.write() as s:
-        s.add(JobRow(id="j-b", seq=1, tenant="bench", name="bench", image="unknown", command=["true"],
-                     tasks={"count": machines, "cpus": 1, "memory_gb": 1, "gpu": gpus}, slo_s=None, importance=1.0,
-                     max_retries=0, state="composing", reason=None, reason_code=None, wait_rounds=0, attempts=1,
-                     exit_code=None, slice_id="s-b", submitted_at=now, updated_at=now, idempotency_key=None,
-                     request_hash=None))
-        s.flush()
-        s.add(SliceRow(id="s-b", job_id="j-b", attempt=1, state="composing", outcome=None, detail=None,
-                       placement=SlicePlacement.from_json("s-b", {"tasks": tasks}).to_json(),
-                       handle=None, created_at=now, updated_at=now))
+    # a job stored as a submission is, and a hand-made plan committed as a round's would be
+    job = new_job_row("bench", {"name": "bench", "image": "unknown", "command": ["true"], "max_retries": 0,
+                                "tasks": {"count": machines, "cpus": 1, "memory_gb": 1, "gpu": gpus}},
+                      None, None, time.time())
+    writer = store.submissions()
+    writer.insert(job).result()
+    writer.close()
+    tasks = tuple(
+        TaskPlacement(f"{job['id']}/{i}", f"node{i}", 1.0, 1.0, tuple(
+            DeviceGrant(gpu_ids[i * gpus + k], "gpu", True, "iobox0", ("up:iobox0", f"up:node{i}"), 1.0)
+            for k in range(gpus)))
+        for i in range(machines))
+    slice_id = store.commit_placements(Decisions("bench", placed=(JobPlacement(job["id"], tasks),)),
+                                       [job["id"]]).placed[0][1]
     t0 = time.perf_counter()
-    runner.compose("s-b")
+    runner.compose(slice_id)
     compose_s = time.perf_counter() - t0
-    with store.read() as s:
-        steps = list(s.scalars(select(StepRow).where(StepRow.slice_id == "s-b")))
-        state = s.scalar(select(SliceRow.state).where(SliceRow.id == "s-b"))
-    if state != "running":
+    steps = store.slice_steps(slice_id)
+    state = store.load_slice(slice_id).state
+    if state != SliceState.RUNNING:
         raise RuntimeError(f"the benchmark slice did not compose (it is {state})")
     construct = [st for st in steps if st.op in ("attach-device", "launch-machine")]
     construct_s = max(st.ended_at or 0 for st in construct) - min(st.started_at or 0 for st in construct)
     slowest = max((st.ended_at or 0) - (st.started_at or 0) for st in construct)
-    runner.abort("s-b", SliceOutcome.COMPLETED, "benchmark done")
+    runner.abort(slice_id, SliceOutcome.COMPLETED, "benchmark done")
     t1 = time.perf_counter()
-    runner.teardown("s-b")
+    runner.teardown(slice_id)
     teardown_s = time.perf_counter() - t1
     store.close()
     fabric.close()
@@ -114,22 +106,3 @@ def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
             "latencies_testbed_s": OperationLatencies().__dict__, "shapes": results,
             "target": "parallel construction within 1.2x of its slowest step",
             "target_met": all(r["parallel_construct_over_slowest_step"] <= 1.2 for r in results)}
-
-
-def bench_slices(
-    scale: Annotated[float, typer.Option(min=0.0001, max=1.0, help="Scale of the testbed's latencies.")] = 0.05,
-    repeats: Annotated[int, typer.Option(min=1, max=20)] = 2,
-    engine: Annotated[str, typer.Option(help="local (emulated testbed) | slurm (throw-away Slurm, root)")] = "local",
-) -> None:
-    """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out).
-
-    `--engine slurm`: the same shapes on a real Slurm, step by step, against a plain `sbatch` and through the
-    controller on both engines (`disagg.bench.slurm`)."""
-    if engine == "slurm":
-        from disagg.bench.slurm import main as slurm_bench
-
-        raise typer.Exit(slurm_bench(["--repeats", str(repeats)]))
-    if engine != "local":
-        sys.stderr.write(f"error: --engine: unknown engine {engine!r}; known: local, slurm\n")
-        raise typer.Exit(2)
-    sys.stdout.write(json.dumps(run_slices_bench(scale, repeats), indent=2) + "\n")

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -37,6 +37,10 @@ from disagg.engines.base import Engine, SliceMachine, SliceSpec
 from disagg.engines.slurm import SlurmEngine
 from disagg.engines.slurm_cluster import SlurmCluster, default_nodes
 from disagg.engines.slurm_site import SlurmError, SlurmSite
+from disagg.model.states import JobState, RunState, SliceState
+
+if TYPE_CHECKING:
+    from disagg.store import Store
 
 SHAPES: dict[str, tuple[int, int]] = {"1x4": (1, 4), "2x2": (2, 2), "4x1": (4, 1)}
 STEPS = ("launch_machine", "prepare_task", "launch_task", "to_running")
@@ -125,13 +129,9 @@ def _inventory(site: SlurmSite, path: Path) -> Path:
     return path
 
 
-def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, store: Any,
+def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, store: Store,
                       shape: str) -> dict[str, float]:
     """POST a job of `shape`, follow it to running on its engine, cancel it; step spans in seconds."""
-    from sqlalchemy import select
-
-    from disagg.store.models import JobRow, SliceRow, StepRow
-
     machines_n, gpus = SHAPES[shape]
     t0 = time.perf_counter()
     r = client.post("/v1/jobs", headers=headers, json={
@@ -143,40 +143,33 @@ def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, stor
     deadline = time.monotonic() + 60
     while True:
         job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
-        if job["state"] == "running":
+        if job["state"] == JobState.RUNNING:
             break
-        if job["state"] in ("failed", "cancelled", "completed") or time.monotonic() > deadline:
-            with store.read() as s:
-                errors = [(st.slice_id, st.op, st.target, st.error) for st in s.scalars(select(StepRow))
-                          if st.error]
+        if job["state"] in (JobState.FAILED, JobState.CANCELLED, JobState.COMPLETED) or time.monotonic() > deadline:
+            errors = [(st.slice_id, st.op, st.target, st.error) for st in store.slice_steps() if st.error]
             raise RuntimeError(f"benchmark job {job_id} did not reach running: {job['state']} "
                                f"{job['reason']}; step errors: {errors}")
         time.sleep(_POLL_S)
-    with store.read() as s:
-        sl = s.get(SliceRow, job["slice"])
-        handle = sl.handle or sl.id
-    while engine.status(handle).state != "running":
+    record = store.load_slice(job["slice"])
+    handle = record.handle or record.id
+    while engine.status(handle).state != RunState.RUNNING:
         if time.monotonic() > deadline:
             raise RuntimeError(f"benchmark job {job_id} never ran on the engine: {engine.status(handle)}")
         time.sleep(_POLL_S)
     total = time.perf_counter() - t0
     seen_running = time.time()
-    with store.read() as s:
-        sl = s.get(SliceRow, job["slice"])
-        submitted = s.get(JobRow, job_id).submitted_at
-        steps = list(s.scalars(select(StepRow).where(StepRow.slice_id == sl.id)))
-        out = {"placed": sl.created_at - submitted}
+    steps = store.slice_steps(record.id)
+    out = {"placed": record.created_at - float(job["submitted_at"])}
     for op in CONTROLLER_STEPS[1:-1]:
-        mine = [st for st in steps if st.op == op and st.started_at and st.ended_at]
-        out[op] = (max(st.ended_at for st in mine) - min(st.started_at for st in mine)) if mine else 0.0
+        spans = [(st.started_at, st.ended_at) for st in steps if st.op == op and st.started_at and st.ended_at]
+        out[op] = (max(e for _, e in spans if e) - min(s for s, _ in spans if s)) if spans else 0.0
     launched = max((st.ended_at or 0.0) for st in steps if st.op == "launch-task")
     out["to_running"] = max(0.0, seen_running - launched)
     out["total"] = total
     client.delete(f"/v1/jobs/{job_id}", headers=headers)
     while True:   # let teardown finish before the next trial
-        with store.read() as s:
-            if s.get(SliceRow, job["slice"]).state == "done":
-                break
+        if store.load_slice(job["slice"]).state == SliceState.DONE:
+            break
         if time.monotonic() > deadline + 30:
             raise RuntimeError(f"benchmark slice {job['slice']} did not tear down")
         time.sleep(_POLL_S)
@@ -189,11 +182,12 @@ def controller_bench(site: SlurmSite, engine_name: str, repeats: int, shapes: Se
     from fastapi.testclient import TestClient
 
     from disagg.api import create_app
-    from disagg.control.service import Settings, open_service
+    from disagg.control.config import Config
+    from disagg.control.service import open_service
 
     with tempfile.TemporaryDirectory(prefix="disagg-bench-ctl-") as tmp:
         root = Path(tmp)
-        settings = Settings(db=f"sqlite:///{root / 'disagg.db'}", cluster=str(_inventory(site, root / "c.yaml")),
+        settings = Config(db=f"sqlite:///{root / 'disagg.db'}", cluster=str(_inventory(site, root / "c.yaml")),
                             state_dir=str(root / "state"), latency_scale=0.0, tick_s=0.01, engine=engine_name,
                             slurm_site=str(site.save()))
         svc = open_service(settings)

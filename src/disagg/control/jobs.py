@@ -23,8 +23,7 @@ from disagg.control.metrics import ControllerMetrics
 from disagg.engines.base import Engine
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
-from disagg.model.states import JobState
-from disagg.store import DuplicateKey, Store, job_dict, new_id
+from disagg.store import DuplicateKey, Store, job_dict, new_job_row
 from disagg.store.batch import GroupInsert
 
 
@@ -93,20 +92,11 @@ class JobService:
 
     def _new_job(self, tenant: str, request: dict[str, Any], key: str | None, digest: str) -> dict[str, Any]:
         """The stored columns of a new job; JobRejected when it can never fit on this cluster."""
-        tasks = dict(request["tasks"])
-        why = never_fits(Job(name="probe", image=request["image"], tasks=_task_request(tasks)), self._cluster)
+        why = never_fits(Job(name="probe", image=request["image"], tasks=_task_request(request["tasks"])),
+                         self._cluster)
         if why:
             raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
-        now = time.time()
-        return {
-            "id": new_id("j"), "seq": time.time_ns(), "tenant": tenant, "name": request["name"],
-            "image": request["image"], "command": list(request["command"]), "tasks": tasks,
-            "slo_s": request.get("slo_s"), "importance": float(request.get("importance", 1.0)),
-            "max_retries": int(request.get("max_retries", 2)), "state": JobState.QUEUED,
-            "reason": "waiting for the next scheduling round", "reason_code": "new", "wait_rounds": 0,
-            "attempts": 0, "exit_code": None, "slice_id": None, "submitted_at": now, "updated_at": now,
-            "idempotency_key": key, "request_hash": digest,
-        }
+        return new_job_row(tenant, request, key, digest, time.time())
 
     # --- a job's life ------------------------------------------------------------------------
     def cancel(self, job_id: str) -> dict[str, Any] | None:

@@ -150,7 +150,7 @@ class Controller:
         elapsed = time.perf_counter() - t0
         self.metrics.round_seconds.observe(elapsed)
         self.metrics.replans.inc(replans)
-        self.last_round = {"at": time.time(), "queued": len(queue), "placed": placed,
+        self.last_round = {"at": time.time(), JobState.QUEUED: len(queue), "placed": placed,
                            "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed}
         return decisions
 

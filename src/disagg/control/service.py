@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from disagg.control.config import Config, load_config
+from disagg.control.config import Config
 from disagg.control.jobs import JobService
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
@@ -26,9 +26,6 @@ from disagg.store import Store
 
 #: The FlowOS-RM testbed (seed 000), packaged so `disagg serve` works from any directory.
 DEFAULT_CLUSTER = Path(__file__).with_name("default_cluster.yaml")
-#: Kept for callers that build a config by its old name.
-Settings = Config
-settings_from = load_config
 
 
 @dataclass
@@ -89,4 +86,4 @@ def open_service(config: Config, api_only: bool = False) -> Service:
     return Service(config, store, fabric, engine, controller, jobs, report)
 
 
-__all__ = ["DEFAULT_CLUSTER", "Config", "Service", "load_config", "open_service"]
+__all__ = ["DEFAULT_CLUSTER", "Service", "open_service"]

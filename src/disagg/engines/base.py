@@ -107,6 +107,10 @@ class Engine(ABC):
         """The job's output so far (stdout and stderr)."""
 
     # --- reconciliation after a restart (the controller calls these before its loop runs) ------
+    def handles(self) -> list[str]:
+        """The handles of the jobs this engine has records of (audits; reconciliation uses `orphans`)."""
+        return []
+
     def orphans(self, live: Collection[str]) -> list[str]:
         """Handles of jobs this engine may still run (running, pending or held) that no live slice
         accounts for (`live`: the live slices' handles); reconciliation cancels them. Engines that keep

@@ -176,7 +176,7 @@ class LocalEngine(Engine):
             while self._runner(d) == pid and time.monotonic() < end:
                 time.sleep(0.01)
         if _read_exit(d) is None:
-            write_atomic(d / "exit", json.dumps({"code": -9, "cancelled": True, "at": time.time()}))
+            write_atomic(d / "exit", json.dumps({"code": -9, RunState.CANCELLED: True, "at": time.time()}))
 
     def _await_claim(self, d: Path, timeout: float = 5.0) -> int | None:
         """A runner creates `started` and then writes its pid into it: a cancel that lands between the

@@ -84,6 +84,17 @@ class RunState(StrEnum):
         return self in (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.LOST)
 
 
+class JobReason(StrEnum):
+    """The controller's own reason codes for a job's state (a waiting job's code is otherwise the policy's
+    `placement.decisions.Reason`)."""
+
+    NEW = "new"                              # submitted; not yet looked at by a round
+    CANCELLED = "cancelled"                  # by its owner
+    EXIT_CODE = "exit-code"                  # it ended with a non-zero exit code
+    REQUEUED = "requeued"                    # its slice was torn down under it (a failure); waiting again
+    RETRIES_EXHAUSTED = "retries-exhausted"  # re-queued more often than its max_retries allow
+
+
 class DeviceState(StrEnum):
     """The one word the API shows for a device: failed > attached > drained > free."""
 
@@ -168,6 +179,7 @@ __all__ = [
     "DeviceState",
     "Health",
     "IllegalTransition",
+    "JobReason",
     "JobState",
     "RunState",
     "SliceOutcome",

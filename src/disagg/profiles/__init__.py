@@ -8,7 +8,8 @@ neutral profile, whose expected time equals its SLO (utility 0, cost = preferenc
 
 from __future__ import annotations
 
-from disagg.profiles.model import NEUTRAL, Profile, expected_s, lookup, normalize_image
+from disagg.profiles.catalog import lookup
+from disagg.profiles.model import NEUTRAL, Profile, expected_s, normalize_image
 from disagg.profiles.rodinia import RODINIA
 
 __all__ = ["NEUTRAL", "RODINIA", "Profile", "expected_s", "lookup", "normalize_image"]

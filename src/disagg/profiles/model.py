@@ -1,9 +1,8 @@
-"""The profile record, the expected-completion-time model φ and the lookup by image."""
+"""The profile record, the expected-completion-time model φ and the image names lookups use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +56,3 @@ def normalize_image(image: str) -> str:
         if name.startswith(prefix):
             name = name[len(prefix):]
     return name
-
-
-def lookup(image: str, table: dict[str, Profile] | None = None) -> Profile:
-    """The profile for an image, or NEUTRAL when the image is unknown."""
-    if table is None:
-        return _lookup_shipped(image)
-    return table.get(normalize_image(image), NEUTRAL)
-
-
-@lru_cache(maxsize=4096)
-def _lookup_shipped(image: str) -> Profile:
-    """Lookups in the shipped set are pure, so they are cached (a queue repeats its images)."""
-    from disagg.profiles.rodinia import ALIASES, RODINIA
-
-    key = normalize_image(image)
-    return RODINIA.get(ALIASES.get(key, key), NEUTRAL)

@@ -10,16 +10,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import psutil
-import typer
 
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.sim.engine import SimConfig, SimResult, simulate
@@ -107,24 +104,3 @@ def bench_large(jobs: int = 100_000, machines: int = 1000, seed: int = 1, rate_p
             **{k: summary[k] for k in (*KEYS[1:], "policy_s", "engine_s")},
             "rss_mb_first": rss[0] if rss else 0.0, "rss_mb_max": max(rss, default=0.0),
             "rss_samples": samples}
-
-
-def bench_sim(
-    which: Annotated[str, typer.Argument(help="paper (paper-128m-4096j × six policies) or large "
-                                              "(100,000 jobs on 1,000 machines).")] = "paper",
-    jobs: Annotated[int, typer.Option(min=1, help="large: jobs in the synthetic trace.")] = 100_000,
-    machines: Annotated[int, typer.Option(min=1, help="large: machines.")] = 1000,
-    seed: Annotated[int, typer.Option()] = 1,
-    interval: Annotated[float, typer.Option(min=0.001, help="Seconds between rounds (simulated).")] = 5.0,
-    workers: Annotated[int, typer.Option(min=0, help="paper: processes, one policy each (0 = every core, "
-                                                     "1 = one after another in this process).")] = 0,
-) -> None:
-    """Simulator benchmarks; prints one JSON object."""
-    if which == "paper":
-        out = bench_paper(seed, interval, workers)
-    elif which == "large":
-        out = bench_large(jobs, machines, seed, interval_s=interval)
-    else:
-        sys.stderr.write(f"error: unknown benchmark {which!r}; known: paper, large\n")
-        raise typer.Exit(2)
-    sys.stdout.write(json.dumps(out) + "\n")

@@ -5,12 +5,20 @@ The only package that speaks SQL. The schema comes from the Alembic migrations i
 """
 
 from disagg.model.states import LIVE_SLICE_STATES
-from disagg.store.base import DEFAULT_URL, DuplicateKey, normalize_url
+from disagg.store.base import DEFAULT_URL, DuplicateKey, StoreError, normalize_url
 from disagg.store.health import FabricHealth
-from disagg.store.jobs import IdempotencyConflict, job_dict, model_job
-from disagg.store.plans import CommitResult, new_id, slice_placement
+from disagg.store.jobs import IdempotencyConflict, JobSummary, job_dict, model_job, new_id, new_job_row
+from disagg.store.plans import CommitResult, slice_placement
 from disagg.store.repository import Principal, Store, device_dict, slice_dict
-from disagg.store.slices import KeepHandle, ReleaseDevice, SliceAborted, SliceRecord, SliceRunning, StepEffect
+from disagg.store.slices import (
+    KeepHandle,
+    ReleaseDevice,
+    SliceAborted,
+    SliceRecord,
+    SliceRunning,
+    StepEffect,
+    StepRecord,
+)
 
 __all__ = [
     "DEFAULT_URL",
@@ -19,6 +27,7 @@ __all__ = [
     "DuplicateKey",
     "FabricHealth",
     "IdempotencyConflict",
+    "JobSummary",
     "KeepHandle",
     "Principal",
     "ReleaseDevice",
@@ -26,11 +35,14 @@ __all__ = [
     "SliceRecord",
     "SliceRunning",
     "StepEffect",
+    "StepRecord",
     "Store",
+    "StoreError",
     "device_dict",
     "job_dict",
     "model_job",
     "new_id",
+    "new_job_row",
     "normalize_url",
     "slice_dict",
     "slice_placement",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 DEFAULT_URL = "sqlite:///disagg.db"
@@ -50,6 +51,19 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or migrated (a bad URL, a server that does not answer); says why."""
+
+
+@contextmanager
+def store_errors(url: str) -> Iterator[None]:
+    """Turn the database library's errors into StoreError naming the store (callers need not know SQLAlchemy)."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot use the store at {url!r}: {exc.__class__.__name__}: {exc}") from exc
 
 
 class DuplicateKey(ValueError):
@@ -97,6 +111,10 @@ class StoreBase:
     """The controller's database: engines, transactions, migrations. Thread-safe: every call opens its own session."""
 
     def __init__(self, url: str = DEFAULT_URL) -> None:
+        with store_errors(url):
+            self._open(url)
+
+    def _open(self, url: str) -> None:
         self.url = normalize_url(url)
         self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
         if self.dialect == "sqlite":
@@ -113,7 +131,12 @@ class StoreBase:
 
     # --- lifecycle -------------------------------------------------------------------------
     def migrate(self) -> None:
-        """Bring the schema to the newest revision (Alembic). Safe to call on every start."""
+        """Bring the schema to the newest revision (Alembic). Safe to call on every start. StoreError when
+        the database cannot be reached or written."""
+        with store_errors(self.url):
+            self._migrate()
+
+    def _migrate(self) -> None:
         from alembic import command
         from alembic.config import Config
 

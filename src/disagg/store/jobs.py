@@ -6,12 +6,14 @@ Every change of a job's state goes through `disagg.store.lifecycle` (guarded, wi
 from __future__ import annotations
 
 import time
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table, bindparam, select
 
 from disagg.model import DEVICE_KINDS, Job, TaskRequest
-from disagg.model.states import ACTIVE_SLICE_STATES, JobState, SliceOutcome, SliceState
+from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
 from disagg.store.lifecycle import job_events, move_job, move_slice, new_jobs
@@ -58,6 +60,35 @@ def job_dict(r: Any) -> dict[str, Any]:
     return out
 
 
+def new_job_row(tenant: str, request: dict[str, Any], key: str | None, digest: str | None, now: float
+                ) -> dict[str, Any]:
+    """The stored columns of a new, queued job from a checked request (the API's JobIn as a dict)."""
+    return {
+        "id": new_id("j"), "seq": time.time_ns(), "tenant": tenant, "name": request["name"],
+        "image": request["image"], "command": list(request["command"]), "tasks": dict(request["tasks"]),
+        "slo_s": request.get("slo_s"), "importance": float(request.get("importance", 1.0)),
+        "max_retries": int(request.get("max_retries", 2)), "state": JobState.QUEUED,
+        "reason": "waiting for the next scheduling round", "reason_code": JobReason.NEW, "wait_rounds": 0,
+        "attempts": 0, "exit_code": None, "slice_id": None, "submitted_at": now, "updated_at": now,
+        "idempotency_key": key, "request_hash": digest,
+    }
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id: `j-…` for jobs, `s-…` for slices (12 hex digits of a random UUID)."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What an audit needs of a job (`disagg bench crash` checks its invariants on these)."""
+
+    id: str
+    state: JobState
+    slice_id: str | None
+    reason: str | None
+
+
 class JobOps(StoreBase):
     """Submissions, the queue, cancel, history."""
 
@@ -94,7 +125,7 @@ class JobOps(StoreBase):
             if row is None:
                 return None
             if move_job(conn, job_id, JobState.CANCELLED, "cancelled by user", _CANCELLABLE, now,
-                        reason="cancelled by user", reason_code="cancelled") and row.slice_id is not None:
+                        reason="cancelled by user", reason_code=JobReason.CANCELLED) and row.slice_id is not None:
                 move_slice(conn, row.slice_id, SliceState.TEARING_DOWN, "cancelled by user", ACTIVE_SLICE_STATES,
                            now, outcome=SliceOutcome.CANCELLED, detail="cancelled by user")
             row = conn.execute(_JOB_BY_ID, {"k_id": job_id}).first()
@@ -108,10 +139,16 @@ class JobOps(StoreBase):
             row = conn.execute(query).first()
         return None if row is None else str(row.handle or row.id)
 
+    def job_summaries(self) -> list[JobSummary]:
+        """Every job's id, state, slice and reason."""
+        query = select(_jobs.c.id, _jobs.c.state, _jobs.c.slice_id, _jobs.c.reason)
+        with self.read_core() as conn:
+            return [JobSummary(i, JobState(st), sl, why) for i, st, sl, why in conn.execute(query)]
+
     def job_events(self, job_id: str) -> list[dict[str, Any]]:
         """The job's transitions and its slices', oldest first: from, to, when, why."""
         with self.read_core() as conn:
             return job_events(conn, job_id)
 
 
-__all__ = ["IdempotencyConflict", "JobOps", "job_dict", "model_job"]
+__all__ = ["IdempotencyConflict", "JobOps", "JobSummary", "job_dict", "model_job", "new_id", "new_job_row"]

@@ -13,7 +13,6 @@ reason.
 from __future__ import annotations
 
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from disagg.model.states import Health, JobState, SliceState
 from disagg.placement.commit import RoomLedger, over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.store.base import StoreBase
+from disagg.store.jobs import new_id
 from disagg.store.lifecycle import JobMove, move_jobs, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
 from disagg.store.snapshot import live_placements, room_left
@@ -35,10 +35,6 @@ _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
 _links: Table = LinkRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 @dataclass
@@ -149,4 +145,4 @@ def _note_waits(conn: Connection, waits: dict[tuple[str | None, str | None], lis
                              .values(**values))
 
 
-__all__ = ["CommitResult", "PlanOps", "new_id", "slice_placement"]
+__all__ = ["CommitResult", "PlanOps", "slice_placement"]

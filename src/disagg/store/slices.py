@@ -20,6 +20,7 @@ from disagg.model.states import (
     JOB_FINAL,
     LIVE_SLICE_STATES,
     Health,
+    JobReason,
     JobState,
     SliceOutcome,
     SliceState,
@@ -75,6 +76,21 @@ class SliceRecord:
     handle: str | None
     placement: SlicePlacement
     command: tuple[str, ...]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One recorded step of a slice."""
+
+    slice_id: str
+    op: str
+    target: str
+    status: StepStatus
+    tries: int
+    started_at: float | None
+    ended_at: float | None
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -101,7 +117,7 @@ StepEffect = KeepHandle | SliceRunning | ReleaseDevice
 
 def _record(row: Any) -> SliceRecord:
     return SliceRecord(row.id, row.job_id, row.attempt, SliceState(row.state), row.outcome, row.detail, row.handle,
-                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command))
+                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command), row.created_at)
 
 
 class SliceOps(StoreBase):
@@ -119,6 +135,26 @@ class SliceOps(StoreBase):
         """Slices that still hold resources (composing, running, tearing down)."""
         with self.read_core() as conn:
             return [_record(r) for r in conn.execute(_RECORD.where(_slices.c.state.in_(LIVE_SLICE_STATES)))]
+
+    def all_slices(self) -> list[SliceRecord]:
+        """Every slice ever made (audits and benchmarks on small stores; the API pages through views)."""
+        with self.read_core() as conn:
+            return [_record(r) for r in conn.execute(_RECORD)]
+
+    def slice_steps(self, slice_id: str | None = None) -> list[StepRecord]:
+        """The recorded steps of one slice (of every slice when None), in the order they were first started."""
+        query = select(_steps).order_by(_steps.c.id)
+        if slice_id is not None:
+            query = query.where(_steps.c.slice_id == slice_id)
+        with self.read_core() as conn:
+            return [StepRecord(r.slice_id, r.op, r.target, StepStatus(r.status), r.tries, r.started_at, r.ended_at,
+                               r.error) for r in conn.execute(query)]
+
+    def held_devices(self) -> dict[str, str]:
+        """Device → the slice the store says holds it."""
+        query = select(_devices.c.id, _devices.c.slice_id).where(_devices.c.slice_id.is_not(None))
+        with self.read_core() as conn:
+            return {str(d): str(s) for d, s in conn.execute(query)}
 
     def running_slices(self) -> list[tuple[str, str | None]]:
         """(slice, engine handle) of every running slice: what the loop polls."""
@@ -201,7 +237,7 @@ class SliceOps(StoreBase):
             job_id = conn.execute(select(_slices.c.job_id).where(_slices.c.id == slice_id)).scalar_one()
             failed = ended is not JobState.COMPLETED
             move_job(conn, job_id, ended, detail, (JobState.RUNNING,), now, exit_code=exit_code,
-                     reason=detail if failed else None, reason_code="exit-code" if failed else None)
+                     reason=detail if failed else None, reason_code=JobReason.EXIT_CODE if failed else None)
         return True
 
     def settle_slice(self, slice_id: str) -> None:
@@ -233,7 +269,7 @@ class SliceOps(StoreBase):
                                      .where(_jobs.c.state.in_((JobState.COMPOSING, JobState.RUNNING))))
             why = "re-queued: its slice was gone"
             moves = [JobMove(str(j), JobState.QUEUED, why, (JobState.COMPOSING, JobState.RUNNING),
-                             {"reason": why, "reason_code": "requeued"})
+                             {"reason": why, "reason_code": JobReason.REQUEUED})
                      for j, s in live_jobs if s not in live]
             requeued = [j for j, _ in move_jobs(conn, moves, now)]
         return freed, requeued
@@ -258,10 +294,10 @@ def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
     if sl.outcome == SliceOutcome.REQUEUE:
         if job.attempts > job.max_retries:
             why = f"gave up after {job.attempts} attempts; last: {sl.detail}"
-            move_job(conn, job.id, JobState.FAILED, why, live, now, reason=why, reason_code="retries-exhausted")
+            move_job(conn, job.id, JobState.FAILED, why, live, now, reason=why, reason_code=JobReason.RETRIES_EXHAUSTED)
         else:
             why = f"re-queued: {sl.detail}"
-            move_job(conn, job.id, JobState.QUEUED, why, live, now, reason=why, reason_code="requeued")
+            move_job(conn, job.id, JobState.QUEUED, why, live, now, reason=why, reason_code=JobReason.REQUEUED)
     elif sl.outcome is not None:
         ended = JobState(sl.outcome)
         # only a running job completes; a failure or a cancel ends a composing one too
@@ -276,4 +312,5 @@ __all__ = [
     "SliceRecord",
     "SliceRunning",
     "StepEffect",
+    "StepRecord",
 ]

@@ -1,6 +1,6 @@
 """`disagg simulate`: named scenarios or a trace, several policies side by side; table, JSON, plots.
 
-A plain function with typed options (Typer reads the annotations); `cli.py` registers it. All input is
+A plain function with typed options (Typer reads the annotations); `register` adds it. All input is
 checked — policy and scenario names, seeds, the cluster spec, every trace row, jobs that could never
 fit — before anything is simulated; bad input exits with code 2 and a message naming what is wrong.
 """
@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from disagg.cli.common import fail
 from disagg.model import SpecError, load_cluster, never_fits
 from disagg.sim.engine import FailureModel
 from disagg.sim.report import RunOutput, tables, write_json, write_plots
@@ -21,7 +22,6 @@ from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
 from disagg.sim.sweep import RunSpec, TraceSource, default_workers, grid, run_local, run_one, run_ray
 from disagg.sim.trace import TRACE_FORMATS, read_trace
 
-EXIT_BAD_INPUT = 2
 DEFAULT_POLICIES = "drmaestro,drmaestro-na,firmament,greedy,random-remote,fifo"
 
 
@@ -171,13 +171,11 @@ def simulate(
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
-    err = Console(stderr=True)
     try:
         specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep,
                             failure_model(mtbf, mttr))
     except (BadInput, SpecError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        raise fail(str(exc)) from None
     outputs = execute(specs, sweep, ray, workers, console)
     for table in tables(outputs):
         console.print(table)
@@ -189,9 +187,6 @@ def simulate(
             console.print(f"plot written to {path}")
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add `simulate` to the `disagg` app and `sim` to `disagg bench` (called once by cli.py)."""
-    from disagg.sim.bench import bench_sim
-
+def register(app: typer.Typer) -> None:
+    """Add `simulate` to the `disagg` app."""
     app.command("simulate")(simulate)
-    bench_app.command("sim")(bench_sim)

@@ -1,0 +1,5 @@
+"""`python -m disagg.cli …`: the same as the `disagg` console script."""
+
+from disagg.cli import main
+
+main()

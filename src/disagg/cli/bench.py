@@ -1,0 +1,155 @@
+"""`disagg bench placement | slices | api | crash | sim`: the performance benchmarks, JSON on stdout.
+
+The benchmarks themselves are library functions in `disagg.bench` and `disagg.sim.bench` that return
+data; these commands check the options, show progress, and print the JSON. The benchmark modules are
+imported inside the commands, so that `disagg --help` loads none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from disagg.cli.common import fail
+from disagg.cli.serve import serve_main
+
+bench_app = typer.Typer(help="Performance benchmarks (JSON out).", no_args_is_help=True)
+
+#: The stores `bench api` and `bench crash` run on: a file, or a throw-away server.
+BACKENDS = ("sqlite", "postgres")
+
+
+def _check_backends(backends: list[str]) -> None:
+    for name in backends:
+        if name not in BACKENDS:
+            raise fail(f"--backend: {name!r} is not allowed; use sqlite or postgres")
+
+
+def _print_results(results: list[dict[str, Any]]) -> None:
+    """One result as an object, several (one per backend) as a list; indented."""
+    sys.stdout.write(json.dumps(results if len(results) > 1 else results[0], indent=2) + "\n")
+
+
+@bench_app.command("placement")
+def bench_placement(
+    machines: Annotated[int, typer.Option(min=1, max=200_000)] = 1000,
+    gpus_per_machine: Annotated[int, typer.Option(min=0, max=64)] = 4,
+    pending: Annotated[int, typer.Option(min=0, max=1_000_000)] = 1000,
+    policy: Annotated[str, typer.Option()] = "drmaestro",
+    seed: Annotated[int, typer.Option()] = 1,
+    repeat: Annotated[int, typer.Option(min=1, max=100, help="Run the round N times; report the fastest.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (always JSON; kept for scripts).")] = True,
+) -> None:
+    """One round on a synthetic cluster (racks of 40, a GPU pool per rack, half the CPUs taken)."""
+    from disagg.bench.placement import run_placement_bench
+    from disagg.placement.registry import UnknownPolicyError, get_policy
+
+    try:
+        get_policy(policy)
+    except UnknownPolicyError as exc:
+        raise fail(str(exc)) from None
+    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed, repeat)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+@bench_app.command("slices")
+def bench_slices(
+    scale: Annotated[float, typer.Option(min=0.0001, max=1.0, help="Scale of the testbed's latencies.")] = 0.05,
+    repeats: Annotated[int, typer.Option(min=1, max=20)] = 2,
+    engine: Annotated[str, typer.Option(help="local (emulated testbed) | slurm (throw-away Slurm, root)")] = "local",
+) -> None:
+    """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out).
+
+    `--engine slurm`: the same shapes on a real Slurm, step by step, against a plain `sbatch` and through the
+    controller on both engines (`disagg.bench.slurm`)."""
+    if engine == "slurm":
+        from disagg.bench.slurm import main as slurm_bench
+
+        raise typer.Exit(slurm_bench(["--repeats", str(repeats)]))
+    if engine != "local":
+        raise fail(f"--engine: unknown engine {engine!r}; known: local, slurm")
+    from disagg.bench.slices import run_slices_bench
+
+    sys.stdout.write(json.dumps(run_slices_bench(scale, repeats), indent=2) + "\n")
+
+
+@bench_app.command("api")
+def bench_api(
+    backend: Annotated[list[str], typer.Option(help="sqlite and/or postgres (repeat the option).")] = ["sqlite"],  # noqa: B006
+    seconds: Annotated[float, typer.Option(min=1, max=600, help="How long to submit.")] = 10.0,
+    clients: Annotated[int, typer.Option(min=1, max=64, help="Concurrent client threads.")] = 8,
+    scale: Annotated[float, typer.Option(min=0.0, max=1.0, help="Scale of the testbed's latencies.")] = 0.001,
+    api_process: Annotated[
+        bool, typer.Option("--api-process/--one-process", help="Serve the API apart from the loop (as serve does).")
+    ] = True,
+) -> None:
+    """Job submissions per second and p50/p99 latency of POST /v1/jobs on SQLite and PostgreSQL (JSON out)."""
+    from disagg.bench.api import run_api_bench
+
+    _check_backends(backend)
+    _print_results([run_api_bench(b, seconds, clients, scale, api_process=api_process) for b in backend])
+
+
+@bench_app.command("crash")
+def bench_crash(
+    trials: Annotated[int, typer.Option(min=1, max=100_000, help="How many times to kill -9 the controller.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the kill moments and the jobs.")] = 5,
+    scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,
+    backend: Annotated[
+        list[str], typer.Option(help="sqlite and/or postgres (a throw-away server; repeat the option).")
+    ] = ["sqlite"],  # noqa: B006
+    db: Annotated[
+        str | None, typer.Option(help="An empty store to use instead (e.g. postgresql://…); overrides --backend.")
+    ] = None,
+) -> None:
+    """kill -9 of the controller at random moments; invariants checked after each (JSON out)."""
+    from rich.progress import Progress
+
+    from disagg.bench.crash import run_crash_bench
+
+    _check_backends(backend)
+    results = []
+    runs: list[str | None] = [None] if db else list(backend)
+    for b in runs:
+        with Progress(auto_refresh=False, transient=True) as progress:
+            task = progress.add_task(f"kill -9 trials ({b or 'given store'})", total=trials)
+
+            def advance(_trial: int, task: Any = task) -> None:
+                progress.advance(task)
+                progress.refresh()
+
+            results.append(run_crash_bench(b, serve_main, trials, seed, scale, advance, db=db))
+    _print_results(results)
+    if any(r["violations"] for r in results):
+        raise typer.Exit(1)
+
+
+@bench_app.command("sim")
+def bench_sim(
+    which: Annotated[str, typer.Argument(help="paper (paper-128m-4096j × six policies) or large "
+                                              "(100,000 jobs on 1,000 machines).")] = "paper",
+    jobs: Annotated[int, typer.Option(min=1, help="large: jobs in the synthetic trace.")] = 100_000,
+    machines: Annotated[int, typer.Option(min=1, help="large: machines.")] = 1000,
+    seed: Annotated[int, typer.Option()] = 1,
+    interval: Annotated[float, typer.Option(min=0.001, help="Seconds between rounds (simulated).")] = 5.0,
+    workers: Annotated[int, typer.Option(min=0, help="paper: processes, one policy each (0 = every core, "
+                                                     "1 = one after another in this process).")] = 0,
+) -> None:
+    """Simulator benchmarks; prints one JSON object."""
+    from disagg.sim.bench import bench_large, bench_paper
+
+    if which == "paper":
+        out = bench_paper(seed, interval, workers)
+    elif which == "large":
+        out = bench_large(jobs, machines, seed, interval_s=interval)
+    else:
+        raise fail(f"unknown benchmark {which!r}; known: paper, large")
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `bench` group to the `disagg` app."""
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,79 @@
+"""What every command group of `disagg` shares: the one `fail()`, the exit codes, the client options
+(`--url`, `--token`, `--json`), the REST call, and the JSON printers.
+
+Exit codes: 0 ok, 1 the controller could not be reached or failed, 2 bad input (a spec that does not
+validate, an unknown name, a 4xx answer).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+#: Exit code for bad input (a spec that does not validate, an unknown name, a 4xx answer).
+EXIT_BAD_INPUT = 2
+#: Exit code when the controller could not be reached or failed (a 5xx answer).
+EXIT_FAILED = 1
+DEFAULT_API = "http://127.0.0.1:8080"
+
+err = Console(stderr=True)
+
+Url = Annotated[str, typer.Option("--url", envvar="DISAGG_URL", help="The controller's API.")]
+Token = Annotated[str | None, typer.Option("--token", envvar="DISAGG_TOKEN", help="A bearer token.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    """Print an error to stderr and return the Exit to raise: `raise fail("--x: ...") from None`."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def print_json(data: Any) -> None:
+    """The API's answer as indented JSON on stdout (the client commands' `--json`)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def json_rows(data: dict[str, object]) -> str:
+    """JSON with each top-level key on a line and each item of a top-level list on a line of its own.
+
+    Readable line by line (one job per line) and written by the C encoder: `indent=` falls back to
+    Python's encoder, which took 1.7 s of a 3.6 s `disagg place --json` at 12,500 machines.
+    """
+    lines = []
+    for key, value in data.items():
+        head = f"  {json.dumps(key)}: "
+        if isinstance(value, list) and value:
+            items = ",\n".join("    " + json.dumps(v) for v in value)
+            lines.append(f"{head}[\n{items}\n  ]")
+        else:
+            lines.append(head + json.dumps(value))
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def call_api(method: str, url: str, path: str, token: str | None, headers: dict[str, str] | None = None,
+             **kwargs: Any) -> Any:
+    """One request to the controller's API; its JSON answer, or `fail()` with the API's `detail`.
+
+    httpx is imported here, not at the top: `disagg --help` and the offline commands never need it.
+    """
+    import httpx
+
+    if not token:
+        raise fail("no token: pass --token or set DISAGG_TOKEN (disagg token create prints one)")
+    try:
+        r = httpx.request(method, url.rstrip("/") + path, timeout=30,
+                          headers={"Authorization": f"Bearer {token}", **(headers or {})}, **kwargs)
+    except httpx.HTTPError as exc:
+        raise fail(f"cannot reach the controller at {url}: {exc}", EXIT_FAILED) from None
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        raise fail(f"{r.status_code}: {detail}", EXIT_BAD_INPUT if r.status_code < 500 else EXIT_FAILED)
+    return r.json()

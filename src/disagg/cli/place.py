@@ -1,0 +1,96 @@
+"""`disagg place` (one scheduling round as a dry run) and `disagg policies` (the registry by name)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from disagg.cli.common import err, fail, json_rows
+from disagg.model import SpecError, load_cluster, load_jobs
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from disagg.placement.network import FlowNetwork
+
+
+def place(
+    cluster: Annotated[Path, typer.Option(help="Cluster spec (YAML or JSON).")],
+    jobs: Annotated[Path, typer.Option(help="Jobs spec (YAML or JSON).")],
+    policy: Annotated[str, typer.Option(help="Policy name (see --policy list).")] = "drmaestro",
+    now: Annotated[float, typer.Option(help=(
+        "The time of the round, seconds (every listed job is queued; the longest waiting, now − submit_s, goes "
+        "first)."))] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the policy's randomness.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    dump_graphs: Annotated[Path | None, typer.Option(help="Write each solved flow network (JSON, DOT) here.")] = None,
+) -> None:
+    """One scheduling round on a cluster spec and a jobs spec, as a dry run: decisions and reasons."""
+    from disagg.placement.registry import UnknownPolicyError, get_policy
+
+    try:
+        chosen = get_policy(policy)
+    except UnknownPolicyError as exc:
+        raise fail(str(exc)) from None
+    try:
+        snapshot = load_cluster(cluster)
+        queue = load_jobs(jobs, snapshot)
+    except SpecError as exc:
+        raise fail(str(exc)) from None
+    graphs = None
+    if dump_graphs is not None:
+        keep = getattr(chosen, "keep_graphs", None)
+        if keep is None:
+            raise fail(f"--dump-graphs: policy {policy!r} builds no flow network (flow policies: drmaestro, "
+                       f"drmaestro-na, firmament)")
+        graphs = keep()
+    decisions = chosen.place(snapshot, queue, now, np.random.default_rng(seed), clock=time.perf_counter)
+    if graphs is not None and dump_graphs is not None:
+        _write_graphs(graphs, dump_graphs)
+    if as_json:
+        sys.stdout.write(json_rows(decisions.to_json()))
+        return
+    from disagg.placement.render import decisions_table
+
+    console = Console()
+    for table in decisions_table(decisions):
+        console.print(table)
+
+
+def _write_graphs(graphs: list[tuple[str, FlowNetwork, NDArray[np.int64]]], directory: Path) -> None:
+    """Each solved flow network of the round as `NN-phase.json` and `.dot` in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, (phase, net, flows) in enumerate(graphs):
+        stem = directory / f"{i:02d}-{phase}"
+        stem.with_suffix(".json").write_text(net.to_json(flows))
+        stem.with_suffix(".dot").write_text(net.to_dot())
+    err.print(f"wrote {len(graphs)} flow network(s) to {directory}")
+
+
+def _policies_table() -> Table:
+    from disagg.placement.registry import POLICIES
+
+    table = Table(title="policies")
+    table.add_column("name")
+    table.add_column("what it does")
+    for name, factory in POLICIES.items():
+        table.add_row(name, (factory.__doc__ or "").strip().splitlines()[0])
+    return table
+
+
+def policies() -> None:
+    """List the placement policies by name."""
+    Console().print(_policies_table())
+
+
+def register(app: typer.Typer) -> None:
+    """Add place and policies to the `disagg` app."""
+    app.command()(place)
+    app.command()(policies)

@@ -1,0 +1,204 @@
+"""`disagg serve`: the controller — REST API, dashboard, scheduling loop, fabric driver, engine.
+
+By default the API is served from one process and the scheduling loop with its slice workers runs in
+another, forked from it (`--one-process` keeps both in one). The steps, each a function below:
+settings (file < env < options) → open the store and reconcile (in the loop process when split) →
+print the admin token once and a banner → run the API until stopped → stop the loop, close the store.
+
+The controller's packages are imported inside the functions: every `disagg` command imports this
+module to register `serve`, and most need none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from disagg.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from disagg.model import SpecError
+
+if TYPE_CHECKING:
+    from disagg.control.config import Config
+    from disagg.control.service import Service
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+Host = Annotated[str | None, typer.Option(help="Address to listen on.")]
+Port = Annotated[int | None, typer.Option(min=1, max=65535)]
+Db = Annotated[str | None, typer.Option(
+    help="Store URL: sqlite:///path.db (default ./disagg.db) or postgresql://…")]
+Cluster = Annotated[str | None, typer.Option(
+    help="Cluster spec (default: the FlowOS-RM testbed).")]
+StateDir = Annotated[str | None, typer.Option(
+    help="Fabric state and job files (default: <db>.d).")]
+Policy = Annotated[str | None, typer.Option(help="Placement policy.")]
+LatencyScale = Annotated[float | None, typer.Option(
+    min=0.0, help="Scale the emulated testbed's latencies (1 = seed's).")]
+TickS = Annotated[float | None, typer.Option(min=0.001, help="Loop period.")]
+RoundGapS = Annotated[float | None, typer.Option(
+    min=0.0, help="Least time between placement rounds.")]
+ApiProcess = Annotated[bool | None, typer.Option(
+    "--api-process/--one-process",
+    help="Serve the API from a process apart from the scheduling loop and slice workers (default).")]
+ConfigFile = Annotated[str | None, typer.Option(
+    envvar="DISAGG_CONFIG",
+    help="YAML file of settings (docs/configuration.md); DISAGG_<NAME> variables override it, options both.")]
+
+
+def serve(
+    host: Host = None,
+    port: Port = None,
+    db: Db = None,
+    cluster: Cluster = None,
+    state_dir: StateDir = None,
+    policy: Policy = None,
+    latency_scale: LatencyScale = None,
+    tick_s: TickS = None,
+    round_gap_s: RoundGapS = None,
+    api_process: ApiProcess = None,
+    config: ConfigFile = None,
+) -> None:
+    """Start the controller: REST API, dashboard at /, scheduling loop, emulated fabric, local engine."""
+    settings = _settings(config, host=host, port=port, db=db, cluster=cluster, state_dir=state_dir, policy=policy,
+                         latency_scale=latency_scale, tick_s=tick_s, round_gap_s=round_gap_s, api_process=api_process)
+    service, loop_pid, wake_fd, note = _open(settings)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    _announce(service, settings, loop_pid, note)
+    _run(service, settings, loop_pid, wake_fd)
+
+
+def serve_main(argv: list[str]) -> None:
+    """Run `disagg serve` with these options in this process, exactly as the command line does.
+
+    `disagg bench crash` forks its servers this way: the parent has imported everything already, so a
+    restart after a kill costs a fraction of a second. Exits (SystemExit) when the server stops.
+    """
+    one = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    one.command()(serve)
+    one(args=argv, prog_name="disagg serve")
+
+
+def _settings(config: str | None, **options: Any) -> Config:
+    """The settings (defaults < config file < DISAGG_* variables < options), checked: a known policy."""
+    import os
+
+    from disagg.control.config import load_config
+    from disagg.placement.registry import UnknownPolicyError, get_policy
+
+    try:
+        settings = load_config(config, os.environ, **options)
+        get_policy(settings.policy)
+    except (SpecError, UnknownPolicyError) as exc:
+        raise fail(str(exc)) from None
+    return settings
+
+
+def _open(settings: Config) -> tuple[Service, int, int, str]:
+    """Open the service: (service, the loop process's pid or 0, its wake pipe or -1, what reconciling did).
+
+    Split: the loop process opens the store first (migrates, syncs, reconciles), then this process opens
+    it for the API alone. One process: open and reconcile here.
+    """
+    from disagg.control.service import open_service
+    from disagg.control.split import LoopStartError, start_loop_process
+    from disagg.placement.registry import UnknownPolicyError
+
+    try:
+        if settings.api_process:
+            loop_pid, wake_fd, note = start_loop_process(
+                lambda ready, failed, fd: _run_loop(settings, ready, failed, fd)
+            )
+            return open_service(settings, api_only=True), loop_pid, wake_fd, note
+        service = open_service(settings)
+        return service, 0, -1, service.reconciled.summary()
+    except (SpecError, UnknownPolicyError) as exc:
+        raise fail(str(exc)) from None
+    except LoopStartError as exc:  # the loop process could not start; it said why
+        raise fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_FAILED) from None
+
+
+def _announce(service: Service, settings: Config, loop_pid: int, note: str) -> None:
+    """Print the admin token the first time (the only time it is shown), then where the controller listens."""
+    store = service.store
+    if not store.has_admin():
+        token = store.create_token("admin", admin=True)
+        sys.stdout.write(f"admin token (shown once, keep it): {token}\n")
+    split = f", loop in process {loop_pid}" if loop_pid else ""
+    sys.stdout.write(
+        f"disagg controller on http://{settings.host}:{settings.port} (store {store.dialect}, "
+        f"policy {settings.policy}{split}); {note}\n"
+    )
+    sys.stdout.flush()
+
+
+def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int) -> None:
+    """Start the loop (or link to the loop process), serve the API until stopped, then stop and close all."""
+    import threading
+
+    import uvicorn
+
+    from disagg.api import create_app
+    from disagg.control.split import STATUS_FILE, LoopLink, stop_loop_process, watch_loop_process
+
+    stopping = threading.Event()
+    if loop_pid:
+        service.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE))
+        watch_loop_process(loop_pid, stopping)
+    else:
+        service.controller.start()
+    try:
+        uvicorn.run(
+            create_app(service.jobs),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+        )
+    finally:
+        stopping.set()
+        if loop_pid:
+            stop_loop_process(loop_pid)
+        service.close()
+
+
+def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
+    """The loop process of a split `disagg serve`: open (migrate, reconcile), then loop until stopped."""
+    import threading
+
+    from disagg.control.service import open_service
+    from disagg.control.split import STATUS_FILE, Publisher, forward_wakes
+    from disagg.placement.registry import UnknownPolicyError
+
+    try:
+        service = open_service(settings)
+    except (SpecError, UnknownPolicyError) as exc:
+        failed(str(exc))
+        return
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    if settings.loop_nice:
+        import os
+
+        os.nice(settings.loop_nice)  # requests first when the cores are short (docs/controller.md)
+    controller = service.controller
+    stopped = threading.Event()
+    controller.publish = Publisher(
+        settings.resolved_state_dir() / STATUS_FILE, controller.metrics.render_loop, lambda: controller.last_round
+    )
+    controller.publish()
+    forward_wakes(wake_fd, controller.wake, stopped.set)
+    controller.start()
+    ready(service.reconciled.summary())
+    try:
+        stopped.wait()
+    except KeyboardInterrupt:  # SIGTERM from the API process
+        pass
+    finally:
+        service.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add `serve` to the `disagg` app."""
+    app.command()(serve)
