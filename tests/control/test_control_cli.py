@@ -16,7 +16,7 @@ from control_helpers import Server, wait_for
 from typer.testing import CliRunner
 
 from disagg.cli import app
-from disagg.control.config import load_config as settings_from
+from disagg.control.config import load_config
 from disagg.control.split import group_gone
 from disagg.model import SpecError
 from disagg.store import Store
@@ -42,12 +42,12 @@ def test_token_create_prints_the_token_alone(tmp_path: Path) -> None:
 def test_settings_come_from_file_then_options(tmp_path: Path) -> None:
     cfg = tmp_path / "disagg.yaml"
     cfg.write_text("port: 9000\npolicy: fifo\nlatency_scale: 0.5\n")
-    s = settings_from(str(cfg), port=9100)
+    s = load_config(str(cfg), port=9100)
     assert (s.port, s.policy, s.latency_scale, s.host) == (9100, "fifo", 0.5, "127.0.0.1")
     cfg.write_text("colour: red\n")
     with pytest.raises(SpecError, match="colour: unknown setting"):
-        settings_from(str(cfg))
-    assert settings_from(None, db="sqlite:///x.db").resolved_state_dir() == Path("x.db.d")
+        load_config(str(cfg))
+    assert load_config(None, db="sqlite:///x.db").resolved_state_dir() == Path("x.db.d")
 
 
 def test_serve_rejects_a_bad_policy_with_exit_2(tmp_path: Path) -> None:
@@ -159,3 +159,28 @@ def test_serve_answers_a_cluster_spec_the_loop_process_refuses_with_exit_2(tmp_p
     spec.write_text("machines: [{name: m0, rack: r0, cpus: -1, memory_gb: 1, uplink_gbps: 10}]\n")
     r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--cluster", str(spec)])
     assert r.exit_code == 2 and "cpus" in r.output
+
+
+def test_the_configuration_table_lists_every_setting_with_its_variable() -> None:
+    """docs/configuration.md is the one table of settings: a row per Config field, with its variable."""
+    from disagg.control.config import Config
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in doc.splitlines()
+            if line.startswith("| `")}
+    assert set(rows) == set(Config.model_fields)
+    for name, row in rows.items():
+        assert f"`DISAGG_{name.upper()}`" in row
+
+
+def test_settings_come_from_defaults_then_file_then_environment_then_options(tmp_path: Path) -> None:
+    cfg = tmp_path / "disagg.yaml"
+    cfg.write_text("workers: 4\nport: 9001\nwindow: 7\nfabric: {driver: emulated}\n")
+    env = {"DISAGG_PORT": "9002", "DISAGG_WINDOW": "8", "DISAGG_PARALLEL_STEPS": "false"}
+    c = load_config(str(cfg), env, window=9)
+    assert (c.workers, c.port, c.window, c.parallel_steps, c.seed) == (4, 9002, 9, False, 0)
+    assert c.fabric_driver == "emulated" and c.fabric_options == {}
+    with pytest.raises(SpecError, match=r"DISAGG_WORKERS|workers: 'many' is not allowed"):
+        load_config(None, {"DISAGG_WORKERS": "many"})
+    with pytest.raises(SpecError, match="loop_nice: 40 is not allowed"):
+        load_config(None, {}, loop_nice=40)

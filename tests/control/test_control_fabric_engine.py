@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from control_helpers import wait_for
+from control_helpers import make_service, wait_for
 
 from disagg.control.service import DEFAULT_CLUSTER
 from disagg.engines.base import SliceMachine, SliceSpec
@@ -217,3 +217,45 @@ def test_a_runner_caught_writing_its_claim_is_not_taken_for_dead(tmp_path: Path,
     assert engine.status(handle).state == "running"
     engine.cancel(handle)
     assert engine.status(handle).state == "cancelled"
+
+
+def test_fabric_drivers_are_chosen_by_name_from_one_table(tmp_path: Path) -> None:
+    from disagg.fabric.base import FabricDriver
+    from disagg.fabric.emulated import EmulatedFabric, OperationLatencies
+    from disagg.fabric.registry import DRIVERS, DriverOptions, UnknownDriverError, make_driver, register_driver
+    from disagg.model import load_cluster
+
+    cluster = load_cluster(Path(__file__).resolve().parents[2] / "src/disagg/control/default_cluster.yaml")
+    opts = DriverOptions(cluster, tmp_path, OperationLatencies())
+    fabric = make_driver("emulated", opts)
+    assert isinstance(fabric, EmulatedFabric) and isinstance(fabric, FabricDriver)
+    assert fabric.faults is fabric  # the emulated fabric can fail and repair parts on request
+    fabric.close()
+    with pytest.raises(UnknownDriverError, match="fabric.driver: unknown driver 'nope'; known: emulated"):
+        make_driver("nope", opts)
+    with pytest.raises(UnknownDriverError, match="fabric.url: unknown option for the 'emulated' driver"):
+        make_driver("emulated", DriverOptions(cluster, tmp_path, OperationLatencies(), {"url": "https://x"}))
+    with pytest.raises(ValueError, match="'emulated' is already registered"):
+        register_driver("emulated", DRIVERS["emulated"])
+
+
+def test_a_driver_without_fault_injection_refuses_an_operators_fail(tmp_path: Path) -> None:
+    """Real hardware cannot be broken on request: fail/repair then answer a clear refusal, nothing changes."""
+    from disagg.control.health import HealthMonitor, NoFaultInjection
+    from disagg.fabric.emulated import EmulatedFabric
+
+    class NoFaults(EmulatedFabric):
+        name = "hardware"
+
+        @property
+        def faults(self) -> None:  # type: ignore[override]
+            return None
+
+    svc = make_service(tmp_path)
+    try:
+        monitor = HealthMonitor(svc.store, NoFaults(tmp_path / "f.db", svc.store.cluster()))
+        with pytest.raises(NoFaultInjection, match="'hardware' fabric driver cannot fail or repair"):
+            monitor.inject(lambda f: f.fail_device("iobox0/gpu0"))
+        assert {d["id"]: d["state"] for d in svc.store.devices_view()}["iobox0/gpu0"] == "free"
+    finally:
+        svc.close()
