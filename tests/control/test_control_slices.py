@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 from conftest import make_service
 from disagg.control.service import Service
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
+from disagg.store import views
 from disagg.store.models import DeviceRow, LinkRow, SliceRow, StepRow
 
 
@@ -255,7 +256,7 @@ def test_a_gang_job_runs_end_to_end_on_each_store(db_url: str, tmp_path: Path) -
             wait_for(lambda done=done: _slice(svc, done["slice"]).state == "done", what="teardown")
             assert "rank 0" in svc.controller.logs(j) and "rank 1" in svc.controller.logs(j)
         assert svc.fabric.attachments() == []
-        assert svc.store.counts()["devices"] == {"free": 9}
+        assert views.counts(svc.store)["devices"] == {"free": 9}
     finally:
         svc.close()
 
@@ -308,8 +309,8 @@ def test_a_repair_is_not_undone_by_a_look_at_the_fabric_taken_before_it(
                 dev = s.get(DeviceRow, target)
                 assert dev is not None and dev.health == "healthy"
         svc.controller.monitor()   # and the next look agrees
-        assert {lk["id"]: lk["state"] for lk in svc.store.links_view()}["up:iobox0"] == "up"
-        assert {d["id"]: d["health"] for d in svc.store.devices_view()}["iobox0/gpu1"] == "healthy"
+        assert {lk["id"]: lk["state"] for lk in views.links_view(svc.store)}["up:iobox0"] == "up"
+        assert {d["id"]: d["health"] for d in views.devices_view(svc.store)}["iobox0/gpu1"] == "healthy"
     finally:
         svc.close()
 
@@ -329,7 +330,7 @@ def test_the_dashboard_summarises_a_large_inventory(service: Service) -> None:
         small = render_dashboard(service.store)
         assert "<td>iobox0/gpu0</td>" in small and "node3" in small and "Racks" not in small  # a row each
         page = render_dashboard(service.store, full_machines=2, full_devices=4)
-        counts = service.store.counts()["devices"]
+        counts = views.counts(service.store)["devices"]
         assert "Racks (1: 4 machines, 2 pools)" in page
         # the rack's row: 4 machines, 2 pools, devices free/attached/drained/failed, 1 live slice
         row = "<tr><td>r0</td><td>4</td><td>2</td>" + "".join(

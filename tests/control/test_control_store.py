@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from disagg.control.service import DEFAULT_CLUSTER
 from disagg.model import load_cluster
-from disagg.store import Store
+from disagg.store import Store, views
 from disagg.store.models import DeviceRow, JobRow, SliceRow, device_state
 
 
@@ -103,7 +103,7 @@ def test_device_counts_by_state_match_each_devices_state(db_url: str) -> None:
             dev.health, dev.drained, dev.slice_id = health, drained, "s-1" if attached else None
     with store.read() as s:
         expected = Counter(device_state(d) for d in s.scalars(select(DeviceRow)))
-    counts = store.counts()["devices"]
+    counts = views.counts(store)["devices"]
     assert counts == dict(expected)
     assert counts["failed"] == 2 and counts["attached"] == 2 and counts["drained"] == 1
     store.close()

@@ -9,10 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from sqlalchemy import or_, select
-
-from disagg.store import LIVE_SLICE_STATES, Store, device_dict, slice_dict
-from disagg.store.models import DEVICE_FIELDS, DeviceRow, MachineRow, SliceRow
+from disagg.store import Store, views
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
@@ -56,15 +53,9 @@ def _cards(counts: dict[str, int], empty: str) -> str:
 
 
 def render_dashboard(store: Store, full_machines: int = FULL_MACHINES, full_devices: int = FULL_DEVICES) -> str:
-    counts = store.counts()
-    with store.read() as s:
-        slices = [
-            slice_dict(r)
-            for r in s.scalars(
-                select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES)).order_by(SliceRow.created_at)
-            )
-        ]
-    nodes = store.node_counts()
+    counts = views.counts(store)
+    slices = views.live_slices(store)
+    nodes = views.node_counts(store)
     if sum(nodes.values()) <= full_machines and sum(counts["devices"].values()) <= full_devices:
         inventory = _inventory_rows(store)
     else:
@@ -84,16 +75,11 @@ def render_dashboard(store: Store, full_machines: int = FULL_MACHINES, full_devi
 
 def _inventory_summary(store: Store, nodes: dict[tuple[str, str], int], slices: list[dict[str, Any]]) -> str:
     """Racks and device kinds with counts by state, then the devices an operator has to look at."""
-    by_rack = store.device_counts("rack")
-    by_model = store.device_counts("kind", "model")
+    by_rack = views.device_counts(store, "rack")
+    by_model = views.device_counts(store, "kind", "model")
     racks = sorted({rack for rack, _ in nodes})
-    hosts = {m["host"] for sl in slices for m in sl["machines"]}
-    with store.read() as s:
-        rack_of = {str(name): str(rack) for name, rack in s.execute(
-            select(MachineRow.name, MachineRow.rack).where(MachineRow.name.in_(hosts)))}
-        attention = [device_dict(r) for r in s.execute(
-            select(*DEVICE_FIELDS).where(or_(DeviceRow.health == "failed", DeviceRow.drained.is_(True)))
-            .order_by(DeviceRow.position).limit(MAX_ROWS))]
+    rack_of = views.machine_racks(store, {m["host"] for sl in slices for m in sl["machines"]})
+    attention = views.attention_devices(store, MAX_ROWS)
     capped = f", the first {MAX_ROWS}" if len(attention) == MAX_ROWS else ""
     slices_in: dict[str, set[str]] = {}
     for sl in slices:
@@ -115,8 +101,8 @@ def _inventory_summary(store: Store, nodes: dict[tuple[str, str], int], slices: 
 
 def _inventory_rows(store: Store) -> str:
     """Every machine and every device, a row each (small inventories)."""
-    machines = store.machines_view()
-    devices = store.devices_view()
+    machines = views.machines_view(store)
+    devices = views.devices_view(store)
     return f"""<h2>Machines ({len(machines)})</h2>
 {
         _table(

@@ -120,7 +120,7 @@ def _load(url: str, token: str, seconds: float, clients: int) -> dict[str, Any]:
 def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int = 8, scale: float = 0.001,
                   db: str | None = None, tick_s: float = 0.25, api_process: bool = True) -> dict[str, Any]:
     """One run against a fresh store of `backend` (or the given empty `db`)."""
-    from disagg.store import Store  # here, not at the top: every `disagg` command imports this module
+    from disagg.store import Store, views  # here, not at the top: every `disagg` command imports this module
     from disagg.store.pgtemp import TempPostgres, free_port
 
     pg: TempPostgres | None = None
@@ -147,7 +147,7 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
                                    "loop": round(sum(used.values()), 2),
                                    "clients": round(time.process_time() - client_cpu0, 2)}
                 result["loadavg_1m"] = {"before": round(load0, 2), "after": round(os.getloadavg()[0], 2)}
-                counts = store.counts()
+                counts = views.counts(store)
             finally:
                 os.killpg(proc.pid, signal.SIGKILL)  # the API and its loop process
                 proc.wait()

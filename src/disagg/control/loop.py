@@ -41,7 +41,7 @@ from disagg.fabric.emulated import EmulatedFabric
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.placement.registry import get_policy
-from disagg.store import LIVE_SLICE_STATES, IdempotencyConflict, Store, job_dict, new_id
+from disagg.store import LIVE_SLICE_STATES, IdempotencyConflict, Store, job_dict, new_id, views
 from disagg.store.batch import GroupInsert
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
 
@@ -569,7 +569,7 @@ class Controller:
         else:
             raise ValueError(f"unknown device action {action!r}")
         self.wake()
-        return next(d for d in self.store.devices_view() if d["id"] == device_id)
+        return next(d for d in views.devices_view(self.store) if d["id"] == device_id)
 
     def set_link(self, link_id: str, action: str) -> dict[str, Any] | None:
         """Admin fault injection on a link: `fail` drops it on the fabric, `repair` brings it back.
@@ -588,7 +588,7 @@ class Controller:
         else:
             raise ValueError(f"unknown link action {action!r}")
         self.wake()
-        return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
+        return next(lk for lk in views.links_view(self.store) if lk["id"] == link_id)
 
 
 def _digest(request: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from disagg.store import Store
+from disagg.store import Store, views
 from disagg.store.models import JOB_STATES, SLICE_STATES
 
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -25,7 +25,7 @@ class _StoreCollector(Collector):
         self.fabric = fabric
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        counts = self.store.counts()
+        counts = views.counts(self.store)
         queue = GaugeMetricFamily("disagg_queue_length", "Jobs waiting to be placed.")
         queue.add_metric([], counts["jobs"].get("queued", 0))
         yield queue

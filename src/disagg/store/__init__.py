@@ -1,21 +1,21 @@
 """Persistent state of the controller (SQLAlchemy 2): SQLite (WAL) by default, PostgreSQL by URL.
 
 The schema comes from the Alembic migrations in `disagg.store.migrations`; `Store.migrate()` runs
-them at start.
+them at start. `repository` holds the transactions and the writes, `views` the named reads that the
+API, the dashboard and the metrics show (see README.md).
 """
 
+from disagg.store import views
 from disagg.store.repository import (
     DEFAULT_URL,
     LIVE_SLICE_STATES,
     IdempotencyConflict,
     Principal,
     Store,
-    device_dict,
-    job_dict,
     new_id,
     normalize_url,
-    slice_dict,
 )
+from disagg.store.views import device_dict, job_dict, slice_dict
 
 __all__ = [
     "DEFAULT_URL",
@@ -28,4 +28,5 @@ __all__ = [
     "new_id",
     "normalize_url",
     "slice_dict",
+    "views",
 ]
