@@ -262,13 +262,11 @@ def test_nothing_outside_the_cli_imports_it() -> None:
     assert not bad, "\n".join(bad)
 
 
-@PENDING_REFACTOR
 def test_only_the_store_speaks_sql() -> None:
     bad = sql_outside_store(SRC)
     assert not bad, "\n".join(bad)
 
 
-@PENDING_REFACTOR
 def test_no_function_longer_than_80_lines() -> None:
     bad = long_functions(SRC)
     assert not bad, "\n".join(bad)

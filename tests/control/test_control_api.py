@@ -170,3 +170,35 @@ def test_a_link_fault_through_the_api_touches_only_the_slices_that_cross_it(api:
     assert get(again)["slice"] != slices[again] and get(again)["attempts"] == 2
     for j in (again, disk):
         client.delete(f"/v1/jobs/{j}", headers=alice)
+
+
+def test_every_method_a_path_has_is_named_in_405_and_unknown_query_parameters_are_refused(api: Client) -> None:
+    """The routes live in several routers; a 405 still names every method of the path, not only
+    those of the first route that matched, and a query parameter no route declares answers 422."""
+    client, tok = api
+    cases = [("PUT", "/v1/jobs", "GET, POST"), ("PATCH", "/v1/jobs/j-000000000000", "DELETE, GET"),
+             ("GET", "/v1/devices/iobox0/gpu1/drain", "POST"), ("DELETE", "/v1/links", "GET")]
+    for method, path, allow in cases:
+        r = client.request(method, path, headers=h(tok["alice"]))
+        assert (r.status_code, r.headers["allow"], r.json()["problems"]) == (405, allow, []), (method, path)
+    r = client.get("/v1/slices?state=running&bogus=2&zzz=1", headers=h(tok["alice"]))
+    assert r.status_code == 422
+    assert r.json()["detail"] == "unknown query parameter 'bogus'; allowed: limit, state, steps"
+    assert [p["field"] for p in r.json()["problems"]] == ["bogus", "zzz"]
+    assert client.get("/healthz?x=1").json()["detail"] == "unknown query parameter 'x'; allowed: none"
+
+
+def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None:
+    """Clients generated from /openapi.json name their calls by operationId: the routers keep them."""
+    client, _ = api
+    spec = client.get("/openapi.json").json()
+    ops = [o["operationId"] for methods in spec["paths"].values() for o in methods.values()]
+    assert ops == [
+        "submit_job_v1_jobs_post", "list_jobs_v1_jobs_get", "get_job_v1_jobs__job_id__get",
+        "cancel_job_v1_jobs__job_id__delete", "job_logs_v1_jobs__job_id__logs_get", "list_slices_v1_slices_get",
+        "list_machines_v1_machines_get", "list_devices_v1_devices_get",
+        "drain_device_v1_devices__device_id__drain_post", "fail_device_v1_devices__device_id__fail_post",
+        "repair_device_v1_devices__device_id__repair_post", "list_links_v1_links_get",
+        "fail_link_v1_links__link_id__fail_post", "repair_link_v1_links__link_id__repair_post",
+        "healthz_healthz_get",
+    ]

@@ -231,9 +231,9 @@ def test_fabric_drivers_are_chosen_by_name_from_one_table(tmp_path: Path) -> Non
     assert isinstance(fabric, EmulatedFabric) and isinstance(fabric, FabricDriver)
     assert fabric.faults is fabric  # the emulated fabric can fail and repair parts on request
     fabric.close()
-    with pytest.raises(UnknownDriverError, match="fabric.driver: unknown driver 'nope'; known: emulated"):
+    with pytest.raises(UnknownDriverError, match=r"fabric\.driver: unknown driver 'nope'; known: emulated"):
         make_driver("nope", opts)
-    with pytest.raises(UnknownDriverError, match="fabric.url: unknown option for the 'emulated' driver"):
+    with pytest.raises(UnknownDriverError, match=r"fabric\.url: unknown option for the 'emulated' driver"):
         make_driver("emulated", DriverOptions(cluster, tmp_path, OperationLatencies(), {"url": "https://x"}))
     with pytest.raises(ValueError, match="'emulated' is already registered"):
         register_driver("emulated", DRIVERS["emulated"])

@@ -9,10 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from sqlalchemy import or_, select
-
-from disagg.store import LIVE_SLICE_STATES, Store, device_dict, slice_dict
-from disagg.store.models import DEVICE_FIELDS, DeviceRow, MachineRow, SliceRow
+from disagg.store import Store
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
@@ -57,13 +54,7 @@ def _cards(counts: dict[str, int], empty: str) -> str:
 
 def render_dashboard(store: Store, full_machines: int = FULL_MACHINES, full_devices: int = FULL_DEVICES) -> str:
     counts = store.counts()
-    with store.read() as s:
-        slices = [
-            slice_dict(r)
-            for r in s.scalars(
-                select(SliceRow).where(SliceRow.state.in_(LIVE_SLICE_STATES)).order_by(SliceRow.created_at)
-            )
-        ]
+    slices = store.live_slices_view()
     nodes = store.node_counts()
     if sum(nodes.values()) <= full_machines and sum(counts["devices"].values()) <= full_devices:
         inventory = _inventory_rows(store)
@@ -87,13 +78,8 @@ def _inventory_summary(store: Store, nodes: dict[tuple[str, str], int], slices: 
     by_rack = store.device_counts("rack")
     by_model = store.device_counts("kind", "model")
     racks = sorted({rack for rack, _ in nodes})
-    hosts = {m["host"] for sl in slices for m in sl["machines"]}
-    with store.read() as s:
-        rack_of = {str(name): str(rack) for name, rack in s.execute(
-            select(MachineRow.name, MachineRow.rack).where(MachineRow.name.in_(hosts)))}
-        attention = [device_dict(r) for r in s.execute(
-            select(*DEVICE_FIELDS).where(or_(DeviceRow.health == "failed", DeviceRow.drained.is_(True)))
-            .order_by(DeviceRow.position).limit(MAX_ROWS))]
+    rack_of = store.machine_racks({m["host"] for sl in slices for m in sl["machines"]})
+    attention = store.attention_devices(MAX_ROWS)
     capped = f", the first {MAX_ROWS}" if len(attention) == MAX_ROWS else ""
     slices_in: dict[str, set[str]] = {}
     for sl in slices:

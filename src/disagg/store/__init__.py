@@ -9,7 +9,7 @@ from disagg.store.base import DEFAULT_URL, DuplicateKey, StoreError, normalize_u
 from disagg.store.health import FabricHealth
 from disagg.store.jobs import IdempotencyConflict, JobSummary, job_dict, model_job, new_id, new_job_row
 from disagg.store.plans import CommitResult, slice_placement
-from disagg.store.repository import Principal, Store, device_dict, slice_dict
+from disagg.store.repository import Store
 from disagg.store.slices import (
     KeepHandle,
     ReleaseDevice,
@@ -19,6 +19,8 @@ from disagg.store.slices import (
     StepEffect,
     StepRecord,
 )
+from disagg.store.tokens import Principal
+from disagg.store.views import device_dict, slice_dict
 
 __all__ = [
     "DEFAULT_URL",

@@ -1,0 +1,92 @@
+"""Errors of the REST API: `ApiError`, the handlers that give every 4xx one body, and the shared docs.
+
+Every error answers `{"detail": <a sentence>, "problems": [{"field", "message"}, ...]}` (schema
+`ErrorOut`): bad input names each field at fault and what is allowed; 401 carries
+`WWW-Authenticate: Bearer`; 405 names in `Allow` every method the path has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+
+from disagg.api import schemas as S
+
+#: The error answers a route documents (its `responses=`), one dict per status code.
+Responses = dict[int | str, dict[str, Any]]
+
+R400: Responses = {400: {"model": S.ErrorOut, "description": "The body is not JSON."}}
+R401: Responses = {401: {"model": S.ErrorOut, "description": "No token, or not a valid one."}}
+R403: Responses = {403: {"model": S.ErrorOut, "description": "Admin only."}}
+R404: Responses = {404: {"model": S.ErrorOut, "description": "No such object (or not yours)."}}
+R409: Responses = {409: {"model": S.ErrorOut, "description": "Idempotency key reused with another body."}}
+R422: Responses = {422: {"model": S.ErrorOut, "description": "Bad input: the fields at fault and what is allowed."}}
+
+
+class ApiError(HTTPException):
+    """An answer other than 2xx, with the fields at fault for bad input."""
+
+    def __init__(self, status: int, detail: str, problems: list[dict[str, str]] | None = None) -> None:
+        super().__init__(status, detail)
+        self.problems = problems or []
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    """A validation error's location as a dotted field name (`tasks.count`), without where it came from."""
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming every field at fault (an unknown field says so), the first five in `detail`."""
+    problems = []
+    for e in exc.errors():
+        msg = str(e.get("msg", "invalid"))
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        problems.append({"field": _field(e.get("loc", ())), "message": msg})
+    detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems[:5]) or "invalid request"
+    return JSONResponse(status_code=422, content={"detail": detail, "problems": problems})
+
+
+async def _http_error(routes: Sequence[BaseRoute], req: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own errors (404 no route, 405) in the API's error body."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # name every method the path has, not only the first route's
+        methods: set[str] = set()
+        for route in routes:
+            match, _ = route.matches({**req.scope, "method": "__none__"})
+            if match == Match.PARTIAL and isinstance(route, APIRoute):
+                methods |= route.methods or set()
+        headers["Allow"] = ", ".join(sorted(methods))
+    return JSONResponse(
+        status_code=exc.status_code, headers=headers, content={"detail": str(exc.detail), "problems": []}
+    )
+
+
+async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    return JSONResponse(
+        status_code=exc.status_code,
+        headers=headers,
+        content={"detail": exc.detail, "problems": exc.problems},
+    )
+
+
+def install_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+    """Give every error of `app` the API's error body. `routes` are the API's routes, for the `Allow`
+    header of a 405 (FastAPI keeps an included router's routes to itself, not in `app.routes`)."""
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, partial(_http_error, tuple(routes)))
+    app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
+
+
+__all__ = ["R400", "R401", "R403", "R404", "R409", "R422", "ApiError", "Responses", "install_handlers"]

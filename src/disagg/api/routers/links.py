@@ -1,0 +1,58 @@
+"""/v1/links: the network links, the load the live slices put on them, and the admin's fault injection."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+
+from disagg.api import schemas as S
+from disagg.api.deps import Admin, Jobs, StoreDep, Who
+from disagg.api.errors import R401, R403, R404, R422, ApiError
+
+router = APIRouter()
+
+LinkId = Annotated[
+    str,
+    Path(
+        max_length=160,
+        description="A link id: up:<machine or pool>, or rack:<rack>.",
+        examples=["up:iobox0", "rack:r0"],
+    ),
+]
+
+
+def _act(jobs: Jobs, link_id: str, action: str) -> dict[str, Any]:
+    out = jobs.set_link(link_id, action)
+    if out is None:
+        raise ApiError(404, f"no link {link_id!r} (links look like up:<node> or rack:<rack>; see GET /v1/links)")
+    return out
+
+
+@router.get("/v1/links", response_model=S.LinkList, tags=["inventory"], responses={**R401})
+def list_links(_who: Who, store: StoreDep) -> dict[str, Any]:
+    """Network links: bandwidth, up or down, the load the live slices put on them, and who uses them."""
+    return {"links": store.links_view()}
+
+
+@router.post(
+    "/v1/links/{link_id}/fail",
+    response_model=S.LinkOut,
+    tags=["inventory"],
+    responses={**R401, **R403, **R404, **R422},
+)
+def fail_link(link_id: LinkId, _who: Admin, jobs: Jobs) -> dict[str, Any]:
+    """Admin, fault injection: the link drops; only the slices whose remote devices' path crosses
+    it are torn down and their jobs re-queued; devices behind it leave the pool until it is repaired."""
+    return _act(jobs, link_id, "fail")
+
+
+@router.post(
+    "/v1/links/{link_id}/repair",
+    response_model=S.LinkOut,
+    tags=["inventory"],
+    responses={**R401, **R403, **R404, **R422},
+)
+def repair_link(link_id: LinkId, _who: Admin, jobs: Jobs) -> dict[str, Any]:
+    """Admin: the link is back; the devices behind it rejoin the pool."""
+    return _act(jobs, link_id, "repair")

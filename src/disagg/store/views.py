@@ -1,0 +1,277 @@
+"""The store's read side: named, read-only views of jobs, slices and the inventory, as the API shows them.
+
+Every view is a method of the `Store`, opens one read transaction of its own and returns plain dicts (the
+shapes of `disagg.api.schemas`), so nothing outside `store/` writes a query to show something. A view
+that reads a slice's placement reads it as the typed `SlicePlacement`, never as a dict by hand.
+
+Listings read columns, not ORM objects, where they read every device (52,500 devices as objects took
+1.1 s), and count in SQL where the page shows only counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from disagg.model.slices import SlicePlacement
+from disagg.model.states import LIVE_SLICE_STATES
+from disagg.store.base import StoreBase
+from disagg.store.jobs import job_dict
+from disagg.store.models import (
+    DEVICE_FIELDS,
+    DeviceFields,
+    DeviceRow,
+    JobRow,
+    LinkRow,
+    MachineRow,
+    SliceRow,
+    StepRow,
+    device_state,
+    device_state_of,
+)
+from disagg.store.tokens import Principal
+
+#: The live slice states as the plain strings stored in the column.
+_LIVE = tuple(st.value for st in LIVE_SLICE_STATES)
+
+
+# --- the shapes the API shows ------------------------------------------------------------------
+def device_dict(r: DeviceFields, reachable: bool = True) -> dict[str, Any]:
+    """A device as the API shows it; `reachable` is false while a link it sits behind is down."""
+    return {
+        "id": r.id,
+        "kind": r.kind,
+        "model": r.model,
+        "location": r.location,
+        "state": device_state(r),
+        "slice": r.slice_id,
+        "health": r.health,
+        "drained": r.drained,
+        "reachable": reachable,
+    }
+
+
+def slice_dict(r: SliceRow, steps: list[StepRow] | None = None) -> dict[str, Any]:
+    """A slice as the API shows it: its stored slice machines as they are, and its steps if asked."""
+    out: dict[str, Any] = {
+        "id": r.id,
+        "job": r.job_id,
+        "attempt": r.attempt,
+        "state": r.state,
+        "outcome": r.outcome,
+        "detail": r.detail,
+        "machines": list(r.placement.get("machines", [])),
+        "handle": r.handle,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    }
+    if steps is not None:
+        out["steps"] = [
+            {
+                "op": st.op,
+                "target": st.target,
+                "status": st.status,
+                "tries": st.tries,
+                "started_at": st.started_at,
+                "ended_at": st.ended_at,
+                "error": st.error,
+            }
+            for st in steps
+        ]
+    return out
+
+
+# --- jobs and slices ---------------------------------------------------------------------------
+def _own_job(s: Session, job_id: str, who: Principal) -> JobRow | None:
+    """The job if `who` may see it: its tenant's, or any for an admin (another tenant's is None,
+    as an unknown one is, so the API answers both with the same 404)."""
+    row = s.get(JobRow, job_id)
+    if row is None or (not who.admin and row.tenant != who.tenant):
+        return None
+    return row
+
+
+def _job_out(s: Session, row: JobRow) -> dict[str, Any]:
+    out = job_dict(row)
+    out["placement"] = None
+    if row.slice_id is not None:
+        sl = s.get(SliceRow, row.slice_id)
+        if sl is not None:
+            out["placement"] = [t.to_json() for t in SlicePlacement.from_json(sl.id, sl.placement).tasks]
+    return out
+
+
+def _steps(s: Session, slice_id: str) -> list[StepRow]:
+    return list(s.scalars(select(StepRow).where(StepRow.slice_id == slice_id).order_by(StepRow.id)))
+
+
+def _live_placements(s: Session) -> list[SlicePlacement]:
+    return [SlicePlacement.from_json(sid, data)
+            for sid, data in s.execute(select(SliceRow.id, SliceRow.placement).where(SliceRow.state.in_(_LIVE)))]
+
+
+# --- the inventory -----------------------------------------------------------------------------
+def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields]) -> dict[str, Any]:
+    """One machine or pool: attached while a live slice uses it; a pool whose devices all failed is failed."""
+    states = [device_state(d) for d in devs]
+    state = "attached" if slices else "free"
+    if states and all(st == "failed" for st in states) and r.kind == "pool":
+        state = "failed"
+    return {
+        "id": r.name,
+        "kind": r.kind,
+        "location": r.rack,
+        "state": state,
+        "slice": slices[0] if slices else None,
+        "slices": slices,
+        "cpus": r.cpus,
+        "memory_gb": r.memory_gb,
+        "devices": [d.id for d in devs],
+    }
+
+
+class ViewOps(StoreBase):
+    """The named reads the API, the dashboard and the metrics show (a tenant sees only its own jobs)."""
+
+    def job_visible(self, job_id: str, who: Principal) -> bool:
+        """Whether `who` may see the job (it exists and is theirs, or `who` is an admin)."""
+        with self.read() as s:
+            return _own_job(s, job_id, who) is not None
+
+    def job_view(self, job_id: str, who: Principal) -> dict[str, Any] | None:
+        """A job with its placement (the tasks of its current slice), or None if `who` may not see it."""
+        with self.read() as s:
+            row = _own_job(s, job_id, who)
+            return None if row is None else _job_out(s, row)
+
+    def jobs_list(self, who: Principal, state: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        """`who`'s jobs (every tenant's for an admin), newest first, in `state` if given, at most `limit`."""
+        with self.read() as s:
+            q = select(JobRow)
+            if not who.admin:
+                q = q.where(JobRow.tenant == who.tenant)
+            if state is not None:
+                q = q.where(JobRow.state == state)
+            rows = list(s.scalars(q.order_by(JobRow.seq.desc()).limit(limit)))
+            return [_job_out(s, r) for r in rows]
+
+    def slices_list(self, who: Principal, state: str | None = None, steps: bool = False, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """The slices of `who`'s jobs (all for an admin), newest first; `steps` adds their step records."""
+        with self.read() as s:
+            q = select(SliceRow)
+            if not who.admin:
+                q = q.join(JobRow, JobRow.id == SliceRow.job_id).where(JobRow.tenant == who.tenant)
+            if state is not None:
+                q = q.where(SliceRow.state == state)
+            rows = list(s.scalars(q.order_by(SliceRow.created_at.desc()).limit(limit)))
+            return [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows]
+
+    def live_slices_view(self) -> list[dict[str, Any]]:
+        """The slices that hold resources (composing, running, tearing down), oldest first."""
+        with self.read() as s:
+            query = select(SliceRow).where(SliceRow.state.in_(_LIVE)).order_by(SliceRow.created_at)
+            return [slice_dict(r) for r in s.scalars(query)]
+
+    def devices_view(self) -> list[dict[str, Any]]:
+        """Every device in inventory order; unreachable while the uplink of its location is down."""
+        with self.read() as s:
+            down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+            return [
+                device_dict(r, reachable=f"up:{r.location}" not in down)
+                for r in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position))
+            ]
+
+    def links_view(self) -> list[dict[str, Any]]:
+        """Links: bandwidth, up or down, and the load the live slices' remote devices put on them.
+
+        The load is the policy's own accounting: each remote device of a live slice carries its
+        placement's `network_gbps` on every link of its path (machine uplink, rack links, pool uplink).
+        """
+        with self.read() as s:
+            load: dict[str, float] = {}
+            users: dict[str, set[str]] = {}
+            for placement in _live_placements(s):
+                for _, d in placement.devices():
+                    for link in d.path:  # summed device by device, in path order: the same floats as ever
+                        load[link] = load.get(link, 0.0) + d.network_gbps
+                        users.setdefault(link, set()).add(placement.slice_id)
+            return [
+                {
+                    "id": r.id,
+                    "gbps": r.gbps,
+                    "state": "up" if r.up else "down",
+                    "load_gbps": round(load.get(r.id, 0.0), 6),
+                    "utilisation": round(load.get(r.id, 0.0) / r.gbps, 6) if r.gbps > 0 else 0.0,
+                    "slices": sorted(users.get(r.id, ())),
+                }
+                for r in s.scalars(select(LinkRow).order_by(LinkRow.id))
+            ]
+
+    def machines_view(self) -> list[dict[str, Any]]:
+        """Machines and pools in inventory order, with their devices and the live slices on them."""
+        with self.read() as s:
+            holders: dict[str, list[str]] = {}
+            for placement in _live_placements(s):
+                for m in placement.machines:
+                    holders.setdefault(m.host, []).append(placement.slice_id)
+            devs: dict[str, list[DeviceFields]] = {}
+            for d in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position)):
+                devs.setdefault(d.location, []).append(d)
+            nodes = select(MachineRow.name, MachineRow.kind, MachineRow.rack, MachineRow.cpus, MachineRow.memory_gb)
+            return [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []))
+                    for r in s.execute(nodes.order_by(MachineRow.position))]
+
+    def machine_racks(self, names: Iterable[str]) -> dict[str, str]:
+        """The rack of each named machine (names not in the inventory are left out)."""
+        with self.read() as s:
+            query = select(MachineRow.name, MachineRow.rack).where(MachineRow.name.in_(set(names)))
+            return {str(name): str(rack) for name, rack in s.execute(query)}
+
+    def attention_devices(self, limit: int) -> list[dict[str, Any]]:
+        """The failed and the drained devices (those an operator has to look at), the first `limit`."""
+        with self.read() as s:
+            query = select(*DEVICE_FIELDS).where(or_(DeviceRow.health == "failed", DeviceRow.drained.is_(True)))
+            return [device_dict(r) for r in s.execute(query.order_by(DeviceRow.position).limit(limit))]
+
+
+    # --- counts ------------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs, slices and devices by state (for /metrics and the dashboard)."""
+        with self.read() as s:
+            jobs = {str(st): int(n) for st, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))}
+            slices = {
+                str(st): int(n) for st, n in s.execute(select(SliceRow.state, func.count()).group_by(SliceRow.state))
+            }
+        devices = {state: n for (state,), n in self.device_counts().items()}
+        return {"jobs": jobs, "slices": slices, "devices": devices}
+
+    def node_counts(self) -> dict[tuple[str, str], int]:
+        """Machines and pools per (rack, kind): the dashboard's summary of a large inventory."""
+        with self.read() as s:
+            query = select(MachineRow.rack, MachineRow.kind, func.count()).group_by(MachineRow.rack, MachineRow.kind)
+            return {(str(rack), str(kind)): int(n) for rack, kind, n in s.execute(query)}
+
+    def device_counts(self, *by: str) -> dict[tuple[str, ...], int]:
+        """Devices by their one-word state and by `by` ("kind", "model", "rack"), counted in SQL:
+        loading every device row to count them took 0.9 s at 52,500 devices. Keys: (state, *by)."""
+        attached = DeviceRow.slice_id.is_not(None)
+        columns = {"kind": DeviceRow.kind, "model": DeviceRow.model, "rack": MachineRow.rack}
+        extra = [columns[b] for b in by]
+        query = select(DeviceRow.health, attached, DeviceRow.drained, *extra, func.count()).group_by(
+            DeviceRow.health, attached, DeviceRow.drained, *extra)
+        if "rack" in by:
+            query = query.join(MachineRow, MachineRow.name == DeviceRow.location)
+        out: dict[tuple[str, ...], int] = {}
+        with self.read() as s:
+            for health, is_attached, drained, *keys, n in s.execute(query):
+                key = (device_state_of(str(health), bool(is_attached), bool(drained)), *map(str, keys))
+                out[key] = out.get(key, 0) + int(n)
+        return out
+
+
+__all__ = ["ViewOps", "device_dict", "job_dict", "slice_dict"]
