@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from disagg.model.states import DeviceState
 from disagg.store import Store
 
 _STYLE = """
@@ -44,7 +45,7 @@ def _table(headers: list[str], rows: list[list[Any]], state_col: int | None = No
 FULL_MACHINES = 200
 FULL_DEVICES = 500
 MAX_ROWS = 200
-STATES = ("free", "attached", "drained", "failed")
+STATES = tuple(DeviceState)
 
 
 def _cards(counts: dict[str, int], empty: str) -> str:

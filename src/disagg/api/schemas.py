@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from disagg.model import states
+
 _IN = ConfigDict(extra="forbid", strict=True)
 _OUT = ConfigDict(extra="forbid")
 
@@ -29,9 +31,10 @@ def _no_text_or_bool(value: object) -> object:
 #: An integer as JSON Schema means it (2.0 is 2; "2", true and 2.5 are not integers).
 Int = Annotated[int, Field(strict=False), BeforeValidator(_no_text_or_bool)]
 
-JobState = Literal["queued", "composing", "running", "completed", "failed", "cancelled"]
-DeviceState = Literal["free", "attached", "failed", "drained"]
-SliceState = Literal["composing", "running", "tearing-down", "done"]
+# the states as the one module that names them has them (shown in the OpenAPI document as named enums)
+JobState = states.JobState
+DeviceState = states.DeviceState
+SliceState = states.SliceState
 
 
 class TasksIn(BaseModel):

@@ -12,7 +12,6 @@ end, the CPU seconds of the API process, the loop process and the clients, and t
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
@@ -22,10 +21,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import httpx
-import typer
+
+from disagg.model.states import JobState
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -120,7 +120,7 @@ def _load(url: str, token: str, seconds: float, clients: int) -> dict[str, Any]:
 def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int = 8, scale: float = 0.001,
                   db: str | None = None, tick_s: float = 0.25, api_process: bool = True) -> dict[str, Any]:
     """One run against a fresh store of `backend` (or the given empty `db`)."""
-    from disagg.store import Store  # here, not at the top: every `disagg` command imports this module
+    from disagg.store import Store  # here, not at the top: the store loads only when a benchmark runs
     from disagg.store.pgtemp import TempPostgres, free_port
 
     pg: TempPostgres | None = None
@@ -156,29 +156,10 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
             if pg is not None:
                 pg.stop()
     jobs = counts["jobs"]
-    placed = sum(n for st, n in jobs.items() if st != "queued")
+    placed = sum(n for st, n in jobs.items() if st != JobState.QUEUED)
     return {"benchmark": "api", "backend": backend if pg is not None or backend == "sqlite" else "url",
             "clients": clients, "scale": scale, "tick_s": tick_s, "api_process": api_process, **result,
             "placed_by_end": placed,
             "jobs_by_state": jobs,
             "target": ">= 200 submissions/s, p99 < 100 ms",
             "target_met": result["submissions_per_s"] >= 200 and result["latency_ms"]["p99"] < 100}
-
-
-def bench_api(
-    backend: Annotated[list[str], typer.Option(help="sqlite and/or postgres (repeat the option).")] = ["sqlite"],  # noqa: B006
-    seconds: Annotated[float, typer.Option(min=1, max=600, help="How long to submit.")] = 10.0,
-    clients: Annotated[int, typer.Option(min=1, max=64, help="Concurrent client threads.")] = 8,
-    scale: Annotated[float, typer.Option(min=0.0, max=1.0, help="Scale of the testbed's latencies.")] = 0.001,
-    api_process: Annotated[
-        bool, typer.Option("--api-process/--one-process", help="Serve the API apart from the loop (as serve does).")
-    ] = True,
-) -> None:
-    """Job submissions per second and p50/p99 latency of POST /v1/jobs on SQLite and PostgreSQL (JSON out)."""
-    for b in backend:
-        if b not in ("sqlite", "postgres"):
-            from disagg.control.commands import _fail
-
-            raise _fail(f"--backend: {b!r} is not allowed; use sqlite or postgres")
-    out = [run_api_bench(b, seconds, clients, scale, api_process=api_process) for b in backend]
-    sys.stdout.write(json.dumps(out if len(out) > 1 else out[0], indent=2) + "\n")

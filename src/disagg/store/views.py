@@ -17,7 +17,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from disagg.model.slices import SlicePlacement
-from disagg.model.states import LIVE_SLICE_STATES
+from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health
 from disagg.store.base import StoreBase
 from disagg.store.jobs import job_dict
 from disagg.store.models import (
@@ -117,9 +117,9 @@ def _live_placements(s: Session) -> list[SlicePlacement]:
 def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields]) -> dict[str, Any]:
     """One machine or pool: attached while a live slice uses it; a pool whose devices all failed is failed."""
     states = [device_state(d) for d in devs]
-    state = "attached" if slices else "free"
-    if states and all(st == "failed" for st in states) and r.kind == "pool":
-        state = "failed"
+    state = DeviceState.ATTACHED if slices else DeviceState.FREE
+    if states and all(st == DeviceState.FAILED for st in states) and r.kind == "pool":
+        state = DeviceState.FAILED
     return {
         "id": r.name,
         "kind": r.kind,
@@ -234,7 +234,7 @@ class ViewOps(StoreBase):
     def attention_devices(self, limit: int) -> list[dict[str, Any]]:
         """The failed and the drained devices (those an operator has to look at), the first `limit`."""
         with self.read() as s:
-            query = select(*DEVICE_FIELDS).where(or_(DeviceRow.health == "failed", DeviceRow.drained.is_(True)))
+            query = select(*DEVICE_FIELDS).where(or_(DeviceRow.health == Health.FAILED, DeviceRow.drained.is_(True)))
             return [device_dict(r) for r in s.execute(query.order_by(DeviceRow.position).limit(limit))]
 
 
