@@ -30,6 +30,11 @@ def test_the_issue_example_is_accepted_and_runs(api: Client) -> None:
     assert got["slice"] and got["placement"][0]["devices"][0]["kind"] == "gpu"
     logs = client.get(f"/v1/jobs/{job['id']}/logs", headers=h(tok["alice"]))
     assert logs.status_code == 200 and logs.json()["logs"] == "hi\n"
+    events = client.get(f"/v1/jobs/{job['id']}/events", headers=h(tok["alice"]))
+    assert events.status_code == 200, events.text
+    moves = [(e["from"], e["to"]) for e in events.json()["events"] if e["subject"] == "job"]
+    assert moves == [(None, "queued"), ("queued", "composing"), ("composing", "running"), ("running", "completed")]
+    assert client.get(f"/v1/jobs/{job['id']}/events", headers=h(tok["bob"])).status_code == 404
 
 
 def test_no_token_or_a_bad_one_answers_401(api: Client) -> None:
@@ -195,7 +200,8 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
     ops = [o["operationId"] for methods in spec["paths"].values() for o in methods.values()]
     assert ops == [
         "submit_job_v1_jobs_post", "list_jobs_v1_jobs_get", "get_job_v1_jobs__job_id__get",
-        "cancel_job_v1_jobs__job_id__delete", "job_logs_v1_jobs__job_id__logs_get", "list_slices_v1_slices_get",
+        "cancel_job_v1_jobs__job_id__delete", "job_logs_v1_jobs__job_id__logs_get",
+        "job_events_v1_jobs__job_id__events_get", "list_slices_v1_slices_get",
         "list_machines_v1_machines_get", "list_devices_v1_devices_get",
         "drain_device_v1_devices__device_id__drain_post", "fail_device_v1_devices__device_id__fail_post",
         "repair_device_v1_devices__device_id__repair_post", "list_links_v1_links_get",

@@ -142,6 +142,24 @@ class LogsOut(BaseModel):
     logs: str
 
 
+class EventOut(BaseModel):
+    """One transition of the job or of one of its slices: from, to, when, why."""
+
+    model_config = _OUT
+    at: float = Field(description="When, seconds since the epoch.")
+    subject: Literal["job", "slice"]
+    slice: str | None = Field(description="The slice, for a slice's transition (and a job's placement).")
+    from_: str | None = Field(alias="from", description="The state it left (null: it was created).")
+    to: str
+    why: str | None
+
+
+class EventList(BaseModel):
+    model_config = _OUT
+    job: str
+    events: list[EventOut]
+
+
 class StepOut(BaseModel):
     model_config = _OUT
     op: str

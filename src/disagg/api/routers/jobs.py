@@ -96,3 +96,12 @@ def job_logs(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> dict[str, 
     """What the job's tasks wrote (stdout, then stderr), for its latest attempt."""
     _check_own(store, job_id, who)
     return {"job": job_id, "logs": jobs.logs(job_id)}
+
+
+@router.get("/v1/jobs/{job_id}/events", response_model=S.EventList, response_model_by_alias=True, tags=["jobs"],
+            responses={**R401, **R404, **R422})
+def job_events(job_id: JobId, who: Who, store: StoreDep) -> dict[str, Any]:
+    """The job's history, oldest first: each transition of the job and of its slices, with why
+    (e.g. "re-queued: device iobox0/gpu4 failed")."""
+    _check_own(store, job_id, who)
+    return {"job": job_id, "events": store.job_events(job_id)}
