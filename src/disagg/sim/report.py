@@ -9,7 +9,6 @@ normalized job execution time sorted from worst to best (Fig. 10).
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -197,7 +196,3 @@ def _save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def finite(x: float) -> bool:
-    return math.isfinite(x)
