@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from disagg.placement.commit import EPS
 from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable, expected_arrays, expected_vec
@@ -225,7 +226,7 @@ class DRMaestroCostModel:
         for k in t.kinds:
             local_units += _own_free(state, js, k, local_free)
         n = state.n_machines
-        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + 1e-9) / min_gbps)
+        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
         served = np.floor((np.maximum(carried, 0) + local_units) / sum(t.wants(k) for k in t.kinds))
         return np.minimum(out, served.astype(np.int64))
 
@@ -255,12 +256,12 @@ class DRMaestroCostModel:
         load = state.link_load()
         headroom = state.link_cap - state.link_used
         own_rack_link = len(state.loc_rack) + state.loc_rack[own]
-        can_send = headroom[own] + 1e-9 >= gbps
+        can_send = headroom[own] + EPS >= gbps
         phi_rack = expected_arrays(tasks.params, np.ones(n), self.priced_load(load[own]))
         phi_cross = expected_arrays(tasks.params, np.ones(n),
                                     self.priced_load(np.maximum(load[own], load[own_rack_link])))
         rack_ok = can_send.copy()
-        cross_ok = can_send & (headroom[own_rack_link] + 1e-9 >= gbps) & (state.n_racks > 1)
+        cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
         miss_rack = self.misses_slo(phi_rack, tasks.tau) & (phi_rack > tasks.phi_local)
         miss_cross = self.misses_slo(phi_cross, tasks.tau) & (phi_cross > tasks.phi_local)
         slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)

@@ -22,6 +22,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 from numpy.typing import NDArray
 
+from disagg.placement.commit import EPS
 from disagg.placement.cost import SCALE
 from disagg.placement.cost_models import CostModel, RemoteArcs
 from disagg.placement.decisions import DeviceGrant, Reason
@@ -146,7 +147,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, costs: CostModel, q
             net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], remote.cross_cost[c_sel])
             phase.rack_sel.append(r_sel)
             phase.cross_sel.append(c_sel)
-            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + 1e-9 >= min_gbps))[0]
+            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + EPS >= min_gbps))[0]
             loc_cost, cross_loc_cost = costs.remote_to_location(load[locs], load[n_loc + state.loc_rack[locs]])
             net.add_arcs(f"rack->loc:{mi}", rack0 + state.loc_rack[locs] * n_models + mi,
                          loc0 + locs * n_models + mi, fm[locs], loc_cost)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
 from disagg.placement.cost_models import ClassRows, CostModel, MachineColumns
 from disagg.placement.decisions import Reason
@@ -253,7 +254,7 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     min_cpu = min(js.cpus for js in reps)
     min_mem = min(js.memory_gb for js in reps)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
+        cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
@@ -323,7 +324,7 @@ def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
     if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js):
         return m
     cpu = state.cpu[cand]
-    ok = (cpu + 1e-9 >= cpus) & (state.mem[cand] + 1e-9 >= memory_gb)
+    ok = (cpu + EPS >= cpus) & (state.mem[cand] + EPS >= memory_gb)
     if not ok.any():
         return -1
     m = int(cand[np.argmax(np.where(ok, cpu, -np.inf))])
