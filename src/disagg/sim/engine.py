@@ -4,9 +4,10 @@ Who calls what: `simulate(...)` owns a `Kernel` and a `SimCluster`. Every `inter
 jobs wait) it builds an immutable `Cluster` snapshot — machines, devices with their health, and one
 `Allocation` per running task with its devices and its traffic — and hands it with the queue to the
 policy, exactly as `disagg place` does. It then applies the `Decisions` to its own state, re-checking
-that nothing is over-committed (a placement that would over-commit is refused and counted as a
-conflict, Nomad's plan re-validation), and raises `wait_rounds` of every job left waiting (unless the
-policy declares `reads_wait_rounds = False`, as the sequential baselines do: W cannot change their decisions).
+that nothing is over-committed with `placement.commit.over_commit` (a placement that would over-commit
+is refused and counted as a conflict, Nomad's plan re-validation), and raises `wait_rounds` of every
+job left waiting (unless the policy declares `reads_wait_rounds = False`, as the sequential baselines
+do: W cannot change their decisions).
 
 Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
 (scheduler latency) and the run's total `wall_s`.
