@@ -21,8 +21,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from disagg.model.states import JobState, SliceState
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -34,7 +32,6 @@ STATES_MODULE = "disagg.model.states"
 #: The job and slice state names. Steps, engine runs and slice outcomes share most of these words
 #: (failed, running, completed, cancelled, done), and their enums live in the same module: use those.
 STATE_NAMES = frozenset(str(s) for enum in (JobState, SliceState) for s in enum)
-PENDING_REFACTOR = pytest.mark.xfail(reason="issue 12: lands with the store/controller refactor", strict=False)
 
 
 # --- reading the tree ---------------------------------------------------------------------------
@@ -234,7 +231,14 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return bad
 
 
-def state_literals(root: Path, names: frozenset[str] = STATE_NAMES) -> list[str]:
+#: The words of a state that some module uses for something else, and why (module, word).
+STATE_WORDS_ALLOWED = frozenset({
+    ("disagg.sim.report", "done"),  # the simulator's table heads its completed-jobs column "done" (e.g. 89/120)
+})
+
+
+def state_literals(root: Path, names: frozenset[str] = STATE_NAMES,
+                   allowed: frozenset[tuple[str, str]] = STATE_WORDS_ALLOWED) -> list[str]:
     """String literals equal to a state name outside the states module (docstrings and f-strings aside)."""
     found: list[tuple[str, int, int, str]] = []
     for name, path in modules(root).items():
@@ -248,7 +252,7 @@ def state_literals(root: Path, names: frozenset[str] = STATE_NAMES) -> list[str]
         found += [(name, node.lineno, node.col_offset, node.value) for node in _nodes(tree)
                   if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip]
     return [f"{name}:{line} names the state {value!r} (use the enum in {STATES_MODULE})"
-            for name, line, _, value in sorted(found)]
+            for name, line, _, value in sorted(found) if (name, value) not in allowed]
 
 
 # --- the tree as it is ----------------------------------------------------------------------------
@@ -272,7 +276,6 @@ def test_no_function_longer_than_80_lines() -> None:
     assert not bad, "\n".join(bad)
 
 
-@PENDING_REFACTOR
 def test_state_names_are_literals_in_the_states_module_only() -> None:
     bad = state_literals(SRC)
     assert not bad, "\n".join(bad)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 
 from disagg.cli import app
 from disagg.model import Cluster, Job, TaskRequest, parse_cluster
+from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
+from disagg.placement.base import Clock, no_clock
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.profiles import lookup
 from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, simulate, waited
@@ -250,3 +253,43 @@ def test_failed_devices_abort_their_job_which_restarts_and_completes() -> None:
     assert s["completed"] == 32 and s["conflicts"] == 0
     for r in rec.rounds:
         assert overcommit_problems(r.snapshot) == []
+
+
+@dataclass
+class PlacingPolicy:
+    """A policy that places what a function of the queue says (for the re-check's error paths)."""
+
+    decide: Callable[[Sequence[Job]], tuple[JobPlacement, ...]]
+    name: str = "fixed"
+
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
+              clock: Clock = no_clock) -> Decisions:
+        return Decisions(self.name, placed=self.decide(queue))
+
+
+def gpu_task(job: str, machine: str, device: str, location: str, gbps: float = 0.0) -> TaskPlacement:
+    remote = location != machine
+    path = (f"up:{machine}", f"up:{location}") if remote else ()
+    return TaskPlacement(f"{job}/0", machine, 2.0, 8.0, (DeviceGrant(device, "gpu", remote, location, path, gbps),))
+
+
+@pytest.mark.parametrize(("placements", "started"), [
+    # The same GPU twice in one round: the first job starts, the second is a conflict.
+    (lambda q: tuple(JobPlacement(j.name, (gpu_task(j.name, "m0", "m1/gpu0", "m1"),)) for j in q), {"a"}),
+    # A device that does not exist, a machine that does not exist.
+    (lambda q: (JobPlacement("a", (gpu_task("a", "m0", "m1/gpu9", "m1"),)),
+                JobPlacement("b", (replace(gpu_task("b", "m0", "m1/gpu1", "m1"), machine="m7"),))), set()),
+    # Two remote GPUs that do not say their bandwidth draw their profile's (1.7 Gb/s) each: the second
+    # would over-commit m0's 2.5 Gb/s uplink.
+    (lambda q: tuple(JobPlacement(j.name, (gpu_task(j.name, "m0", f"m1/gpu{i}", "m1"),)) for i, j in enumerate(q)),
+     {"a"}),
+], ids=["device-twice", "unknown-device-and-machine", "bandwidth-from-the-profile"])
+def test_placements_that_would_over_commit_are_refused_as_conflicts(
+        placements: Callable[[Sequence[Job]], tuple[JobPlacement, ...]], started: set[str]) -> None:
+    cluster = parse_cluster({**STARVED, "machines": [{**STARVED["machines"][0], "uplink_gbps": 2.5},  # type: ignore[dict-item]
+                                                     STARVED["machines"][1]]})
+    sim = Simulation(cluster, [nw_job("a"), nw_job("b")], PlacingPolicy(placements), np.random.default_rng(1),
+                     SimConfig(max_time_s=1.0))
+    result = sim.run()
+    assert {r.name for r in result.records if r.start_s == r.start_s} == started
+    assert result.conflicts == 2 - len(started)

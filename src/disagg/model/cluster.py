@@ -11,11 +11,11 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Literal
 
+from disagg.model.states import DeviceHealth
+
 DeviceKind = Literal["gpu", "nvme", "fpga", "memory"]
 #: Disaggregable kinds in the order their placement phases run (DESIGN: gpu, then nvme, ...).
 DEVICE_KINDS: tuple[DeviceKind, ...] = ("gpu", "nvme", "fpga", "memory")
-
-DeviceHealth = Literal["healthy", "failed", "drained"]
 
 
 def device_id(location: str, kind: str, index: int) -> str:
@@ -122,10 +122,6 @@ class Cluster:
         return {m.name: i for i, m in enumerate(self.machines)}
 
     @cached_property
-    def pool_index(self) -> dict[str, int]:
-        return {p.name: i for i, p in enumerate(self.pools)}
-
-    @cached_property
     def device_by_id(self) -> dict[str, Device]:
         return {d.id: d for d in self.devices}
 
@@ -174,8 +170,3 @@ class Cluster:
     @cached_property
     def capacity(self) -> Capacity:
         return Capacity.of(self.machines, self.devices)
-
-    @cached_property
-    def device_kinds(self) -> tuple[DeviceKind, ...]:
-        present = {d.kind for d in self.devices}
-        return tuple(k for k in DEVICE_KINDS if k in present)

@@ -56,9 +56,6 @@ class Job:
     network_gbps: float | None = None
     command: tuple[str, ...] = ()
 
-    def task_names(self) -> tuple[str, ...]:
-        return tuple(f"{self.name}/{i}" for i in range(self.tasks.count))
-
     def waited(self) -> Job:
         """The same job after one more round unscheduled (W + 1)."""
         return replace(self, wait_rounds=self.wait_rounds + 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -25,6 +25,7 @@ from disagg.model.cluster import (
 )
 from disagg.model.errors import SpecError
 from disagg.model.jobs import Job, TaskRequest
+from disagg.model.states import DEVICE_FAILED, DeviceHealth
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -236,7 +237,7 @@ def _make_devices(location: str, spec: DevicesSpec, failed: set[str]) -> list[De
         for group in getattr(spec, kind):
             for _ in range(group.count):
                 did = device_id(location, kind, index)
-                health: Literal["healthy", "failed"] = "failed" if did in failed else "healthy"
+                health: DeviceHealth = DEVICE_FAILED if did in failed else "healthy"
                 out.append(Device(did, kind, group.model, location, index, group.capacity, health))
                 index += 1
     return out

@@ -18,6 +18,7 @@ every move it makes is recorded as an event (from, to, when, why) — the histor
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final, Literal
 
 
 class JobState(StrEnum):
@@ -122,6 +123,11 @@ class Health(StrEnum):
     FAILED = "failed"
 
 
+#: A device's health in a cluster snapshot (the policies' view: drained devices are not offered either).
+DeviceHealth = Literal["healthy", "failed", "drained"]
+#: The snapshot's word for a broken device (typed for the snapshot's dataclasses).
+DEVICE_FAILED: Final[DeviceHealth] = "failed"
+
 #: Jobs that will not change any more.
 JOB_FINAL: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 #: Slices that still hold resources.
@@ -172,10 +178,12 @@ def check_slice_move(slice_id: str, src: SliceState | str, dst: SliceState | str
 
 __all__ = [
     "ACTIVE_SLICE_STATES",
+    "DEVICE_FAILED",
     "JOB_FINAL",
     "JOB_TRANSITIONS",
     "LIVE_SLICE_STATES",
     "SLICE_TRANSITIONS",
+    "DeviceHealth",
     "DeviceState",
     "Health",
     "IllegalTransition",

@@ -18,7 +18,7 @@ class DRMaestroPolicy:
     """DRMaestro: multi-phase min-cost flow; remote devices allowed; blind to network load."""
 
     name = "drmaestro"
-    options = FlowOptions(name="drmaestro", remote=True, network_aware=False)
+    options = FlowOptions(name="drmaestro", cost_model="drmaestro")
 
     def __init__(self) -> None:
         self._placer = FlowPlacer(self.options)
@@ -38,4 +38,4 @@ class DRMaestroNAPolicy(DRMaestroPolicy):
     """DRMaestro NA: prices link load into φ and postpones placements that would miss the SLO."""
 
     name = "drmaestro-na"
-    options = FlowOptions(name="drmaestro-na", remote=True, network_aware=True)
+    options = FlowOptions(name="drmaestro-na", cost_model="drmaestro-na")

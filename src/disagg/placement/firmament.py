@@ -10,4 +10,4 @@ class FirmamentPolicy(DRMaestroPolicy):
     """Firmament: min-cost flow, server-centric (a task's devices come from its own machine)."""
 
     name = "firmament"
-    options = FlowOptions(name="firmament", remote=False, network_aware=False)
+    options = FlowOptions(name="firmament", cost_model="firmament")

@@ -18,6 +18,7 @@ from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
 from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost_models import get_cost_model
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
@@ -43,10 +44,12 @@ class _JobStateCache:
 
 
 class FlowPlacer:
-    """Runs the phases for a set of options. Stateless between rounds: all state is per call."""
+    """Runs the phases for a set of options, pricing with the options' cost model. Stateless between
+    rounds: all state is per call."""
 
     def __init__(self, options: FlowOptions) -> None:
         self.options = options
+        self.costs = get_cost_model(options.cost_model)
         self._queue_len = 0
         self._table = JobTable.of([])
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
@@ -174,20 +177,20 @@ class FlowPlacer:
                         shape, wants, t.count, cpus, memory_gb)
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
-        phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(state, jobs, self.options,
-                                                                               self._queue_len, self._table))
+        phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
+            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
-                                                                                 self.options))
+                                                                                 self.costs))
 
     def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
                       clock: Clock) -> None:
-        phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.options,
+        phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.costs,
                                                                                   self._queue_len, self._table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep(kind, phase.net, flows)
-        self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, phase, flows, self.options))
+        self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, phase, flows, self.costs))
 
     @staticmethod
     def _timed(timings: Timings, clock: Clock, field: str, step: Callable[[], T]) -> T:
@@ -201,16 +204,13 @@ class FlowPlacer:
 
     def _remote_task(self, state: FreeState, js: JobState, ti: int, machine: str,
                      grants: tuple[DeviceGrant, ...]) -> TaskPlacement:
-        """A task of a job with remote devices: its expected time counts its own remote share (and,
-        NA, the load of the busiest link its devices use)."""
+        """A task of a job with remote devices: its expected time counts its own remote share, at the
+        link load its cost model prices (NA: the busiest link its devices use)."""
         job = js.job
         n_remote = sum(1 for g in grants if g.remote)
         expected = js.phi_local
         if n_remote:
-            load = 0.0
-            if self.options.network_aware:
-                load = state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
-            expected = phi(job, js.profile, n_remote / len(grants), load)
+            expected = phi(job, js.profile, n_remote / len(grants), self.costs.remote_load(state, grants))
         return TaskPlacement(f"{job.name}/{ti}", machine, js.cpus, js.memory_gb, grants,
                              round(expected, 3))
 

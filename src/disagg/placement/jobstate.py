@@ -20,11 +20,11 @@ FloatArray = NDArray[np.float64]
 
 @dataclass(frozen=True)
 class FlowOptions:
-    """What distinguishes the flow policies: may devices be remote, is the network load priced in."""
+    """How the flow placer runs for one policy: the policy's name, its cost model by name (`COST_MODELS`
+    in cost_models.py: everything that tells the flow policies apart), and the placer's limits."""
 
     name: str
-    remote: bool = True
-    network_aware: bool = False
+    cost_model: str
     max_iterations: int = 3
     min_candidates: int = 32
 

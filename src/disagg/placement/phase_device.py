@@ -6,6 +6,7 @@ A task is one node with supply = the devices of the kind it wants (its sub-tasks
 same arcs, so one node with supply z is the same problem as z nodes). Location nodes are
 (location, model) pairs, so a task pinned to a model reaches only that model. Phase-1 decisions
 are the preferences: P_LOCAL on the task's own machine, P_RACK and P_CROSS for remote devices.
+Costs, and whether remote arcs exist at all, are the policy's cost model's answers (`cost_models.py`).
 
 The decoder hands out devices in queue order and checks what a flow cannot see: link bandwidth for
 remote devices and, for NA, the SLO once this round's traffic is on the links. A task that cannot
@@ -21,14 +22,14 @@ from operator import attrgetter, itemgetter
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
+from disagg.placement.commit import EPS
+from disagg.placement.cost import SCALE
+from disagg.placement.cost_models import CostModel, RemoteArcs
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FloatArray, FlowOptions, IntArray, JobState, JobTable, expected_arrays
+from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable
 from disagg.placement.network import FlowNetwork
 from disagg.placement.state import FreeState
 
-#: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
-LOAD_COST = 0.2
 #: How far the decoder looks along an aggregator's list for a device it can really use.
 SCAN_LIMIT = 64
 
@@ -54,7 +55,8 @@ class Tasks:
     params: tuple[FloatArray, ...]
 
 
-def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int, table: JobTable) -> Tasks:
+def _tasks(jobs: list[JobState], kind: str, models: list[str], costs: CostModel, queue_len: int,
+           table: JobTable) -> Tasks:
     n_jobs = len(jobs)
     machines = list(map(attrgetter("machines"), jobs))
     per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
@@ -78,49 +80,10 @@ def _tasks(jobs: list[JobState], kind: str, models: list[str], queue_len: int, t
         want=np.repeat(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64,
                                    count=n_jobs), per_task),
         tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
-        u_cost=unscheduled_cost(tau, z, table.waits[rows]) + age_bonus(table.order[rows], queue_len),
+        u_cost=costs.task_to_unscheduled(table, rows, queue_len),
         pinned=np.repeat(pinned_job, per_task),
         params=tuple(a[rows] for a in table.params),
     )
-
-
-@dataclass
-class RemoteCosts:
-    """Which tasks may go remote in their rack (`rack_ok`) or across racks, at what cost, and which were
-    kept from it only by the SLO (NA)."""
-
-    rack_ok: NDArray[np.bool_]
-    cross_ok: NDArray[np.bool_]
-    rack_cost: IntArray
-    cross_cost: IntArray
-    slo_blocked: NDArray[np.bool_]
-
-
-def _remote_costs(state: FreeState, tasks: Tasks, opts: FlowOptions) -> RemoteCosts:
-    n = len(tasks.job_at)
-    none = np.zeros(n, dtype=bool)
-    if not opts.remote:
-        return RemoteCosts(none, none, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), none)
-    own, gbps = tasks.own, tasks.gbps
-    load = state.link_load()
-    headroom = state.link_cap - state.link_used
-    own_rack_link = len(state.loc_rack) + state.loc_rack[own]
-    can_send = headroom[own] + 1e-9 >= gbps
-    load_rack = load[own] if opts.network_aware else np.zeros(n)
-    load_cross = np.maximum(load[own], load[own_rack_link]) if opts.network_aware else np.zeros(n)
-    phi_rack = expected_arrays(tasks.params, np.ones(n), load_rack)
-    phi_cross = expected_arrays(tasks.params, np.ones(n), load_cross)
-    rack_ok = can_send.copy()
-    cross_ok = can_send & (headroom[own_rack_link] + 1e-9 >= gbps) & (state.n_racks > 1)
-    slo_blocked = none
-    if opts.network_aware:
-        miss_rack = (phi_rack > tasks.tau) & (phi_rack > tasks.phi_local)
-        miss_cross = (phi_cross > tasks.tau) & (phi_cross > tasks.phi_local)
-        slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
-        rack_ok &= ~miss_rack
-        cross_ok &= ~miss_cross
-    return RemoteCosts(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK),
-                       placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS), slo_blocked)
 
 
 @dataclass
@@ -131,7 +94,8 @@ class DevicePhase:
     net: FlowNetwork
     tasks: Tasks
     models: list[str]
-    remote: RemoteCosts
+    #: The remote arcs; None when the cost model offers none (server-centric).
+    remote: RemoteArcs | None
     best_cost: IntArray
     local_sel: list[IntArray] = field(default_factory=list)
     rack_sel: list[IntArray] = field(default_factory=list)
@@ -139,14 +103,14 @@ class DevicePhase:
     loc_sel: list[IntArray] = field(default_factory=list)
 
 
-def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, queue_len: int,
+def build(state: FreeState, jobs: list[JobState], kind: str, costs: CostModel, queue_len: int,
           table: JobTable) -> DevicePhase:
     """Location nodes are (location, model) pairs so that a task pinned to a model only reaches devices
     of that model; with one model per kind (the usual case) this is one node per location."""
     models, free = state.free_by_model(kind)
     n_models, n_loc = len(models), len(state.loc_rack)
-    tasks = _tasks(jobs, kind, models, queue_len, table)
-    remote = _remote_costs(state, tasks, opts)
+    tasks = _tasks(jobs, kind, models, costs, queue_len, table)
+    remote = costs.subtask_to_remote(state, tasks)
     own, want, n_tasks = tasks.own, tasks.want, len(tasks.job_at)
     net = FlowNetwork()
     task0 = net.add_nodes(n_tasks)
@@ -160,9 +124,9 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
     net.supplies[sink] = -total
     idx = np.arange(n_tasks, dtype=np.int64)
     net.add_arcs("task->U", task0 + idx, unsched, want, tasks.u_cost)
-    local_cost = placing_cost(tasks.phi_local, tasks.tau, tasks.z, P_LOCAL)
-    best = np.minimum(np.where(remote.rack_ok, remote.rack_cost, NEVER),
-                      np.where(remote.cross_ok, remote.cross_cost, NEVER))
+    local_cost = costs.subtask_to_local(tasks)
+    best = np.full(n_tasks, NEVER, dtype=np.int64) if remote is None else np.minimum(
+        np.where(remote.rack_ok, remote.rack_cost, NEVER), np.where(remote.cross_ok, remote.cross_cost, NEVER))
     phase = DevicePhase(kind, net, tasks, models, remote, best)
     load = state.link_load()
     headroom = state.link_cap - state.link_used
@@ -175,7 +139,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
                      local_cost[sel])
         phase.local_sel.append(sel)
         phase.best_cost[sel] = np.minimum(phase.best_cost[sel], local_cost[sel])
-        if opts.remote:
+        if remote is not None:
             r_sel = idx[takes & remote.rack_ok]
             net.add_arcs(f"rack:{mi}", task0 + r_sel, rack0 + state.loc_rack[own[r_sel]] * n_models + mi,
                          want[r_sel], remote.rack_cost[r_sel])
@@ -183,13 +147,8 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
             net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], remote.cross_cost[c_sel])
             phase.rack_sel.append(r_sel)
             phase.cross_sel.append(c_sel)
-            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + 1e-9 >= min_gbps))[0]
-            loc_cost = np.zeros(len(locs), dtype=np.int64)
-            cross_loc_cost = np.zeros(len(locs), dtype=np.int64)
-            if opts.network_aware:
-                loc_cost = np.rint(LOAD_COST * SCALE * np.clip(load[locs], 0, 1)).astype(np.int64)
-                rack_load = np.clip(load[n_loc + state.loc_rack[locs]], 0, 1)
-                cross_loc_cost = loc_cost + np.rint(LOAD_COST * SCALE * rack_load).astype(np.int64)
+            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + EPS >= min_gbps))[0]
+            loc_cost, cross_loc_cost = costs.remote_to_location(load[locs], load[n_loc + state.loc_rack[locs]])
             net.add_arcs(f"rack->loc:{mi}", rack0 + state.loc_rack[locs] * n_models + mi,
                          loc0 + locs * n_models + mi, fm[locs], loc_cost)
             net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc0 + locs * n_models + mi,
@@ -201,7 +160,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, opts: FlowOptions, 
     return phase
 
 
-def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOptions) -> None:
+def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostModel) -> None:
     """Hand out devices in queue order; a task that cannot get all its devices fails its whole job."""
     net, tasks, kind = phase.net, phase.tasks, phase.kind
     n_tasks, n_models = len(tasks.job_at), len(phase.models)
@@ -244,14 +203,13 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, opts: FlowOpti
         if js.failure is not None:
             continue
         if f_unsched[i] > 0:
-            explain(state, js, kind, int(own[i]), int(want[i]), int(phase.best_cost[i]), int(tasks.u_cost[i]),
-                    bool(phase.remote.slo_blocked[i]), opts)
+            explain(state, phase, i, js)
             continue
         rack = int(state.loc_rack[own[i]])
         wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
                    remote_lists.get((src, rack if src == "rack" else 0, mi), []))
                   for src, mi, count in given.get(i, [])]
-        grant(state, js, ti, kind, int(own[i]), wanted, opts)
+        grant(state, js, ti, kind, int(own[i]), wanted, costs)
 
 
 def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bool_]) -> None:
@@ -287,7 +245,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
 
 
 def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
-          sources: list[tuple[str | None, int, list[list[int]] | None]], opts: FlowOptions) -> None:
+          sources: list[tuple[str | None, int, list[list[int]] | None]], costs: CostModel) -> None:
     """Take the devices the flow gave one task (local ones: list None); fail the job if the
     real state says no."""
     locations = state.cluster.locations
@@ -295,9 +253,9 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
     for model, count, entries in sources:
         for _ in range(count):
             if entries is None:
-                got, why = take_at(state, js, kind, own, own, model, opts)
+                got, why = take_at(state, js, kind, own, own, model, costs)
             else:
-                got, why = take_remote(state, js, kind, own, model, entries, opts)
+                got, why = take_remote(state, js, kind, own, model, entries, costs)
             if got is None:
                 break
             js.grants[ti] += (got,)
@@ -319,7 +277,7 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
 
 
 def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str | None, entries: list[list[int]],
-                opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
+                costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """One remote device for a task from an aggregator's list, if a path has the bandwidth (and, NA,
     the SLO still holds with this round's traffic on it); else from any location within reach (the
     flow sees the task's own links, not those of the device's side, so its choice can be full).
@@ -330,17 +288,17 @@ def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str 
     for entry in islice(entries, SCAN_LIMIT):
         if entry[1] == 0:
             continue
-        got, reason = take_at(state, js, kind, own, entry[0], model, opts)
+        got, reason = take_at(state, js, kind, own, entry[0], model, costs)
         if got is not None:
             entry[1] -= 1
             return got, ""
         why = reason or why
-    got, reason = take_within_reach(state, js, kind, own, model, opts)
+    got, reason = take_within_reach(state, js, kind, own, model, costs)
     return got, reason or why
 
 
 def take_within_reach(state: FreeState, js: JobState, kind: str, own: int, model: str | None,
-                      opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
+                      costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """A device from any other location whose path has the headroom: in the task's rack first, then
     across racks, each in location order (deterministic)."""
     free = state.free_count.get(kind)
@@ -350,7 +308,7 @@ def take_within_reach(state: FreeState, js: JobState, kind: str, own: int, model
     same = state.loc_rack[cand] == state.loc_rack[own]
     why = ""
     for loc in np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT].tolist():
-        got, reason = take_at(state, js, kind, own, loc, model, opts)
+        got, reason = take_at(state, js, kind, own, loc, model, costs)
         if got is not None:
             return got, ""
         why = reason or why
@@ -358,7 +316,7 @@ def take_within_reach(state: FreeState, js: JobState, kind: str, own: int, model
 
 
 def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model: str | None,
-            opts: FlowOptions) -> tuple[DeviceGrant | None, str]:
+            costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """One device of `kind` at `loc` for a task on `own`, with its traffic on the path; `why`
     ("bandwidth", "slo" or "") says what stopped it."""
     devices = state.cluster.devices
@@ -369,11 +327,9 @@ def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model
     path = state.path(own, loc)
     if not state.take_traffic(path, js.gbps, js):
         return None, "bandwidth"
-    if opts.network_aware:
-        after = phi(js.job, js.profile, 1.0, state.load(path))
-        if after > js.tau and after > js.phi_local:
-            state.undo_last_traffic(js)
-            return None, "slo"
+    if not costs.subtask_to_remote_holds(state, js, path):
+        state.undo_last_traffic(js)
+        return None, "slo"
     dev = state.take_device(kind, loc, model, js)
     if dev is None:
         state.undo_last_traffic(js)
@@ -383,16 +339,18 @@ def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model
     return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
 
 
-def explain(state: FreeState, js: JobState, kind: str, own: int, want: int, best: int, u_cost: int,
-            slo_blocked: bool, opts: FlowOptions) -> None:
-    """Why the flow left (part of) a task's devices unscheduled: not enough within reach, the SLO,
-    waiting being cheaper, or jobs ahead of it."""
+def explain(state: FreeState, phase: DevicePhase, i: int, js: JobState) -> None:
+    """Why the flow left (part of) task `i`'s devices unscheduled: no remote arcs (server-centric) and
+    too few local devices, the SLO, not enough within reach, waiting being cheaper, or jobs ahead of it."""
+    tasks, kind, remote = phase.tasks, phase.kind, phase.remote
+    own, want = int(tasks.own[i]), int(tasks.want[i])
+    best, u_cost = int(phase.best_cost[i]), int(tasks.u_cost[i])
     where = state.cluster.locations[own]
     local = int(state.free_count[kind][own]) if kind in state.free_count else 0
-    if not opts.remote:
+    if remote is None:
         js.fail(state, Reason.NO_DEVICES, _server_centric_shortfall(state, js, kind, own, want, local))
         return
-    if slo_blocked and (best == np.iinfo(np.int64).max or best >= u_cost):
+    if remote.slo_blocked[i] and (best == np.iinfo(np.int64).max or best >= u_cost):
         js.fail(state, Reason.SLO_AT_RISK, (
             f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
             f"the SLO ({js.tau:g} s) under the current network load; postponed"))

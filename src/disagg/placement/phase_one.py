@@ -8,6 +8,8 @@ the same request. Each shape's aggregator X links to the shape's cheapest machin
 links to X (paying its own offset over the shape's prices) and to its few cheapest machines
 directly. Machine → sink has a free arc up to the machine's free local devices and a spill arc
 priced at what going remote costs a typical job, so tasks spread to where their devices are local.
+What each arc costs, which arcs exist and how many tasks a machine takes are the policy's cost
+model's answers (`cost_models.py`); this module builds the network from them.
 
 The decoder hands each task a machine from the flow's lists, checking the real fit in `FreeState`
 (several classes may share a machine's cpus); a job whose tasks do not all fit fails (gang).
@@ -19,21 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD, age_bonus, placing_cost, unscheduled_cost
+from disagg.placement.commit import EPS
+from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
+from disagg.placement.cost_models import ClassRows, CostModel, MachineColumns
 from disagg.placement.decisions import Reason
-from disagg.placement.jobstate import (
-    FlowOptions,
-    IntArray,
-    JobState,
-    JobTable,
-    expected_arrays,
-    expected_vec,
-    flow_lists,
-    profile_arrays,
-    request,
-)
+from disagg.placement.jobstate import IntArray, JobState, JobTable, flow_lists, profile_arrays, request
 from disagg.placement.network import FlowNetwork
-from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
@@ -112,42 +105,37 @@ def classify(jobs: list[JobState]) -> Classes:
     return Classes(of_job, counts, tasks, reps, list(shapes.values()))
 
 
-def fit_counts(state: FreeState, js: JobState, local_free: dict[str, IntArray], remote: bool,
-               min_gbps: float = 0.0) -> IntArray:
-    """How many tasks of this job each machine can take: server-centric policies with their own
-    devices; with remote devices, no more than its own free devices plus what its uplink can carry
-    at `min_gbps` (the least any class of the shape draws per remote device) serve."""
-    t = js.job.tasks
-    out: IntArray = task_fit_counts(state, t.cpus, t.memory_gb)
-    if not t.kinds:
-        return out
-    local_fit = out.copy()
-    local_units = np.zeros(state.n_machines, dtype=np.int64)
-    for k in t.kinds:
-        have = local_free[k] if k not in t.models else state.local_free(k, t.models[k])
-        local_fit = np.minimum(local_fit, have // t.wants(k))
-        local_units += have
-    if not remote:
-        return local_fit
-    if min_gbps > 0:
-        n = state.n_machines
-        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + 1e-9) / min_gbps)
-        served = np.floor((np.maximum(carried, 0) + local_units) / sum(t.wants(k) for k in t.kinds))
-        out = np.minimum(out, served.astype(np.int64))
-    return out
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The machines one shape's classes are priced against: which, how many of its tasks each can take,
+    what prices them, and the shape's own price there (its aggregator's arcs)."""
+
+    machines: IntArray
+    fit: IntArray
+    columns: MachineColumns
+    proxy: IntArray
+
+    def head(self, n: int) -> Candidates:
+        """The `n` cheapest for the shape (all of them when there are no more)."""
+        if len(self.machines) <= n:
+            return self
+        at = np.argpartition(self.proxy, n - 1)[:n]
+        c = self.columns
+        return Candidates(self.machines[at], self.fit, MachineColumns(c.share[at], c.load[at], c.pref[at]),
+                          self.proxy[at])
 
 
-def price(state: FreeState, cls: Classes, opts: FlowOptions) -> Pricing:
+def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int) -> Pricing:
     """Arcs from classes to machines, directly and through one aggregator per shape."""
     n_machines = state.n_machines
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
-    up_load = state.link_load()[:n_machines] if opts.network_aware else np.zeros(n_machines)
+    up_load = state.link_load()[:n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64))
     for g, members in enumerate(cls.shapes):
         rep = cls.representative[members[0]]
         t = rep.job.tasks
-        fit = fit_counts(state, rep, local_free, opts.remote, min(cls.representative[c].gbps for c in members))
+        fit = costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members))
         cand = np.nonzero(fit > 0)[0]
         want_total = sum(rep.wants.values())
         # The share of the task's devices that would have to be remote on each machine.
@@ -157,57 +145,45 @@ def price(state: FreeState, cls: Classes, opts: FlowOptions) -> Pricing:
             for k, n in rep.wants.items():
                 local += np.minimum(local_free[k][cand], n)
             share = (want_total - local) / want_total
-        load = up_load[cand]
         pref = P_LOCAL + SPREAD * used_frac[cand]
         for k in state.kinds:
             if t.wants(k) == 0:
                 pref = pref + P_SPARE_DEVICES * (local_free[k][cand] > 0)
-        ph = expected_vec(rep.profile, share, load, rep.tau)
-        proxy = placing_cost(ph, rep.tau, rep.z, pref)
-        keep = np.ones(len(cand), dtype=bool)
-        if opts.network_aware:
-            # Machines where even the shape's first class would miss its SLO remotely are left out.
-            keep = ~((share > 0) & (ph > rep.tau))
+        columns = MachineColumns(share, up_load[cand], pref)
+        shared = costs.shape_to_machine(rep, columns)
+        proxy = shared.cost
         # Enough machines for twice the shape's tasks, and more while the arc budget allows, so
         # that shapes whose favourite machines overlap still find room elsewhere.
-        limit = max(opts.min_candidates, 2 * int(cls.tasks[members].sum()), AGG_ARC_BUDGET // len(cls.shapes))
-        sel = np.nonzero(keep)[0]
+        limit = max(min_candidates, 2 * int(cls.tasks[members].sum()), AGG_ARC_BUDGET // len(cls.shapes))
+        sel = np.nonzero(shared.exists)[0]
         if len(sel) > limit:
             sel = sel[np.argpartition(proxy[sel], limit - 1)[:limit]]
         if len(sel) == 0:
             continue
-        cand, share, load, pref, proxy = cand[sel], share[sel], load[sel], pref[sel], proxy[sel]
+        cand, proxy = cand[sel], proxy[sel]
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, fit[cand], proxy)
-        _price_classes(pricing, g, members, cls, fit, cand, share, load, pref, proxy, want_total > 0, opts)
+        kept = Candidates(cand, fit, MachineColumns(share[sel], columns.load[sel], pref[sel]), proxy)
+        _price_classes(pricing, g, members, cls, kept, costs, want_total > 0)
     return pricing
 
 
-def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, fit: IntArray, cand: IntArray,
-                   share: np.ndarray, load: np.ndarray, pref: np.ndarray, proxy: IntArray, wants_devices: bool,
-                   opts: FlowOptions) -> None:
+def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates, costs: CostModel,
+                   wants_devices: bool) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
     (its cheapest machines). A class's offset to X and its preferred machines come from there."""
-    head = np.arange(len(cand))
-    if len(cand) > CLASS_HEAD:
-        head = np.argpartition(proxy, CLASS_HEAD - 1)[:CLASS_HEAD]
-    h_share, h_load, h_pref, h_proxy, h_cand = share[head], load[head], pref[head], proxy[head], cand[head]
+    head = cand.head(CLASS_HEAD)
     reps = [cls.representative[c] for c in members]
     ids = np.array(members, dtype=np.int64)
-    params = tuple(a[:, None] for a in profile_arrays(reps))
-    taus = np.array([js.tau for js in reps])[:, None]
-    zs = np.array([js.z for js in reps])[:, None]
-    ph = expected_arrays(params, h_share[None, :], h_load[None, :])
-    cost = placing_cost(ph, taus, zs, h_pref[None, :])
-    if wants_devices and opts.remote:
-        ends = placing_cost(expected_arrays(params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), taus, zs, P_LOCAL)
-        pricing.surcharges.extend((ends[:, 1] - ends[:, 0]).tolist())
-    allowed = np.ones(cost.shape, dtype=bool)
-    if opts.network_aware:
-        phi_local = np.array([js.phi_local for js in reps])[:, None]
-        allowed = ~((h_share[None, :] > 0) & (ph > taus) & (ph > phi_local))
+    rows = ClassRows.of(profile_arrays(reps), reps)
+    arcs = costs.task_to_machine(rows, head.columns)
+    cost, allowed = arcs.cost, arcs.exists
+    if wants_devices:
+        surcharges = costs.remote_surcharge(rows)
+        if surcharges is not None:
+            pricing.surcharges.extend(surcharges.tolist())
     masked = np.where(allowed, cost, NEVER)
     has = allowed.any(axis=1)
-    offsets = np.where(allowed, cost - h_proxy[None, :], np.iinfo(np.int64).min).max(axis=1)
+    offsets = np.where(allowed, cost - head.proxy[None, :], np.iinfo(np.int64).min).max(axis=1)
     pricing.to_shape.add(ids[has], np.full(int(has.sum()), g, dtype=np.int64), cls.tasks[ids[has]],
                          np.maximum(offsets[has], 0))
     n_pref = min(PREFERRED, masked.shape[1])
@@ -217,9 +193,9 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, f
         top = np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
     top_cost = np.take_along_axis(masked, top, axis=1)
     keep = top_cost < NEVER
-    rows = np.broadcast_to(ids[:, None], top.shape)[keep]
-    heads = h_cand[top[keep]]
-    pricing.preferred.add(rows, heads, np.minimum(fit[heads], cls.tasks[rows]), top_cost[keep])
+    rows_at = np.broadcast_to(ids[:, None], top.shape)[keep]
+    heads = head.machines[top[keep]]
+    pricing.preferred.add(rows_at, heads, np.minimum(cand.fit[heads], cls.tasks[rows_at]), top_cost[keep])
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
 
 
@@ -234,9 +210,10 @@ class PhaseOne:
     arcs: dict[str, tuple[IntArray, IntArray, IntArray, IntArray]]
 
 
-def build(state: FreeState, jobs: list[JobState], opts: FlowOptions, queue_len: int, table: JobTable) -> PhaseOne:
+def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidates: int, queue_len: int,
+          table: JobTable) -> PhaseOne:
     cls = classify(jobs)
-    pricing = price(state, cls, opts)
+    pricing = price(state, cls, costs, min_candidates)
     n_machines, n_jobs, n_classes = state.n_machines, len(jobs), len(cls.representative)
     net = FlowNetwork()
     job0 = net.add_nodes(n_jobs)
@@ -249,8 +226,7 @@ def build(state: FreeState, jobs: list[JobState], opts: FlowOptions, queue_len: 
     net.supplies[job0:job0 + n_jobs] = cls.counts
     net.supplies[sink] = -total
     rows = JobTable.indices(jobs)
-    u_cost = unscheduled_cost(table.tau[rows], table.z[rows], table.waits[rows]) + age_bonus(table.order[rows],
-                                                                                              queue_len)
+    u_cost = costs.task_to_unscheduled(table, rows, queue_len)
     idx = np.arange(n_jobs, dtype=np.int64)
     net.add_arcs("job->class", job0 + idx, class0 + cls.of_job, cls.counts, 0)
     net.add_arcs("job->U", job0 + idx, unsched, cls.counts, u_cost)
@@ -278,7 +254,7 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     min_cpu = min(js.cpus for js in reps)
     min_mem = min(js.memory_gb for js in reps)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cap = np.minimum(np.floor((state.cpu + 1e-9) / min_cpu), np.floor((state.mem + 1e-9) / min_mem))
+        cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
@@ -292,7 +268,7 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
                  max(1, int(np.median(pricing.surcharges))))
 
 
-def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntArray, opts: FlowOptions
+def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntArray, costs: CostModel
            ) -> list[JobState]:
     """Hand out machines in queue order; returns the jobs whose every task got one."""
     net, cls = phase.net, phase.cls
@@ -308,14 +284,14 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
                for c in range(len(cls.representative))]
     survivors: list[JobState] = []
-    take, remote = state.take_cpu_along, opts.remote
+    take = state.take_cpu_along
     # Each task gets a machine from the flow's lists (the class's own, then its shape's), checking the
     # real fit; a repair when the flow over-filled a machine; gang: all tasks or none. (One loop for
     # every job, no call per job: a round at 12,500 machines hands out some 12,000 tasks.)
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), opts)
+            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs)
             continue
         cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
         for _ in range(count):
@@ -324,7 +300,7 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
                 if m >= 0:
                     break
             else:
-                m = repair(state, js, remote)
+                m = repair(state, js, costs)
                 if m < 0:
                     js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit "
                                                       f"went to jobs ahead of it this round")
@@ -336,41 +312,30 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     return survivors
 
 
-def repair(state: FreeState, js: JobState, remote: bool) -> int:
+def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
-    machine with the most free cpus that still fits the task (and its devices, server-centric)."""
+    machine with the most free cpus that still fits the task, among those the cost model allows it
+    (server-centric: those whose own free devices cover it)."""
     cpus, memory_gb = js.cpus, js.memory_gb
-    # Server-centric: only machines whose own free devices cover the task (ascending, so argmax still
-    # takes the first of equals).
-    has_devices, cand = (None, np.arange(state.n_machines)) if remote else state.machines_with_local(js.shape)
+    has_devices, cand = costs.machines_allowed(state, js)
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))
     if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js):
         return m
     cpu = state.cpu[cand]
-    ok = (cpu + 1e-9 >= cpus) & (state.mem[cand] + 1e-9 >= memory_gb)
+    ok = (cpu + EPS >= cpus) & (state.mem[cand] + EPS >= memory_gb)
     if not ok.any():
         return -1
     m = int(cand[np.argmax(np.where(ok, cpu, -np.inf))])
     return m if state.take_cpu(m, cpus, memory_gb, js) else -1
 
 
-def explain(state: FreeState, js: JobState, best: int, u_cost: int, opts: FlowOptions) -> None:
-    """Why the flow sent (some of) a job's tasks to U."""
-    t = js.job.tasks
+def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel) -> None:
+    """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
+    was cheaper, or jobs ahead of it took what fits."""
     if best == NEVER:
-        if not opts.remote and t.kinds:
-            wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
-            js.fail(state, Reason.NO_DEVICES, f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and "
-                                              f"{wants} on the same machine (server-centric); no machine has that "
-                                              f"free now")
-        elif opts.network_aware:
-            js.fail(state, Reason.SLO_AT_RISK, f"every machine with {t.cpus:g} cpus free would need remote devices "
-                                               f"that miss the SLO ({js.tau:g} s) under the current network load; "
-                                               f"postponed")
-        else:
-            js.fail(state, Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free")
+        js.fail(state, *costs.why_no_machine(js))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
                                          f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed")

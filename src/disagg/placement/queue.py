@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.model import Job, TaskRequest
+from disagg.placement.commit import EPS, exceeds
 from disagg.placement.decisions import Reason
 from disagg.placement.state import FreeState, column
 
@@ -44,8 +45,8 @@ class Refusal:
 def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int64]:
     """How many tasks of this shape each machine can take now (cpu and memory only)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        by_cpu = np.floor((state.cpu + 1e-9) / cpus)
-        by_mem = np.floor((state.mem + 1e-9) / mem)
+        by_cpu = np.floor((state.cpu + EPS) / cpus)
+        by_mem = np.floor((state.mem + EPS) / mem)
     return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
 
 
@@ -252,7 +253,7 @@ class _Admission:
                     f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
                     f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
             short = said[key]
-        elif need_cpu > self.left_cpu + 1e-9 or need_mem > self.left_mem + 1e-9:
+        elif exceeds(need_cpu, self.left_cpu) or exceeds(need_mem, self.left_mem):
             left_cpu, left_mem = self.left_cpu, self.left_mem
             key = ("left", need_cpu, need_mem, left_cpu, left_mem)
             if key not in said:

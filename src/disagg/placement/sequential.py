@@ -14,6 +14,7 @@ import numpy as np
 
 from disagg.model import Cluster, Job
 from disagg.placement.base import Clock, no_clock
+from disagg.placement.commit import EPS, exceeds
 from disagg.placement.cost import phi, profile_of, remote_gbps
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.state import FreeState, Journal
@@ -125,7 +126,7 @@ def _too_big_now(state: FreeState, job: Job) -> Refused | None:
     on a full cluster is mostly such jobs, and this keeps them off the per-machine stages."""
     t = job.tasks
     free_cpu, free_mem = float(state.cpu.sum()), float(state.mem.sum())
-    if t.count * t.cpus > free_cpu + 1e-9 or t.count * t.memory_gb > free_mem + 1e-9:
+    if exceeds(t.count * t.cpus, free_cpu) or exceeds(t.count * t.memory_gb, free_mem):
         return Refused(Reason.NO_CAPACITY, f"needs {t.count * t.cpus:g} cpus and {t.count * t.memory_gb:g} GB; "
                                            f"{free_cpu:g} cpus and {free_mem:g} GB are free in the cluster")
     for kind, n in t.devices.items():
@@ -183,7 +184,7 @@ def by_submit(queue: Sequence[Job], now: float) -> list[Job]:
 
 def cpu_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
     t = ask.job.tasks
-    return (state.cpu + 1e-9 >= t.cpus) & (state.mem + 1e-9 >= t.memory_gb)
+    return (state.cpu + EPS >= t.cpus) & (state.mem + EPS >= t.memory_gb)
 
 
 def local_fit_mask(state: FreeState, ask: Ask) -> np.ndarray:
@@ -209,7 +210,7 @@ def first_reachable(state: FreeState, ask: Ask, fits: np.ndarray) -> int:
     local = np.ones(len(candidates), dtype=bool)
     for k in t.kinds:
         local &= state.local_free(k, t.models.get(k))[candidates] >= t.wants(k)
-    can_send = state.link_cap[candidates] - state.link_used[candidates] + 1e-9 >= ask.gbps
+    can_send = state.link_cap[candidates] - state.link_used[candidates] + EPS >= ask.gbps
     for m in candidates[local | can_send][:REACH_SCAN]:
         if all(state.reachable(k, int(m), ask.gbps) >= t.wants(k) for k in t.kinds):
             return int(m)

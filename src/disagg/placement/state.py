@@ -2,9 +2,9 @@
 
 A policy copies what it needs from the immutable snapshot into a `FreeState` and reserves from it
 as it decides. Every reservation goes into the job's `Reservations` (a `Journal`, or a flow round's
-job state) so a job that fails its gang check gives back exactly what it took. This is the one
-place that enforces "never over-commit": every `take_*` checks capacity and refuses rather than
-going negative.
+job state) so a job that fails its gang check gives back exactly what it took. Within a round, this is where
+"never over-commit" holds: every `take_*` checks capacity with `commit.exceeds` (the rule the
+simulator's and the controller's re-check share) and refuses rather than going negative.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.model import DEVICE_KINDS, Cluster, DeviceKind
-
-_EPS = 1e-9
+from disagg.placement.commit import EPS, exceeds
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -209,7 +208,7 @@ class FreeState:
         # and numpy's scalar reads and writes cost several times more.
         cpu, memory = self._cpu_view, self._mem_view
         free_cpu, free_mem = cpu[m], memory[m]
-        if free_cpu + _EPS < cpus or free_mem + _EPS < mem:
+        if exceeds(cpus, free_cpu) or exceeds(mem, free_mem):
             return False
         cpu[m] = free_cpu - cpus
         memory[m] = free_mem - mem
@@ -270,7 +269,7 @@ class FreeState:
             return True
         used, cap = self.link_used, self.link_cap
         for link in links:
-            if used[link] + gbps > cap[link] + _EPS:
+            if exceeds(used[link] + gbps, cap[link]):
                 return False
         for link in links:
             used[link] += gbps
@@ -375,12 +374,12 @@ class FreeState:
         `gbps` of headroom."""
         n_loc = len(self.loc_rack)
         headroom = self.link_cap - self.link_used
-        if headroom[own] + _EPS < gbps:
+        if headroom[own] + EPS < gbps:
             return np.zeros(n_loc, dtype=bool)
         same_rack = self.loc_rack == self.loc_rack[own]
-        rack_ok = headroom[n_loc + self.loc_rack] + _EPS >= gbps
-        own_rack_ok = headroom[n_loc + self.loc_rack[own]] + _EPS >= gbps
-        reach: NDArray[np.bool_] = (headroom[:n_loc] + _EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
+        rack_ok = headroom[n_loc + self.loc_rack] + EPS >= gbps
+        own_rack_ok = headroom[n_loc + self.loc_rack[own]] + EPS >= gbps
+        reach: NDArray[np.bool_] = (headroom[:n_loc] + EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
         reach[own] = False
         return reach
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from disagg.model.states import JobState
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.sim.engine import SimConfig, SimResult, simulate
 from disagg.sim.metrics import summarize
@@ -25,7 +26,7 @@ from disagg.sim.scenarios import get_scenario, paper_cluster
 from disagg.sim.sweep import default_workers
 from disagg.sim.workload import WarmupSpec, WorkloadSpec, poisson_workload, warmup_jobs
 
-KEYS = ("policy", "jobs", "completed", "makespan_s", "qos_violations", "rounds", "wall_s", "sim_end_s",
+KEYS = ("policy", "jobs", JobState.COMPLETED, "makespan_s", "qos_violations", "rounds", "wall_s", "sim_end_s",
         "sim_s_per_wall_s", "rounds_per_wall_s", "sched_latency_p50_s", "sched_latency_p99_s")
 
 

@@ -4,9 +4,10 @@ Who calls what: `simulate(...)` owns a `Kernel` and a `SimCluster`. Every `inter
 jobs wait) it builds an immutable `Cluster` snapshot — machines, devices with their health, and one
 `Allocation` per running task with its devices and its traffic — and hands it with the queue to the
 policy, exactly as `disagg place` does. It then applies the `Decisions` to its own state, re-checking
-that nothing is over-committed (a placement that would over-commit is refused and counted as a
-conflict, Nomad's plan re-validation), and raises `wait_rounds` of every job left waiting (unless the
-policy declares `reads_wait_rounds = False`, as the sequential baselines do: W cannot change their decisions).
+that nothing is over-committed with `placement.commit.over_commit` (a placement that would over-commit
+is refused and counted as a conflict, Nomad's plan re-validation), and raises `wait_rounds` of every
+job left waiting (unless the policy declares `reads_wait_rounds = False`, as the sequential baselines
+do: W cannot change their decisions).
 
 Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
 (scheduler latency) and the run's total `wall_s`.
@@ -28,14 +29,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from disagg.model import Allocation, Cluster, Device, Job
+from disagg.model.states import DEVICE_FAILED
 from disagg.placement.base import Policy
+from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.profiles import Profile, lookup
-from disagg.sim.execution import collocation_factor, link_load_factor, memory_slowdown, path_factor
+from disagg.sim.execution import REFERENCE_GBPS, task_stretch
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.workload import Submission
 
-_EPS = 1e-9
 #: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
 TRANSFER_KINDS = ("gpu", "nvme", "fpga")
 
@@ -133,8 +135,9 @@ class SimResult:
 
 @dataclass(slots=True)
 class _Grant:
-    """A device a task holds. For a remote one: the links of its path, their capacities, and the
-    idle-path factor (fixed for the grant's life, so computed once)."""
+    """A device a task holds, as the execution model reads it (an `execution.DeviceView`). For a remote
+    one: the links of its path, their capacities and the slowest of them (fixed for the grant's life),
+    and `load`, the busiest link's use by others, set before each re-evaluation."""
 
     device: int
     remote: bool
@@ -142,7 +145,8 @@ class _Grant:
     gbps: float
     kind: str = "gpu"
     caps: tuple[float, ...] = ()
-    path_factor: float = 1.0
+    bottleneck_gbps: float = REFERENCE_GBPS
+    load: float = 0.0
 
 
 @dataclass(slots=True)
@@ -152,8 +156,8 @@ class _Task:
     cpus: float
     memory_gb: float
     grants: list[_Grant]
-    transfer_devices: int = 0
-    local_transfer: int = 0
+    #: The transfer-bearing devices, local ones first (the model's sum adds them in this order).
+    transfer: list[_Grant] = field(default_factory=list)
     remote_transfer: list[_Grant] = field(default_factory=list)
     remote_memory_gb: float = 0.0
 
@@ -212,6 +216,32 @@ class SimCluster:
     def set_health(self, device: int, health: str) -> None:
         self.devices[device] = replace(self.devices[device], health=health)  # type: ignore[arg-type]
         self._devices_tuple = tuple(self.devices)
+
+    # -- what is free now, as `commit.Room` (the re-check before a placement starts) --
+
+    def cpus_left(self, machine: str) -> float | None:
+        m = self.m_index.get(machine)
+        return None if m is None else self.cpu_free[m]
+
+    def memory_left(self, machine: str) -> float:
+        return self.mem_free[self.m_index[machine]]
+
+    def device_problem(self, device_id: str) -> str | None:
+        d = self.d_index.get(device_id)
+        if d is None:
+            return "is not in the inventory"
+        if d in self.holder:
+            return "is already held"
+        health = self.devices[d].health
+        return None if health == "healthy" else f"is {health}"
+
+    def link_left(self, link: str) -> float:
+        cap = self.link_cap.get(link)
+        return math.inf if cap is None else cap - self.link_used[link]
+
+    def link_down(self, link: str) -> bool:
+        """Links do not fail in the simulator."""
+        return False
 
 
 # -- the loop ------------------------------------------------------------------------------------------
@@ -379,46 +409,32 @@ class Simulation:
         return placed
 
     def _check(self, jp: JobPlacement, job: Job) -> list[_Task] | None:
-        """The placement as tasks, or None when it would over-commit anything (nothing is changed)."""
+        """The placement as tasks, or None when it names what the cluster lacks or would over-commit
+        anything (`commit.over_commit` against what is free now; nothing is changed)."""
         st = self.state
         if len(jp.tasks) != job.tasks.count:
             return None
-        cpu: dict[int, float] = {}
-        mem: dict[int, float] = {}
-        traffic: dict[str, float] = {}
-        seen: set[int] = set()
         profile = lookup(job.image)
         tasks: list[_Task] = []
         for tp in jp.tasks:
             m = st.m_index.get(tp.machine)
             if m is None:
                 return None
-            cpu[m] = cpu.get(m, 0.0) + tp.cpus
-            mem[m] = mem.get(m, 0.0) + tp.memory_gb
             grants: list[_Grant] = []
             for g in tp.devices:
                 d = st.d_index.get(g.id)
-                if d is None or d in seen or d in st.holder or st.devices[d].health != "healthy":
+                if d is None:
                     return None
-                seen.add(d)
                 dev = st.devices[d]
                 remote = dev.location != tp.machine
                 links = st.base.path(tp.machine, dev.location) if remote else ()
-                gbps = 0.0
-                if remote:
-                    gbps = g.network_gbps or job.network_gbps or profile.network_gbps
-                    for lk in links:
-                        traffic[lk] = traffic.get(lk, 0.0) + gbps
+                # A grant that does not say what it draws draws its job's, or its profile's.
+                gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
-                pf = path_factor(profile, min(caps)) if caps else 1.0
-                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, pf))
+                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS)))
             tasks.append(_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
-        for m, c in cpu.items():
-            if c > st.cpu_free[m] + _EPS or mem[m] > st.mem_free[m] + _EPS:
-                return None
-        for lk, extra in traffic.items():
-            if st.link_used[lk] + extra > st.link_cap[lk] + _EPS:
-                return None
+        if over_commit(_as_charged(jp, tasks), st) is not None:
+            return None
         return tasks
 
     def _start(self, name: str, tasks: list[_Task], now: float) -> set[str]:
@@ -479,34 +495,26 @@ class Simulation:
     # -- the execution model applied --
 
     def _stretch(self, run: _Running) -> float:
-        """The job's stretch now: execution.py's model, with the per-grant constants precomputed.
-
-        Same formula as `execution.task_stretch` (tests check the engine's times against it); written out
-        here because it runs for every job that shares a machine or link with each start and finish.
-        """
+        """The job's stretch now: `execution.task_stretch` of its slowest task, each remote device's
+        load being the busiest link of its path as used by others. Runs for every job that shares a
+        machine or link with each start and finish."""
         st = self.state
         used = st.link_used
         own = run.own_traffic
         profile = run.profile
-        ts = profile.transfer_share
         worst = 1.0
         for t in run.tasks:
-            stretch = 1.0
-            if t.transfer_devices and ts > 0.0:
-                total = float(t.local_transfer)
-                for g in t.remote_transfer:
-                    load = 0.0
-                    for lk, cap in zip(g.links, g.caps, strict=True):
-                        share = (used[lk] - own.get(lk, 0.0)) / cap
-                        if share > load:
-                            load = share
-                    total += g.path_factor * link_load_factor(profile, load)
-                stretch = (1.0 - ts) + ts * total / t.transfer_devices
+            for g in t.remote_transfer:
+                load = 0.0
+                for lk, cap in zip(g.links, g.caps, strict=True):
+                    share = (used[lk] - own.get(lk, 0.0)) / cap
+                    if share > load:
+                        load = share
+                g.load = load
             total_cpus = st.machines[t.machine].cpus
             others = (st.cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
-            stretch *= collocation_factor(others)
-            if t.remote_memory_gb > 0.0:
-                stretch *= memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))
+            cache = t.memory_gb / (t.memory_gb + t.remote_memory_gb) if t.remote_memory_gb > 0.0 else None
+            stretch = task_stretch(profile, t.transfer, others, cache)
             if stretch > worst:
                 worst = stretch
         return worst
@@ -565,7 +573,7 @@ class Simulation:
         now = self.kernel.now
         fm = self.config.failures
         assert fm is not None
-        st.set_health(device, "failed")
+        st.set_health(device, DEVICE_FAILED)
         self.counters["failures"] += 1
         holder = st.holder.get(device)
         if holder is not None and holder in self.running:
@@ -599,14 +607,24 @@ def _task(name: str, machine: int, cpus: float, memory_gb: float, grants: list[_
     t = _Task(name, machine, cpus, memory_gb, grants)
     for g in grants:
         if g.kind in TRANSFER_KINDS:
-            t.transfer_devices += 1
-            if g.remote:
-                t.remote_transfer.append(g)
-            else:
-                t.local_transfer += 1
+            (t.remote_transfer if g.remote else t.transfer).append(g)
         elif g.kind == "memory" and g.remote:
             t.remote_memory_gb += devices[g.device].capacity
+    t.transfer += t.remote_transfer
     return t
+
+
+def _as_charged(jp: JobPlacement, tasks: list[_Task]) -> JobPlacement:
+    """The placement with each device's path and bandwidth as the simulator will charge them: the
+    placement itself when they agree (a policy's do), else a copy that says so (a grant that left its
+    bandwidth out, say), so that the check and the charge never differ."""
+    pairs = [(g, c) for tp, t in zip(jp.tasks, tasks, strict=True) for g, c in zip(tp.devices, t.grants, strict=True)]
+    if all(g.path == c.links and g.network_gbps == c.gbps for g, c in pairs):
+        return jp
+    return JobPlacement(jp.job, tuple(
+        replace(tp, devices=tuple(replace(g, path=c.links, network_gbps=c.gbps)
+                                  for g, c in zip(tp.devices, t.grants, strict=True)))
+        for tp, t in zip(jp.tasks, tasks, strict=True)))
 
 
 # `waited` fills a fresh Job's slots directly: a frozen dataclass's __init__ goes through

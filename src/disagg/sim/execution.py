@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from disagg.profiles import Profile
 
@@ -93,7 +94,21 @@ class DeviceUse:
     load: float = 0.0
 
 
-def transfer_stretch(profile: Profile, devices: Sequence[DeviceUse]) -> float:
+class DeviceView(Protocol):
+    """What the model reads of a device a task uses: a `DeviceUse`, or the simulator's record of a grant
+    (which keeps its path's bottleneck and updates its load as the network changes)."""
+
+    @property
+    def remote(self) -> bool: ...
+
+    @property
+    def bottleneck_gbps(self) -> float: ...
+
+    @property
+    def load(self) -> float: ...
+
+
+def transfer_stretch(profile: Profile, devices: Sequence[DeviceView]) -> float:
     """Stretch from where a task's devices sit: `(1 − ts) + ts · mean_d(f_d)`.
 
     `f_d` is 1 for a local device and `path_factor · link_load_factor` for a remote one. With no devices
@@ -115,7 +130,7 @@ def transfer_stretch(profile: Profile, devices: Sequence[DeviceUse]) -> float:
 
 def task_stretch(
     profile: Profile,
-    devices: Sequence[DeviceUse],
+    devices: Sequence[DeviceView],
     others_cpu_share: float = 0.0,
     memory_cache_share: float | None = None,
 ) -> float:

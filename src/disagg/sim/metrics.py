@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from disagg.model.states import JobState
 from disagg.sim.engine import JobRecord, SimResult
 
 
@@ -63,7 +64,7 @@ def summarize(result: SimResult, seed: int) -> dict[str, Any]:
         "policy": result.policy,
         "seed": seed,
         "jobs": len(recs),
-        "completed": len(done),
+        JobState.COMPLETED: len(done),
         "makespan_s": round(makespan, 3),
         "qos_violations": violations,
         "mean_jct_s": round(float(np.mean([r.finish_s - r.submit_s for r in done])) if done else 0.0, 3),

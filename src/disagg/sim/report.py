@@ -9,7 +9,6 @@ normalized job execution time sorted from worst to best (Fig. 10).
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
+from disagg.model.states import JobState
 from disagg.sim.engine import SimResult
 from disagg.sim.metrics import normalized_exec, summarize
 
@@ -119,7 +119,7 @@ def tables(outputs: Sequence[RunOutput]) -> list[Table]:
         for _, title, _ in COLUMNS:
             table.add_column(title, justify="right")
         for policy, rows in by_policy.items():
-            done = f"{sum(r['completed'] for r in rows) / len(rows):.0f}/{rows[0]['jobs']}"
+            done = f"{sum(r[JobState.COMPLETED] for r in rows) / len(rows):.0f}/{rows[0]['jobs']}"
             cells = []
             for key, _, fmt in COLUMNS:
                 scale = 1000.0 if key.startswith("sched_latency") else 1.0
@@ -197,7 +197,3 @@ def _save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def finite(x: float) -> bool:
-    return math.isfinite(x)

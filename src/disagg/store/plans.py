@@ -129,7 +129,7 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
         for link, gbps in placement.link_load().items():
             if link in bandwidth:
                 bandwidth[link] -= gbps
-    return RoomLedger(cpu, mem, devices, {r.id for r in links if not r.up}, bandwidth)
+    return RoomLedger(cpu, mem, devices, bandwidth=bandwidth, down={r.id for r in links if not r.up})
 
 
 def _note_waits(conn: Connection, waits: dict[tuple[str | None, str | None], list[str]], count_wait: bool,

@@ -1,0 +1,383 @@
+"""Cost models: what each flow policy answers for each arc type of its networks (`COST_MODELS` by name).
+
+    phase 1 (cpu, memory):   job → U                 task_to_unscheduled
+                             class → machine         task_to_machine, task_to_machine_capacity
+                             X_shape → machine       shape_to_machine
+                             machine → sink (spill)  remote_surcharge
+    phase k (one kind):      task → U                task_to_unscheduled
+                             task → own location     subtask_to_local
+                             task → R_rack | C       subtask_to_remote
+                             R_rack | C → location   remote_to_location
+
+A cost model prices arcs, says which exist and bounds their capacity; it never builds a network (the
+phase modules do: graph lifecycle stays out of it). The three flow policies differ only here:
+
+- `drmaestro`: devices may be remote; blind to network load (it prices φ at zero load and never
+  refuses a placement for its SLO);
+- `drmaestro-na`: the same, pricing the links' current load into φ and dropping the arcs (and, once
+  this round's traffic is on the links, the grants) that would miss the SLO;
+- `firmament`: server-centric: a task's devices come from its own machine, so no remote arc exists.
+
+The formulas (Eq. 6–8, preferences, integer scaling) are `cost.py`'s; the models only apply them.
+Issue 15's fairness terms belong on the unscheduled arc: a model that overrides
+`task_to_unscheduled` (adding a per-job term read from the round's `JobTable` rows) is all it takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from disagg.placement.commit import EPS
+from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
+from disagg.placement.decisions import DeviceGrant, Reason
+from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable, expected_arrays, expected_vec
+from disagg.placement.queue import task_fit_counts
+from disagg.placement.state import FreeState
+
+BoolArray = NDArray[np.bool_]
+
+#: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
+LOAD_COST = 0.2
+
+
+# -- what the models are asked about ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MachineColumns:
+    """The machines a request shape may go to (the columns of its arcs), with what prices them."""
+
+    #: Per machine, the share of a task's devices that would have to be remote there.
+    share: FloatArray
+    #: Per machine, its uplink's current load (0..1+); a model blind to the network ignores it.
+    load: FloatArray
+    #: Per machine, the preference P (Firmament's load spreading, spare devices).
+    pref: FloatArray
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRows:
+    """The classes of one shape (the rows of its arcs), each as a column vector of shape (classes, 1)."""
+
+    #: The profile's local time, transfer share, remote factor and load sensitivity (`profile_arrays`).
+    params: tuple[FloatArray, ...]
+    tau: FloatArray
+    z: FloatArray
+    phi_local: FloatArray
+
+    @classmethod
+    def of(cls, params: tuple[FloatArray, ...], reps: Sequence[JobState]) -> ClassRows:
+        def col(values: list[float]) -> FloatArray:
+            return np.array(values)[:, None]
+
+        return cls(tuple(a[:, None] for a in params), col([js.tau for js in reps]), col([js.z for js in reps]),
+                   col([js.phi_local for js in reps]))
+
+
+class SubtaskColumns(Protocol):
+    """Per task of a device phase (its sub-tasks share its arcs): what its sub-task arcs are priced with."""
+
+    own: IntArray
+    tau: FloatArray
+    z: FloatArray
+    gbps: FloatArray
+    phi_local: FloatArray
+    params: tuple[FloatArray, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MachineArcs:
+    """Costs of arcs to machines, and which of them exist (the rest are not offered at all)."""
+
+    cost: IntArray
+    exists: BoolArray
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteArcs:
+    """Per task: whether a remote arc in its rack (`rack_ok`) or across racks exists, at what cost, and
+    whether the SLO alone kept one from it (`slo_blocked`, for the explanation)."""
+
+    rack_ok: BoolArray
+    cross_ok: BoolArray
+    rack_cost: IntArray
+    cross_cost: IntArray
+    slo_blocked: BoolArray
+
+
+# -- the interface ---------------------------------------------------------------------------------
+
+
+class CostModel(Protocol):
+    """One policy's answer to one question per arc type (see the module docstring). Pure: the models
+    read the round's `FreeState` and job numbers and change nothing."""
+
+    name: str
+
+    def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
+        """The cost of leaving each of `rows` (a job, or a task of it, by its row in `table`) unscheduled."""
+        ...
+
+    def task_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
+        """Class → machine arcs: a (classes × machines) cost matrix and which arcs exist."""
+        ...
+
+    def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
+        """Aggregator → machine arcs of a shape, priced as its first class (`rep`) would be."""
+        ...
+
+    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+                                 min_gbps: float) -> IntArray:
+        """How many tasks of this request each machine can take (`min_gbps`: the least any class of the
+        shape draws per remote device)."""
+        ...
+
+    def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
+        """The machines a task may go to whatever the price (the decoder's repair): a mask (None: every
+        machine) and those machines, ascending."""
+        ...
+
+    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+        """Why a job that the model offers no machine at all waits."""
+        ...
+
+    def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
+        """Per class, what all-remote devices cost over all-local ones: the price of the machine → sink
+        spill arc. None: the model never puts devices remote (no spill arc)."""
+        ...
+
+    def subtask_to_local(self, tasks: SubtaskColumns) -> IntArray:
+        """Per task, the cost of a device on its own machine."""
+        ...
+
+    def subtask_to_remote(self, state: FreeState, tasks: SubtaskColumns) -> RemoteArcs | None:
+        """Per task, the remote arcs (in its rack, across racks); None: there are no remote arcs at all."""
+        ...
+
+    def remote_to_location(self, uplink_load: FloatArray, rack_load: FloatArray) -> tuple[IntArray, IntArray]:
+        """Rack and cross-rack aggregators → locations: the cost of a device at each location, given the
+        load on its uplink (and on its rack's uplink, across racks)."""
+        ...
+
+    def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+        """Once the decoder has put this device's traffic on `path`, is the remote arc still offered?"""
+        ...
+
+    def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
+        """The link load a task's remote devices are priced at, for the expected time its placement reports."""
+        ...
+
+
+# -- the models ------------------------------------------------------------------------------------
+
+
+class DRMaestroCostModel:
+    """DRMaestro (seed 001): devices may be remote (P = 1 local, 1.05 in the rack, 1.1 across racks),
+    priced at an idle network; every placement is offered, whatever its SLO."""
+
+    name = "drmaestro"
+
+    # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
+    # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
+
+    def priced_load(self, load: FloatArray) -> FloatArray:
+        """The link load φ is priced at: none."""
+        return np.zeros(len(load))
+
+    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float) -> BoolArray:
+        """The placements dropped because they would miss the SLO (φ > τ): none."""
+        return np.zeros(np.shape(phi_s), dtype=bool)
+
+    # -- phase 1 --
+
+    def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
+        # Eq. 8 (with W) and the age tie-break. Issue 15's fairness term goes here.
+        cost: IntArray = (unscheduled_cost(table.tau[rows], table.z[rows], table.waits[rows])
+                          + age_bonus(table.order[rows], queue_len))
+        return cost
+
+    def task_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
+        share = machines.share[None, :]
+        ph = expected_arrays(rows.params, share, self.priced_load(machines.load)[None, :])
+        cost = placing_cost(ph, rows.tau, rows.z, machines.pref[None, :])
+        # Remote devices that would miss the SLO, and do worse than the job's local time.
+        return MachineArcs(cost, ~((share > 0) & self.misses_slo(ph, rows.tau) & (ph > rows.phi_local)))
+
+    def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
+        ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
+        cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
+        # Machines where even the shape's first class would miss its SLO remotely are left out.
+        return MachineArcs(cost, ~((machines.share > 0) & self.misses_slo(ph, rep.tau)))
+
+    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+                                 min_gbps: float) -> IntArray:
+        """What cpus and memory fit, and no more than the machine's own free devices plus what its uplink
+        carries at `min_gbps` can serve."""
+        t = js.job.tasks
+        out = task_fit_counts(state, t.cpus, t.memory_gb)
+        if not t.kinds or min_gbps <= 0:
+            return out
+        local_units = np.zeros(state.n_machines, dtype=np.int64)
+        for k in t.kinds:
+            local_units += _own_free(state, js, k, local_free)
+        n = state.n_machines
+        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
+        served = np.floor((np.maximum(carried, 0) + local_units) / sum(t.wants(k) for k in t.kinds))
+        return np.minimum(out, served.astype(np.int64))
+
+    def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
+        return None, np.arange(state.n_machines)
+
+    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+        t = js.job.tasks
+        return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
+
+    def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
+        ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
+                            P_LOCAL)
+        out: IntArray = ends[:, 1] - ends[:, 0]
+        return out
+
+    # -- phase k --
+
+    def subtask_to_local(self, tasks: SubtaskColumns) -> IntArray:
+        return placing_cost(tasks.phi_local, tasks.tau, tasks.z, P_LOCAL)
+
+    def subtask_to_remote(self, state: FreeState, tasks: SubtaskColumns) -> RemoteArcs | None:
+        """A remote arc exists where the task's uplink (and, across racks, its rack's) has the headroom
+        for its traffic and the SLO allows it; it costs `(1 − Ut(φ))·P` with φ all-remote."""
+        own, gbps = tasks.own, tasks.gbps
+        n = len(own)
+        load = state.link_load()
+        headroom = state.link_cap - state.link_used
+        own_rack_link = len(state.loc_rack) + state.loc_rack[own]
+        can_send = headroom[own] + EPS >= gbps
+        phi_rack = expected_arrays(tasks.params, np.ones(n), self.priced_load(load[own]))
+        phi_cross = expected_arrays(tasks.params, np.ones(n),
+                                    self.priced_load(np.maximum(load[own], load[own_rack_link])))
+        rack_ok = can_send.copy()
+        cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
+        miss_rack = self.misses_slo(phi_rack, tasks.tau) & (phi_rack > tasks.phi_local)
+        miss_cross = self.misses_slo(phi_cross, tasks.tau) & (phi_cross > tasks.phi_local)
+        slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
+        rack_ok &= ~miss_rack
+        cross_ok &= ~miss_cross
+        return RemoteArcs(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK),
+                          placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS), slo_blocked)
+
+    def remote_to_location(self, uplink_load: FloatArray, rack_load: FloatArray) -> tuple[IntArray, IntArray]:
+        """Each unit of priced load on the location's uplink costs `LOAD_COST` (and across racks, its
+        rack's uplink too), steering remote devices to quiet links; zero when the load is not priced."""
+        rack: IntArray = np.rint(LOAD_COST * SCALE * np.clip(self.priced_load(uplink_load), 0, 1)).astype(np.int64)
+        across = np.clip(self.priced_load(rack_load), 0, 1)
+        cross: IntArray = rack + np.rint(LOAD_COST * SCALE * across).astype(np.int64)
+        return rack, cross
+
+    def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+        return True
+
+    def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
+        return 0.0
+
+
+class DRMaestroNACostModel(DRMaestroCostModel):
+    """DRMaestro NA: φ includes the slowdown the profile predicts under the current link load, and a
+    remote device that would then miss the SLO (and do worse than local) is not offered: postponed."""
+
+    name = "drmaestro-na"
+
+    def priced_load(self, load: FloatArray) -> FloatArray:
+        return load
+
+    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float) -> BoolArray:
+        out: BoolArray = phi_s > tau
+        return out
+
+    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+        t = js.job.tasks
+        return Reason.SLO_AT_RISK, (f"every machine with {t.cpus:g} cpus free would need remote devices that miss "
+                                    f"the SLO ({js.tau:g} s) under the current network load; postponed")
+
+    def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+        after = phi(js.job, js.profile, 1.0, state.load(path))
+        return not (after > js.tau and after > js.phi_local)
+
+    def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
+        """The busiest link any of the task's devices crosses."""
+        return state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
+
+
+class FirmamentCostModel(DRMaestroCostModel):
+    """Firmament: server-centric; a task's devices come from its own machine, so a machine's capacity
+    counts its own free devices and there is no remote arc (nor the spill arc that prices one)."""
+
+    name = "firmament"
+
+    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+                                 min_gbps: float) -> IntArray:
+        t = js.job.tasks
+        fit = task_fit_counts(state, t.cpus, t.memory_gb)
+        for k in t.kinds:
+            fit = np.minimum(fit, _own_free(state, js, k, local_free) // t.wants(k))
+        return fit
+
+    def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
+        """Only machines whose own free devices cover the task (ascending, so that argmax still takes
+        the first of equals)."""
+        return state.machines_with_local(js.shape)
+
+    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+        t = js.job.tasks
+        if not t.kinds:
+            return super().why_no_machine(js)
+        wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
+        return Reason.NO_DEVICES, (f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and {wants} on "
+                                   f"the same machine (server-centric); no machine has that free now")
+
+    def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
+        return None
+
+    def subtask_to_remote(self, state: FreeState, tasks: SubtaskColumns) -> RemoteArcs | None:
+        return None
+
+
+def _own_free(state: FreeState, js: JobState, kind: str, local_free: dict[str, IntArray]) -> IntArray:
+    """Per machine, its own free devices of `kind` (of the model the job pins, if it pins one)."""
+    models = js.job.tasks.models
+    return local_free[kind] if kind not in models else state.local_free(kind, models[kind])
+
+
+# -- the registry ----------------------------------------------------------------------------------
+
+
+class UnknownCostModelError(ValueError):
+    """A cost-model name that is not registered; the message lists the known ones."""
+
+
+CostModelFactory = Callable[[], CostModel]
+COST_MODELS: dict[str, CostModelFactory] = {}
+
+
+def register_cost_model(name: str, factory: CostModelFactory) -> None:
+    """Add a cost model under `name`; a name is registered once."""
+    if name in COST_MODELS:
+        raise ValueError(f"cost model {name!r} is already registered")
+    COST_MODELS[name] = factory
+
+
+for _factory in (DRMaestroCostModel, DRMaestroNACostModel, FirmamentCostModel):
+    register_cost_model(_factory.name, _factory)
+
+
+def get_cost_model(name: str) -> CostModel:
+    """A fresh cost model by name."""
+    try:
+        return COST_MODELS[name]()
+    except KeyError:
+        raise UnknownCostModelError(
+            f"unknown cost model {name!r}; known cost models: {', '.join(COST_MODELS)}") from None

@@ -1,0 +1,92 @@
+"""The cost models: one object per flow policy, one answer per arc type, registered by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from disagg.model import Job
+from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost_models import (
+    COST_MODELS,
+    ClassRows,
+    DRMaestroCostModel,
+    DRMaestroNACostModel,
+    FirmamentCostModel,
+    MachineColumns,
+    UnknownCostModelError,
+    get_cost_model,
+    register_cost_model,
+)
+from disagg.placement.jobstate import JobState, JobTable, profile_arrays
+from disagg.placement.registry import get_policy
+from disagg.placement.state import FreeState
+from tests.builders import make_cluster, make_job
+
+
+def job_state(job: Job, order: int = 0) -> JobState:
+    """A job as a flow round keeps it (what `FlowPlacer` builds)."""
+    profile = profile_of(job)
+    t = job.tasks
+    wants = {k: t.wants(k) for k in t.kinds}
+    shape = (t.cpus, t.memory_gb, tuple(sorted(wants.items())), ())
+    return JobState(job, order, profile, goal_s(job, profile), job.importance, remote_gbps(job, profile),
+                    phi(job, profile, 0.0, 0.0), shape, wants, t.count, t.cpus, t.memory_gb)
+
+
+def test_registry_has_one_cost_model_per_flow_policy_and_refuses_duplicates() -> None:
+    assert set(COST_MODELS) == {"drmaestro", "drmaestro-na", "firmament"}
+    for name in COST_MODELS:
+        policy = get_policy(name)
+        assert policy.options.cost_model == name  # type: ignore[attr-defined]
+        assert get_cost_model(name).name == name
+    with pytest.raises(ValueError, match="already registered"):
+        register_cost_model("firmament", FirmamentCostModel)
+    with pytest.raises(UnknownCostModelError, match="known cost models: drmaestro, drmaestro-na, firmament"):
+        get_cost_model("fair")
+
+
+@pytest.mark.parametrize("name", sorted(COST_MODELS))
+def test_the_unscheduled_arc_rises_every_round_a_job_waits(name: str) -> None:
+    jobs = [job_state(make_job(f"j{w}", wait_rounds=w), order=0) for w in range(5)]
+    table = JobTable.of(jobs)
+    costs = get_cost_model(name).task_to_unscheduled(table, JobTable.indices(jobs), queue_len=1)
+    assert np.all(np.diff(costs) > 0)
+
+
+def machines(share: list[float], load: list[float]) -> MachineColumns:
+    return MachineColumns(np.array(share), np.array(load), np.ones(len(share)))
+
+
+def test_network_load_is_priced_only_by_the_na_model_which_drops_what_would_miss_the_slo() -> None:
+    # nw with a tight SLO: a remote GPU is within it on an idle network, not on a saturated one.
+    js = job_state(make_job("nw", slo_s=212.0))
+    rows = ClassRows.of(profile_arrays([js]), [js])
+    columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
+    blind = DRMaestroCostModel().task_to_machine(rows, columns)
+    aware = DRMaestroNACostModel().task_to_machine(rows, columns)
+    assert blind.cost[0, 1] == blind.cost[0, 2] and blind.exists.all()
+    assert aware.cost[0, 2] > aware.cost[0, 1] == blind.cost[0, 1]
+    assert aware.exists.tolist() == [[True, True, False]]
+    assert DRMaestroNACostModel().shape_to_machine(js, columns).exists.tolist() == [True, True, False]
+    assert DRMaestroCostModel().remote_to_location(np.array([0.5]), np.array([1.0])) == ([0], [0])
+    rack, cross = DRMaestroNACostModel().remote_to_location(np.array([0.5]), np.array([1.0]))
+    assert 0 < rack[0] < cross[0]
+
+
+def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices() -> None:
+    cluster = make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4)
+    state = FreeState(cluster)
+    js = job_state(make_job("nw", gpu=2, cpus=1, memory_gb=1))
+    local_free = {k: state.local_free(k) for k in state.kinds}
+    rows = ClassRows.of(profile_arrays([js]), [js])
+    firmament, drmaestro = FirmamentCostModel(), DRMaestroCostModel()
+    assert firmament.task_to_machine_capacity(state, js, local_free, js.gbps).tolist() == [0, 0]
+    # Disaggregated: its own GPU and the 5 remote ones its 10 Gb/s uplink carries at 1.7 Gb/s: 3 tasks of 2.
+    assert drmaestro.task_to_machine_capacity(state, js, local_free, js.gbps).tolist() == [3, 3]
+    assert firmament.remote_surcharge(rows) is None
+    assert (drmaestro.remote_surcharge(rows) or [0])[0] > 0
+    assert firmament.machines_allowed(state, js)[1].tolist() == []
+    assert firmament.why_no_machine(js)[0] == "no-devices"
+    assert drmaestro.why_no_machine(js)[0] == "no-capacity"
+    assert DRMaestroNACostModel().why_no_machine(js)[0] == "slo-at-risk"
