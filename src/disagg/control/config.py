@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from disagg.model import SpecError
+from disagg.model.tenants import Tenants, load_tenants, parse_tenants
 from disagg.store import DEFAULT_URL, normalize_url
 
 ENV_PREFIX = "DISAGG_"
@@ -49,6 +50,8 @@ class Config(BaseModel):
     slurm_site: str | None = Field(default=None, description="With engine slurm: the path of the Slurm site.json.")
     fabric: dict[str, Any] = Field(default_factory=lambda: {"driver": "emulated"},
                                    description="Fabric driver and its options, e.g. {driver: emulated}.")
+    tenants: str | list[dict[str, Any]] | None = Field(
+        default=None, description="Tenants: a tenants spec file, or the list inline (model/tenants.py).")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
 
@@ -60,6 +63,14 @@ class Config(BaseModel):
         if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             return Path(url[len("sqlite:///"):] + ".d")
         return Path("disagg.d")
+
+    def tenants_spec(self) -> Tenants:
+        """The tenants this config names (none: every tenant gets the defaults). SpecError when bad."""
+        if self.tenants is None:
+            return Tenants()
+        if isinstance(self.tenants, str):
+            return load_tenants(self.tenants)
+        return parse_tenants(self.tenants, "tenants")
 
     @property
     def fabric_driver(self) -> str:
@@ -106,7 +117,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is None or raw == "":
             continue
-        if info.annotation is not None and "dict" in str(info.annotation):
+        if info.annotation is not None and ("dict" in str(info.annotation) or "list" in str(info.annotation)):
             try:
                 out[name] = yaml.safe_load(raw)
             except yaml.YAMLError as exc:

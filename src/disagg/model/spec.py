@@ -195,7 +195,7 @@ def read_document(path: str | Path) -> Any:
         raise SpecError(str(p), [f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}"]) from exc
 
 
-def _validate(model: type[BaseModel], data: Any, source: str) -> Any:
+def validate_spec(model: type[BaseModel], data: Any, source: str) -> Any:
     if not isinstance(data, dict):
         raise SpecError(source, [f"(top level): expected a mapping with fields {_allowed_fields(model)}, "
                                  f"got {type(data).__name__}"])
@@ -258,7 +258,7 @@ def _duplicates(paths: list[str], names: list[str], rule: str) -> list[str]:
 
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     """Validate a cluster spec and build the snapshot. Raises SpecError listing every problem."""
-    spec: ClusterSpec = _validate(ClusterSpec, data, source)
+    spec: ClusterSpec = validate_spec(ClusterSpec, data, source)
     problems: list[str] = []
     paths = [f"machines[{i}].name" for i in range(len(spec.machines))] + [
         f"pools[{i}].name" for i in range(len(spec.pools))]
@@ -349,7 +349,7 @@ def never_fits(job: Job, cluster: Cluster) -> str | None:
 
 def parse_jobs(data: Any, cluster: Cluster | None = None, source: str = "<jobs>") -> list[Job]:
     """Validate a jobs spec. With a cluster, a job that can never fit on it is an error too."""
-    spec: JobsSpec = _validate(JobsSpec, data, source)
+    spec: JobsSpec = validate_spec(JobsSpec, data, source)
     problems: list[str] = []
     problems += _duplicates([f"jobs[{i}].name" for i in range(len(spec.jobs))], [j.name for j in spec.jobs],
                             "job names must be unique")

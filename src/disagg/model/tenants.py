@@ -1,0 +1,154 @@
+"""Tenants: who submits jobs, the Unix user their jobs run as, and their share of the cluster.
+
+A tenants spec (YAML or JSON, a file or the `tenants:` section of the serve config):
+
+    tenants:
+      - {name: alice, weight: 2, cohort: research, unix_user: alice,
+         quota:  {gpu: 8, cpus: 64, memory_gb: 512, network_gbps: 40},   # nominal: guaranteed
+         borrow: {gpu: 8}}                                                # at most this much above nominal
+      - {name: bob, weight: 1, cohort: research, quota: {gpu: 4, cpus: 32, memory_gb: 256}}
+
+Resources are `cpus`, `memory_gb`, `network_gbps` and the device kinds (`gpu`, `nvme`, `fpga`,
+`memory`); a resource a tenant's quota does not name is unlimited for it. A tenant the spec does not
+list gets the defaults (weight 1, no cohort, no limits). Parsing is pure; errors name the field, the
+value and what is allowed (`SpecError`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from disagg.model.cluster import DEVICE_KINDS
+from disagg.model.errors import SpecError
+from disagg.model.spec import read_document, validate_spec
+
+#: What a quota or a borrowing limit may name.
+RESOURCES: tuple[str, ...] = ("cpus", "memory_gb", "network_gbps", *DEVICE_KINDS)
+#: Names a tenant may not take: they mean something to the controller itself.
+RESERVED_NAMES = frozenset({"admin", "system"})
+#: A tenant's name: it becomes part of a Unix user name (`disagg-<tenant>`) and of paths.
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: A Unix user name as `useradd` takes it.
+UNIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+
+
+def tenant_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a tenant's name (None when it can)."""
+    if name in RESERVED_NAMES:
+        return f"{name!r} is reserved (not allowed: {', '.join(sorted(RESERVED_NAMES))})"
+    if not TENANT_NAME.fullmatch(name):
+        return f"{name!r} is not allowed; use 1–64 letters, digits, '_', '.', '-', starting with a letter or digit"
+    return None
+
+
+class _Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cpus: float | None = Field(default=None, ge=0)
+    memory_gb: float | None = Field(default=None, ge=0)
+    network_gbps: float | None = Field(default=None, ge=0)
+    gpu: float | None = Field(default=None, ge=0)
+    nvme: float | None = Field(default=None, ge=0)
+    fpga: float | None = Field(default=None, ge=0)
+    memory: float | None = Field(default=None, ge=0)
+
+
+class TenantSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    weight: float = Field(default=1.0, gt=0, le=1_000_000)
+    cohort: str | None = Field(default=None, min_length=1, max_length=64)
+    unix_user: str | None = None
+    quota: _Limits = _Limits()
+    borrow: _Limits = _Limits()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        problem = tenant_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("unix_user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        if value is not None and not UNIX_USER.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Unix user name (lower case, digits, '_', '-', up to 32)")
+        return value
+
+
+class TenantsSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tenants: list[TenantSpec] = Field(default_factory=list, max_length=10_000)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One tenant: its weight and cohort, the Unix user its jobs run as (None: the default), and its
+    nominal quota and borrowing limit per resource (a resource not named: unlimited)."""
+
+    name: str
+    weight: float = 1.0
+    cohort: str | None = None
+    unix_user: str | None = None
+    quota: Mapping[str, float] = field(default_factory=dict)
+    borrow: Mapping[str, float] = field(default_factory=dict)
+
+    def limit(self, resource: str) -> float:
+        """The most of `resource` the tenant may hold: quota + borrow (inf when its quota does not name it)."""
+        if resource not in self.quota:
+            return math.inf
+        return self.quota[resource] + self.borrow.get(resource, 0.0)
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """Every tenant the spec names, by name; `get` gives the defaults to one it does not name."""
+
+    by_name: Mapping[str, Tenant] = field(default_factory=dict)
+
+    def get(self, name: str) -> Tenant:
+        return self.by_name.get(name) or Tenant(name)
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+
+def parse_tenants(data: Any, source: str = "<tenants>") -> Tenants:
+    """Tenants from already-read data: `{"tenants": [...]}` or the list itself."""
+    if isinstance(data, list):
+        data = {"tenants": data}
+    spec: TenantsSpec = validate_spec(TenantsSpec, data, source)
+    counts = Counter(t.name for t in spec.tenants)
+    dup = sorted(n for n, c in counts.items() if c > 1)
+    if dup:
+        raise SpecError(source, [f"tenants: the name {n!r} is used more than once" for n in dup])
+    problems = []
+    for i, t in enumerate(spec.tenants):
+        for res, extra in _given(t.borrow).items():
+            if res not in _given(t.quota) and extra:
+                problems.append(f"tenants[{i}].borrow.{res}: borrowing {extra:g} needs a quota of {res} to add to")
+    if problems:
+        raise SpecError(source, problems)
+    return Tenants({t.name: Tenant(t.name, t.weight, t.cohort, t.unix_user, _given(t.quota), _given(t.borrow))
+                    for t in spec.tenants})
+
+
+def load_tenants(path: str | Path) -> Tenants:
+    return parse_tenants(read_document(path), str(path))
+
+
+def _given(limits: _Limits) -> dict[str, float]:
+    return {k: float(v) for k, v in limits.model_dump().items() if v is not None}
+
+
+__all__ = ["RESERVED_NAMES", "RESOURCES", "Tenant", "Tenants", "load_tenants", "parse_tenants",
+           "tenant_name_problem"]
