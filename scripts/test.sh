@@ -3,8 +3,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages for the real Slurm of tests/slurm and the throw-away PostgreSQL of tests/control
+# and the headless Chromium (with its WebDriver) that the dashboard's browser tests drive
 # (bootstrap installs the missing ones when root).
-export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql"
+export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql chromium chromium-driver"
 bash "$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"
 echo "== ruff"; .venv/bin/ruff check src tests

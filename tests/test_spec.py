@@ -95,13 +95,40 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="cannot read file"):
         load_cluster(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("machines: [\n")
-    with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML"):
+    bad.write_text("machines:\n  - {name: m0, cpus: 4\n  - x\n")
+    # the file, line and column, and what the parser found (not PyYAML's "<unicode string>")
+    with pytest.raises(SpecError, match=r"bad\.yaml:4:1: not valid YAML: while parsing a flow mapping "
+                                        r"\(from line 2, column 5\), did not find expected ',' or '}'") as info:
         load_cluster(bad)
+    assert "unicode string" not in str(info.value)
     badjson = tmp_path / "bad.json"
-    badjson.write_text("{")
-    with pytest.raises(SpecError, match="not valid JSON"):
+    badjson.write_text('{"machines": [],,}')
+    with pytest.raises(SpecError, match=r"bad\.json:1:17: not valid JSON"):
         load_cluster(badjson)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"], ids=["empty", "blank", "comment"])
+def test_an_empty_file_says_it_is_empty(tmp_path: Path, text: str) -> None:
+    empty = tmp_path / "jobs.yaml"
+    empty.write_text(text)
+    with pytest.raises(SpecError, match=r"jobs\.yaml: the file is empty") as info:
+        load_jobs(empty)
+    assert "NoneType" not in str(info.value)
+
+
+@pytest.mark.parametrize(("tasks", "pattern"), [
+    ({"cpus": True}, r"jobs\[0\]\.tasks\.cpus: value True is not allowed: Input should be a valid number"),
+    ({"count": "2"}, r"jobs\[0\]\.tasks\.count: value '2' is not allowed: .*must be a whole number, not str"),
+    ({"gpu": True}, r"jobs\[0\]\.tasks\.gpu: value True is not allowed: .*must be a whole number, not bool"),
+    ({"gpu": 1.5}, r"jobs\[0\]\.tasks\.gpu: value 1\.5 is not allowed"),
+    ({"memory_gb": "16"}, r"jobs\[0\]\.tasks\.memory_gb: value '16' is not allowed"),
+], ids=["bool-for-number", "text-for-count", "bool-for-count", "fraction-for-count", "text-for-number"])
+def test_specs_refuse_what_the_api_refuses(tasks: dict[str, object], pattern: str) -> None:
+    """The same strict types as POST /v1/jobs: no bool for a number, no text for a count."""
+    with pytest.raises(SpecError, match=pattern):
+        parse_jobs({"jobs": [{"name": "j", "tasks": tasks}]})
+    (job,) = parse_jobs({"jobs": [{"name": "j", "tasks": {"count": 2.0, "cpus": 2, "gpu": 1}}]})
+    assert (job.tasks.count, job.tasks.cpus, job.tasks.wants("gpu")) == (2, 2.0, 1)
 
 
 def _never_fits_by_definition(job: Job, cluster: Cluster) -> bool:

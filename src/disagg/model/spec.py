@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from disagg.model.cluster import (
     DEVICE_KINDS,
@@ -27,12 +27,25 @@ from disagg.model.errors import SpecError
 from disagg.model.jobs import Job, TaskRequest
 from disagg.model.states import DEVICE_FAILED, DeviceHealth
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+#: Strict types, as the API's (`disagg.api.schemas`): `true` is not a number and `"2"` is not a count, so a
+#: spec file and a request body refuse the same values.
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _whole_number(value: object) -> object:
+    """A count is a JSON/YAML number: refuse text and booleans before the lax int check (2.0 is 2)."""
+    if isinstance(value, str | bool):
+        raise ValueError(f"must be a whole number, not {type(value).__name__}")
+    return value
+
+
+#: A count as the API's `Int` has it: 2 and 2.0 are 2; "2", true and 2.5 are refused.
+Count = Annotated[int, Field(strict=False), BeforeValidator(_whole_number)]
 
 
 class DeviceGroupSpec(BaseModel):
     model_config = _STRICT
-    count: int = Field(ge=0, le=4096)
+    count: Count = Field(ge=0, le=4096)
     model: str = Field(default="generic", min_length=1, max_length=64)
     capacity: float = Field(default=1.0, gt=0)
 
@@ -104,13 +117,13 @@ class ClusterSpec(BaseModel):
 
 class TasksSpec(BaseModel):
     model_config = _STRICT
-    count: int = Field(default=1, ge=1, le=10_000)
+    count: Count = Field(default=1, ge=1, le=10_000)
     cpus: float = Field(default=1.0, gt=0)
     memory_gb: float = Field(default=1.0, gt=0)
-    gpu: int = Field(default=0, ge=0, le=4096)
-    nvme: int = Field(default=0, ge=0, le=4096)
-    fpga: int = Field(default=0, ge=0, le=4096)
-    memory: int = Field(default=0, ge=0, le=4096)
+    gpu: Count = Field(default=0, ge=0, le=4096)
+    nvme: Count = Field(default=0, ge=0, le=4096)
+    fpga: Count = Field(default=0, ge=0, le=4096)
+    memory: Count = Field(default=0, ge=0, le=4096)
     gpu_model: str | None = None
     nvme_model: str | None = None
     fpga_model: str | None = None
@@ -124,7 +137,7 @@ class JobSpec(BaseModel):
     submit_s: float = Field(default=0.0, ge=0)
     importance: float = Field(default=1.0, ge=1.0, le=10.0)
     slo_s: float | None = Field(default=None, gt=0)
-    wait_rounds: int = Field(default=0, ge=0)
+    wait_rounds: Count = Field(default=0, ge=0)
     network_gbps: float | None = Field(default=None, ge=0)
     command: list[str] = []
     tasks: TasksSpec = TasksSpec()
@@ -181,18 +194,38 @@ _YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoad
 
 
 def read_document(path: str | Path) -> Any:
-    """Read a YAML or JSON file; a parse error becomes a SpecError naming the file and the line."""
+    """Read a YAML or JSON file. A syntax error names the file, its line and column; an empty file
+    (or one of comments only) says it is empty."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise SpecError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
+    is_json = p.suffix == ".json"
     try:
-        if p.suffix == ".json":
-            return json.loads(text)
-        return yaml.load(text, Loader=_YAML_LOADER)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise SpecError(str(p), [f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}"]) from exc
+        data = json.loads(text) if is_json else yaml.load(text, Loader=_YAML_LOADER)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{p}:{exc.lineno}:{exc.colno}", [f"not valid JSON: {exc.msg}"]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(_yaml_where(p, exc), [f"not valid YAML: {_yaml_problem(exc)}"]) from None
+    if data is None:
+        raise SpecError(str(p), ["the file is empty (expected a mapping, e.g. `machines:` or `jobs:`)"])
+    return data
+
+
+def _yaml_where(path: Path, exc: yaml.YAMLError) -> str:
+    """`file:line:column` of a YAML error (1-based), or the file alone when PyYAML gives no place."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found, without its own `in "<unicode string>"` place (the file is named instead)."""
+    context, mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and mark is not None and getattr(exc, "problem_mark", None) is not None:
+        context = f"{context} (from line {mark.line + 1}, column {mark.column + 1})"
+    words = ", ".join(str(x) for x in (context, getattr(exc, "problem", None)) if x)
+    return words or str(exc).splitlines()[0]
 
 
 def validate_spec(model: type[BaseModel], data: Any, source: str) -> Any:
