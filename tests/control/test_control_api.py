@@ -50,14 +50,15 @@ def test_a_tenant_sees_and_touches_only_its_own_jobs(api: Client) -> None:
     client, tok = api
     jid = client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=0, command=["sleep", "5"])).json()["id"]
     assert client.get(f"/v1/jobs/{jid}", headers=h(tok["bob"])).status_code == 404
+    assert client.post(f"/v1/jobs/{jid}/cancel", headers=h(tok["bob"])).status_code == 404
     assert client.delete(f"/v1/jobs/{jid}", headers=h(tok["bob"])).status_code == 404
     assert client.get(f"/v1/jobs/{jid}/logs", headers=h(tok["bob"])).status_code == 404
     assert client.get("/v1/jobs", headers=h(tok["bob"])).json()["jobs"] == []
     assert [j["id"] for j in client.get("/v1/jobs", headers=h(tok["alice"])).json()["jobs"]] == [jid]
     assert [j["id"] for j in client.get("/v1/jobs", headers=h(tok["admin"])).json()["jobs"]] == [jid]
     assert client.get("/v1/jobs/j-000000000000", headers=h(tok["alice"])).status_code == 404
-    r = client.delete(f"/v1/jobs/{jid}", headers=h(tok["alice"]))
-    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    r = client.post(f"/v1/jobs/{jid}/cancel", headers=h(tok["alice"]))
+    assert r.status_code == 202 and r.json()["state"] == "cancelled"
 
 
 def test_bad_input_names_the_field_and_writes_nothing(api: Client) -> None:
@@ -174,7 +175,7 @@ def test_a_link_fault_through_the_api_touches_only_the_slices_that_cross_it(api:
     wait_for(lambda: get(again)["state"] == "running", what="the re-queued job to run again")
     assert get(again)["slice"] != slices[again] and get(again)["attempts"] == 2
     for j in (again, disk):
-        client.delete(f"/v1/jobs/{j}", headers=alice)
+        client.post(f"/v1/jobs/{j}/cancel", headers=alice)
 
 
 def test_every_method_a_path_has_is_named_in_405_and_unknown_query_parameters_are_refused(api: Client) -> None:
@@ -200,7 +201,8 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
     ops = [o["operationId"] for methods in spec["paths"].values() for o in methods.values()]
     assert ops == [
         "submit_job_v1_jobs_post", "list_jobs_v1_jobs_get", "get_job_v1_jobs__job_id__get",
-        "cancel_job_v1_jobs__job_id__delete", "job_logs_v1_jobs__job_id__logs_get",
+        "delete_job_v1_jobs__job_id__delete", "cancel_job_v1_jobs__job_id__cancel_post",
+        "job_logs_v1_jobs__job_id__logs_get",
         "job_events_v1_jobs__job_id__events_get", "list_slices_v1_slices_get",
         "list_machines_v1_machines_get", "list_devices_v1_devices_get",
         "drain_device_v1_devices__device_id__drain_post", "fail_device_v1_devices__device_id__fail_post",

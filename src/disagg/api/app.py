@@ -1,4 +1,6 @@
-"""The REST API (FastAPI): jobs, slices, machines, devices, links, health, metrics, and the dashboard at `/`.
+"""The REST API (FastAPI): jobs, slices, machines, devices, links, history, health, metrics, the dashboard
+at `/` and the API's documentation (Swagger UI at /docs, ReDoc at /redoc) — every asset served from here,
+none from a CDN (an air-gapped data center reaches none).
 
 `create_app` only assembles: the routers (one module per resource, `disagg.api.routers`), the
 dependencies they share (`disagg.api.deps`: auth, the store, the controller) and the error handlers
@@ -9,7 +11,9 @@ field at fault and what is allowed; nothing is written then. See README.md for t
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 
+from disagg.api import dashboard
 from disagg.api.deps import no_unknown_query
 from disagg.api.errors import install_handlers
 from disagg.api.routers import ROUTERS
@@ -19,8 +23,11 @@ from disagg.store import Principal
 
 def create_app(jobs: JobService) -> FastAPI:
     """The API of one controller, over its JobService. The caller runs the scheduling loop (see `disagg serve`)."""
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from the package's own
+    # copies (served under /static-offline-docs), not from a CDN; no validator badge (it calls out).
+    app: FastAPI = FastAPIOffline(
         dependencies=[Depends(no_unknown_query)],
+        swagger_ui_parameters={"validatorUrl": None},
         title="disagg",
         version="0.1.0",
         description="The disagg controller: jobs, slices, machines and devices of a disaggregated data center.",
@@ -31,5 +38,6 @@ def create_app(jobs: JobService) -> FastAPI:
     app.state.tokens = tokens
     for router in ROUTERS:
         app.include_router(router)
-    install_handlers(app, [route for router in ROUTERS for route in router.routes])
+    dashboard.install(app)
+    install_handlers(app, [route for router in (*ROUTERS, *dashboard.ROUTERS) for route in router.routes])
     return app

@@ -45,14 +45,23 @@ async def principal(
     """
     if creds is None or not creds.credentials:
         raise ApiError(401, "missing bearer token (Authorization: Bearer <token>)")
+    who = await lookup_token(request, creds.credentials)
+    if who is None:
+        raise ApiError(401, "unknown token")
+    return who
+
+
+async def lookup_token(request: Request, token: str) -> Principal | None:
+    """Who `token` belongs to (None: nobody), through the app's cache of the tokens it has seen. The
+    bearer header and the dashboard's session cookie both end here."""
     tokens: dict[str, Principal] = request.app.state.tokens
-    who = tokens.get(creds.credentials)
+    who = tokens.get(token)
     if who is None:
         store: Store = request.app.state.store
-        who = await run_in_threadpool(store.principal, creds.credentials)
+        who = await run_in_threadpool(store.principal, token)
         if who is None:
-            raise ApiError(401, "unknown token")
-        tokens[creds.credentials] = who
+            return None
+        tokens[token] = who
     return who
 
 
@@ -94,4 +103,5 @@ StoreDep = Annotated[Store, Depends(get_store)]
 #: The controller's jobs side.
 Jobs = Annotated[JobService, Depends(get_jobs)]
 
-__all__ = ["Admin", "Jobs", "StoreDep", "Who", "admin", "get_jobs", "get_store", "no_unknown_query", "principal"]
+__all__ = ["Admin", "Jobs", "StoreDep", "Who", "admin", "get_jobs", "get_store", "lookup_token", "no_unknown_query",
+           "principal"]

@@ -249,6 +249,31 @@ class LinkList(BaseModel):
     links: list[LinkOut]
 
 
+class HistoryPoint(BaseModel):
+    """The samples of one bucket, averaged (a number is null where no sample of the bucket had it)."""
+
+    model_config = _OUT
+    at: float = Field(description="The bucket's start, seconds since the epoch.")
+    samples: int = Field(description="How many samples the bucket averages.")
+    queue_length: float | None = Field(description="Jobs waiting to be placed.")
+    jobs_running: float | None
+    rounds_per_min: float | None = Field(description="Placement rounds per minute (rounds with a queue).")
+    round_s: float | None = Field(description="Mean wall time of a placement round, seconds.")
+    link_utilisation_max: float | None = Field(description="The busiest link's load / bandwidth.")
+    devices_in_use: dict[str, float] = Field(description="Devices attached to slices, per kind.")
+    devices_total: dict[str, float] = Field(description="Devices in the inventory, per kind.")
+    link_load_gbps: dict[str, float] = Field(description="Load the live slices put on each link, Gbit/s.")
+
+
+class HistoryOut(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: float = Field(alias="from")
+    to: float
+    step: float = Field(description="Bucket width, seconds.")
+    every_s: float = Field(description="How often the controller samples, seconds.")
+    points: list[HistoryPoint]
+
+
 class HealthOut(BaseModel):
     model_config = _OUT
     status: Literal["ok"]

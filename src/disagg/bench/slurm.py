@@ -166,7 +166,7 @@ def _controller_trial(client: Any, headers: dict[str, str], engine: Engine, stor
     launched = max((st.ended_at or 0.0) for st in steps if st.op == "launch-task")
     out["to_running"] = max(0.0, seen_running - launched)
     out["total"] = total
-    client.delete(f"/v1/jobs/{job_id}", headers=headers)
+    client.post(f"/v1/jobs/{job_id}/cancel", headers=headers)
     while True:   # let teardown finish before the next trial
         if store.load_slice(job["slice"]).state == SliceState.DONE:
             break

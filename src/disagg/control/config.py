@@ -52,6 +52,10 @@ class Config(BaseModel):
                                    description="Fabric driver and its options, e.g. {driver: emulated}.")
     tenants: str | list[dict[str, Any]] | None = Field(
         default=None, description="Tenants: a tenants spec file, or the list inline (model/tenants.py).")
+    history_every_s: float = Field(default=5.0, gt=0.0,
+                                   description="Seconds between the loop's samples of its numbers (GET /v1/history).")
+    history_retention_s: float = Field(default=86400.0, gt=0.0,
+                                       description="How long samples are kept, seconds (default one day).")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
 

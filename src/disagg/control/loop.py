@@ -27,6 +27,7 @@ import numpy as np
 
 from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
+from disagg.control.history import HistorySampler
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.slice import SliceRunner
 from disagg.engines.base import Engine, with_foreign_holdings
@@ -52,6 +53,7 @@ class Controller:
         self.policy = get_policy(self.config.policy)
         self.metrics = metrics or ControllerMetrics(store, fabric)
         self.health = HealthMonitor(store, fabric)
+        self.history = HistorySampler(store, self.config.history_every_s, self.config.history_retention_s)
         self.slices = SliceRunner(store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps)
         self.rng = np.random.default_rng(self.config.seed)
         self._wake = threading.Event()
@@ -86,6 +88,7 @@ class Controller:
             started = time.monotonic()
             try:
                 self.tick()
+                self.history.maybe_sample(time.time())
                 if self.publish is not None:
                     self.publish()
             except Exception:  # the loop must survive a bad round; the next one retries
@@ -149,6 +152,7 @@ class Controller:
             placed += len(result.placed)
         elapsed = time.perf_counter() - t0
         self.metrics.round_seconds.observe(elapsed)
+        self.history.round_done(elapsed)
         self.metrics.replans.inc(replans)
         self.last_round = {"at": time.time(), JobState.QUEUED: len(queue), "placed": placed,
                            "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed}

@@ -7,7 +7,7 @@ The only package that speaks SQL. The schema comes from the Alembic migrations i
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store.base import DEFAULT_URL, DuplicateKey, StoreError, normalize_url
 from disagg.store.health import FabricHealth
-from disagg.store.jobs import IdempotencyConflict, JobSummary, job_dict, model_job, new_id, new_job_row
+from disagg.store.jobs import IdempotencyConflict, JobLive, JobSummary, job_dict, model_job, new_id, new_job_row
 from disagg.store.plans import CommitResult, slice_placement
 from disagg.store.repository import Store
 from disagg.store.slices import (
@@ -29,6 +29,7 @@ __all__ = [
     "DuplicateKey",
     "FabricHealth",
     "IdempotencyConflict",
+    "JobLive",
     "JobSummary",
     "KeepHandle",
     "Principal",

@@ -10,14 +10,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import Table, bindparam, delete, select
 
 from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
 from disagg.store.lifecycle import job_events, move_job, move_slice, new_jobs
-from disagg.store.models import JobRow, SliceRow
+from disagg.store.models import EventRow, JobRow, SliceRow, StepRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
@@ -30,6 +30,14 @@ _CANCELLABLE = (JobState.QUEUED, JobState.COMPOSING, JobState.RUNNING)
 
 class IdempotencyConflict(ValueError):
     """The same idempotency key was used with a different request body."""
+
+
+class JobLive(ValueError):
+    """A job that has not ended cannot be removed (cancel it first); says its state."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        super().__init__(f"job {job_id} is {state}: only an ended job's record can be removed (cancel it first)")
+        self.state = state
 
 
 def model_job(row: Any) -> Job:
@@ -131,6 +139,24 @@ class JobOps(StoreBase):
             row = conn.execute(_JOB_BY_ID, {"k_id": job_id}).first()
         return job_dict(row)
 
+    def delete_job(self, job_id: str) -> bool:
+        """Remove an ended job's record: the job, its slices, their step records and its events.
+
+        False when there is no such job; JobLive when it has not ended (a slice may still hold devices).
+        """
+        with self.write_core(urgent=True) as conn:
+            row = conn.execute(_JOB_BY_ID, {"k_id": job_id}).first()
+            if row is None:
+                return False
+            if not JobState(row.state).final:
+                raise JobLive(job_id, row.state)
+            slice_ids = select(_slices.c.id).where(_slices.c.job_id == job_id).scalar_subquery()
+            conn.execute(delete(StepRow.__table__).where(StepRow.__table__.c.slice_id.in_(slice_ids)))
+            conn.execute(delete(_slices).where(_slices.c.job_id == job_id))
+            conn.execute(delete(EventRow.__table__).where(EventRow.__table__.c.job_id == job_id))
+            conn.execute(delete(_jobs).where(_jobs.c.id == job_id))
+        return True
+
     def job_handle(self, job_id: str) -> str | None:
         """The engine's handle of the job's latest slice (its slice id when the engine gave none)."""
         query = (select(_slices.c.id, _slices.c.handle).join(_jobs, _jobs.c.slice_id == _slices.c.id)
@@ -151,4 +177,4 @@ class JobOps(StoreBase):
             return job_events(conn, job_id)
 
 
-__all__ = ["IdempotencyConflict", "JobOps", "JobSummary", "job_dict", "model_job", "new_id", "new_job_row"]
+__all__ = ["IdempotencyConflict", "JobLive", "JobOps", "JobSummary", "job_dict", "model_job", "new_id", "new_job_row"]

@@ -14,6 +14,7 @@ from sqlalchemy import insert, select
 from disagg.model import Cluster
 from disagg.model.states import Health
 from disagg.store.health import HealthOps
+from disagg.store.history import HistoryOps
 from disagg.store.jobs import JobOps
 from disagg.store.models import (
     DeviceRow,
@@ -21,13 +22,14 @@ from disagg.store.models import (
     MachineRow,
 )
 from disagg.store.plans import PlanOps
+from disagg.store.prefixes import PrefixOps
 from disagg.store.slices import SliceOps
 from disagg.store.snapshot import SnapshotOps
 from disagg.store.tokens import TokenOps
 from disagg.store.views import ViewOps
 
 
-class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps):
+class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, HistoryOps, PrefixOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

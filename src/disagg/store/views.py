@@ -108,7 +108,7 @@ def _steps(s: Session, slice_id: str) -> list[StepRow]:
     return list(s.scalars(select(StepRow).where(StepRow.slice_id == slice_id).order_by(StepRow.id)))
 
 
-def _live_placements(s: Session) -> list[SlicePlacement]:
+def live_placements(s: Session) -> list[SlicePlacement]:
     return [SlicePlacement.from_json(sid, data)
             for sid, data in s.execute(select(SliceRow.id, SliceRow.placement).where(SliceRow.state.in_(_LIVE)))]
 
@@ -170,6 +170,18 @@ class ViewOps(StoreBase):
             rows = list(s.scalars(q.order_by(SliceRow.created_at.desc()).limit(limit)))
             return [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows]
 
+    def job_slices(self, job_id: str) -> list[dict[str, Any]]:
+        """Every slice of a job (one per attempt), newest first, with its step records (the job page's
+        timeline). The caller has checked that the job may be seen."""
+        with self.read() as s:
+            query = select(SliceRow).where(SliceRow.job_id == job_id).order_by(SliceRow.created_at.desc())
+            return [slice_dict(r, _steps(s, r.id)) for r in s.scalars(query)]
+
+    def tenant_names(self) -> list[str]:
+        """The tenants that have jobs, by name (the dashboard's tenant filter)."""
+        with self.read() as s:
+            return [str(t) for t in s.scalars(select(JobRow.tenant).distinct().order_by(JobRow.tenant))]
+
     def live_slices_view(self) -> list[dict[str, Any]]:
         """The slices that hold resources (composing, running, tearing down), oldest first."""
         with self.read() as s:
@@ -194,7 +206,7 @@ class ViewOps(StoreBase):
         with self.read() as s:
             load: dict[str, float] = {}
             users: dict[str, set[str]] = {}
-            for placement in _live_placements(s):
+            for placement in live_placements(s):
                 for _, d in placement.devices():
                     for link in d.path:  # summed device by device, in path order: the same floats as ever
                         load[link] = load.get(link, 0.0) + d.network_gbps
@@ -215,7 +227,7 @@ class ViewOps(StoreBase):
         """Machines and pools in inventory order, with their devices and the live slices on them."""
         with self.read() as s:
             holders: dict[str, list[str]] = {}
-            for placement in _live_placements(s):
+            for placement in live_placements(s):
                 for m in placement.machines:
                     holders.setdefault(m.host, []).append(placement.slice_id)
             devs: dict[str, list[DeviceFields]] = {}

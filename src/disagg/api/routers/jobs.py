@@ -1,8 +1,10 @@
-"""/v1/jobs: submit, list, show, cancel a job, and read its logs.
+"""/v1/jobs: submit, list, show, cancel, remove a job, and read its logs and history.
 
 A tenant sees and touches only its own jobs: another tenant's job answers 404, as an unknown one
 does. POST honours an `Idempotency-Key` header: the same key and body give back the first job; the
-same key with another body answers 409.
+same key with another body answers 409. Wherever a route takes a job id, any unique beginning of it
+does (`j-b642`, as git and docker take ids); a beginning several of the caller's jobs share answers 409
+naming them.
 """
 
 from __future__ import annotations
@@ -10,17 +12,38 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Response
 
 from disagg.api import schemas as S
 from disagg.api.deps import Jobs, StoreDep, Who
-from disagg.api.errors import R400, R401, R404, R409, R422, ApiError
+from disagg.api.errors import R400, R401, R404, R409, R422, ApiError, Responses
 from disagg.control.jobs import JobRejected
-from disagg.store import IdempotencyConflict, Principal, Store
+from disagg.store import IdempotencyConflict, JobLive, Principal, Store
+from disagg.store.prefixes import SHOWN_MATCHES
 
 router = APIRouter()
 
-JobId = Annotated[str, Path(max_length=64, description="A job id, e.g. j-0123456789ab.")]
+JobId = Annotated[str, Path(min_length=1, max_length=64,
+                            description="A job id, e.g. j-0123456789ab, or any unique beginning of it (j-0123).")]
+R409_AMBIGUOUS: Responses = {409: {"model": S.ErrorOut,
+                                   "description": "The id prefix matches several of your jobs (they are listed)."}}
+R422_NEVER_FITS: Responses = {422: {
+    "model": S.ErrorOut,
+    "description": "Bad input: the fields at fault and what is allowed; or a job that can never fit on this "
+                   "cluster, even empty (`problems[0].field` is `tasks`, the message says what it lacks).",
+    "content": {"application/json": {"examples": {"never-fits": {"summary": "A job larger than the cluster", "value": {
+        "detail": "the job can never fit on this cluster: needs 9 gpu in all; the cluster has 5",
+        "problems": [{"field": "tasks", "message": "the job can never fit on this cluster: needs 9 gpu in all; "
+                                                   "the cluster has 5"}]}}}}},
+}}
+#: Stateful testing and clients: the id a POST returns is the `job_id` of the job's other routes.
+#: (FastAPI names each operation `<function>_<path>_<method>`; a test checks these ids exist.)
+_JOB_LINKS = {name: {"operationId": op, "parameters": {"job_id": "$response.body#/id"}}
+              for name, op in (("GetJob", "get_job_v1_jobs__job_id__get"),
+                               ("CancelJob", "cancel_job_v1_jobs__job_id__cancel_post"),
+                               ("DeleteJob", "delete_job_v1_jobs__job_id__delete"),
+                               ("JobLogs", "job_logs_v1_jobs__job_id__logs_get"),
+                               ("JobEvents", "job_events_v1_jobs__job_id__events_get"))}
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -32,6 +55,19 @@ IdempotencyKey = Annotated[
 ]
 
 
+def resolve_job(store: Store, job_id: str, who: Principal) -> str:
+    """The whole id of the one job of `who` that `job_id` is or begins; 404 for none (another tenant's
+    job too), 409 naming the matches when several share the beginning."""
+    found = store.ids_by_prefix("job", job_id, who)
+    if not found:
+        raise ApiError(404, f"no job {job_id!r}")
+    if len(found) > 1:
+        shown = ", ".join(found[:SHOWN_MATCHES]) + (", …" if len(found) > SHOWN_MATCHES else "")
+        raise ApiError(409, f"job id {job_id!r} is ambiguous: it begins {shown}; give more of it",
+                       [{"field": "job_id", "message": f"matches {m}"} for m in found[:SHOWN_MATCHES]])
+    return found[0]
+
+
 def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     """The job as `who` may see it, or 404 (for another tenant's job too)."""
     out = store.job_view(job_id, who)
@@ -40,17 +76,13 @@ def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     return out
 
 
-def _check_own(store: Store, job_id: str, who: Principal) -> None:
-    if not store.job_visible(job_id, who):
-        raise ApiError(404, f"no job {job_id!r}")
-
-
 @router.post(
     "/v1/jobs",
     status_code=201,
     response_model=S.JobOut,
     tags=["jobs"],
-    responses={**R400, **R401, **R409, **R422},
+    responses={**R400, **R401, **R409, **R422_NEVER_FITS, 201: {"description": "The job, stored and queued.",
+                                                                "links": _JOB_LINKS}},
 )
 async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
     """Submit a job. It is queued and placed by the next scheduling round."""
@@ -77,31 +109,50 @@ def list_jobs(
     return {"jobs": store.jobs_list(who, state, limit)}
 
 
-@router.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"], responses={**R401, **R404, **R422})
+_ONE = {**R401, **R404, **R409_AMBIGUOUS, **R422}
+
+
+@router.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"], responses=_ONE)
 def get_job(job_id: JobId, who: Who, store: StoreDep) -> dict[str, Any]:
     """A job: its state, its placement and slice, and why it waits."""
-    return _job(store, job_id, who)
+    return _job(store, resolve_job(store, job_id, who), who)
 
 
-@router.delete("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"], responses={**R401, **R404, **R422})
+@router.post("/v1/jobs/{job_id}/cancel", status_code=202, response_model=S.JobOut, tags=["jobs"], responses=_ONE)
 def cancel_job(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """Cancel a job; its slice, if any, is torn down. Repeating it is harmless."""
-    _check_own(store, job_id, who)
-    jobs.cancel(job_id)
-    return _job(store, job_id, who)
+    """Cancel a job: a queued one stops waiting, a live slice is torn down (it happens after the answer,
+    hence 202). Repeating it is harmless, and so is cancelling a job that has ended: it stays as it is."""
+    whole = resolve_job(store, job_id, who)
+    jobs.cancel(whole)
+    return _job(store, whole, who)
 
 
-@router.get("/v1/jobs/{job_id}/logs", response_model=S.LogsOut, tags=["jobs"], responses={**R401, **R404, **R422})
+@router.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"], responses={
+    **_ONE, 409: {"model": S.ErrorOut, "description": "The job has not ended (cancel it first), or the id prefix "
+                                                        "matches several of your jobs."}})
+def delete_job(job_id: JobId, who: Who, store: StoreDep) -> Response:
+    """Remove an ended job's record (the job, its slices' records, its history); afterwards it is 404.
+    A job still queued, composing or running answers 409: cancel it first (POST …/cancel)."""
+    whole = resolve_job(store, job_id, who)
+    try:
+        if not store.delete_job(whole):
+            raise ApiError(404, f"no job {job_id!r}")
+    except JobLive as exc:
+        raise ApiError(409, str(exc), [{"field": "job_id", "message": f"the job is {exc.state}"}]) from None
+    return Response(status_code=204)
+
+
+@router.get("/v1/jobs/{job_id}/logs", response_model=S.LogsOut, tags=["jobs"], responses=_ONE)
 def job_logs(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
     """What the job's tasks wrote (stdout, then stderr), for its latest attempt."""
-    _check_own(store, job_id, who)
-    return {"job": job_id, "logs": jobs.logs(job_id)}
+    whole = resolve_job(store, job_id, who)
+    return {"job": whole, "logs": jobs.logs(whole)}
 
 
 @router.get("/v1/jobs/{job_id}/events", response_model=S.EventList, response_model_by_alias=True, tags=["jobs"],
-            responses={**R401, **R404, **R422})
+            responses=_ONE)
 def job_events(job_id: JobId, who: Who, store: StoreDep) -> dict[str, Any]:
     """The job's history, oldest first: each transition of the job and of its slices, with why
     (e.g. "re-queued: device iobox0/gpu4 failed")."""
-    _check_own(store, job_id, who)
-    return {"job": job_id, "events": store.job_events(job_id)}
+    whole = resolve_job(store, job_id, who)
+    return {"job": whole, "events": store.job_events(whole)}

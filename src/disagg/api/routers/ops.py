@@ -1,15 +1,14 @@
-"""What operators and their tools read without a token: /healthz, /metrics (Prometheus) and the
-dashboard at `/`."""
+"""What operators and their tools read without a token: /healthz and /metrics (Prometheus). The
+dashboard (`/`, `/ui/…`) is `disagg.api.dashboard`, behind a sign-in."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import Response
 
 from disagg.api import schemas as S
-from disagg.api.dashboard import render_dashboard
 from disagg.api.deps import Jobs, StoreDep
 
 router = APIRouter()
@@ -26,8 +25,3 @@ def healthz(store: StoreDep, jobs: Jobs) -> dict[str, Any]:
 @router.get("/metrics", include_in_schema=False)
 def metrics(jobs: Jobs) -> Response:
     return Response(jobs.metrics.render(), media_type="text/plain; version=0.0.4")
-
-
-@router.get("/", include_in_schema=False, response_class=HTMLResponse)
-def dashboard(store: StoreDep) -> str:
-    return render_dashboard(store)
