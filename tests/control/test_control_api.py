@@ -122,7 +122,14 @@ def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
                  "disagg_placement_round_seconds", "disagg_slice_step_seconds", 'disagg_link_up{link="up:iobox0"} 1.0',
                  'disagg_link_load_gbps{link="rack:r0"}'):
         assert name in metrics
-    page = client.get("/")
+    # the dashboard is behind a sign-in: without a session, `/` leads to /login
+    first = client.get("/", follow_redirects=False)
+    assert first.status_code == 303 and first.headers["location"] == "/login?next=%2F"
+    signed = client.post("/login", data={"token": tok["bob"], "next": "/ui/fabric"}, follow_redirects=False)
+    assert signed.status_code == 303 and signed.headers["location"] == "/ui/fabric"
+    cookie = signed.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and tok["bob"] in cookie
+    page = client.get("/ui/fabric")
     assert page.status_code == 200 and "iobox0/gpu0" in page.text and "node3" in page.text
     assert client.get("/healthz").json()["status"] == "ok"
     spec = client.get("/openapi.json").json()

@@ -1,19 +1,28 @@
-"""`disagg submit | jobs | logs | cancel`: a user's jobs, through the controller's REST API.
+"""`disagg submit | jobs | logs | cancel | events`: a user's jobs, through the controller's REST API.
 
-Each talks to the API at `--url` (or DISAGG_URL) with `--token` (or DISAGG_TOKEN) and prints a Rich
-table, or the API's JSON with `--json` for scripts.
+Each talks to the API at `--url` (or DISAGG_URL) with `--token` (or DISAGG_TOKEN) and prints a table
+(ids whole, never cut: `disagg.cli.tables`; `-o wide` adds columns), or the API's JSON with `--json`
+(`-o json`) for scripts. A job id may be any unique beginning of it (`disagg jobs j-b642`); one that
+several jobs share exits 2 naming them.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+import time
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, print_json
+from disagg.cli.tables import Col, console, make_table
+from disagg.display import clock, duration
+
+#: `-o`: the table, the table with more columns, or the API's JSON.
+Output = Annotated[Literal["table", "wide", "json"], typer.Option(
+    "--output", "-o", help="table, wide (more columns) or json (as --json).")]
 
 
 def submit(
@@ -25,6 +34,9 @@ def submit(
     memory_gb: Annotated[float, typer.Option(help="Memory per task, GB.")] = 1.0,
     gpus: Annotated[int, typer.Option(min=0, help="GPUs per task.")] = 0,
     nvme: Annotated[int, typer.Option(min=0, help="NVMe drives per task.")] = 0,
+    fpga: Annotated[int, typer.Option(min=0, help="FPGAs per task.")] = 0,
+    memory: Annotated[int, typer.Option(
+        min=0, help="Disaggregated memory devices (e.g. CXL) per task; not --memory-gb, the task's own memory.")] = 0,
     gpu_model: Annotated[str | None, typer.Option(help="Pin the GPU model (e.g. P100).")] = None,
     slo_s: Annotated[float | None, typer.Option(help="Completion-time goal, seconds.")] = None,
     importance: Annotated[float, typer.Option(help="DRMaestro's z, 1 (most) to 10.")] = 1.0,
@@ -37,7 +49,8 @@ def submit(
     as_json: AsJson = False,
 ) -> None:
     """Submit a job: `disagg submit train --gpus 1 -- sh -c 'nvidia-smi'`."""
-    task: dict[str, Any] = {"count": tasks, "cpus": cpus, "memory_gb": memory_gb, "gpu": gpus, "nvme": nvme}
+    task: dict[str, Any] = {"count": tasks, "cpus": cpus, "memory_gb": memory_gb, "gpu": gpus, "nvme": nvme,
+                            "fpga": fpga, "memory": memory}
     if gpu_model:
         task["gpu_model"] = gpu_model
     body: dict[str, Any] = {
@@ -58,56 +71,70 @@ def submit(
         Console().print(f"job [bold]{job['id']}[/] ({job['name']}) is {job['state']}")
 
 
-def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table(title="jobs")
-    for col in ("id", "name", "state", "tasks", "gpus", "slice", "waited", "reason"):
-        table.add_column(col)
-    for j in jobs:
-        table.add_row(
-            j["id"],
-            j["name"],
-            j["state"],
-            str(j["tasks"]["count"]),
-            str(j["tasks"].get("gpu", 0)),
-            j["slice"] or "",
-            str(j["wait_rounds"]),
-            j["reason"] or "",
-        )
-    return table
+_KINDS = ("gpu", "nvme", "fpga", "memory")
 
 
-def _show_job(job: dict[str, Any]) -> None:
+def _devices_per_task(tasks: dict[str, Any]) -> str:
+    return ", ".join(f"{tasks[k]} {k}" + (f" {tasks[f'{k}_model']}" if tasks.get(f"{k}_model") else "")
+                     for k in _KINDS if tasks.get(k)) or "-"
+
+
+def _waited(job: dict[str, Any], now: float) -> str:
+    """How long a job has waited (a queued job: until now) and over how many rounds."""
+    end = now if job["state"] == "queued" else job["updated_at"]
+    return f"{duration(end - job['submitted_at'])} / {job['wait_rounds']}"
+
+
+def _jobs_table(jobs: list[dict[str, Any]], wide: bool = False) -> Table:
+    """Jobs, one a row; per-task columns say so, times say their unit."""
+    now = time.time()
+    cols = [Col("id", "id"), Col("name", "id"), Col("state"), Col("tasks", "num"), Col("devices per task"),
+            Col("slice", "id"), Col("waited (time / rounds)", "num"), Col("reason", "text")]
+    rows = [[j["id"], j["name"], j["state"], j["tasks"]["count"], _devices_per_task(j["tasks"]), j["slice"] or "",
+             _waited(j, now), j["reason"] or ""] for j in jobs]
+    if wide:
+        cols += [Col("tenant", "id"), Col("cpus per task", "num"), Col("memory GB per task", "num"),
+                 Col("gpus in all", "num"), Col("image", "id"), Col("attempts", "num"), Col("exit code", "num")]
+        for row, j in zip(rows, jobs, strict=True):
+            t = j["tasks"]
+            row += [j["tenant"], f"{t['cpus']:g}", f"{t['memory_gb']:g}", int(t.get("gpu", 0)) * int(t["count"]),
+                    j["image"], j["attempts"], "" if j["exit_code"] is None else j["exit_code"]]
+    return make_table("jobs", cols, rows)
+
+
+def _show_job(job: dict[str, Any], wide: bool = False) -> None:
     """One job as a table row, then each task's machine and devices (its placement)."""
-    console = Console()
-    console.print(_jobs_table([job]))
+    out = console()
+    out.print(_jobs_table([job], wide))
     for t in job.get("placement") or []:
         devs = ", ".join(f"{d['id']}{' (remote)' if d['remote'] else ''}" for d in t["devices"])
-        console.print(
-            f"  {t['task']} on {t['machine']}: {t['cpus']:g} cpus, {t['memory_gb']:g} GB; {devs}"
-        )
+        out.print(f"  {t['task']} on {t['machine']}: {t['cpus']:g} cpus, {t['memory_gb']:g} GB; {devs}",
+                  soft_wrap=True)
 
 
 def jobs(
-    job_id: Annotated[str | None, typer.Argument(help="Show one job in full.")] = None,
+    job_id: Annotated[str | None, typer.Argument(help="Show one job in full (any unique beginning of its id).")] = None,
     state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
+    output: Output = "table",
 ) -> None:
     """List your jobs (all jobs with an admin token), or show one with its placement and reason."""
+    as_json = as_json or output == "json"
     if job_id is not None:
         job = call_api("GET", url, f"/v1/jobs/{job_id}", token)
         if as_json:
             print_json(job)
         else:
-            _show_job(job)
+            _show_job(job, output == "wide")
         return
     params = {"state": state} if state else None
     data = call_api("GET", url, "/v1/jobs", token, params=params)
     if as_json:
         print_json(data)
     else:
-        Console().print(_jobs_table(data["jobs"]))
+        console().print(_jobs_table(data["jobs"], output == "wide"))
 
 
 def logs(
@@ -130,15 +157,32 @@ def cancel(
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Cancel a job; its slice is torn down."""
-    job = call_api("DELETE", url, f"/v1/jobs/{job_id}", token)
+    """Cancel a job; its slice is torn down. Repeating it is harmless."""
+    job = call_api("POST", url, f"/v1/jobs/{job_id}/cancel", token)
     if as_json:
         print_json(job)
     else:
         Console().print(f"job [bold]{job['id']}[/] is {job['state']}")
 
 
+def events(
+    job_id: Annotated[str, typer.Argument(help="The job (any unique beginning of its id).")],
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """A job's history: each transition of the job and of its slices, with why."""
+    data = call_api("GET", url, f"/v1/jobs/{job_id}/events", token)
+    if as_json:
+        print_json(data)
+        return
+    rows = [[clock(e["at"]), e["subject"], e["slice"] or "", f"{e['from'] or '(new)'} → {e['to']}", e["why"] or ""]
+            for e in data["events"]]
+    cols = [Col("when (UTC)", "num"), Col("what"), Col("slice", "id"), Col("from → to", "id"), Col("why", "text")]
+    console().print(make_table(f"job {data['job']}", cols, rows))
+
+
 def register(app: typer.Typer) -> None:
-    """Add submit, jobs, logs and cancel to the `disagg` app (in the order `--help` lists them)."""
-    for fn in (submit, jobs, logs, cancel):
+    """Add submit, jobs, logs, cancel and events to the `disagg` app (in the order `--help` lists them)."""
+    for fn in (submit, jobs, logs, cancel, events):
         app.command()(fn)

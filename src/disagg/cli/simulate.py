@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from disagg.cli.common import fail
+from disagg.cli.tables import print_table
 from disagg.model import SpecError, load_cluster, never_fits
 from disagg.sim.engine import FailureModel
 from disagg.sim.report import RunOutput, tables, write_json, write_plots
@@ -178,7 +179,7 @@ def simulate(
         raise fail(str(exc)) from None
     outputs = execute(specs, sweep, ray, workers, console)
     for table in tables(outputs):
-        console.print(table)
+        print_table(table, console)  # too wide for the terminal: several tables, numbers whole
     if json_path is not None:
         write_json(outputs, json_path)
         console.print(f"results written to {json_path}")

@@ -117,7 +117,7 @@ def tables(outputs: Sequence[RunOutput]) -> list[Table]:
         table.add_column("policy", no_wrap=True)
         table.add_column("done", justify="right", no_wrap=True)
         for _, title, _ in COLUMNS:
-            table.add_column(title, justify="right")
+            table.add_column(title, justify="right", no_wrap=True)  # a number is never cut (cli.tables splits)
         for policy, rows in by_policy.items():
             done = f"{sum(r[JobState.COMPLETED] for r in rows) / len(rows):.0f}/{rows[0]['jobs']}"
             cells = []

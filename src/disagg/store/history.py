@@ -101,9 +101,9 @@ class HistoryOps(StoreBase):
     def record_history(self, at: float, data: dict[str, Any], keep_after: float | None = None) -> None:
         """Store one sample taken at `at`; with `keep_after`, drop the samples older than it (retention)."""
         with self.write_core() as conn:
-            conn.execute(insert(HistoryRow.__table__), [{"at": at, "data": data}])
+            conn.execute(insert(HistoryRow), [{"at": at, "data": data}])
             if keep_after is not None:
-                conn.execute(delete(HistoryRow.__table__).where(HistoryRow.__table__.c.at < keep_after))
+                conn.execute(delete(HistoryRow).where(HistoryRow.at < keep_after))
 
     def history(self, start: float, end: float, step: float) -> list[dict[str, Any]]:
         """The samples in [start, end) averaged over buckets of `step` seconds, oldest first."""

@@ -151,9 +151,9 @@ class JobOps(StoreBase):
             if not JobState(row.state).final:
                 raise JobLive(job_id, row.state)
             slice_ids = select(_slices.c.id).where(_slices.c.job_id == job_id).scalar_subquery()
-            conn.execute(delete(StepRow.__table__).where(StepRow.__table__.c.slice_id.in_(slice_ids)))
+            conn.execute(delete(StepRow).where(StepRow.slice_id.in_(slice_ids)))
             conn.execute(delete(_slices).where(_slices.c.job_id == job_id))
-            conn.execute(delete(EventRow.__table__).where(EventRow.__table__.c.job_id == job_id))
+            conn.execute(delete(EventRow).where(EventRow.job_id == job_id))
             conn.execute(delete(_jobs).where(_jobs.c.id == job_id))
         return True
 

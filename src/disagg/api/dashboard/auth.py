@@ -72,7 +72,7 @@ async def login(request: Request) -> Response:
     """Check the token; set the session cookie and go back to the page that asked, or show the form again."""
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (form.get("token") or [""])[0].strip()
-    target = _safe_next((form.get("next") or [None])[0])
+    target = _safe_next((form.get("next") or [""])[0])
     who = await lookup_token(request, token) if token and same_origin(request) else None
     if who is None:
         page = ENV.get_template("login.html").render(next=target, error="That token is not valid.")

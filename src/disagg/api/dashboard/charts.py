@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 
 #: Colours for the series, in order (matplotlib's default cycle, colour-blind safe enough).
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
@@ -21,6 +21,11 @@ Series = Mapping[str, Sequence[tuple[float, float]]]
 def slug(text: str) -> str:
     """A name as an SVG/HTML id part: letters, digits and '-' only."""
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def _day(epoch: float) -> float:
+    """Epoch seconds as matplotlib's date number (days since its epoch, 1970-01-01)."""
+    return epoch / 86400.0
 
 
 def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple[float, float]) -> str:
@@ -37,13 +42,14 @@ def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple
         FigureCanvasSVG(fig)
         ax = fig.add_subplot()
         for i, (name, points) in enumerate(series.items()):
-            xs = [datetime.fromtimestamp(t, UTC) for t, _ in points]
+            xs = [_day(t) for t, _ in points]
             (line,) = ax.plot(xs, [v for _, v in points], marker="o", markersize=2.5, linewidth=1.4,
                               color=COLOURS[i % len(COLOURS)], label=name)
             line.set_gid(f"{chart_id}-{slug(name)}")
-        ax.set_xlim(datetime.fromtimestamp(span[0], UTC), datetime.fromtimestamp(span[1], UTC))
+        ax.set_xlim(_day(span[0]), _day(span[1]))
         ax.set_ylim(bottom=0)
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=UTC))  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))  # type: ignore[no-untyped-call]
         ax.set_ylabel(unit)
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
