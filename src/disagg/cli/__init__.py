@@ -7,6 +7,8 @@ imports (the store, SQLAlchemy, the API, the benchmarks) inside the commands, so
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from disagg.cli import bench, inventory, jobs, place, serve, simulate, token
@@ -18,6 +20,31 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def version() -> str:
+    """The installed disagg's version (from its package metadata)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("disagg")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"disagg {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    _version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                           help="Print the version and exit.")] = False,
+) -> None:
+    """An orchestrator for disaggregated data centers."""
 
 # Commands first, in the order `disagg --help` lists them, then the groups (bench, token).
 place.register(app)  # place, policies

@@ -12,6 +12,7 @@ module to register `serve`, and most need none of them.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 Host = Annotated[str | None, typer.Option(help="Address to listen on.")]
-Port = Annotated[int | None, typer.Option(min=1, max=65535)]
+Port = Annotated[int | None, typer.Option(
+    min=0, max=65535, help="Port to listen on; 0: any free one (the banner names it).")]
 Db = Annotated[str | None, typer.Option(
     help="Store URL: sqlite:///path.db (default ./disagg.db) or postgresql://…")]
 Cluster = Annotated[str | None, typer.Option(
@@ -65,9 +67,10 @@ def serve(
     settings = _settings(config, host=host, port=port, db=db, cluster=cluster, state_dir=state_dir, policy=policy,
                          latency_scale=latency_scale, tick_s=tick_s, round_gap_s=round_gap_s, api_process=api_process)
     service, loop_pid, wake_fd, note = _open(settings)
+    sock = _listen(service, settings, loop_pid)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    _announce(service, settings, loop_pid, note)
-    _run(service, settings, loop_pid, wake_fd)
+    _announce(service, settings, loop_pid, note, served_url(sock.getsockname(), settings.host))
+    _run(service, settings, loop_pid, wake_fd, sock)
 
 
 def serve_main(argv: list[str]) -> None:
@@ -120,7 +123,42 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
         raise fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_FAILED) from None
 
 
-def _announce(service: Service, settings: Config, loop_pid: int, note: str) -> None:
+def _listen(service: Service, settings: Config, loop_pid: int) -> socket.socket:
+    """The API's listening socket, bound before the banner so the banner names the real address (with
+    `--port 0`, the port the system chose). A port in use stops everything with exit code 1."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        _stop(service, loop_pid)
+        raise fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", EXIT_FAILED) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def served_url(address: tuple[Any, ...], host: str) -> str:
+    """The URL a browser on this machine can open: the bound port, and for a wildcard address (every
+    interface) this machine's name instead of 0.0.0.0 or ::."""
+    port = address[1]
+    if host in ("0.0.0.0", "::", ""):
+        return f"http://{socket.gethostname()}:{port} (every interface)"
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def _stop(service: Service, loop_pid: int) -> None:
+    from disagg.control.split import stop_loop_process
+
+    if loop_pid:
+        stop_loop_process(loop_pid)
+    service.close()
+
+
+def _announce(service: Service, settings: Config, loop_pid: int, note: str, url: str) -> None:
     """Print the admin token the first time (the only time it is shown), then where the controller listens."""
     store = service.store
     if not store.has_admin():
@@ -128,13 +166,13 @@ def _announce(service: Service, settings: Config, loop_pid: int, note: str) -> N
         sys.stdout.write(f"admin token (shown once, keep it): {token}\n")
     split = f", loop in process {loop_pid}" if loop_pid else ""
     sys.stdout.write(
-        f"disagg controller on http://{settings.host}:{settings.port} (store {store.dialect}, "
+        f"disagg controller on {url} (store {store.dialect}, "
         f"policy {settings.policy}{split}); {note}\n"
     )
     sys.stdout.flush()
 
 
-def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int) -> None:
+def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: socket.socket) -> None:
     """Start the loop (or link to the loop process), serve the API until stopped, then stop and close all."""
     import threading
 
@@ -150,13 +188,8 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int) -> Non
     else:
         service.controller.start()
     try:
-        uvicorn.run(
-            create_app(service.jobs),
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-        )
+        config = uvicorn.Config(create_app(service.jobs), log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         stopping.set()
         if loop_pid:

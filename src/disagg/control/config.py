@@ -30,7 +30,7 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     host: str = Field(default="127.0.0.1", description="Address the API listens on.")
-    port: int = Field(default=8080, ge=1, le=65535, description="Port the API listens on.")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port the API listens on (0: any free port).")
     db: str = Field(default=DEFAULT_URL, description="Store URL: sqlite:///path.db or postgresql://…")
     cluster: str | None = Field(default=None, description="Cluster spec (YAML/JSON); default: the FlowOS-RM testbed.")
     state_dir: str | None = Field(default=None,
