@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from disagg.api.dashboard import auth, fabric, history, job, queue
+from disagg.api.dashboard.csp import SameOriginOnly
 
 #: The dashboard's routers, in the order the app includes them.
 ROUTERS = (auth.router, queue.router, job.router, fabric.router, history.router)
@@ -23,11 +24,12 @@ STATIC = Path(__file__).with_name("static")
 
 def install(app: FastAPI) -> None:
     """Add the dashboard's pages and its static files to `app`; a page asked for without a session
-    sends the browser to /login."""
+    sends the browser to /login; every answer says the browser may load from this origin only."""
     for router in ROUTERS:
         app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="dashboard-static")
     app.add_exception_handler(auth.SignInRequired, auth.sign_in_redirect)
+    app.add_middleware(SameOriginOnly)
 
 
 __all__ = ["ROUTERS", "install"]

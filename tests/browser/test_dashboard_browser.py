@@ -1,0 +1,191 @@
+"""The dashboard as an operator uses it, in headless Chromium against a real `disagg serve`: sign in,
+the queue with a waiting job's reason, a job's steps and its re-queue after a device fault, a dropped
+link on the fabric page, a chart with data points, the API docs — and not one request that leaves
+the server's origin. Run alone with `pytest -m browser`."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from browser_helpers import requested_urls
+
+from disagg.bench.crash import ForkedServer
+from disagg.cli.serve import serve_main
+
+pytestmark = pytest.mark.browser
+
+WAIT_S = 30
+
+
+class Dashboard:
+    """The server under test, an admin's API client, and every URL the browser requested."""
+
+    def __init__(self, server: ForkedServer, token: str) -> None:
+        self.server, self.url, self.token = server, server.url, token
+        self.api = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        self.urls: list[str] = []
+        self.jobs: dict[str, str] = {}
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return dict(self.api.get(f"/v1/jobs/{job_id}").json())
+
+    def until(self, predicate: Any, what: str, timeout: float = WAIT_S) -> Any:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    root = tmp_path_factory.mktemp("serve")
+    config = root / "disagg.yaml"
+    config.write_text("history_every_s: 0.25\nlatency_scale: 0.002\ntick_s: 0.02\nround_gap_s: 0.02\n")
+    server = ForkedServer(root, f"sqlite:///{root / 'd.db'}", ["--config", str(config)], serve_main)
+    server.start()
+    try:
+        server.ready()
+        log = (root / "server.log").read_text()
+        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        yield Dashboard(server, token)
+    finally:
+        server.kill()
+
+
+def _wait_text(browser: Any, css: str, pattern: str, timeout: float = WAIT_S) -> str:
+    """Wait until the element's text matches `pattern` (the page updates itself; no reload)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def found(driver: Any) -> str | bool:
+        try:
+            text = str(driver.find_element(By.CSS_SELECTOR, css).text)
+        except Exception:
+            return False
+        return text if re.search(pattern, text) else False
+
+    return str(WebDriverWait(browser, timeout, poll_frequency=0.2).until(found))
+
+
+def test_sign_in_with_a_token(browser: Any, dash: Dashboard) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(dash.url + "/")
+    assert browser.current_url.startswith(dash.url + "/login")
+    browser.find_element(By.ID, "token").send_keys("dg_not-a-token")
+    browser.find_element(By.ID, "sign-in").click()
+    _wait_text(browser, ".error", "That token is not valid")
+    browser.find_element(By.ID, "token").send_keys(dash.token)
+    browser.find_element(By.ID, "sign-in").click()
+    dash.until(lambda: browser.current_url == dash.url + "/ui/queue", "the queue page after signing in")
+    assert "admin" in browser.find_element(By.CSS_SELECTOR, "header .who").text
+    cookie = browser.get_cookie("disagg_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    dash.urls += requested_urls(browser)
+
+
+def test_the_queue_shows_a_waiting_job_with_the_policys_reason(browser: Any, dash: Dashboard) -> None:
+    from selenium.webdriver.common.by import By
+
+    hog = dash.api.post("/v1/jobs", json={"name": "hog", "command": ["sleep", "300"], "max_retries": 5,
+                                          "tasks": {"count": 1, "cpus": 2, "memory_gb": 4, "gpu": 4}}).json()["id"]
+    dash.until(lambda: dash.job(hog)["state"] == "running", "the 4-GPU job to run")
+    waiter = dash.api.post("/v1/jobs", json={"name": "waiter", "command": ["true"],
+                                             "tasks": {"count": 1, "cpus": 1, "memory_gb": 1, "gpu": 2}}).json()["id"]
+    reason = dash.until(lambda: dash.job(waiter)["reason_code"] not in (None, "new") and dash.job(waiter)["reason"],
+                        "the policy's reason for the waiting job")
+    dash.jobs.update(hog=hog, waiter=waiter)
+    # filters: only running jobs
+    browser.get(dash.url + "/ui/queue?state=running")
+    assert not browser.find_elements(By.CSS_SELECTOR, f'#waiting tr[data-job="{waiter}"]')
+    assert browser.find_elements(By.CSS_SELECTOR, f'#live-jobs tr[data-job="{hog}"]')
+    browser.get(dash.url + "/ui/queue")
+    row = browser.find_element(By.CSS_SELECTOR, f'#waiting tr[data-job="{waiter}"]')
+    assert waiter in row.text and "admin" in row.text and "1 × (1 cpu, 1 GB, 2 gpu)" in row.text
+    assert reason in row.find_element(By.CSS_SELECTOR, "td.reason").text
+    running = browser.find_element(By.CSS_SELECTOR, f'#live-jobs tr[data-job="{hog}"]')
+    assert "running" in running.text
+    dash.urls += requested_urls(browser)
+
+
+def test_a_job_page_shows_its_steps_and_the_requeue_after_a_device_fault(browser: Any, dash: Dashboard) -> None:
+    from selenium.webdriver.common.by import By
+
+    hog = dash.jobs["hog"]
+    browser.get(dash.url + f"/ui/jobs/{hog[:8]}")  # a unique beginning of the id is enough
+    assert browser.find_element(By.ID, "job-id").text == hog
+    ops = [li.get_attribute("data-op") for li in browser.find_elements(By.CSS_SELECTOR, "#steps li.step")]
+    assert {"attach-device", "launch-machine", "prepare-task", "launch-task"} <= set(ops), ops
+    assert all(re.search(r"\d s$|\d s \(", li.find_element(By.CSS_SELECTOR, ".dur").text)
+               for li in browser.find_elements(By.CSS_SELECTOR, "#steps li.step"))
+    placement = browser.find_element(By.ID, "placement").text
+    device = dash.job(hog)["placement"][0]["devices"][0]["id"]
+    assert device in placement and "remote" in placement and "Gbit/s" in placement
+    failed = dash.api.post(f"/v1/devices/{device}/fail")
+    assert failed.status_code == 200
+    # the page updates itself: the event appears without a reload
+    text = _wait_text(browser, "#events", rf"re-queued: device {re.escape(device)} failed")
+    assert "running → queued" in text
+    dash.urls += requested_urls(browser)
+
+
+def test_the_fabric_shows_a_failed_link(browser: Any, dash: Dashboard) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert dash.api.post("/v1/links/up:node3/fail").json()["state"] == "down"
+    browser.get(dash.url + "/ui/fabric")
+    alarm = browser.find_element(By.ID, "attention")
+    assert "alarm" in alarm.get_attribute("class") and "up:node3 is down" in alarm.text
+    node3 = browser.find_element(By.CSS_SELECTOR, '[data-node="node3"]')
+    assert "failed" in node3.get_attribute("class") and "unreachable: up:node3 is down" in node3.text
+    assert "DOWN" in node3.find_element(By.CSS_SELECTOR, '[data-link="up:node3"]').text
+    failed_gpu = browser.find_element(By.CSS_SELECTOR, "li.device.failed")
+    assert failed_gpu.get_attribute("data-device").startswith("iobox0/gpu")
+    dash.api.post("/v1/links/up:node3/repair")
+    dash.urls += requested_urls(browser)
+
+
+def test_a_chart_has_data_points(browser: Any, dash: Dashboard) -> None:
+    from selenium.webdriver.common.by import By
+
+    # the page's 15-minute window has buckets of 7.5 s: wait for samples in two of them
+    step = 900 / 120
+    dash.until(lambda: len(dash.api.get("/v1/history", params={"from": time.time() - 900, "step": step})
+                           .json()["points"]) >= 2, "samples in two buckets")
+    browser.get(dash.url + "/ui/history?window=15m")
+    points = browser.find_elements(By.CSS_SELECTOR, "#chart-queue g#chart-queue-queued use")
+    assert len(points) >= 2
+    gpus = browser.find_elements(By.CSS_SELECTOR, "#chart-devices g#chart-devices-gpu use")
+    assert len(gpus) == len(points)
+    assert browser.find_element(By.CSS_SELECTOR, "#chart-devices").size["width"] > 300
+    dash.urls += requested_urls(browser)
+
+
+def test_the_api_docs_render_offline(browser: Any, dash: Dashboard) -> None:
+    browser.get(dash.url + "/docs")
+    assert "disagg" in _wait_text(browser, ".swagger-ui .info", "disagg")
+    _wait_text(browser, ".swagger-ui", r"/v1/jobs/\{job_id\}/cancel")
+    browser.get(dash.url + "/redoc")
+    _wait_text(browser, "body", r"Submit a job")
+    dash.urls += requested_urls(browser)
+
+
+def test_no_request_left_the_origin(browser: Any, dash: Dashboard, tmp_path: Path) -> None:
+    """Everything every page above loaded came from the server itself: no CDN, no font service, no
+    validator badge. (The browser's own `chrome://` pages — the blank tab it starts with — and inline
+    `data:` URLs are not requests to anyone.)"""
+    dash.urls += requested_urls(browser)
+    ours = [u for u in dash.urls if u.startswith(dash.url + "/")]
+    assert len(ours) > 20 and any("/static-offline-docs/swagger-ui-bundle.js" in u for u in ours)
+    own = (dash.url + "/", "data:", "blob:", "about:", "chrome:", "chrome-untrusted:")
+    foreign = sorted({u for u in dash.urls if not u.startswith(own)})
+    assert foreign == []
