@@ -55,10 +55,9 @@ def make_table(title: str | None, columns: Sequence[Col], rows: Sequence[Sequenc
 
 
 def _needed(table: Table, i: int) -> int:
-    """The width column `i` needs: its longest cell, its header's longest word, and padding."""
+    """The width column `i` needs: its longest cell or its header, and padding."""
     col = table.columns[i]
-    cells = [len(str(c)) for c in col._cells] + [max((len(w) for w in str(col.header).split()), default=1)]
-    return max(cells) + 3
+    return max([len(str(c)) for c in col._cells] + [len(str(col.header))]) + 3
 
 
 def split_to_fit(table: Table, width: int, keys: int = 1) -> list[Table]:
@@ -66,7 +65,7 @@ def split_to_fit(table: Table, width: int, keys: int = 1) -> list[Table]:
     (policy, id) and as many of the others as fit; cells are copied as they are, never cut."""
     n = len(table.columns)
     need = [_needed(table, i) for i in range(n)]
-    if sum(need) + 1 <= width or n <= keys:
+    if n <= keys:
         return [table]
     base = sum(need[:keys]) + 1
     groups: list[list[int]] = [[]]
@@ -76,7 +75,7 @@ def split_to_fit(table: Table, width: int, keys: int = 1) -> list[Table]:
         groups[-1].append(i)
     parts = []
     for g, group in enumerate(groups):
-        title = f"{table.title} ({g + 1}/{len(groups)})" if table.title else None
+        title = f"{table.title} ({g + 1}/{len(groups)})" if table.title and len(groups) > 1 else table.title
         part = Table(title=title, title_justify="left")
         chosen = list(range(keys)) + group
         for i in chosen:
