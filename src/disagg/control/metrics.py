@@ -42,6 +42,13 @@ class _StoreCollector(Collector):
         for dst in DeviceState:
             devices.add_metric([dst], counts["devices"].get(dst, 0))
         yield devices
+        by_kind = self.store.device_counts("kind")
+        kinds = GaugeMetricFamily("disagg_devices_by_kind", "Devices by kind and state (in use: attached).",
+                                  labels=["kind", "state"])
+        for kind in sorted({k for _, k in by_kind}):
+            for dst in DeviceState:
+                kinds.add_metric([kind, dst], by_kind.get((dst, kind), 0))
+        yield kinds
         if self.fabric is not None:
             down = self.fabric.down_links()
             load = GaugeMetricFamily("disagg_link_load_gbps", "Bandwidth remote attachments take per link.",
