@@ -12,6 +12,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -29,6 +30,12 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_SERVICE.job
 
 
 _SEEN: Counter[tuple[str, int]] = Counter()
+
+
+def _never_fits(response: Any) -> bool:
+    """Schema-valid but larger than the cluster: a limit no static schema can state (documented as a 422
+    with an example), so "valid data is accepted" does not apply to this one answer; every other check does."""
+    return bool(response.status_code == 422 and "can never fit on this cluster" in response.text)
 
 
 @schema.auth()
@@ -54,9 +61,7 @@ def _close_service() -> Iterator[None]:
 def test_api_answers_within_its_schema(case: schemathesis.Case) -> None:
     response = case.call()
     _SEEN[(case.method.upper(), response.status_code)] += 1
-    if response.status_code == 422 and "can never fit on this cluster" in response.text:
-        # Schema-valid but larger than the cluster: a limit no static schema can state, so the
-        # "valid data is accepted" check does not apply to this one answer; every other check does.
+    if _never_fits(response):
         case.validate_response(response, excluded_checks=[positive_data_acceptance])
     else:
         case.validate_response(response)
@@ -68,3 +73,36 @@ def test_the_fuzzer_got_past_auth() -> None:
         pytest.skip("run together with test_api_answers_within_its_schema")
     assert _SEEN[("POST", 201)] > 0 and _SEEN[("GET", 200)] > 0, dict(_SEEN)
     assert not [k for k in _SEEN if k[1] >= 500]
+
+
+# --- stateful: sequences of calls along the OpenAPI links (POST /v1/jobs → its id in the job's routes) ---
+# Every built-in check, the stateful ones included: a job removed by DELETE must be gone from every
+# route ("use after free"), a job a POST created must be there to GET ("resource availability").
+class ApiWorkflow(schema.as_state_machine()):  # type: ignore[misc]
+    def validate_response(self, response: Any, case: schemathesis.Case, additional_checks: Any = None,
+                          **kwargs: Any) -> None:
+        _SEEN[(case.method.upper(), response.status_code)] += 1
+        excluded = [positive_data_acceptance] if _never_fits(response) else []
+        recorder = getattr(self, "recorder", None)
+        case.validate_response(response, additional_checks=additional_checks, excluded_checks=excluded,
+                               transport_kwargs=kwargs or None, **({"recorder": recorder} if recorder else {}))
+
+
+TestApiWorkflows = ApiWorkflow.TestCase
+TestApiWorkflows.settings = settings(max_examples=60, stateful_step_count=8, deadline=None, derandomize=True,
+                                     suppress_health_check=list(HealthCheck))
+
+
+def test_the_stateful_links_reach_every_job_route() -> None:
+    """The links the stateful run follows exist: from the POST to each route that takes a job id."""
+    links = schema.raw_schema["paths"]["/v1/jobs"]["post"]["responses"]["201"]["links"]
+    assert {link["operationId"].split("_v1_")[0] for link in links.values()} == {
+        "get_job", "cancel_job", "delete_job", "job_logs", "job_events"}
+
+
+def test_the_stateful_run_followed_the_links() -> None:
+    """The workflows above cancelled, and tried to remove, jobs they had created (not only unknown ids)."""
+    if not _SEEN:
+        pytest.skip("run together with TestApiWorkflows")
+    assert _SEEN[("POST", 202)] > 0, dict(_SEEN)
+    assert _SEEN[("DELETE", 409)] + _SEEN[("DELETE", 204)] > 0, dict(_SEEN)

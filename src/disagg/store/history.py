@@ -47,6 +47,8 @@ def bucket(samples: list[tuple[float, dict[str, Any]]], start: float, end: float
     mapping's value is the mean per key over the bucket's samples, a missing key counting as 0 (a link
     absent from a sample carried nothing)."""
     groups: dict[int, list[dict[str, Any]]] = {}
+    if end <= start or step <= 0:
+        return []
     for at, data in samples:
         if start <= at < end:
             groups.setdefault(int((at - start) // step), []).append(data)

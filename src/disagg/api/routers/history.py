@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query
 
 from disagg.api import schemas as S
 from disagg.api.deps import Jobs, StoreDep, Who
-from disagg.api.errors import R401, R422, ApiError
-from disagg.store.history import MAX_POINTS, buckets_needed
+from disagg.api.errors import R401, R422
+from disagg.store.history import MAX_POINTS
 
 router = APIRouter()
 
@@ -25,16 +25,15 @@ Seconds = Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False)]
 
 def history_window(start: float | None, end: float | None, step: float | None, every_s: float,
                    now: float) -> tuple[float, float, float]:
-    """(from, to, step) with the defaults filled in; ApiError 422 when they make no window or too many points."""
+    """(from, to, step) with the defaults filled in. A step that would make more than MAX_POINTS buckets
+    is widened to make MAX_POINTS (the answer says the step it used); `from` at or after `to` is an
+    empty window."""
     end = now if end is None else end
     start = end - DEFAULT_SPAN_S if start is None else start
-    if start >= end:
-        raise ApiError(422, f"from ({start:g}) must be before to ({end:g})",
-                       [{"field": "from", "message": "must be before to"}])
-    step = max(every_s, (end - start) / DEFAULT_BUCKETS) if step is None else step
-    if buckets_needed(start, end, step) > MAX_POINTS:
-        raise ApiError(422, f"from, to and step make {buckets_needed(start, end, step)} points; at most "
-                            f"{MAX_POINTS} (a larger step)", [{"field": "step", "message": "too small for the span"}])
+    span = max(end - start, 0.0)
+    step = max(every_s, span / DEFAULT_BUCKETS) if step is None else step
+    if span / step > MAX_POINTS:  # a float: a tiny step makes inf, never an error
+        step = span / MAX_POINTS
     return start, end, step
 
 
@@ -50,7 +49,8 @@ def get_history(
                                         description="Bucket width, seconds (default: the span in 120).")] = None,
 ) -> dict[str, Any]:
     """Queue length, jobs running, devices in use by kind, link load, rounds per minute and round time,
-    averaged per bucket, oldest first; a bucket without samples is left out."""
+    averaged per bucket, oldest first; a bucket without samples is left out. At most 2,000 buckets: a
+    smaller step is widened (`step` in the answer is the one used)."""
     start, end, step = history_window(start, end, step, jobs.config.history_every_s, time.time())
     return {"from": start, "to": end, "step": step, "every_s": jobs.config.history_every_s,
             "points": store.history(start, end, step)}
