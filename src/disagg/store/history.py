@@ -77,19 +77,19 @@ class HistoryOps(StoreBase):
     def current_numbers(self) -> dict[str, Any]:
         """What a sample holds that the store knows, read in one transaction: jobs queued and running,
         devices in use and in all per kind, and the load the live slices put on each link (Gbit/s)."""
+        by_state = select(JobRow.state, func.count()).where(JobRow.state.in_((JobState.QUEUED, JobState.RUNNING)))
+        by_kind = select(DeviceRow.kind, func.count()).group_by(DeviceRow.kind)
         with self.read() as s:
-            jobs = dict(s.execute(select(JobRow.state, func.count())
-                                  .where(JobRow.state.in_((JobState.QUEUED, JobState.RUNNING)))
-                                  .group_by(JobRow.state)).tuples().all())
-            total = dict(s.execute(select(DeviceRow.kind, func.count()).group_by(DeviceRow.kind)).tuples().all())
-            used = dict(s.execute(select(DeviceRow.kind, func.count()).where(DeviceRow.slice_id.is_not(None))
-                                  .group_by(DeviceRow.kind)).tuples().all())
+            jobs = {str(st): int(n) for st, n in s.execute(by_state.group_by(JobRow.state))}
+            total = {str(k): int(n) for k, n in s.execute(by_kind)}
+            used = {str(k): int(n) for k, n in s.execute(by_kind.where(DeviceRow.slice_id.is_not(None)))}
             load: dict[str, float] = {}
             for placement in live_placements(s):
                 for _, d in placement.devices():
                     for link in d.path:
                         load[link] = load.get(link, 0.0) + d.network_gbps
-            gbps = dict(s.execute(select(LinkRow.id, LinkRow.gbps).where(LinkRow.id.in_(list(load)))).tuples().all())
+            links = select(LinkRow.id, LinkRow.gbps).where(LinkRow.id.in_(list(load)))
+            gbps = {str(k): float(g) for k, g in s.execute(links)}
         utilisation = [load[k] / gbps[k] for k in load if gbps.get(k)]
         return {
             "queue_length": int(jobs.get(JobState.QUEUED, 0)),
