@@ -140,3 +140,20 @@ def test_a_tenant_sees_only_its_jobs_on_the_dashboard_and_an_admin_sees_all(api:
     r = client.post(f"/ui/jobs/{mine}/cancel", follow_redirects=False)
     assert r.status_code == 303 and client.get(f"/v1/jobs/{mine}", headers=h(tok["alice"])).json()["state"] in (
         "cancelled", "completed")
+
+
+def test_machines_read_correctly_a_pool_in_use_and_a_node_behind_a_dropped_link(api: Client) -> None:
+    """A pool hosts no slice, but its attached devices are in use; a node whose uplink dropped is failed
+    (it read `free` before)."""
+    client, tok = api
+    alice, admin = h(tok["alice"]), h(tok["admin"])
+    jid = client.post("/v1/jobs", headers=alice, json=body("m", ["sleep", "30"], gpu=1)).json()["id"]
+    wait_for(lambda: client.get(f"/v1/jobs/{jid}", headers=alice).json()["state"] == "running", what="running")
+    used = client.get(f"/v1/jobs/{jid}", headers=alice).json()["placement"][0]["machine"]
+    idle = next(n for n in ("node0", "node1", "node2", "node3") if n != used)
+    client.post(f"/v1/links/up:{idle}/fail", headers=admin)
+    machines = {m["id"]: m for m in client.get("/v1/machines", headers=alice).json()["machines"]}
+    assert machines["iobox0"]["state"] == "attached" and machines["iobox1"]["state"] == "free"
+    assert machines[idle]["state"] == "failed" and machines[used]["state"] == "attached"
+    client.post(f"/v1/links/up:{idle}/repair", headers=admin)
+    client.post(f"/v1/jobs/{jid}/cancel", headers=alice)

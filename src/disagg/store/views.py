@@ -114,11 +114,12 @@ def live_placements(s: Session) -> list[SlicePlacement]:
 
 
 # --- the inventory -----------------------------------------------------------------------------
-def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields]) -> dict[str, Any]:
-    """One machine or pool: attached while a live slice uses it; a pool whose devices all failed is failed."""
+def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], link_down: bool = False) -> dict[str, Any]:
+    """One machine or pool: failed while its uplink is down (nothing behind it can be used) or, for a
+    pool, when all its devices failed; attached while a live slice uses it or any of its devices."""
     states = [device_state(d) for d in devs]
-    state = DeviceState.ATTACHED if slices else DeviceState.FREE
-    if states and all(st == DeviceState.FAILED for st in states) and r.kind == "pool":
+    state = DeviceState.ATTACHED if slices or DeviceState.ATTACHED in states else DeviceState.FREE
+    if link_down or (states and all(st == DeviceState.FAILED for st in states) and r.kind == "pool"):
         state = DeviceState.FAILED
     return {
         "id": r.name,
@@ -233,8 +234,9 @@ class ViewOps(StoreBase):
             devs: dict[str, list[DeviceFields]] = {}
             for d in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position)):
                 devs.setdefault(d.location, []).append(d)
+            down = set(s.scalars(select(LinkRow.id).where(LinkRow.up.is_(False))))
             nodes = select(MachineRow.name, MachineRow.kind, MachineRow.rack, MachineRow.cpus, MachineRow.memory_gb)
-            return [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []))
+            return [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []), f"up:{r.name}" in down)
                     for r in s.execute(nodes.order_by(MachineRow.position))]
 
     def machine_racks(self, names: Iterable[str]) -> dict[str, str]:
