@@ -19,6 +19,7 @@ from rich.table import Table
 from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, print_json
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
+from disagg.model.states import JobState
 
 #: `-o`: the table, the table with more columns, or the API's JSON.
 Output = Annotated[Literal["table", "wide", "json"], typer.Option(
@@ -81,7 +82,7 @@ def _devices_per_task(tasks: dict[str, Any]) -> str:
 
 def _waited(job: dict[str, Any], now: float) -> str:
     """How long a job has waited (a queued job: until now) and over how many rounds."""
-    end = now if job["state"] == "queued" else job["updated_at"]
+    end = now if job["state"] == JobState.QUEUED else job["updated_at"]
     return f"{duration(end - job['submitted_at'])} / {job['wait_rounds']}"
 
 

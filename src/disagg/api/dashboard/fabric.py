@@ -33,10 +33,10 @@ STATES = tuple(DeviceState)
 def node_word(node: dict[str, Any], devices: list[dict[str, Any]], link: dict[str, Any] | None) -> tuple[str, str]:
     """(word, css class) for a machine or pool: unreachable > failed > attached (how many) > in use > free."""
     if link is not None and link["state"] == "down":
-        return f"unreachable: {link['id']} is down", "failed"
+        return f"unreachable: {link['id']} is down", DeviceState.FAILED
     states = [d["state"] for d in devices]
     if states and all(st == DeviceState.FAILED for st in states):
-        return "all devices failed", "failed"
+        return "all devices failed", DeviceState.FAILED
     attached = states.count(DeviceState.ATTACHED)
     if node["kind"] == "pool":
         if states and attached == len(states):

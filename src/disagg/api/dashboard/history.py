@@ -15,6 +15,7 @@ from disagg.api.dashboard.charts import line_chart
 from disagg.api.dashboard.render import page
 from disagg.api.deps import Jobs, StoreDep
 from disagg.api.routers.history import DEFAULT_BUCKETS
+from disagg.model.states import JobState
 
 router = APIRouter(include_in_schema=False)
 
@@ -40,7 +41,7 @@ def chart_series(points: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple
     busiest = sorted(peak, key=lambda k: -peak[k])[:TOP_LINKS]
     return {
         "devices": mapped("devices_in_use", kinds),
-        "queue": {"queued": scalar("queue_length"), "running": scalar("jobs_running")},
+        "queue": {JobState.QUEUED: scalar("queue_length"), JobState.RUNNING: scalar("jobs_running")},
         "links": mapped("link_load_gbps", busiest) or {"busiest link (% of bandwidth)":
                                                        scalar("link_utilisation_max", 100.0)},
         "rounds": {"rounds per minute": scalar("rounds_per_min")},

@@ -42,7 +42,7 @@ def timeline(slices: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         span = max(t1 - t0, 1e-6)
         bars = [{**st, "left": 100 * (st["started_at"] - t0) / span,
                  "width": max(0.5, 100 * ((st["ended_at"] or now) - st["started_at"]) / span),
-                 "seconds": (st["ended_at"] or now) - st["started_at"], "running": st["ended_at"] is None}
+                 "seconds": (st["ended_at"] or now) - st["started_at"], "ongoing": st["ended_at"] is None}
                 for st in steps]
         out.append({**sl, "bars": bars, "span": span, "start": t0})
     return out
