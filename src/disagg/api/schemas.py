@@ -138,7 +138,7 @@ class JobList(BaseModel):
 
 class LogsOut(BaseModel):
     model_config = _OUT
-    job: str
+    job: str | None  # none for a composition (a Redfish client's system)
     logs: str
 
 
@@ -156,7 +156,7 @@ class EventOut(BaseModel):
 
 class EventList(BaseModel):
     model_config = _OUT
-    job: str
+    job: str | None  # none for a composition (a Redfish client's system)
     events: list[EventOut]
 
 
@@ -181,7 +181,7 @@ class SliceMachineOut(BaseModel):
 class SliceOut(BaseModel):
     model_config = _OUT
     id: str
-    job: str
+    job: str | None  # none for a composition (a Redfish client's system)
     attempt: int
     state: SliceState
     outcome: str | None
