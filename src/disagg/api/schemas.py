@@ -138,7 +138,7 @@ class JobList(BaseModel):
 
 class LogsOut(BaseModel):
     model_config = _OUT
-    job: str | None  # none for a composition (a Redfish client's system)
+    job: str
     logs: str
 
 
@@ -156,7 +156,7 @@ class EventOut(BaseModel):
 
 class EventList(BaseModel):
     model_config = _OUT
-    job: str | None  # none for a composition (a Redfish client's system)
+    job: str
     events: list[EventOut]
 
 

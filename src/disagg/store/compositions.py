@@ -108,7 +108,8 @@ class CompositionOps(StoreBase):
         """
         now = time.time()
         with self.write_core(urgent=True) as conn:
-            node = conn.execute(select(_machines).where(_machines.c.name == host, _machines.c.kind == "machine")).first()
+            query = select(_machines).where(_machines.c.name == host, _machines.c.kind == "machine")
+            node = conn.execute(query).first()
             if node is None:
                 raise CompositionRefused(f"machine {host!r} does not exist", unknown=(host,))
             want_cpus = node.cpus if cpus is None else cpus
@@ -160,8 +161,8 @@ def _live(conn: Connection, slice_id: str | None = None) -> list[LiveSlice]:
              .where(s.state.in_(LIVE_SLICE_STATES)).order_by(s.created_at, s.id))
     if slice_id is not None:
         query = query.where(s.id == slice_id)
-    return [LiveSlice(r.id, r.job_id, r.tenant, r.name, SliceState(r.state), SlicePlacement.from_json(r.id, r.placement),
-                      r.created_at) for r in conn.execute(query)]
+    return [LiveSlice(r.id, r.job_id, r.tenant, r.name, SliceState(r.state),
+                      SlicePlacement.from_json(r.id, r.placement), r.created_at) for r in conn.execute(query)]
 
 
 def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]) -> tuple[PlacedDevice, ...]:

@@ -85,4 +85,5 @@ class SnapshotOps(StoreBase):
             return read_cluster(conn)
 
 
-__all__ = ["SnapshotOps", "holder", "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "room_left"]
+__all__ = ["SnapshotOps", "holder", "live_allocations", "live_placements", "live_slices_placed", "read_cluster",
+           "room_left"]
