@@ -29,13 +29,14 @@ from disagg.model.states import (
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import move_slice, new_slices
-from disagg.store.models import DeviceRow, LinkRow, MachineRow, SliceRow
+from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow
 from disagg.store.snapshot import room_left
 
 _machines: Table = MachineRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 _links: Table = LinkRow.__table__  # type: ignore[assignment]
+_jobs: Table = JobRow.__table__  # type: ignore[assignment]
 
 
 class CompositionRefused(ValueError):
@@ -49,7 +50,8 @@ class CompositionRefused(ValueError):
 
 @dataclass(frozen=True)
 class LiveSlice:
-    """A live slice as the Redfish service shows it: a job's, or a composition (no job, an owner, a name)."""
+    """A slice as the Redfish service shows it: a job's (`tenant`: the job's), or a composition (no job, an
+    owner, a name). `outcome` and `detail` say how a slice that left ended."""
 
     id: str
     job_id: str | None
@@ -58,6 +60,8 @@ class LiveSlice:
     state: SliceState
     placement: SlicePlacement
     created_at: float
+    outcome: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,9 @@ class CompositionOps(StoreBase):
                 memory_gb: float | None = None) -> str:
         """A composition of `host` with `devices` for `tenant`: the new slice's id (it is `composing`).
 
-        `cpus`/`memory_gb`: the share of the machine it holds; None: the whole machine, which must then
-        be held by no other slice. CompositionRefused naming the parts in use or unknown.
+        `cpus`/`memory_gb`: the share of the machine it holds; both None: the whole machine, which must then
+        be held by no other slice; one None: the same fraction of the machine as the other. CompositionRefused
+        naming the parts in use or unknown.
         """
         now = time.time()
         with self.write_core(urgent=True) as conn:
@@ -112,8 +117,7 @@ class CompositionOps(StoreBase):
             node = conn.execute(query).first()
             if node is None:
                 raise CompositionRefused(f"machine {host!r} does not exist", unknown=(host,))
-            want_cpus = node.cpus if cpus is None else cpus
-            want_mem = node.memory_gb if memory_gb is None else memory_gb
+            want_cpus, want_mem = _share(node.cpus, node.memory_gb, cpus, memory_gb)
             cpu_left, mem_left = room_left(conn)
             if cpu_left[host] + 1e-9 < want_cpus or mem_left[host] + 1e-9 < want_mem:
                 raise CompositionRefused(
@@ -136,10 +140,10 @@ class CompositionOps(StoreBase):
             return move_slice(conn, slice_id, SliceState.TEARING_DOWN, why, DECOMPOSABLE_SLICE_STATES, time.time(),
                               outcome=SliceOutcome.CANCELLED, detail=why) is not None
 
-    def live_slice(self, slice_id: str) -> LiveSlice | None:
-        """One live slice (None when it is gone or never was)."""
+    def any_slice(self, slice_id: str) -> LiveSlice | None:
+        """One slice, live or not (None when it never was)."""
         with self.read_core() as conn:
-            rows = _live(conn, slice_id)
+            rows = _slices_read(conn, slice_id, live=False)
         return rows[0] if rows else None
 
     def redfish_inventory(self) -> Inventory:
@@ -152,17 +156,33 @@ class CompositionOps(StoreBase):
             query = select(d.id, d.kind, d.model, d.location, d.index, d.capacity, d.health, d.drained, d.slice_id)
             devices = tuple(DeviceInfo(*row) for row in conn.execute(query.order_by(d.position)))
             down = frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
-            return Inventory(nodes, devices, tuple(_live(conn)), down)
+            return Inventory(nodes, devices, tuple(_slices_read(conn)), down)
 
 
-def _live(conn: Connection, slice_id: str | None = None) -> list[LiveSlice]:
+def _share(have_cpus: float, have_mem: float, cpus: float | None, memory_gb: float | None) -> tuple[float, float]:
+    """The cpus and memory a composition holds: as asked; the whole machine; or one in proportion to the other."""
+    if cpus is None and memory_gb is None:
+        return have_cpus, have_mem
+    if cpus is None:
+        return have_cpus * min(1.0, (memory_gb or 0.0) / have_mem), float(memory_gb or 0.0)
+    if memory_gb is None:
+        return cpus, have_mem * min(1.0, cpus / have_cpus)
+    return cpus, memory_gb
+
+
+def _slices_read(conn: Connection, slice_id: str | None = None, live: bool = True) -> list[LiveSlice]:
+    """The live slices (or the one asked for, live or not), each with its owner: its own or its job's tenant."""
     s = _slices.c
-    query = (select(s.id, s.job_id, s.tenant, s.name, s.state, s.placement, s.created_at)
-             .where(s.state.in_(LIVE_SLICE_STATES)).order_by(s.created_at, s.id))
+    query = (select(s.id, s.job_id, s.tenant, _jobs.c.tenant.label("job_tenant"), s.name, s.state, s.placement,
+                    s.created_at, s.outcome, s.detail)
+             .outerjoin(_jobs, _jobs.c.id == s.job_id).order_by(s.created_at, s.id))
+    if live:
+        query = query.where(s.state.in_(LIVE_SLICE_STATES))
     if slice_id is not None:
         query = query.where(s.id == slice_id)
-    return [LiveSlice(r.id, r.job_id, r.tenant, r.name, SliceState(r.state),
-                      SlicePlacement.from_json(r.id, r.placement), r.created_at) for r in conn.execute(query)]
+    return [LiveSlice(r.id, r.job_id, r.tenant or r.job_tenant, r.name, SliceState(r.state),
+                      SlicePlacement.from_json(r.id, r.placement), r.created_at, r.outcome, r.detail)
+            for r in conn.execute(query)]
 
 
 def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]) -> tuple[PlacedDevice, ...]:
