@@ -10,8 +10,8 @@ to payloads (dicts), so the routes only fetch, pick and answer.
     slice machine (a job's or a composition's) → a composed ComputerSystem (SystemType Composed)
                with its machine's Compute block and its devices' blocks in Links.ResourceBlocks
 
-Ids keep disagg's names: a block is its device id with `~` for `/` (`iobox0~gpu0`) or its machine's
-name; a zone or a rack's chassis is `rack~<rack>` / `pool~<pool>`. `~` cannot stand in a disagg name,
+Ids keep disagg's names: a block is its device id with `:` for `/` (`iobox0:gpu0`) or its machine's
+name; a zone or a rack's chassis is `rack:<rack>` / `pool:<pool>`. `:` cannot stand in a disagg name (and is safe in a URI),
 so no two resources share an id. A composed system's id is its slice machine's name (`<slice>-m<i>`).
 """
 
@@ -54,21 +54,21 @@ def ref(uri: str) -> dict[str, str]:
 
 
 def block_id(name: str) -> str:
-    """A machine's or a device's block id: its name, `~` for `/` (a URI segment holds no `/`)."""
-    return name.replace("/", "~")
+    """A machine's or a device's block id: its name, `:` for `/` (a URI segment holds no `/`)."""
+    return name.replace("/", ":")
 
 
 def block_name(block: str) -> str:
     """The machine or device behind a block id (the inverse of `block_id`)."""
-    return block.replace("~", "/")
+    return block.replace(":", "/")
 
 
 def rack_id(rack: str) -> str:
-    return f"rack~{rack}"
+    return f"rack:{rack}"
 
 
 def pool_zone_id(pool: str) -> str:
-    return f"pool~{pool}"
+    return f"pool:{pool}"
 
 
 def collection(uri: str, odata_type: str, name: str, members: list[str], **extra: Any) -> dict[str, Any]:
@@ -227,7 +227,7 @@ def zones(view: View) -> list[str]:
 
 def zone(view: View, ident: str) -> dict[str, Any] | None:
     """A rack's zone (its machines' and devices' blocks) or a pool's (its devices' blocks)."""
-    kind, _, name = ident.partition("~")
+    kind, _, name = ident.partition(":")
     nodes = view.nodes
     if kind == "rack" and any(n.rack == name for n in view.inv.nodes):
         members = [n.name for n in view.inv.nodes if n.rack == name and n.kind == "machine"]
@@ -250,7 +250,7 @@ def chassis_list(view: View) -> list[str]:
 
 def chassis(view: View, ident: str) -> dict[str, Any] | None:
     """A rack (ChassisType Rack) holding its machines (RackMount) and pools (Enclosure)."""
-    kind, _, rack = ident.partition("~")
+    kind, _, rack = ident.partition(":")
     base = {"@odata.id": f"{CHASSIS}/{ident}", "@odata.type": T_CHASSIS, "Id": ident, "Status": _status()}
     if kind == "rack" and rack:
         inside = [n.name for n in view.inv.nodes if n.rack == rack]

@@ -32,7 +32,7 @@ def service_root(service_uuid: uuid.UUID) -> dict[str, Any]:
         "Product": "disagg", "Vendor": "disagg",
         "Systems": ref(SYSTEMS), "Chassis": ref(CHASSIS), "CompositionService": ref(COMPOSITION),
         "SessionService": ref(f"{V1}/SessionService"), "AccountService": ref(f"{V1}/AccountService"),
-        "TaskService": ref(f"{V1}/TaskService"),
+        "Tasks": ref(f"{V1}/TaskService"),
         "Links": {"Sessions": ref(SESSIONS)},
         "ProtocolFeaturesSupported": {"ExpandQuery": {"ExpandAll": False, "Levels": False, "Links": False,
                                                       "NoLinks": False},

@@ -150,7 +150,7 @@ def _iso(t: float) -> str:
 
 
 #: The suffix of a decomposition's task id (a composition's task id is its slice's id).
-DECOMPOSE = "~decompose"
+DECOMPOSE = ":decompose"
 #: How a composition that its owner decomposed is told apart from one that failed.
 DECOMPOSED = "decomposed by its owner"
 
