@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec
-from disagg.fabric.base import FabricDriver, FabricError
+from disagg.fabric.base import FabricDriver, FabricError, Mechanism
 from disagg.model.states import SliceOutcome, SliceState
 from disagg.store import (
     KeepHandle,
@@ -87,7 +87,7 @@ def plan_of(record: SliceRecord) -> SlicePlan:
         tasks=len(machines),
         env={"DISAGG_ATTEMPT": str(record.attempt)},
     )
-    return SlicePlan(record.id, record.job_id, spec)
+    return SlicePlan(record.id, spec.job_id, spec)
 
 
 class SliceRunner:
@@ -206,7 +206,7 @@ class SliceRunner:
     def _attach(self, slice_id: str, device: str, machine: SliceMachine, remote: bool, gbps: float
                 ) -> Callable[[], None]:
         """Attach one device, reserving on its path the bandwidth the placement gave it."""
-        mechanism = "pcie-over-ethernet" if remote else "local"
+        mechanism: Mechanism = "pcie-over-ethernet" if remote else "local"
 
         def attach() -> None:
             self.step(
@@ -237,7 +237,7 @@ class SliceRunner:
             handle = self.engine.prepare_task(plan.spec)
         if handle is not None:
             stop = handle
-            self.step(slice_id, "stop-task", record.job_id, lambda: self.engine.cancel(stop))
+            self.step(slice_id, "stop-task", plan.job_id, lambda: self.engine.cancel(stop))
         detaches = [self._detach(slice_id, dev, m) for m in plan.machines for dev in m.devices
                     if ("attach-device", dev) in begun]
         self._all(detaches)

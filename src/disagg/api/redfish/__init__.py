@@ -19,6 +19,7 @@ its own: Redfish's errors, headers and authentication differ from the REST API's
 from __future__ import annotations
 
 import uuid
+
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response

@@ -11,8 +11,9 @@ to payloads (dicts), so the routes only fetch, pick and answer.
                with its machine's Compute block and its devices' blocks in Links.ResourceBlocks
 
 Ids keep disagg's names: a block is its device id with `:` for `/` (`iobox0:gpu0`) or its machine's
-name; a zone or a rack's chassis is `rack:<rack>` / `pool:<pool>`. `:` cannot stand in a disagg name (and is safe in a URI),
-so no two resources share an id. A composed system's id is its slice machine's name (`<slice>-m<i>`).
+name; a zone or a rack's chassis is `rack:<rack>` / `pool:<pool>`. `:` cannot stand in a disagg name
+(and is safe in a URI), so no two resources share an id. A composed system's id is its slice
+machine's name (`<slice>-m<i>`).
 """
 
 from __future__ import annotations
