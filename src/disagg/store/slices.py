@@ -219,8 +219,8 @@ class SliceOps(StoreBase):
     def slice_composed(self, slice_id: str) -> bool:
         """A composition's machines and devices are all there: composing → composed. False if it left."""
         with self.write_core() as conn:
-            return move_slice(conn, slice_id, SliceState.COMPOSED, "composed", (SliceState.COMPOSING,),
-                              time.time()) is not None
+            return move_slice(conn, slice_id, SliceState.COMPOSED, "its machine and devices are composed",
+                              (SliceState.COMPOSING,), time.time()) is not None
 
     def abort_slice(self, slice_id: str, outcome: SliceOutcome, detail: str, failed_device: str | None = None) -> bool:
         """Send a composing or running slice to teardown with `outcome`. False if it already left.
