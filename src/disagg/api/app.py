@@ -1,4 +1,5 @@
-"""The REST API (FastAPI): jobs, slices, machines, devices, links, health, metrics, and the dashboard at `/`.
+"""The REST API (FastAPI): jobs, slices, machines, devices, links, health, metrics, and the dashboard at `/`;
+and, unless `redfish: false`, the Redfish service at `/redfish/v1` (`disagg.api.redfish`).
 
 `create_app` only assembles: the routers (one module per resource, `disagg.api.routers`), the
 dependencies they share (`disagg.api.deps`: auth, the store, the controller) and the error handlers
@@ -32,4 +33,8 @@ def create_app(jobs: JobService) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     install_handlers(app, [route for router in ROUTERS for route in router.routes])
+    if jobs.config.redfish:  # the inventory as a DMTF Redfish CompositionService, at /redfish/v1
+        from disagg.api.redfish import mount_redfish
+
+        mount_redfish(app, jobs)
     return app

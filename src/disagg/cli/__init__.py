@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from disagg.cli import bench, inventory, jobs, place, serve, simulate, token
+from disagg.cli import bench, discover, inventory, jobs, place, serve, simulate, token
 
 app = typer.Typer(
     name="disagg",
@@ -27,6 +27,7 @@ inventory.register(app)  # slices, machines, devices, links
 simulate.register(app)  # simulate
 bench.register(app)  # bench placement | slices | api | crash | sim
 token.register(app)  # token create
+discover.register(app)  # discover redfish
 
 __all__ = ["app", "main"]
 

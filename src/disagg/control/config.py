@@ -52,6 +52,8 @@ class Config(BaseModel):
                                    description="Fabric driver and its options, e.g. {driver: emulated}.")
     tenants: str | list[dict[str, Any]] | None = Field(
         default=None, description="Tenants: a tenants spec file, or the list inline (model/tenants.py).")
+    redfish: bool = Field(default=True, description="Serve the inventory as a Redfish CompositionService at "
+                                                   "/redfish/v1.")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
 

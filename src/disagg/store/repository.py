@@ -13,6 +13,7 @@ from sqlalchemy import insert, select
 
 from disagg.model import Cluster
 from disagg.model.states import Health
+from disagg.store.compositions import CompositionOps
 from disagg.store.health import HealthOps
 from disagg.store.jobs import JobOps
 from disagg.store.models import (
@@ -27,7 +28,7 @@ from disagg.store.tokens import TokenOps
 from disagg.store.views import ViewOps
 
 
-class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps):
+class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------
