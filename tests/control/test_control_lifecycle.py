@@ -132,3 +132,22 @@ def test_a_conflict_at_commit_refreshes_the_snapshot_and_plans_again(tmp_path: P
         assert svc.controller.metrics.replans._value.get() == 1
     finally:
         svc.close()
+
+
+def test_a_composition_goes_composing_composed_tearing_down_done_and_never_running(service: Service) -> None:
+    """A slice with no job (a Redfish client's system): composed until its owner decomposes it."""
+    assert SLICE_TRANSITIONS[SliceState.COMPOSING] >= {SliceState.COMPOSED}
+    assert SLICE_TRANSITIONS[SliceState.COMPOSED] == frozenset({SliceState.TEARING_DOWN})
+    with pytest.raises(IllegalTransition, match="slice s: composed → running"):
+        check_slice_move("s", SliceState.COMPOSED, SliceState.RUNNING)
+    sid = service.store.compose("alice", "mine", "node0", ["iobox0/gpu0"], cpus=2.0)
+    service.controller.wake()
+    wait_for(lambda: service.store.any_slice(sid).state == SliceState.COMPOSED,  # type: ignore[union-attr]
+             what="the composition")
+    assert [(a.device, a.machine) for a in service.fabric.attachments()] == [("iobox0/gpu0", "node0")]
+    assert service.store.held_devices() == {"iobox0/gpu0": sid}
+    assert service.store.decompose(sid, "decomposed by its owner")
+    wait_for(lambda: service.store.any_slice(sid).state == SliceState.DONE,  # type: ignore[union-attr]
+             what="the decomposition")
+    assert service.fabric.attachments() == [] and service.store.held_devices() == {}
+    assert not service.store.decompose(sid)  # gone: nothing to decompose

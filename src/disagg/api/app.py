@@ -1,6 +1,7 @@
 """The REST API (FastAPI): jobs, slices, machines, devices, links, history, health, metrics, the dashboard
 at `/` and the API's documentation (Swagger UI at /docs, ReDoc at /redoc) — every asset served from here,
-none from a CDN (an air-gapped data center reaches none).
+none from a CDN (an air-gapped data center reaches none); and, unless `redfish: false`, the Redfish
+service at `/redfish/v1` (`disagg.api.redfish`).
 
 `create_app` only assembles: the routers (one module per resource, `disagg.api.routers`), the
 dependencies they share (`disagg.api.deps`: auth, the store, the controller) and the error handlers
@@ -40,4 +41,8 @@ def create_app(jobs: JobService) -> FastAPI:
         app.include_router(router)
     dashboard.install(app)
     install_handlers(app, [route for router in (*ROUTERS, *dashboard.ROUTERS) for route in router.routes])
+    if jobs.config.redfish:  # the inventory as a DMTF Redfish CompositionService, at /redfish/v1
+        from disagg.api.redfish import mount_redfish
+
+        mount_redfish(app, jobs)
     return app

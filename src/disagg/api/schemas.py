@@ -181,7 +181,7 @@ class SliceMachineOut(BaseModel):
 class SliceOut(BaseModel):
     model_config = _OUT
     id: str
-    job: str
+    job: str | None  # none for a composition (a Redfish client's system)
     attempt: int
     state: SliceState
     outcome: str | None

@@ -133,7 +133,7 @@ def invariant_violations(svc: Service, seen_slices: set[str], final: bool = Fals
     bad += [f"{d} held by gone slice {sid}" for d, sid in svc.store.held_devices().items() if sid not in live]
     per_job: dict[str, list[str]] = defaultdict(list)
     for sid, r in live.items():
-        per_job[r.job_id].append(sid)
+        per_job[r.job_id or sid].append(sid)
     bad += [f"job {jid} has {len(sids)} live slices" for jid, sids in per_job.items() if len(sids) > 1]
     for jid, j in jobs.items():
         has_slice = j.slice_id in live and live[j.slice_id].job_id == jid
@@ -158,7 +158,7 @@ def _runner_violations(svc: Service, live: dict[str, SliceRecord]) -> list[str]:
             if h not in live:
                 bad.append(f"a runner of slice {h} lives without its slice")
             else:
-                running[live[h].job_id] += 1
+                running[live[h].job_id or h] += 1
     return bad + [f"job {jid} runs {n} times" for jid, n in running.items() if n > 1]
 
 

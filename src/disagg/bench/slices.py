@@ -10,6 +10,10 @@ both as measured and scaled back to the testbed's seconds.
   teardown_s   stop-task + detach-device + destroy-machine
   slowest_step_s  the longest single step of the construction
 The target: construction with parallel steps within 1.2x of its slowest step.
+
+`fabric="redfish"`: the same slices composed through Redfish — a second disagg, in this process, serves
+the emulated testbed as a CompositionService, and the slices' fabric is the `redfish` driver speaking to
+it (its cluster spec discovered from it), so each launch-machine composes a system there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,36 @@ from disagg.model.states import SliceOutcome, SliceState
 SHAPES = ((1, 4), (2, 2), (4, 1))
 
 
-def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> dict[str, float]:
+def _redfish(root: Path, scale: float) -> tuple[Any, Any, Any]:
+    """(fabric, cluster, close): the `redfish` driver on a disagg that serves the testbed over Redfish."""
+    from fastapi.testclient import TestClient
+
+    from disagg.api import create_app
+    from disagg.control.config import Config
+    from disagg.control.service import open_service
+    from disagg.fabric.redfish import RedfishFabric
+    from disagg.fabric.redfish_client import RedfishClient
+    from disagg.fabric.redfish_discovery import discover
+    from disagg.model import parse_cluster
+
+    a = open_service(Config(db=f"sqlite:///{root / 'a.db'}", state_dir=str(root / "a"), latency_scale=scale,
+                            tick_s=0.005, round_gap_s=0.005, api_process=False))
+    a.controller.start()
+    token = a.store.create_token("bench")
+    http = TestClient(create_app(a.jobs))
+    client = RedfishClient(str(http.base_url), "bench", token, transport=http._transport, task_poll_s=0.005)
+    spec, _ = discover(client)
+    cluster = parse_cluster(spec, "discovered")
+
+    def close() -> None:
+        client.close()
+        a.close()
+
+    return RedfishFabric(cluster, client, "bench"), cluster, close
+
+
+def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float, fabric_name: str = "emulated"
+         ) -> dict[str, float]:
     # imported here: the store and the controller load only when the benchmark runs
     from disagg.control.service import DEFAULT_CLUSTER
     from disagg.control.slice import SliceRunner
@@ -36,12 +69,16 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
     from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
     from disagg.store import Store, new_job_row
 
-    cluster = load_cluster(DEFAULT_CLUSTER)
+    latencies = OperationLatencies().scaled(scale)
+    if fabric_name == "redfish":
+        fabric, cluster, close_fabric = _redfish(root, scale)
+    else:
+        cluster = load_cluster(DEFAULT_CLUSTER)
+        fabric = EmulatedFabric(root / "fabric.db", cluster, latencies)
+        close_fabric = fabric.close
     store = Store(f"sqlite:///{root / 'bench.db'}")
     store.migrate()
     store.sync_inventory(cluster)
-    latencies = OperationLatencies().scaled(scale)
-    fabric = EmulatedFabric(root / "fabric.db", cluster, latencies)
     engine = LocalEngine(root / "tasks", latencies)
     runner = SliceRunner(store, fabric, engine, parallel=parallel)
     gpu_ids = [d.id for d in cluster.devices if d.kind == "gpu"]
@@ -74,12 +111,14 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float) -> 
     runner.teardown(slice_id)
     teardown_s = time.perf_counter() - t1
     store.close()
-    fabric.close()
+    close_fabric()
     return {"construct_s": construct_s, "compose_s": compose_s, "teardown_s": teardown_s, "slowest_step_s": slowest}
 
 
-def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
-    """Median over `repeats` of each shape × {serial, parallel}; seconds measured and at testbed scale."""
+def run_slices_bench(scale: float = 0.05, repeats: int = 2, fabric: str = "emulated") -> dict[str, Any]:
+    """Median over `repeats` of each shape × {serial, parallel}; seconds measured and at testbed scale.
+
+    `fabric`: `emulated` (the testbed's fabric) or `redfish` (composing through Redfish, module docstring)."""
     from rich.progress import Progress
 
     results = []
@@ -91,7 +130,7 @@ def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
                 runs = []
                 for _ in range(repeats):
                     with tempfile.TemporaryDirectory(prefix="disagg-bench-") as d:
-                        runs.append(_one(Path(d), machines, gpus, parallel, scale))
+                        runs.append(_one(Path(d), machines, gpus, parallel, scale, fabric))
                     progress.advance(task)
                 med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                 row[mode] = {k: round(v, 4) for k, v in med.items()}
@@ -102,7 +141,7 @@ def run_slices_bench(scale: float = 0.05, repeats: int = 2) -> dict[str, Any]:
             row["parallel_compose_over_slowest_step"] = round(
                 row["parallel"]["compose_s"] / row["parallel"]["slowest_step_s"], 3)
             results.append(row)
-    return {"benchmark": "slices", "scale": scale, "repeats": repeats,
+    return {"benchmark": "slices", "fabric": fabric, "scale": scale, "repeats": repeats,
             "latencies_testbed_s": OperationLatencies().__dict__, "shapes": results,
             "target": "parallel construction within 1.2x of its slowest step",
             "target_met": all(r["parallel_construct_over_slowest_step"] <= 1.2 for r in results)}

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from disagg.cli import bench, inventory, jobs, place, serve, simulate, token
+from disagg.cli import bench, discover, inventory, jobs, place, serve, simulate, token
 
 app = typer.Typer(
     name="disagg",
@@ -54,6 +54,7 @@ inventory.register(app)  # slices, machines, devices, links
 simulate.register(app)  # simulate
 bench.register(app)  # bench placement | slices | api | crash | sim
 token.register(app)  # token create
+discover.register(app)  # discover redfish
 
 __all__ = ["app", "main"]
 

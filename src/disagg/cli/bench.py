@@ -60,6 +60,8 @@ def bench_slices(
     scale: Annotated[float, typer.Option(min=0.0001, max=1.0, help="Scale of the testbed's latencies.")] = 0.05,
     repeats: Annotated[int, typer.Option(min=1, max=20)] = 2,
     engine: Annotated[str, typer.Option(help="local (emulated testbed) | slurm (throw-away Slurm, root)")] = "local",
+    fabric: Annotated[str, typer.Option(help="emulated | redfish (composing through a Redfish service that "
+                                              "serves the emulated testbed)")] = "emulated",
 ) -> None:
     """Slice composition, steps in parallel vs one by one, for 1x4, 2x2, 4x1 machines x GPUs (JSON out).
 
@@ -71,9 +73,11 @@ def bench_slices(
         raise typer.Exit(slurm_bench(["--repeats", str(repeats)]))
     if engine != "local":
         raise fail(f"--engine: unknown engine {engine!r}; known: local, slurm")
+    if fabric not in ("emulated", "redfish"):
+        raise fail(f"--fabric: unknown fabric {fabric!r}; known: emulated, redfish")
     from disagg.bench.slices import run_slices_bench
 
-    sys.stdout.write(json.dumps(run_slices_bench(scale, repeats), indent=2) + "\n")
+    sys.stdout.write(json.dumps(run_slices_bench(scale, repeats, fabric), indent=2) + "\n")
 
 
 @bench_app.command("api")

@@ -56,6 +56,8 @@ class Config(BaseModel):
                                    description="Seconds between the loop's samples of its numbers (GET /v1/history).")
     history_retention_s: float = Field(default=86400.0, gt=0.0,
                                        description="How long samples are kept, seconds (default one day).")
+    redfish: bool = Field(default=True, description="Serve the inventory as a Redfish CompositionService at "
+                                                   "/redfish/v1.")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
 

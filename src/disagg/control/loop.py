@@ -31,7 +31,7 @@ from disagg.control.history import HistorySampler
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.slice import SliceRunner
 from disagg.engines.base import Engine, with_foreign_holdings
-from disagg.fabric.base import FabricDriver
+from disagg.fabric.base import FabricDriver, with_fabric_holdings
 from disagg.model import Job
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
 from disagg.placement.decisions import Decisions
@@ -160,8 +160,10 @@ class Controller:
 
     def plan(self, queue: list[Job]) -> Decisions:
         """The policy's decisions on a fresh snapshot (pure: nothing is written)."""
-        # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking
+        # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking;
+        # nor what others hold on a shared fabric (blocks another client composed on a Redfish service)
         snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
+        snapshot = with_fabric_holdings(snapshot, self.fabric.holdings())
         return self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
 
     def _conflicted(self, result: CommitResult) -> list[Job]:

@@ -34,6 +34,7 @@ class ReconcileReport:
     requeued: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)  # slice machines without a live slice, made to leave
+    decomposed: list[str] = field(default_factory=list)  # the fabric's compositions without a live slice
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -59,8 +60,10 @@ def reconcile(store: Store, fabric: FabricDriver, engine: Engine) -> ReconcileRe
     for h in engine.orphans({r.id for r in live} | {r.handle for r in live if r.handle}):
         engine.cancel(h)
         report.cancelled.append(h)
-    # engines whose slice machines exist outside this process (Slurm nodes) keep only the live slices' ones
+    # engines whose slice machines exist outside this process (Slurm nodes) keep only the live slices' ones;
+    # so do fabrics that compose slice machines (Redfish): what they made for no live slice is decomposed
     report.left = engine.adopt({m.name for r in live for m in r.placement.machines})
+    report.decomposed = fabric.adopt({m.name: m.host for r in live for m in r.placement.machines})
     report.seconds = time.perf_counter() - t0
     log.info(report.summary())
     return report

@@ -5,6 +5,11 @@
     running:       the engine runs the job; the loop polls it
     tearing-down:  stop-task → detach-device (all at once) → destroy-machine (all at once)
     done:          the job gets the slice's outcome (completed, failed, cancelled, or re-queued)
+    composed:      a composition (a slice with no job, a Redfish client's system) stops after launch-machine
+                   and holds its machine and devices until its owner decomposes it (then tearing-down)
+
+launch-machine and destroy-machine each have a fabric half (`FabricDriver.compose` / `decompose`): a
+fabric of composable hardware composes the slice machine there (Redfish); others need nothing.
 
 Each step is a row in `slice_steps`, written `started` before it runs and `done`/`failed` after, so
 a controller killed at any moment resumes a slice exactly where it was: a `started` step is run
@@ -25,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec
-from disagg.fabric.base import FabricDriver, FabricError
+from disagg.fabric.base import FabricDriver, FabricError, Mechanism
 from disagg.model.states import SliceOutcome, SliceState
 from disagg.store import (
     KeepHandle,
@@ -76,13 +81,13 @@ def plan_of(record: SliceRecord) -> SlicePlan:
     machines = record.placement.machines
     spec = SliceSpec(
         slice_id=record.id,
-        job_id=record.job_id,
+        job_id=record.job_id or "",  # a composition has no job
         command=record.command,
         machines=machines,
         tasks=len(machines),
         env={"DISAGG_ATTEMPT": str(record.attempt)},
     )
-    return SlicePlan(record.id, record.job_id, spec)
+    return SlicePlan(record.id, spec.job_id, spec)
 
 
 class SliceRunner:
@@ -162,6 +167,9 @@ class SliceRunner:
         composing = SliceState.COMPOSING
         try:
             self._all([self._machine_chain(plan, record, m) for m in plan.machines])
+            if record.job_id is None:  # a composition: its machine and devices are all it is made of
+                self.store.slice_composed(slice_id)
+                return
             handle: list[str] = []
 
             def prepare() -> None:
@@ -184,22 +192,28 @@ class SliceRunner:
             for dev in machine.devices:
                 placed = record.placement.device(dev)
                 gbps = placed.network_gbps if placed is not None else 0.0
-                attaches.append(self._attach(plan.slice_id, dev, machine.host, dev in machine.remote, gbps))
+                attaches.append(self._attach(plan.slice_id, dev, machine, dev in machine.remote, gbps))
             self._all(attaches)
-            self.step(plan.slice_id, "launch-machine", machine.name,
-                      lambda: self.engine.launch_machine(plan.spec, machine), guard=SliceState.COMPOSING)
+
+            def launch() -> None:
+                self.fabric.compose(machine)
+                self.engine.launch_machine(plan.spec, machine)
+
+            self.step(plan.slice_id, "launch-machine", machine.name, launch, guard=SliceState.COMPOSING)
 
         return chain
 
-    def _attach(self, slice_id: str, device: str, host: str, remote: bool, gbps: float) -> Callable[[], None]:
+    def _attach(self, slice_id: str, device: str, machine: SliceMachine, remote: bool, gbps: float
+                ) -> Callable[[], None]:
         """Attach one device, reserving on its path the bandwidth the placement gave it."""
+        mechanism: Mechanism = "pcie-over-ethernet" if remote else "local"
 
         def attach() -> None:
             self.step(
                 slice_id,
                 "attach-device",
                 device,
-                lambda: self.fabric.attach(device, host, "pcie-over-ethernet" if remote else "local", gbps),
+                lambda: self.fabric.attach(device, machine.host, mechanism, gbps, slice_machine=machine),
                 guard=SliceState.COMPOSING,
             )
 
@@ -223,26 +237,30 @@ class SliceRunner:
             handle = self.engine.prepare_task(plan.spec)
         if handle is not None:
             stop = handle
-            self.step(slice_id, "stop-task", record.job_id, lambda: self.engine.cancel(stop))
-        detaches = [self._detach(slice_id, dev, m.host) for m in plan.machines for dev in m.devices
+            self.step(slice_id, "stop-task", plan.job_id, lambda: self.engine.cancel(stop))
+        detaches = [self._detach(slice_id, dev, m) for m in plan.machines for dev in m.devices
                     if ("attach-device", dev) in begun]
         self._all(detaches)
         self._all([self._destroy(plan, m) for m in plan.machines if ("launch-machine", m.name) in begun])
         self.store.settle_slice(slice_id)
 
-    def _detach(self, slice_id: str, device: str, host: str) -> Callable[[], None]:
+    def _detach(self, slice_id: str, device: str, machine: SliceMachine) -> Callable[[], None]:
         def detach() -> None:
-            self.step(slice_id, "detach-device", device, lambda: self.fabric.detach(device, host),
+            self.step(slice_id, "detach-device", device,
+                      lambda: self.fabric.detach(device, machine.host, slice_machine=machine),
                       lambda: ReleaseDevice(device))
 
         return detach
 
     def _destroy(self, plan: SlicePlan, machine: SliceMachine) -> Callable[[], None]:
         def destroy() -> None:
-            self.step(plan.slice_id, "destroy-machine", machine.name,
-                      lambda: self.engine.destroy_machine(plan.spec, machine))
+            self.engine.destroy_machine(plan.spec, machine)
+            self.fabric.decompose(machine)
 
-        return destroy
+        def step() -> None:
+            self.step(plan.slice_id, "destroy-machine", machine.name, destroy)
+
+        return step
 
 
 def _failed_device(exc: StepFailed, fabric: FabricDriver) -> str | None:

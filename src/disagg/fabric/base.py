@@ -8,8 +8,11 @@ already attached to the same machine succeeds; detaching one that is not attache
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from disagg.model import Allocation, Cluster, SliceMachine
 
 Mechanism = Literal["local", "pcie-over-ethernet", "remoting", "cxl"]
 
@@ -27,6 +30,36 @@ class AttachmentInfo:
     device: str
     machine: str
     mechanism: Mechanism
+
+
+@dataclass(frozen=True)
+class FabricHoldings:
+    """What others hold on a fabric disagg shares (a Redfish service other clients compose on): devices,
+    and machines taken whole (their Compute block is in someone else's composition)."""
+
+    devices: frozenset[str] = field(default_factory=frozenset)
+    machines: frozenset[str] = field(default_factory=frozenset)
+    holder: str = "fabric"  # who, as the snapshot's allocations name it (`foreign:<holder>`)
+
+
+def with_fabric_holdings(snapshot: Cluster, held: FabricHoldings) -> Cluster:
+    """The snapshot with what others hold on the fabric added as allocations, so no policy offers it: a
+    machine taken whole loses the cpus and memory it has left, a device is held (charged to no cpus)."""
+    if not held.devices and not held.machines:
+        return snapshot
+    cpus = {m.name: m.cpus for m in snapshot.machines}
+    memory = {m.name: m.memory_gb for m in snapshot.machines}
+    holders: dict[str, str] = {}
+    for a in snapshot.allocations:
+        cpus[a.machine] = cpus.get(a.machine, 0.0) - a.cpus
+        memory[a.machine] = memory.get(a.machine, 0.0) - a.memory_gb
+        holders.update(dict.fromkeys(a.devices, a.job))
+    job = f"foreign:{held.holder}"
+    extra = [Allocation(job, m, max(cpus[m], 0.0), max(memory[m], 0.0)) for m in sorted(held.machines) if m in cpus]
+    devices = tuple(d for d in sorted(held.devices) if d in snapshot.device_by_id and d not in holders)
+    if devices and snapshot.machines:
+        extra.append(Allocation(job, snapshot.machines[0].name, 0.0, 0.0, devices))
+    return replace(snapshot, allocations=snapshot.allocations + tuple(extra)) if extra else snapshot
 
 
 class FaultInjection(ABC):
@@ -62,12 +95,15 @@ class FabricDriver(ABC):
     name: str = "base"
 
     @abstractmethod
-    def attach(self, device: str, machine: str, mechanism: Mechanism, gbps: float = 0.0) -> AttachmentInfo:
+    def attach(self, device: str, machine: str, mechanism: Mechanism, gbps: float = 0.0,
+               slice_machine: SliceMachine | None = None) -> AttachmentInfo:
         """Give `device` to `machine`, reserving `gbps` on the links of its path. Idempotent for the
-        same pair; an error if held by another, or if a link on the path lacks the bandwidth."""
+        same pair; an error if held by another, or if a link on the path lacks the bandwidth.
+
+        `slice_machine`: the slice machine the device is for (a composing driver composes per slice machine)."""
 
     @abstractmethod
-    def detach(self, device: str, machine: str) -> None:
+    def detach(self, device: str, machine: str, slice_machine: SliceMachine | None = None) -> None:
         """Take it back. Idempotent."""
 
     @abstractmethod
@@ -89,6 +125,23 @@ class FabricDriver(ABC):
     @abstractmethod
     def link_load(self) -> dict[str, float]:
         """Gbit/s the attachments reserve on each link (for metrics); every link the fabric knows."""
+
+    # --- composable hardware: optional hooks (a fabric that attaches devices to running machines needs none)
+    def compose(self, machine: SliceMachine) -> None:  # noqa: B027 - an optional hook, not abstract
+        """launch-machine's fabric half, before the engine's: make the slice machine a machine of the
+        fabric with its devices (composable hardware composes a system). Idempotent."""
+
+    def decompose(self, machine: SliceMachine) -> None:  # noqa: B027 - an optional hook, not abstract
+        """destroy-machine's fabric half, after the engine's: unmake what `compose` made. Idempotent."""
+
+    def adopt(self, machines: Mapping[str, str]) -> list[str]:
+        """After a restart: keep what `compose` made for the live slice machines (`machines`: name → host),
+        unmake the rest that this driver made (never what others made). Returns those unmade."""
+        return []
+
+    def holdings(self) -> FabricHoldings:
+        """What others hold on the fabric now (a shared service); the policies are not offered it."""
+        return FabricHoldings()
 
     @property
     def faults(self) -> FaultInjection | None:

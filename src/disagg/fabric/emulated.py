@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from disagg.fabric.base import AttachmentInfo, FabricDriver, FabricError, FaultInjection, Mechanism
-from disagg.model import Cluster
+from disagg.model import Cluster, SliceMachine
 
 #: The six slice operations, in the order of a slice's life.
 OPERATIONS = (
@@ -124,7 +124,8 @@ class EmulatedFabric(FabricDriver, FaultInjection):
         return [lk for lk in path if lk in down]
 
     # --- the driver interface --------------------------------------------------------------
-    def attach(self, device: str, machine: str, mechanism: Mechanism, gbps: float = 0.0) -> AttachmentInfo:
+    def attach(self, device: str, machine: str, mechanism: Mechanism, gbps: float = 0.0,
+               slice_machine: SliceMachine | None = None) -> AttachmentInfo:
         """Give `device` to `machine`, taking the attach latency. Idempotent for the same pair.
 
         `gbps`: the bandwidth the attachment reserves on every link of its path (the placement's
@@ -191,7 +192,7 @@ class EmulatedFabric(FabricDriver, FaultInjection):
                 load[lk] = load.get(lk, 0.0) + gbps
         return load
 
-    def detach(self, device: str, machine: str) -> None:
+    def detach(self, device: str, machine: str, slice_machine: SliceMachine | None = None) -> None:
         """Take `device` back from `machine`, taking the detach latency. Idempotent."""
         conn = self._conn()
         row = conn.execute("SELECT machine, mechanism FROM attachments WHERE device=?", (device,)).fetchone()

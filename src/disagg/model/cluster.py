@@ -34,6 +34,7 @@ class Device:
     index: int
     capacity: float = 1.0
     health: DeviceHealth = "healthy"
+    redfish_uri: str | None = None  # its ResourceBlock on a Redfish service (a cluster spec from discovery)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class Machine:
     cpus: float
     memory_gb: float
     uplink_gbps: float
+    redfish_uri: str | None = None  # its Compute ResourceBlock on a Redfish service
 
 
 @dataclass(frozen=True, slots=True)

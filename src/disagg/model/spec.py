@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from disagg.model.cluster import (
     DEVICE_KINDS,
@@ -48,6 +48,15 @@ class DeviceGroupSpec(BaseModel):
     count: Count = Field(ge=0, le=4096)
     model: str = Field(default="generic", min_length=1, max_length=64)
     capacity: float = Field(default=1.0, gt=0)
+    #: One Redfish ResourceBlock URI per device of the group, in index order (`disagg discover redfish`).
+    redfish_uris: list[str] = []
+
+    @model_validator(mode="after")
+    def _one_uri_each(self) -> DeviceGroupSpec:
+        if self.redfish_uris and len(self.redfish_uris) != self.count:
+            raise ValueError(f"redfish_uris has {len(self.redfish_uris)} URIs for {self.count} devices; "
+                             "give one per device, or none")
+        return self
 
 
 def _groups(value: Any) -> Any:
@@ -81,6 +90,7 @@ class MachineSpec(BaseModel):
     memory_gb: float = Field(gt=0)
     uplink_gbps: float = Field(default=10.0, gt=0)
     devices: DevicesSpec = DevicesSpec()
+    redfish_uri: str | None = Field(default=None, max_length=1024)  # its Compute ResourceBlock
 
 
 class PoolSpec(BaseModel):
@@ -268,10 +278,11 @@ def _make_devices(location: str, spec: DevicesSpec, failed: set[str]) -> list[De
     for kind in DEVICE_KINDS:
         index = 0
         for group in getattr(spec, kind):
-            for _ in range(group.count):
+            for k in range(group.count):
                 did = device_id(location, kind, index)
                 health: DeviceHealth = DEVICE_FAILED if did in failed else "healthy"
-                out.append(Device(did, kind, group.model, location, index, group.capacity, health))
+                uri = group.redfish_uris[k] if group.redfish_uris else None
+                out.append(Device(did, kind, group.model, location, index, group.capacity, health, uri))
                 index += 1
     return out
 
@@ -338,7 +349,8 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     if problems:
         raise SpecError(source, problems)
     return Cluster(
-        machines=tuple(Machine(m.name, m.rack, m.cpus, m.memory_gb, m.uplink_gbps) for m in spec.machines),
+        machines=tuple(Machine(m.name, m.rack, m.cpus, m.memory_gb, m.uplink_gbps, m.redfish_uri)
+                       for m in spec.machines),
         pools=tuple(Pool(p.name, p.rack, p.uplink_gbps) for p in spec.pools),
         devices=tuple(devices),
         rack_uplink_gbps=spec.network.rack_uplink_gbps,

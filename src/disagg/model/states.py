@@ -12,6 +12,7 @@ every move it makes is recorded as an event (from, to, when, why) — the histor
             composing | running → queued   (re-queued: a device failed, the engine lost the job)
             queued | composing | running → cancelled | failed
     slice:  composing → running → tearing-down → done;  composing → tearing-down
+            composing → composed → tearing-down   (a composition with no job: a Redfish client's system)
     step:   started → done | failed;  started | failed → started   (run again after a crash or a retry)
 """
 
@@ -47,6 +48,9 @@ class SliceState(StrEnum):
 
     COMPOSING = "composing"
     RUNNING = "running"
+    #: A slice with no job (a Redfish client composed it): it holds its machine and devices, composed,
+    #: until its owner decomposes it (`DELETE /redfish/v1/Systems/{id}`).
+    COMPOSED = "composed"
     TEARING_DOWN = "tearing-down"
     DONE = "done"
 
@@ -131,8 +135,12 @@ DEVICE_FAILED: Final[DeviceHealth] = "failed"
 #: Jobs that will not change any more.
 JOB_FINAL: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 #: Slices that still hold resources.
-LIVE_SLICE_STATES: tuple[SliceState, ...] = (SliceState.COMPOSING, SliceState.RUNNING, SliceState.TEARING_DOWN)
-#: Slices that a failed device or link, a cancel or an engine's loss may send to teardown.
+LIVE_SLICE_STATES: tuple[SliceState, ...] = (SliceState.COMPOSING, SliceState.RUNNING, SliceState.COMPOSED,
+                                             SliceState.TEARING_DOWN)
+#: Slices whose owner may decompose them: a composition with no job, composing or composed.
+DECOMPOSABLE_SLICE_STATES: tuple[SliceState, ...] = (SliceState.COMPOSING, SliceState.COMPOSED)
+#: Slices that a failed device or link, a cancel or an engine's loss may send to teardown. (A composed slice
+#: has no job to re-queue: it stays until its owner decomposes it, its blocks' health showing the failure.)
 ACTIVE_SLICE_STATES: tuple[SliceState, ...] = (SliceState.COMPOSING, SliceState.RUNNING)
 
 #: The job moves the controller may make: from → the states it may go to.
@@ -147,8 +155,9 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 #: The slice moves: from → the states it may go to.
 SLICE_TRANSITIONS: dict[SliceState, frozenset[SliceState]] = {
-    SliceState.COMPOSING: frozenset({SliceState.RUNNING, SliceState.TEARING_DOWN}),
+    SliceState.COMPOSING: frozenset({SliceState.RUNNING, SliceState.COMPOSED, SliceState.TEARING_DOWN}),
     SliceState.RUNNING: frozenset({SliceState.TEARING_DOWN}),
+    SliceState.COMPOSED: frozenset({SliceState.TEARING_DOWN}),
     SliceState.TEARING_DOWN: frozenset({SliceState.DONE}),
     SliceState.DONE: frozenset(),
 }
@@ -178,6 +187,7 @@ def check_slice_move(slice_id: str, src: SliceState | str, dst: SliceState | str
 
 __all__ = [
     "ACTIVE_SLICE_STATES",
+    "DECOMPOSABLE_SLICE_STATES",
     "DEVICE_FAILED",
     "JOB_FINAL",
     "JOB_TRANSITIONS",

@@ -6,6 +6,7 @@ The only package that speaks SQL. The schema comes from the Alembic migrations i
 
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store.base import DEFAULT_URL, DuplicateKey, StoreError, normalize_url
+from disagg.store.compositions import CompositionRefused, Inventory, LiveSlice
 from disagg.store.health import FabricHealth
 from disagg.store.jobs import IdempotencyConflict, JobLive, JobSummary, job_dict, model_job, new_id, new_job_row
 from disagg.store.plans import CommitResult, slice_placement
@@ -26,12 +27,15 @@ __all__ = [
     "DEFAULT_URL",
     "LIVE_SLICE_STATES",
     "CommitResult",
+    "CompositionRefused",
     "DuplicateKey",
     "FabricHealth",
     "IdempotencyConflict",
+    "Inventory",
     "JobLive",
     "JobSummary",
     "KeepHandle",
+    "LiveSlice",
     "Principal",
     "ReleaseDevice",
     "SliceAborted",

@@ -101,9 +101,9 @@ class JobOps(StoreBase):
     """Submissions, the queue, cancel, history."""
 
     def submissions(self) -> GroupInsert:
-        """A group writer for new jobs: rows from `new_job_row` are committed in batches, each job with its
-        `submitted` event; `insert(row)` returns a Future set once the row is stored."""
-        return GroupInsert(self, lambda conn, rows: new_jobs(conn, rows, time.time()))
+        """A group writer for new jobs: rows from `new_job_row` are committed in batches; `insert(row)`
+        returns a Future set once the row is stored."""
+        return GroupInsert(self, new_jobs)
 
     def queued_jobs(self, window: int) -> list[Job]:
         """The `window` oldest queued jobs, oldest first, as the policies see them."""

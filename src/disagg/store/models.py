@@ -70,11 +70,15 @@ class JobRow(Base):
 
 
 class SliceRow(Base):
-    """A job's composed environment. `placement` is the decision it was built from (JSON)."""
+    """A job's composed environment. `placement` is the decision it was built from (JSON).
+
+    A composition (a Redfish client's system) is a slice with no job: `tenant` owns it, `name` is its name."""
 
     __tablename__ = "slices"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), index=True, nullable=True)
+    tenant: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     attempt: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), index=True)
     outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
@@ -139,7 +143,7 @@ class EventRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at: Mapped[float] = mapped_column(Float)
     subject: Mapped[str] = mapped_column(String(8))
-    job_id: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # none for a composition's slice
     slice_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_state: Mapped[str] = mapped_column(String(16))

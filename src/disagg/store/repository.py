@@ -13,6 +13,7 @@ from sqlalchemy import insert, select
 
 from disagg.model import Cluster
 from disagg.model.states import Health
+from disagg.store.compositions import CompositionOps
 from disagg.store.health import HealthOps
 from disagg.store.history import HistoryOps
 from disagg.store.jobs import JobOps
@@ -29,7 +30,8 @@ from disagg.store.tokens import TokenOps
 from disagg.store.views import ViewOps
 
 
-class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, HistoryOps, PrefixOps):
+class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps, HistoryOps,
+            PrefixOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

@@ -34,7 +34,8 @@ _steps: Table = StepRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
-_RECORD = select(_slices, _jobs.c.command).join(_jobs, _jobs.c.id == _slices.c.job_id)
+# an outer join: a composition (a slice with no job) has no command
+_RECORD = select(_slices, _jobs.c.command).outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
 _SLICE_STATE = select(_slices.c.state).where(_slices.c.id == bindparam("id"))
 # (bind names differ from the column names: in an UPDATE those would be taken as SET values)
 _STEP_KEY = and_(
@@ -65,10 +66,12 @@ class SliceAborted(RuntimeError):
 
 @dataclass(frozen=True)
 class SliceRecord:
-    """A stored slice as the workers use it: its placement as a typed value, and its job's command."""
+    """A stored slice as the workers use it: its placement as a typed value, and its job's command.
+
+    A composition (a Redfish client's system) has no job: `job_id` None, no command."""
 
     id: str
-    job_id: str
+    job_id: str | None
     attempt: int
     state: SliceState
     outcome: str | None
@@ -117,7 +120,7 @@ StepEffect = KeepHandle | SliceRunning | ReleaseDevice
 
 def _record(row: Any) -> SliceRecord:
     return SliceRecord(row.id, row.job_id, row.attempt, SliceState(row.state), row.outcome, row.detail, row.handle,
-                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command), row.created_at)
+                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command or ()), row.created_at)
 
 
 class SliceOps(StoreBase):
@@ -213,6 +216,12 @@ class SliceOps(StoreBase):
             return {(str(op), str(target)) for op, target in conn.execute(query)}
 
     # --- moves -------------------------------------------------------------------------------
+    def slice_composed(self, slice_id: str) -> bool:
+        """A composition's machines and devices are all there: composing → composed. False if it left."""
+        with self.write_core() as conn:
+            return move_slice(conn, slice_id, SliceState.COMPOSED, "its machine and devices are composed",
+                              (SliceState.COMPOSING,), time.time()) is not None
+
     def abort_slice(self, slice_id: str, outcome: SliceOutcome, detail: str, failed_device: str | None = None) -> bool:
         """Send a composing or running slice to teardown with `outcome`. False if it already left.
 

@@ -19,10 +19,17 @@ _links: Table = LinkRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 
 
+def holder(slice_id: str, job_id: str | None) -> str:
+    """Who holds a live slice's resources in a snapshot's allocations: its job, or, for a composition
+    (no job), `composition:<slice>`."""
+    return job_id if job_id is not None else f"composition:{slice_id}"
+
+
 def live_slices_placed(conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
-    """(slice, job, placement) of every slice that still holds resources."""
+    """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
+    holds resources."""
     query = select(_slices.c.id, _slices.c.job_id, _slices.c.placement).where(_slices.c.state.in_(LIVE_SLICE_STATES))
-    return [(str(i), str(j), SlicePlacement.from_json(i, p)) for i, j, p in conn.execute(query)]
+    return [(str(i), holder(str(i), j), SlicePlacement.from_json(i, p)) for i, j, p in conn.execute(query)]
 
 
 def live_placements(conn: Connection) -> list[SlicePlacement]:
@@ -78,4 +85,5 @@ class SnapshotOps(StoreBase):
             return read_cluster(conn)
 
 
-__all__ = ["SnapshotOps", "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "room_left"]
+__all__ = ["SnapshotOps", "holder", "live_allocations", "live_placements", "live_slices_placed", "read_cluster",
+           "room_left"]

@@ -2,7 +2,7 @@
 kept for a retention window, for the dashboard's charts and GET /v1/history.
 
 Revision ID: 0006
-Revises: 0002
+Revises: 0005 (re-chained after merging main, which has 0005)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0002"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,302 @@
+"""The Redfish service's routes: reads of the inventory as resources, and the writes a Redfish client
+makes — log in and out, compose a system (`POST Systems`), decompose it (`DELETE Systems/{id}`) — each
+following its task monitor. Unauthenticated: `/redfish`, the service root, `$metadata`, `odata` and the
+login itself; everything else needs a session, Basic credentials or a bearer token (`auth.caller`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from disagg.api.redfish import resources as R
+from disagg.api.redfish import services as S
+from disagg.api.redfish import systems as Y
+from disagg.api.redfish.auth import Sessions, caller, login
+from disagg.api.redfish.protocol import RedfishError, RedfishResponse, check_if_match
+from disagg.control.jobs import JobService
+from disagg.model.states import DECOMPOSABLE_SLICE_STATES, SliceState
+from disagg.store import CompositionRefused, LiveSlice, Principal, Store
+
+Caller = Annotated[Principal, Depends(caller)]
+router = APIRouter()
+
+
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def _view(request: Request, who: Principal) -> R.View:
+    """The inventory as `who` sees it: every block and zone, the systems of its own slices (all: an admin)."""
+    return R.View(_store(request).redfish_inventory(), lambda s: who.admin or s.tenant == who.tenant)
+
+
+def _found(payload: dict[str, Any] | None, what: str) -> RedfishResponse:
+    if payload is None:
+        raise RedfishError(404, "ResourceNotFound", f"{what} does not exist", [what])
+    return RedfishResponse(payload)
+
+
+GET = ["GET", "HEAD"]
+
+
+# --- unauthenticated ---------------------------------------------------------------------------------
+@router.api_route("/", methods=GET)
+def version() -> RedfishResponse:
+    return RedfishResponse(S.version_document())
+
+
+@router.api_route("/v1", methods=GET)
+@router.api_route("/v1/", methods=GET)
+def root(request: Request) -> RedfishResponse:
+    return RedfishResponse(S.service_root(request.app.state.service_uuid))
+
+
+@router.api_route("/v1/odata", methods=GET)
+def odata() -> RedfishResponse:
+    from disagg.api.redfish.metadata import service_document
+
+    return RedfishResponse(service_document())
+
+
+@router.api_route("/v1/$metadata", methods=GET)
+def metadata() -> Response:
+    from disagg.api.redfish.metadata import metadata_xml
+
+    return Response(metadata_xml(), media_type="application/xml")
+
+
+@router.post("/v1/SessionService/Sessions")
+@router.post("/v1/SessionService/Sessions/Members")
+async def log_in(request: Request) -> RedfishResponse:
+    body = await _json(request)
+    who = await login(_store(request), body.get("UserName"), body.get("Password"))
+    sessions: Sessions = request.app.state.sessions
+    s = sessions.open(who, who.tenant)
+    return RedfishResponse(S.session(s), 201, {"X-Auth-Token": s.token, "Location": f"{S.SESSIONS}/{s.id}"})
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise RedfishError(400, "MalformedJSON", "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise RedfishError(400, "MalformedJSON", "the body must be a JSON object")
+    return body
+
+
+# --- sessions, accounts, roles --------------------------------------------------------------------
+@router.api_route("/v1/SessionService", methods=GET)
+def session_service(_who: Caller) -> RedfishResponse:
+    return RedfishResponse(S.session_service())
+
+
+@router.api_route("/v1/SessionService/Sessions", methods=GET)
+def sessions_list(request: Request, who: Caller) -> RedfishResponse:
+    items = [s for s in request.app.state.sessions.all() if who.admin or s.who.tenant == who.tenant]
+    return RedfishResponse(S.sessions(items))
+
+
+@router.api_route("/v1/SessionService/Sessions/{ident}", methods=GET)
+def session_get(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    s = request.app.state.sessions.by_id(ident)
+    return _found(S.session(s) if s is not None and (who.admin or s.who.tenant == who.tenant) else None,
+                  f"session {ident}")
+
+
+@router.delete("/v1/SessionService/Sessions/{ident}")
+def session_delete(request: Request, ident: str, who: Caller) -> Response:
+    sessions: Sessions = request.app.state.sessions
+    s = sessions.by_id(ident)
+    if s is None or not (who.admin or s.who.tenant == who.tenant):
+        raise RedfishError(404, "ResourceNotFound", f"session {ident} does not exist", [ident])
+    sessions.close(ident)
+    return Response(status_code=204)
+
+
+@router.api_route("/v1/AccountService", methods=GET)
+def account_service(_who: Caller) -> RedfishResponse:
+    return RedfishResponse(S.account_service())
+
+
+@router.api_route("/v1/AccountService/Accounts", methods=GET)
+def accounts(who: Caller) -> RedfishResponse:
+    return RedfishResponse(S.accounts(who.tenant))
+
+
+@router.api_route("/v1/AccountService/Accounts/{ident}", methods=GET)
+def account(ident: str, who: Caller) -> RedfishResponse:
+    return _found(S.account(who.tenant, who.admin) if ident == who.tenant else None, f"account {ident}")
+
+
+@router.api_route("/v1/AccountService/Roles", methods=GET)
+def roles(_who: Caller) -> RedfishResponse:
+    return RedfishResponse(S.roles())
+
+
+@router.api_route("/v1/AccountService/Roles/{ident}", methods=GET)
+def role(ident: str, _who: Caller) -> RedfishResponse:
+    return _found(S.role(ident), f"role {ident}")
+
+
+# --- composition service: blocks and zones --------------------------------------------------------
+@router.api_route("/v1/CompositionService", methods=GET)
+def composition_service(_who: Caller) -> RedfishResponse:
+    return RedfishResponse(S.composition_service())
+
+
+@router.api_route("/v1/CompositionService/ResourceBlocks", methods=GET)
+def blocks(request: Request, who: Caller) -> RedfishResponse:
+    return RedfishResponse(R.collection(R.BLOCKS, "#ResourceBlockCollection.ResourceBlockCollection",
+                                        "Resource blocks", R.blocks(_view(request, who))))
+
+
+@router.api_route("/v1/CompositionService/ResourceBlocks/{ident}", methods=GET)
+def block(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    return _found(R.block(_view(request, who), ident), f"resource block {ident}")
+
+
+@router.api_route("/v1/CompositionService/ResourceBlocks/{ident}/{kind}/{part}", methods=GET)
+def block_part(request: Request, ident: str, kind: str, part: str, who: Caller) -> RedfishResponse:
+    return _found(R.component(_view(request, who), ident, kind, part), f"{kind}/{part} of block {ident}")
+
+
+@router.api_route("/v1/CompositionService/ResourceZones", methods=GET)
+def zones(request: Request, who: Caller) -> RedfishResponse:
+    return RedfishResponse(R.collection(R.ZONES, "#ZoneCollection.ZoneCollection", "Resource zones",
+                                        R.zones(_view(request, who))))
+
+
+@router.api_route("/v1/CompositionService/ResourceZones/{ident}", methods=GET)
+def zone(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    return _found(R.zone(_view(request, who), ident), f"resource zone {ident}")
+
+
+@router.api_route("/v1/Chassis", methods=GET)
+def chassis_list(request: Request, who: Caller) -> RedfishResponse:
+    return RedfishResponse(R.collection(R.CHASSIS, "#ChassisCollection.ChassisCollection", "Chassis",
+                                        R.chassis_list(_view(request, who))))
+
+
+@router.api_route("/v1/Chassis/{ident}", methods=GET)
+def chassis(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    return _found(R.chassis(_view(request, who), ident), f"chassis {ident}")
+
+
+# --- systems: composing and decomposing ----------------------------------------------------------
+@router.api_route("/v1/Systems", methods=GET)
+def systems(request: Request, who: Caller) -> RedfishResponse:
+    return RedfishResponse(Y.systems(_view(request, who)))
+
+
+@router.api_route("/v1/Systems/Capabilities", methods=GET)
+def capabilities(_who: Caller) -> RedfishResponse:
+    return RedfishResponse(Y.capabilities())
+
+
+@router.api_route("/v1/Systems/{ident}", methods=GET)
+def system(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    return _found(Y.system(_view(request, who), ident), f"system {ident}")
+
+
+@router.post("/v1/Systems")
+@router.post("/v1/Systems/Members")
+async def compose(request: Request, who: Caller) -> RedfishResponse:
+    """Specific composition: a slice with no job, composing; 202 and its task monitor."""
+    body = await _json(request)
+    store = _store(request)
+    view = await run_in_threadpool(_view, request, who)
+    req = Y.parse_compose(body, view)
+    try:
+        slice_id = await run_in_threadpool(store.compose, who.tenant, req.name, req.host, req.devices, req.cpus,
+                                           req.memory_gb)
+    except CompositionRefused as exc:
+        _refused(exc)
+    jobs: JobService = request.app.state.jobs
+    jobs.wake()
+    s = await run_in_threadpool(store.any_slice, slice_id)
+    assert s is not None
+    return RedfishResponse(Y.task(s), 202, {"Location": f"{R.MONITORS}/{s.id}"})
+
+
+def _refused(exc: CompositionRefused) -> None:
+    if exc.unknown:
+        uris = [f"{R.BLOCKS}/{R.block_id(x)}" for x in exc.unknown]
+        raise RedfishError(400, "ResourceMissingAtURI", str(exc), uris[:1])
+    uris = [f"{R.BLOCKS}/{R.block_id(x)}" for x in exc.in_use]
+    raise RedfishError(409, "ResourceInUse", str(exc), uris)
+
+
+@router.delete("/v1/Systems/{ident}")
+def decompose(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    """Decompose a composition the caller owns: to teardown; 202 and the task monitor of its teardown."""
+    view = _view(request, who)
+    found = view.machines_of_slices().get(ident)
+    if found is None:
+        raise RedfishError(404, "ResourceNotFound", f"system {ident} does not exist", [ident])
+    s, _ = found
+    if s.job_id is not None:
+        raise RedfishError(405, "ResourceCannotBeDeleted", f"system {ident} is the slice of job {s.job_id}: "
+                           f"cancel the job (DELETE /v1/jobs/{s.job_id})", [ident])
+    payload = Y.system(view, ident)
+    check_if_match(request, payload or {})
+    store = _store(request)
+    if s.state in DECOMPOSABLE_SLICE_STATES:
+        store.decompose(s.id, Y.DECOMPOSED)
+        request.app.state.jobs.wake()
+    now = store.any_slice(s.id) or s
+    return RedfishResponse(Y.task(now, decompose=True), 202, {"Location": f"{R.MONITORS}/{s.id}{Y.DECOMPOSE}"})
+
+
+# --- tasks -------------------------------------------------------------------------------------------
+def _composition(request: Request, who: Principal, ident: str) -> tuple[LiveSlice, bool]:
+    """The composition a task id names (and whether it is its decomposition's); 404 if not the caller's."""
+    decompose = ident.endswith(Y.DECOMPOSE)
+    s = _store(request).any_slice(ident.removesuffix(Y.DECOMPOSE))
+    if s is None or s.job_id is not None or not (who.admin or s.tenant == who.tenant):
+        raise RedfishError(404, "ResourceNotFound", f"task {ident} does not exist", [ident])
+    return s, decompose
+
+
+@router.api_route("/v1/TaskService", methods=GET)
+def task_service(_who: Caller) -> RedfishResponse:
+    return RedfishResponse(S.task_service())
+
+
+@router.api_route("/v1/TaskService/Tasks", methods=GET)
+def tasks(request: Request, who: Caller) -> RedfishResponse:
+    view = _view(request, who)
+    ids = [s.id for s in view.inv.slices if s.job_id is None and view.visible(s)]
+    return RedfishResponse(R.collection(R.TASKS, "#TaskCollection.TaskCollection", "Tasks",
+                                        [f"{R.TASKS}/{i}" for i in ids]))
+
+
+@router.api_route("/v1/TaskService/Tasks/{ident}", methods=GET)
+def task(request: Request, ident: str, who: Caller) -> RedfishResponse:
+    s, decompose = _composition(request, who, ident)
+    return RedfishResponse(Y.task(s, decompose))
+
+
+@router.api_route("/v1/TaskService/TaskMonitors/{ident}", methods=GET)
+def monitor(request: Request, ident: str, who: Caller) -> Response:
+    """202 while the task runs; then the operation's answer: 201 and the system, 204 (decomposed), or the error."""
+    s, decompose = _composition(request, who, ident)
+    state = Y.task_state(s, decompose)
+    if state == "Running":
+        return RedfishResponse(Y.task(s, decompose), 202, {"Location": f"{R.MONITORS}/{ident}"})
+    if decompose:
+        return Response(status_code=204)
+    if state == "Exception":
+        raise RedfishError(409, "GeneralError", f"the composition failed: {s.detail}", [s.detail or ""])
+    name = s.placement.machines[0].name
+    payload = Y.system(_view(request, who), name)
+    if payload is None or s.state != SliceState.COMPOSED:
+        raise RedfishError(404, "ResourceNotFound", f"system {name} was decomposed", [name])
+    return RedfishResponse(payload, 201, {"Location": f"{R.SYSTEMS}/{name}"})
+
+
+__all__ = ["router"]

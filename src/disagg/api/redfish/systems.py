@@ -1,0 +1,185 @@
+"""Composed systems: every live slice machine (a job's, or a composition a Redfish client made) as a
+ComputerSystem with `SystemType: Composed`, the Systems collection with its composition capabilities,
+the capabilities object, and the Task that follows a composition until it is composed.
+
+A composition request (`POST /redfish/v1/Systems`, specific composition) names one Compute block and
+any device blocks in `Links.ResourceBlocks`, and may size its share of the machine with
+`ProcessorSummary.CoreCount` and `MemorySummary.TotalSystemMemoryGiB` (without them it takes the
+whole machine, which must be free). `parse_compose` turns it into what `Store.compose` takes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from disagg.api.redfish.protocol import RedfishError
+from disagg.api.redfish.resources import (
+    BLOCKS,
+    CAPABILITIES,
+    MONITORS,
+    SYSTEMS,
+    T_CAPS,
+    T_SYSTEM,
+    TASKS,
+    View,
+    block_id,
+    block_name,
+    collection,
+    ref,
+    zones,
+)
+from disagg.model.states import SliceState
+from disagg.store import LiveSlice
+
+T_TASK = "#Task.v1_7_4.Task"
+#: The properties a composition request may carry (anything else is refused, naming it).
+CREATE_PROPERTIES = frozenset({"Name", "Description", "Links", "ProcessorSummary", "MemorySummary"})
+_STATE = {SliceState.COMPOSING: "Starting", SliceState.RUNNING: "Enabled", SliceState.COMPOSED: "Enabled",
+          SliceState.TEARING_DOWN: "Disabled", SliceState.DONE: "Disabled"}
+
+
+def system(view: View, name: str) -> dict[str, Any] | None:
+    """The slice machine `name` as a composed system (None when no visible live slice has it)."""
+    found = view.machines_of_slices().get(name)
+    if found is None:
+        return None
+    s, i = found
+    m = s.placement.machines[i]
+    what = f"slice {s.id} of job {s.job_id}" if s.job_id else f"composition {s.id} of {s.tenant}"
+    return {
+        "@odata.id": f"{SYSTEMS}/{m.name}", "@odata.type": T_SYSTEM, "Id": m.name,
+        "Name": s.name if s.job_id is None and s.name else m.name,
+        "Description": f"{what}, on machine {m.host}",
+        "SystemType": "Composed",
+        "PowerState": "On" if s.state in (SliceState.RUNNING, SliceState.COMPOSED) else "Off",
+        "Status": {"State": _STATE[s.state], "Health": "OK"},
+        "ProcessorSummary": {"CoreCount": math.ceil(m.cpus), "Count": 1},
+        "MemorySummary": {"TotalSystemMemoryGiB": m.memory_gb},
+        "Links": {"ResourceBlocks": [ref(f"{BLOCKS}/{block_id(x)}") for x in (m.host, *m.devices)]},
+    }
+
+
+def systems(view: View) -> dict[str, Any]:
+    """The Systems collection: the visible slice machines, and how to compose a new one."""
+    caps = {"@odata.type": T_CAPS, "Capabilities": [{
+        "CapabilitiesObject": ref(CAPABILITIES), "UseCase": "ComputerSystemComposition",
+        "Links": {"TargetCollection": ref(SYSTEMS), "RelatedItem": [ref(z) for z in zones(view)]}}]}
+    members = [f"{SYSTEMS}/{name}" for name in view.machines_of_slices()]
+    return collection(SYSTEMS, "#ComputerSystemCollection.ComputerSystemCollection", "Computer systems",
+                      members, **{"@Redfish.CollectionCapabilities": caps})
+
+
+def capabilities() -> dict[str, Any]:
+    """The capabilities object: what a composition request must, may and may later carry."""
+    return {
+        "@odata.id": CAPABILITIES, "@odata.type": T_SYSTEM, "Id": "Capabilities",
+        "Name": "Capabilities for composing a system", "Name@Redfish.RequiredOnCreate": True,
+        "Description": "A composed system is one machine's Compute block and any device blocks.",
+        "Description@Redfish.OptionalOnCreate": True,
+        "ProcessorSummary": {"CoreCount@Redfish.OptionalOnCreate": True},
+        "MemorySummary": {"TotalSystemMemoryGiB@Redfish.OptionalOnCreate": True},
+        "Links": {"ResourceBlocks@Redfish.RequiredOnCreate": True,
+                  "ResourceBlocks@Redfish.UpdatableAfterCreate": False},
+        "@Redfish.ResourceBlockLimits": {"@odata.type": "#ResourceBlock.v1_4_3.ResourceBlockLimits",
+                                         "MinCompute": 1, "MaxCompute": 1},
+    }
+
+
+@dataclass(frozen=True)
+class ComposeRequest:
+    name: str
+    host: str
+    devices: list[str]
+    cpus: float | None
+    memory_gb: float | None
+
+
+def _number(body: dict[str, Any], group: str, key: str) -> float | None:
+    part = body.get(group)
+    if part is None:
+        return None
+    if not isinstance(part, dict) or set(part) - {key}:
+        raise RedfishError(400, "PropertyUnknown", f"{group} may carry only {key}", [group])
+    value = part.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise RedfishError(400, "PropertyValueTypeError", f"{group}.{key} must be a positive number, not {value!r}",
+                           [repr(value), f"{group}.{key}"])
+    return float(value)
+
+
+def parse_compose(body: Any, view: View) -> ComposeRequest:
+    """A composition request as `Store.compose` takes it; 400 naming the property at fault."""
+    if not isinstance(body, dict):
+        raise RedfishError(400, "MalformedJSON", "the body must be a JSON object")
+    unknown = sorted(set(body) - CREATE_PROPERTIES)
+    if unknown:
+        raise RedfishError(400, "PropertyUnknown", f"property {unknown[0]} is not known here "
+                           f"(allowed: {', '.join(sorted(CREATE_PROPERTIES))})", unknown[:1])
+    name = body.get("Name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise RedfishError(400, "PropertyMissing", "Name is required: a string of 1 to 255 characters", ["Name"])
+    links = body.get("Links")
+    members = links.get("ResourceBlocks") if isinstance(links, dict) else None
+    if not isinstance(members, list) or not members:
+        raise RedfishError(400, "PropertyMissing", "Links.ResourceBlocks is required: the blocks to compose",
+                           ["Links.ResourceBlocks"])
+    names = []
+    for m in members:
+        uri = m.get("@odata.id") if isinstance(m, dict) else None
+        if not isinstance(uri, str) or not uri.rstrip("/").startswith(BLOCKS + "/"):
+            raise RedfishError(400, "PropertyValueFormatError", f"{m!r} is not a link to a resource block",
+                               [repr(m), "Links.ResourceBlocks"])
+        names.append(block_name(uri.rstrip("/").rsplit("/", 1)[1]))
+    nodes = view.nodes
+    hosts = [n for n in names if n in nodes and nodes[n].kind == "machine"]
+    if len(hosts) != 1:
+        raise RedfishError(400, "PropertyValueConflict", f"a composition takes exactly one Compute block; "
+                           f"{len(hosts)} given", ["Links.ResourceBlocks"])
+    devices = [n for n in names if n != hosts[0]]
+    return ComposeRequest(name.strip(), hosts[0], devices, _number(body, "ProcessorSummary", "CoreCount"),
+                          _number(body, "MemorySummary", "TotalSystemMemoryGiB"))
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+#: The suffix of a decomposition's task id (a composition's task id is its slice's id).
+DECOMPOSE = ":decompose"
+#: How a composition that its owner decomposed is told apart from one that failed.
+DECOMPOSED = "decomposed by its owner"
+
+
+def task_state(s: LiveSlice, decompose: bool) -> str:
+    """Running, Completed or Exception: where a composition (or its decomposition) stands."""
+    gone = s.state in (SliceState.TEARING_DOWN, SliceState.DONE)
+    if decompose:
+        return "Completed" if s.state == SliceState.DONE else "Running"
+    if s.state == SliceState.COMPOSING:
+        return "Running"
+    return "Exception" if gone and not (s.detail or "").startswith(DECOMPOSED) else "Completed"
+
+
+def task(s: LiveSlice, decompose: bool = False) -> dict[str, Any]:
+    """The Task that follows a composition until it is composed (or a decomposition until it is done)."""
+    ident = s.id + (DECOMPOSE if decompose else "")
+    state = task_state(s, decompose)
+    out: dict[str, Any] = {
+        "@odata.id": f"{TASKS}/{ident}", "@odata.type": T_TASK, "Id": ident,
+        "Name": f"{'decompose' if decompose else 'compose'} {s.name or s.id}",
+        "TaskState": state, "TaskStatus": "Critical" if state == "Exception" else "OK",
+        "StartTime": _iso(s.created_at), "TaskMonitor": f"{MONITORS}/{ident}",
+    }
+    if state == "Exception":
+        out["Messages"] = [{"MessageId": "Base.1.19.GeneralError", "Message": s.detail or "the composition ended",
+                            "MessageSeverity": "Critical"}]
+    return out
+
+
+__all__ = ["DECOMPOSE", "DECOMPOSED", "ComposeRequest", "capabilities", "parse_compose", "system", "systems", "task",
+           "task_state"]

@@ -1,0 +1,225 @@
+"""Compositions: slices with no job, made and unmade by their owner (a Redfish client's composed systems).
+
+`POST /redfish/v1/Systems` asks for one machine (its Compute block) and some devices (their blocks);
+`compose` checks, in one transaction, what a round's commit checks — the machine has the cpus and
+memory asked for left after the live slices, each device exists, is healthy, not drained and held by
+no slice — and creates a slice `composing` that holds them, owned by the tenant, with no job. The
+loop composes it through the same six-operation state machine as a job's slice (attach-device,
+launch-machine), and it stays `composed` until its owner decomposes it (`decompose`: to teardown).
+
+The Redfish service's read side is here too (`redfish_inventory`): the inventory and every live slice
+(a job's or a composition), from which it draws its blocks, zones and composed systems.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, Table, select, update
+
+from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
+from disagg.model.states import (
+    DECOMPOSABLE_SLICE_STATES,
+    LIVE_SLICE_STATES,
+    Health,
+    SliceOutcome,
+    SliceState,
+)
+from disagg.store.base import StoreBase
+from disagg.store.jobs import new_id
+from disagg.store.lifecycle import move_slice, new_slices
+from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow
+from disagg.store.snapshot import room_left
+
+_machines: Table = MachineRow.__table__  # type: ignore[assignment]
+_devices: Table = DeviceRow.__table__  # type: ignore[assignment]
+_slices: Table = SliceRow.__table__  # type: ignore[assignment]
+_links: Table = LinkRow.__table__  # type: ignore[assignment]
+_jobs: Table = JobRow.__table__  # type: ignore[assignment]
+
+
+class CompositionRefused(ValueError):
+    """A composition cannot be made as asked. `in_use`: the parts someone else holds (Redfish
+    `ResourceInUse`); `unknown`: parts that do not exist; the message says which and why."""
+
+    def __init__(self, message: str, in_use: tuple[str, ...] = (), unknown: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.in_use, self.unknown = in_use, unknown
+
+
+@dataclass(frozen=True)
+class LiveSlice:
+    """A slice as the Redfish service shows it: a job's (`tenant`: the job's), or a composition (no job, an
+    owner, a name). `outcome` and `detail` say how a slice that left ended."""
+
+    id: str
+    job_id: str | None
+    tenant: str | None
+    name: str | None
+    state: SliceState
+    placement: SlicePlacement
+    created_at: float
+    outcome: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A machine or a pool of the inventory."""
+
+    name: str
+    kind: str  # machine | pool
+    rack: str
+    cpus: float
+    memory_gb: float
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device of the inventory with its health and holder."""
+
+    id: str
+    kind: str
+    model: str
+    location: str
+    index: int
+    capacity: float
+    health: str
+    drained: bool
+    slice_id: str | None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything the Redfish service draws from, read in one transaction."""
+
+    nodes: tuple[NodeRow, ...]
+    devices: tuple[DeviceInfo, ...]
+    slices: tuple[LiveSlice, ...]
+    down_links: frozenset[str] = field(default_factory=frozenset)
+
+
+class CompositionOps(StoreBase):
+    """Composing and decomposing slices with no job, and the Redfish service's read of the inventory."""
+
+    def compose(self, tenant: str, name: str, host: str, devices: list[str], cpus: float | None = None,
+                memory_gb: float | None = None) -> str:
+        """A composition of `host` with `devices` for `tenant`: the new slice's id (it is `composing`).
+
+        `cpus`/`memory_gb`: the share of the machine it holds; both None: the whole machine, which must then
+        be held by no other slice; one None: the same fraction of the machine as the other. CompositionRefused
+        naming the parts in use or unknown.
+        """
+        now = time.time()
+        with self.write_core(urgent=True) as conn:
+            query = select(_machines).where(_machines.c.name == host, _machines.c.kind == "machine")
+            node = conn.execute(query).first()
+            if node is None:
+                raise CompositionRefused(f"machine {host!r} does not exist", unknown=(host,))
+            want_cpus, want_mem = _share(node.cpus, node.memory_gb, cpus, memory_gb)
+            cpu_left, mem_left = room_left(conn)
+            if cpu_left[host] + 1e-9 < want_cpus or mem_left[host] + 1e-9 < want_mem:
+                raise CompositionRefused(
+                    f"machine {host} has {cpu_left[host]:g} cpus and {mem_left[host]:g} GB left; "
+                    f"the composition asks for {want_cpus:g} cpus and {want_mem:g} GB", in_use=(host,))
+            placed = _devices_for(conn, host, node.rack, devices)
+            slice_id = new_id("s")
+            placement = SlicePlacement(slice_id, (PlacedTask(f"{slice_id}/0", host, want_cpus, want_mem, placed),))
+            new_slices(conn, [{"id": slice_id, "job_id": None, "tenant": tenant, "name": name, "attempt": 1,
+                               "state": SliceState.COMPOSING, "outcome": None, "detail": None,
+                               "placement": placement.to_json(), "handle": None, "created_at": now,
+                               "updated_at": now}], now)
+            if devices:
+                conn.execute(update(_devices).where(_devices.c.id.in_(devices)).values(slice_id=slice_id))
+        return slice_id
+
+    def decompose(self, slice_id: str, why: str = "decomposed by its owner") -> bool:
+        """Send a composition (composing or composed) to teardown. False when it is no longer either."""
+        with self.write_core(urgent=True) as conn:
+            return move_slice(conn, slice_id, SliceState.TEARING_DOWN, why, DECOMPOSABLE_SLICE_STATES, time.time(),
+                              outcome=SliceOutcome.CANCELLED, detail=why) is not None
+
+    def any_slice(self, slice_id: str) -> LiveSlice | None:
+        """One slice, live or not (None when it never was)."""
+        with self.read_core() as conn:
+            rows = _slices_read(conn, slice_id, live=False)
+        return rows[0] if rows else None
+
+    def redfish_inventory(self) -> Inventory:
+        """Machines, pools, devices and live slices, in inventory order, read in one transaction."""
+        with self.read_core() as conn:
+            m = _machines.c
+            nodes = tuple(NodeRow(r.name, r.kind, r.rack, r.cpus, r.memory_gb) for r in conn.execute(
+                select(m.name, m.kind, m.rack, m.cpus, m.memory_gb).order_by(m.position)))
+            d = _devices.c
+            query = select(d.id, d.kind, d.model, d.location, d.index, d.capacity, d.health, d.drained, d.slice_id)
+            devices = tuple(DeviceInfo(*row) for row in conn.execute(query.order_by(d.position)))
+            down = frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
+            return Inventory(nodes, devices, tuple(_slices_read(conn)), down)
+
+
+def _share(have_cpus: float, have_mem: float, cpus: float | None, memory_gb: float | None) -> tuple[float, float]:
+    """The cpus and memory a composition holds: as asked; the whole machine; or one in proportion to the other."""
+    if cpus is None and memory_gb is None:
+        return have_cpus, have_mem
+    if cpus is None:
+        return have_cpus * min(1.0, (memory_gb or 0.0) / have_mem), float(memory_gb or 0.0)
+    if memory_gb is None:
+        return cpus, have_mem * min(1.0, cpus / have_cpus)
+    return cpus, memory_gb
+
+
+def _slices_read(conn: Connection, slice_id: str | None = None, live: bool = True) -> list[LiveSlice]:
+    """The live slices (or the one asked for, live or not), each with its owner: its own or its job's tenant."""
+    s = _slices.c
+    query = (select(s.id, s.job_id, s.tenant, _jobs.c.tenant.label("job_tenant"), s.name, s.state, s.placement,
+                    s.created_at, s.outcome, s.detail)
+             .outerjoin(_jobs, _jobs.c.id == s.job_id).order_by(s.created_at, s.id))
+    if live:
+        query = query.where(s.state.in_(LIVE_SLICE_STATES))
+    if slice_id is not None:
+        query = query.where(s.id == slice_id)
+    return [LiveSlice(r.id, r.job_id, r.tenant or r.job_tenant, r.name, SliceState(r.state),
+                      SlicePlacement.from_json(r.id, r.placement), r.created_at, r.outcome, r.detail)
+            for r in conn.execute(query)]
+
+
+def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]) -> tuple[PlacedDevice, ...]:
+    """The devices as the composition's placement holds them; CompositionRefused unless each is free.
+
+    Read with a lock (FOR UPDATE on PostgreSQL), as a commit reads the devices it grants. A remote
+    device's path crosses its location's and the host's uplinks (and the racks' when they differ);
+    a composition reserves no bandwidth on them (it names no traffic).
+    """
+    if len(set(devices)) != len(devices):
+        raise CompositionRefused("a device is named twice", unknown=tuple(d for d in devices if devices.count(d) > 1))
+    d = _devices.c
+    rows = {r.id: r for r in conn.execute(select(d.id, d.kind, d.model, d.location, d.health, d.drained, d.slice_id)
+                                          .where(d.id.in_(devices)).with_for_update())} if devices else {}
+    unknown = tuple(x for x in devices if x not in rows)
+    if unknown:
+        raise CompositionRefused(f"device {unknown[0]!r} does not exist", unknown=unknown)
+    taken = tuple(x for x in devices if rows[x].slice_id is not None or rows[x].health != Health.HEALTHY
+                  or rows[x].drained)
+    if taken:
+        r = rows[taken[0]]
+        why = "is held by another slice" if r.slice_id is not None else "has failed" if r.health != Health.HEALTHY \
+            else "is drained"
+        raise CompositionRefused(f"device {taken[0]} {why}", in_use=taken)
+    racks = dict(conn.execute(select(_machines.c.name, _machines.c.rack)
+                              .where(_machines.c.name.in_({rows[x].location for x in devices}))).all())
+    out = []
+    for x in devices:
+        r = rows[x]
+        remote = r.location != host
+        path: tuple[str, ...] = ()
+        if remote:
+            rack = racks.get(r.location, host_rack)
+            path = (f"up:{r.location}", f"up:{host}") if rack == host_rack else (
+                f"up:{r.location}", f"rack:{rack}", f"rack:{host_rack}", f"up:{host}")
+        out.append(PlacedDevice(r.id, r.kind, remote, r.location, path, 0.0, r.model))
+    return tuple(out)
+
+
+__all__ = ["CompositionOps", "CompositionRefused", "DeviceInfo", "Inventory", "LiveSlice", "NodeRow"]
