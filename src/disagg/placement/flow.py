@@ -52,6 +52,7 @@ class FlowPlacer:
         self.costs = get_cost_model(options.cost_model)
         self._queue_len = 0
         self._table = JobTable.of([])
+        self._bonus: dict[str, float] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -81,7 +82,9 @@ class FlowPlacer:
         cache = _JobStateCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
-        self._table = JobTable.of(jobs)
+        # Tenants' fair-share terms on the unscheduled arcs (a round with tenants: `placement.fairness`).
+        self._bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
+        self._table = JobTable.of(jobs, self._bonus)
         self._queue_len = len(ordered)
         timings.build_s += clock() - start
         pending = jobs
@@ -115,7 +118,7 @@ class FlowPlacer:
             fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
             jobs += fresh
             if fresh:
-                self._table = JobTable.of(jobs)
+                self._table = JobTable.of(jobs, self._bonus)
             if not survivors and not fresh:
                 break
             for js in retry:
