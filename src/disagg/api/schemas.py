@@ -80,6 +80,9 @@ class JobIn(BaseModel):
     slo_s: float | None = Field(default=None, gt=0, le=1e9)
     importance: float = Field(default=1.0, ge=1.0, le=10.0)
     max_retries: Int = Field(default=2, ge=0, le=10)
+    preemptible: bool = Field(default=True, description=(
+        "May be preempted to give back what its tenant borrowed above its quota; a job that may not "
+        "is never preempted and never borrows."))
 
 
 class TasksOut(BaseModel):
@@ -129,6 +132,7 @@ class JobOut(BaseModel):
     placement: list[TaskPlacementOut] | None = None
     submitted_at: float
     updated_at: float
+    preemptible: bool = True
 
 
 class JobList(BaseModel):

@@ -52,6 +52,10 @@ class Config(BaseModel):
                                    description="Fabric driver and its options, e.g. {driver: emulated}.")
     tenants: str | list[dict[str, Any]] | None = Field(
         default=None, description="Tenants: a tenants spec file, or the list inline (model/tenants.py).")
+    preempt_grace_s: float = Field(default=30.0, ge=0.0, le=86_400.0,
+                                   description="Seconds a preempted job gets between SIGTERM and the kill.")
+    usage_half_life_s: float = Field(default=3600.0, ge=0.0, le=365 * 86_400.0,
+                                     description="Half-life of the decayed usage fair share is computed over, seconds.")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
 

@@ -19,6 +19,7 @@ from disagg.store.slices import (
     StepEffect,
     StepRecord,
 )
+from disagg.store.tenants import PreemptionRecord
 from disagg.store.tokens import Principal
 from disagg.store.views import device_dict, slice_dict
 
@@ -31,6 +32,7 @@ __all__ = [
     "IdempotencyConflict",
     "JobSummary",
     "KeepHandle",
+    "PreemptionRecord",
     "Principal",
     "ReleaseDevice",
     "SliceAborted",
