@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from disagg.cli import bench, inventory, jobs, place, serve, simulate, token
+from disagg.cli import bench, inventory, jobs, place, serve, simulate, tenants, token
 
 app = typer.Typer(
     name="disagg",
@@ -24,6 +24,7 @@ place.register(app)  # place, policies
 serve.register(app)  # serve
 jobs.register(app)  # submit, jobs, logs, cancel
 inventory.register(app)  # slices, machines, devices, links
+tenants.register(app)  # tenants [set]
 simulate.register(app)  # simulate
 bench.register(app)  # bench placement | slices | api | crash | sim
 token.register(app)  # token create

@@ -4,12 +4,13 @@ A round's plan may name running jobs to preempt (`Decisions.preempted`, see `pla
 For each, `Preempter.start` records the preemption against its running slice (the job's history
 gets "preempted by j-…: SIGTERM, grace 30 s") and asks the engine to signal the job's tasks. Each
 tick, `step` looks at the slices in their grace period: when the job has ended (it stopped on the
-signal) or the grace period is over, the slice is sent to teardown with the outcome `preempted` —
+signal, with a non-zero exit code) or the grace period is over, the slice is sent to teardown with
+the outcome `preempted` —
 stop-task kills what is left, the devices are detached, the machines destroyed — and once it is
 gone its job is queued again (its wait counter W kept; its next placement is attempt + 1; a
 preemption is not a failure, so its retries are not spent). While a slice is in its grace period
 the loop's poll leaves it to this module, so that a job that exits on SIGTERM is not taken for a
-failed one.
+failed one. A job that ends with exit code 0 within its grace period has done its work: it completes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 from disagg.control.slice import SliceRunner
 from disagg.engines.base import Engine
-from disagg.model.states import SliceOutcome, SliceState
+from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
 from disagg.placement.decisions import Preemption
 from disagg.store import Store
 
@@ -65,7 +66,12 @@ class Preempter:
                 continue
             if rec.slice_state is not SliceState.RUNNING:
                 continue  # composing cannot be (only running slices are preempted); tearing down: wait
-            ended = self.engine.status(rec.handle or rec.slice_id).state.ended
+            status = self.engine.status(rec.handle or rec.slice_id)
+            if status.state is RunState.COMPLETED:
+                # it finished its work (exit code 0) within its grace period: done, not to be run again
+                self.store.finish_slice(rec.slice_id, JobState.COMPLETED, status.exit_code)
+                continue
+            ended = status.state.ended
             if not ended and now < rec.deadline:
                 waiting.add(rec.slice_id)
                 continue

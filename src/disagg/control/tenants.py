@@ -15,15 +15,18 @@ the API process reads it.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from disagg.control.config import Config
 from disagg.model import Cluster, SpecError
 from disagg.model.states import JobState
 from disagg.model.tenancy import Tenancy
 from disagg.model.tenants import Tenant, Tenants, merge_tenants, parse_tenants, tenant_entry
-from disagg.placement.usage import by_tenant, capacity, decay, dominant_share, held_by_job
+from disagg.placement.usage import by_tenant, decay, dominant_share, held_by_job
 from disagg.store import Principal, Store
 
 #: How often the loop writes the decayed usage to the store (for the API process and a restart).
@@ -58,7 +61,7 @@ class TenantDirectory:
         holdings = self.store.tenant_holdings()
         history = self.store.load_usage()
         counts = self.store.tenant_counts()
-        cap = capacity(self.store.cluster())
+        cap = self.store.capacity()
         active = [n for n in set(counts) | set(holdings) if n in names or who.admin]
         total_weight = sum(tenants.get(n).weight for n in active) or 1.0
         return [_view(tenants.get(n), holdings.get(n, {}), history.get(n, {}), counts.get(n, {}), cap,
@@ -120,9 +123,43 @@ class TenancyKeeper:
         return Tenancy(tenants, holders, self.history, self.config.preempt_grace_s)
 
 
+class TenantCollector(Collector):
+    """Prometheus gauges per tenant, read from the store at scrape time."""
+
+    def __init__(self, directory: TenantDirectory) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        views = self.directory.views(Principal("admin", True))
+        usage = GaugeMetricFamily("disagg_tenant_usage", "What a tenant's live slices hold, per resource.",
+                                  labels=["tenant", "resource"])
+        quota = GaugeMetricFamily("disagg_tenant_quota", "A tenant's nominal quota, per resource.",
+                                  labels=["tenant", "resource"])
+        limit = GaugeMetricFamily("disagg_tenant_limit", "A tenant's quota + borrow, per resource.",
+                                  labels=["tenant", "resource"])
+        borrowed = GaugeMetricFamily("disagg_tenant_borrowed", "What a tenant holds above its quota.",
+                                     labels=["tenant", "resource"])
+        share = GaugeMetricFamily("disagg_tenant_fair_share", "Dominant share of decayed usage over weight.",
+                                  labels=["tenant"])
+        dominant = GaugeMetricFamily("disagg_tenant_dominant_share", "Largest share of any resource held now.",
+                                     labels=["tenant"])
+        jobs = GaugeMetricFamily("disagg_tenant_jobs", "A tenant's queued and running jobs.",
+                                 labels=["tenant", "state"])
+        for v in views:
+            name = v["name"]
+            for family, key in ((usage, "usage"), (quota, "quota"), (limit, "limit"), (borrowed, "borrowed")):
+                for resource, amount in v[key].items():
+                    family.add_metric([name, resource], amount)
+            share.add_metric([name], v["fair_share"])
+            dominant.add_metric([name], v["dominant_share"])
+            jobs.add_metric([name, JobState.QUEUED], v["queued"])
+            jobs.add_metric([name, JobState.RUNNING], v["running"])
+        yield from (usage, quota, limit, borrowed, share, dominant, jobs)
+
+
 def check_entry(name: str, entry: Mapping[str, Any]) -> None:
     """SpecError when `entry` is not a valid tenants-spec entry for `name` on its own."""
     parse_tenants([{**dict(entry), "name": name}], f"tenant {name}")
 
 
-__all__ = ["TenancyKeeper", "TenantDirectory", "check_entry"]
+__all__ = ["TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry"]

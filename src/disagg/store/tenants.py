@@ -16,12 +16,21 @@ from typing import Any
 from sqlalchemy import Table, delete, func, insert, select
 
 from disagg.model import Job
-from disagg.model.states import LIVE_SLICE_STATES, JobState, SliceState
+from disagg.model.states import LIVE_SLICE_STATES, Health, JobState, SliceState
 from disagg.model.tenancy import Holder
 from disagg.store.base import StoreBase
 from disagg.store.jobs import model_job
 from disagg.store.lifecycle import note_job
-from disagg.store.models import JobRow, PreemptionRow, SliceRow, TenantRow, TenantUsageRow, TokenRow
+from disagg.store.models import (
+    DeviceRow,
+    JobRow,
+    MachineRow,
+    PreemptionRow,
+    SliceRow,
+    TenantRow,
+    TenantUsageRow,
+    TokenRow,
+)
 from disagg.store.snapshot import live_slices_placed
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -30,6 +39,8 @@ _tenants: Table = TenantRow.__table__  # type: ignore[assignment]
 _usage: Table = TenantUsageRow.__table__  # type: ignore[assignment]
 _preemptions: Table = PreemptionRow.__table__  # type: ignore[assignment]
 _tokens: Table = TokenRow.__table__  # type: ignore[assignment]
+_machines: Table = MachineRow.__table__  # type: ignore[assignment]
+_devices: Table = DeviceRow.__table__  # type: ignore[assignment]
 _LIVE_JOB = (JobState.COMPOSING, JobState.RUNNING)
 
 
@@ -102,6 +113,19 @@ class TenantOps(StoreBase):
                     mine[d.kind] = mine.get(d.kind, 0.0) + 1.0
                     if d.remote and d.network_gbps > 0:
                         mine["network_gbps"] = mine.get("network_gbps", 0.0) + d.network_gbps
+        return out
+
+    def capacity(self) -> dict[str, float]:
+        """What the cluster has of each resource (as `placement.usage.capacity` counts it), summed in SQL:
+        a scrape or a view need not read every device."""
+        m = _machines.c
+        with self.read_core() as conn:
+            sums = select(func.sum(m.cpus), func.sum(m.memory_gb), func.sum(m.uplink_gbps)).where(m.kind == "machine")
+            cpus, memory, uplinks = conn.execute(sums).one()
+            kinds = conn.execute(select(_devices.c.kind, func.count()).where(_devices.c.health == Health.HEALTHY)
+                                 .group_by(_devices.c.kind)).all()
+        out = {"cpus": float(cpus or 0.0), "memory_gb": float(memory or 0.0), "network_gbps": float(uplinks or 0.0)}
+        out.update({str(k): float(n) for k, n in kinds})
         return out
 
     def tenant_counts(self) -> dict[str, dict[str, int]]:
