@@ -14,9 +14,11 @@ share into the unscheduled arc (`cost_models`), the baselines ignore it.
 
 Fair share: a tenant's dominant share (DRF, over decayed usage: `usage.decay`) over its weight. Of
 the tenants with queued jobs, the one furthest above gets nothing; each other gets, on each of its
-jobs' unscheduled arcs, `(top − mine) / top` of `FAIR_BASE + WAIT_STEP × (W spread of the queue)`:
-a tenant with nothing used outbids every job of the top tenant however long it has waited, one
-at the top's share outbids none. W still grows and still orders each tenant's own jobs.
+jobs' unscheduled arcs, `min(1, FAIR_GAIN × (top − mine) / top)` of `FAIR_BASE + WAIT_STEP × (W spread
+of the queue)`: a tenant a tenth or more below the top share outbids every job of the top tenant
+however long it has waited, one at the top's share outbids none. W still grows and still orders
+each tenant's own jobs. A flow round also admits its queue in that order (`fair_order`): it admits
+the head that fits, so the arc's cost alone would only choose among jobs the queue order chose.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ from disagg.placement.queue import order_queue
 from disagg.placement.quota import QuotaLedger, demand_of
 from disagg.placement.usage import Usage, by_tenant, capacity, dominant_share, held_by_job
 
-#: The fair-share term of a tenant with nothing used, beyond the queue's spread of W (utility units).
+#: The fair-share term of a tenant well below the top share, beyond the queue's spread of W (utility units).
 FAIR_BASE = 1.0
+#: How steeply the term rises below the top share: a tenant 1/FAIR_GAIN below it gets the whole term (a
+#: proportional term alone would settle with the under-served tenant short of its share).
+FAIR_GAIN = 10.0
 
 
 def fair_shares(tenancy: Tenancy, cap: Mapping[str, float], tenants: Sequence[str]) -> dict[str, float]:
@@ -60,7 +65,18 @@ def fair_bonus(tenancy: Tenancy, cap: Mapping[str, float], queue: Sequence[Job])
         return {}
     waits = list(map(attrgetter("wait_rounds"), queue))
     scale = FAIR_BASE + WAIT_STEP * (max(waits) - min(waits))
-    return {t: scale * (top - v) / top for t, v in shares.items() if v < top}
+    return {t: scale * min(1.0, FAIR_GAIN * (top - v) / top) for t, v in shares.items() if v < top}
+
+
+def fair_order(ordered: Sequence[Job], bonus: Mapping[str, float]) -> list[Job]:
+    """The queue as a flow round with fair share takes it: by what waiting costs, highest first —
+    each job's tenant term plus `WAIT_STEP × W` — and, among equals, in the order given (longest
+    wait first). A flow round admits the head of its queue that fits in what is free, so without this
+    the term on the unscheduled arc would only ever choose among jobs the queue order chose already."""
+    if not bonus:
+        return list(ordered)
+    keys = [-(bonus.get(j.tenant, 0.0) + WAIT_STEP * j.wait_rounds) for j in ordered]
+    return [ordered[i] for i in sorted(range(len(ordered)), key=keys.__getitem__)]
 
 
 class FairPolicy:
@@ -158,4 +174,4 @@ def with_fairness(policy: Policy) -> FairPolicy:
     return policy if isinstance(policy, FairPolicy) else FairPolicy(policy)
 
 
-__all__ = ["FAIR_BASE", "FairPolicy", "fair_bonus", "fair_shares", "settle", "with_fairness"]
+__all__ = ["FAIR_BASE", "FairPolicy", "fair_bonus", "fair_order", "fair_shares", "settle", "with_fairness"]

@@ -58,6 +58,8 @@ class TenantLedger:
     #: victim → the job it is being preempted for (in its grace period)
     preempting: dict[str, str] = field(default_factory=dict)
     sample_times: list[float] = field(default_factory=list)
+    #: Per sample: whether two or more tenants had work queued (the rounds Jain's index averages over).
+    contended: list[bool] = field(default_factory=list)
     shares: dict[str, list[float]] = field(default_factory=dict)
     jain_samples: list[float] = field(default_factory=list)
     _last_s: float | None = None
@@ -119,6 +121,7 @@ class TenantLedger:
         if len(self.sample_times) < MAX_SAMPLES:
             n = len(self.sample_times)
             self.sample_times.append(now)
+            self.contended.append(len(queued) >= 2)
             for t, v in share.items():
                 self.shares.setdefault(t, [0.0] * n).append(v)
             for series in self.shares.values():
