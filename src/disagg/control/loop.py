@@ -175,7 +175,8 @@ class Controller:
         """The policy's decisions on a fresh snapshot (pure: nothing is written)."""
         # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking
         snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
-        snapshot = snapshot.with_tenancy(self.tenancy.round(snapshot))
+        claims = self.preempter.claims({j.name for j in queue})
+        snapshot = snapshot.with_tenancy(self.tenancy.round(snapshot, claims))
         return self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
 
     def _queue(self) -> list[Job]:

@@ -36,6 +36,13 @@ class Preempter:
         self.engine = engine
         self.slices = slices
         self.grace_s = grace_s
+        #: Queued jobs whose victims have stopped (`Tenancy.claims`): placed first, until they are.
+        self.reclaimed: set[str] = set()
+
+    def claims(self, queued: set[str]) -> frozenset[str]:
+        """The claimants still queued (the others were placed, or cancelled)."""
+        self.reclaimed &= queued
+        return frozenset(self.reclaimed)
 
     def start(self, preemptions: Sequence[Preemption]) -> list[str]:
         """Signal each victim's running slice; returns the slices now in their grace period."""
@@ -63,6 +70,7 @@ class Preempter:
         for rec in self.store.preemptions():
             if rec.slice_state in (None, SliceState.DONE):
                 self.store.drop_preemption(rec.slice_id)
+                self.reclaimed.add(rec.for_job)
                 continue
             if rec.slice_state is not SliceState.RUNNING:
                 continue  # composing cannot be (only running slices are preempted); tearing down: wait

@@ -105,8 +105,9 @@ class TenancyKeeper:
         except SpecError:
             return self.directory.base  # an override that no longer fits the config's spec: the config's
 
-    def round(self, snapshot: Cluster) -> Tenancy | None:
-        """The tenancy of a round on `snapshot`; decays the usage up to now and saves it now and then."""
+    def round(self, snapshot: Cluster, claims: frozenset[str] = frozenset()) -> Tenancy | None:
+        """The tenancy of a round on `snapshot`; decays the usage up to now and saves it now and then.
+        `claims`: queued jobs whose victims have stopped (`Tenancy.claims`)."""
         tenants = self._tenants()
         self.on = bool(len(tenants))
         if not self.on:
@@ -120,7 +121,7 @@ class TenancyKeeper:
         if now - self._saved >= SAVE_EVERY_S:
             self.store.save_usage(self.history)
             self._saved = now
-        return Tenancy(tenants, holders, self.history, self.config.preempt_grace_s)
+        return Tenancy(tenants, holders, self.history, self.config.preempt_grace_s, claims=claims)
 
 
 class TenantCollector(Collector):

@@ -10,6 +10,8 @@ round without tenants: no quotas, no fair share, no preemption — the plain pol
 - `history`: each tenant's usage per resource, decayed with a half-life (Slurm's
   PriorityDecayHalfLife): an exponentially weighted average of what it held, round after round.
   Fair share is computed over it (`placement.usage.decay` updates it; the shell keeps it).
+- `claims`: queued jobs whose victims have stopped: what those gave back is theirs, so the round
+  places them before anyone else (else a borrower could take it back first, and be preempted again).
 - `bonus`: filled by `placement.fairness.FairPolicy` for the policy it wraps: the fair-share term of
   each tenant's jobs on the unscheduled arc (in utility units). The shell leaves it empty.
 """
@@ -50,6 +52,7 @@ class Tenancy:
     history: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     grace_s: float = DEFAULT_GRACE_S
     bonus: Mapping[str, float] = field(default_factory=dict)
+    claims: frozenset[str] = frozenset()
 
 
 __all__ = ["DEFAULT_GRACE_S", "DEFAULT_HALF_LIFE_S", "DEFAULT_TENANT", "Holder", "Tenancy"]

@@ -101,7 +101,7 @@ class FairPolicy:
         cap = capacity(snapshot)
         inner_snapshot = snapshot.with_tenancy(replace(tenancy, bonus=fair_bonus(tenancy, cap, kept)))
         before = clock()
-        decisions = self.inner.place(inner_snapshot, kept, now, rng, clock)
+        decisions = self._place_claims_first(inner_snapshot, kept, now, rng, clock)
         after = clock()
         jobs = {j.name: j for j in kept}
         placed, dropped = settle(tenancy.tenants, usage, decisions.placed, jobs)
@@ -115,6 +115,24 @@ class FairPolicy:
         timings["round_s"] = clock() - start
         stats = {**decisions.stats, "quota_refused": len(refused) + len(dropped), "preempted": len(preempted)}
         return Decisions(decisions.policy, placed, unplaced, timings, stats, tuple(preempted))
+
+    def _place_claims_first(self, snapshot: Cluster, kept: list[Job], now: float, rng: np.random.Generator,
+                            clock: Clock) -> Decisions:
+        """The policy on the kept jobs; the jobs whose victims have stopped (`Tenancy.claims`) first, on
+        their own, then the others on what they leave."""
+        assert snapshot.tenancy is not None
+        claims = snapshot.tenancy.claims
+        first = [j for j in kept if j.name in claims] if claims else []
+        if not first:
+            return self.inner.place(snapshot, kept, now, rng, clock)
+        ahead = self.inner.place(snapshot, first, now, rng, clock)
+        rest = [j for j in kept if j.name not in claims]
+        after = without(snapshot, frozenset(), ahead.placed).with_tenancy(snapshot.tenancy)
+        behind = self.inner.place(after, rest, now, rng, clock)
+        timings = {k: ahead.timings.get(k, 0.0) + behind.timings.get(k, 0.0)
+                   for k in set(ahead.timings) | set(behind.timings)}
+        return Decisions(behind.policy, ahead.placed + behind.placed, ahead.unplaced + behind.unplaced, timings,
+                         behind.stats)
 
     def _fit_check(self, snapshot: Cluster, now: float) -> FitCheck:
         """The fit check preemption asks: the round's own policy, alone with the claimant, on the

@@ -63,14 +63,18 @@ def without(snapshot: Cluster, gone: frozenset[str], extra: Sequence[JobPlacemen
 class _Claims:
     """What preemption planning tracks through one round."""
 
+    snapshot: Cluster
     tenancy: Tenancy
     per_job: Mapping[str, Usage]
     cap: Usage
     now: float
     used: dict[str, Usage]
     free: Usage
-    #: Victims chosen this round and those already in their grace period.
+    #: Victims chosen this round and those already in their grace period (no candidates any more).
     gone: set[str] = field(default_factory=set)
+    #: Victims chosen this round: fit checks see them gone (those in their grace period are promised
+    #: to their own claimants, whose placements the round does not know).
+    chosen: set[str] = field(default_factory=set)
     #: Placements the claimants will take (their fit checks' answers).
     promised: list[JobPlacement] = field(default_factory=list)
     fit_checks: int = 0
@@ -90,12 +94,18 @@ def plan_preemptions(snapshot: Cluster, tenancy: Tenancy, per_job: Mapping[str, 
     used = by_tenant(per_job, holders)
     for tenant, p in placed:
         add(used.setdefault(tenant, {}), placement_usage(p))
-    claims = _Claims(tenancy, per_job, cap, now, used, _free(snapshot, cap, [p for _, p in placed]))
+    claims = _Claims(snapshot, tenancy, per_job, cap, now, used, _free(snapshot, cap, [p for _, p in placed]))
     in_grace: dict[str, list[str]] = {}
     for name, h in holders.items():
-        if h.preempted_for is not None:
+        if h.preempted_for is not None and name in per_job:
+            # leaving: what it holds is no longer its tenant's, and is coming free for its claimant
             in_grace.setdefault(h.preempted_for, []).append(name)
             claims.gone.add(name)
+            add(claims.used.setdefault(h.tenant, {}), per_job[name], -1.0)
+            add(claims.free, {r: v for r, v in per_job[name].items() if r in claims.free})
+    for job in waiting:
+        if job.name in in_grace:  # what its victims give back is promised to it
+            add(claims.free, {r: v for r, v in request_usage(job).items() if r in claims.free}, -1.0)
     out: list[Preemption] = []
     messages: dict[str, str] = {}
     claimants = 0
@@ -114,11 +124,12 @@ def plan_preemptions(snapshot: Cluster, tenancy: Tenancy, per_job: Mapping[str, 
         if claimants >= MAX_CLAIMANTS or claims.fit_checks >= MAX_FIT_CHECKS:
             break
         claimants += 1
-        victims = _victims(claims, job, t, need, fits)
-        if victims:
+        claim = _victims(claims, job, t, need, fits)
+        if claim is not None:
+            victims, awaited = claim
             add(mine, need)
             out += victims
-            messages[job.name] = _waiting(claims, job.name, [v.job for v in victims])
+            messages[job.name] = _waiting(claims, job.name, awaited)
     return out, messages
 
 
@@ -139,18 +150,40 @@ def _free(snapshot: Cluster, cap: Usage, placed: Sequence[JobPlacement]) -> Usag
     return {r: cap.get(r, 0.0) - held.get(r, 0.0) for r in _SHORT_OF}
 
 
-def _victims(claims: _Claims, job: Job, t: Tenant, need: Usage, fits: FitCheck) -> list[Preemption]:
-    """The cheapest set of borrowed jobs whose stopping lets `job` fit, or none."""
+def _victims(claims: _Claims, job: Job, t: Tenant, need: Usage,
+             fits: FitCheck) -> tuple[list[Preemption], list[str]] | None:
+    """The cheapest set of borrowed jobs whose stopping lets `job` fit, and every preempted job it waits
+    for (those, or victims chosen before whose resources are enough for it too); None: no claim."""
     short = {r for r in _SHORT_OF if need.get(r, 0.0) > claims.free.get(r, 0.0) + EPS}
     if not short:
         # The cluster has enough in all: where it sits may still not do (a gang, a server-centric policy).
-        if _check(claims, job, fits) is not None:
-            return []  # it fits as things are: it waits for another reason (postponed, contention)
+        placement = _check(claims, job, fits)
+        if placement is not None:
+            # It fits once the jobs already being preempted stop: it waits for them (none: it waits for
+            # another reason, postponed or contention, and claims nothing). Either way it is promised.
+            awaited = _awaited(claims, placement)
+            _promise(claims, placement)
+            return ([], awaited) if awaited else None
         short = {r for r in _SHORT_OF if need.get(r, 0.0) > 0}
+    candidates = _candidates(claims, t, short)
+    for order in _orders(claims, candidates):
+        found = _cover(claims, job, need, short, order, fits)
+        if found is not None:
+            chosen, placement = _trim(claims, job, need, short, *found, fits) or found
+            return _commit(claims, job, chosen, placement), chosen
+        if claims.fit_checks >= MAX_FIT_CHECKS:
+            break
+    return None
+
+
+def _cover(claims: _Claims, job: Job, need: Usage, short: set[str], order: list[str],
+           fits: FitCheck) -> tuple[list[str], JobPlacement] | None:
+    """Victims taken along `order` until what they give back covers the shortfall and the claimant
+    fits (a fit check each time the cover holds): the victims and the claimant's placement, or None."""
     chosen: list[str] = []
     back: Usage = {}
     taken: dict[str, Usage] = {}
-    for victim in _candidates(claims, t, short):
+    for victim in order:
         u = claims.tenancy.holders[victim].tenant
         held = claims.per_job[victim]
         if not _borrowed(claims, claims.tenant(u), held, taken.get(u, {})):
@@ -161,11 +194,25 @@ def _victims(claims: _Claims, job: Job, t: Tenant, need: Usage, fits: FitCheck) 
         if all(need.get(r, 0.0) <= claims.free.get(r, 0.0) + back.get(r, 0.0) + EPS for r in short):
             placement = _check(claims, job, fits, frozenset(chosen))
             if placement is not None:
-                chosen, placement = _trim(claims, job, need, short, chosen, fits) or (chosen, placement)
-                return _commit(claims, job, chosen, placement)
+                return chosen, placement
             if claims.fit_checks >= MAX_FIT_CHECKS:
-                return []
-    return []
+                return None
+    return None
+
+
+def _orders(claims: _Claims, candidates: list[str]) -> list[list[str]]:
+    """The candidates cheapest first, then, for a claimant whose tasks need their resources together
+    (a server-centric policy, a gang on one machine), the same with each machine's first."""
+    machine: dict[str, str] = {}
+    for a in claims.snapshot.allocations:
+        machine.setdefault(a.job, a.machine)
+    places = list(dict.fromkeys(machine[j] for j in candidates if j in machine))
+    orders = [candidates]
+    if len(places) > 1:
+        for place in places:  # (sorted is stable: within each part, cheapest first still)
+            orders.append([j for j in candidates if machine.get(j) == place] +
+                          [j for j in candidates if machine.get(j) != place])
+    return orders
 
 
 def _candidates(claims: _Claims, t: Tenant, short: set[str]) -> list[str]:
@@ -196,26 +243,30 @@ def _borrowed(claims: _Claims, u: Tenant, held: Usage, taken: Usage) -> bool:
 
 def _check(claims: _Claims, job: Job, fits: FitCheck, gone: frozenset[str] = frozenset()) -> JobPlacement | None:
     claims.fit_checks += 1
-    return fits(frozenset(claims.gone) | gone, claims.promised, job)
+    return fits(frozenset(claims.chosen) | gone, claims.promised, job)
 
 
-def _trim(claims: _Claims, job: Job, need: Usage, short: set[str], chosen: list[str],
+def _trim(claims: _Claims, job: Job, need: Usage, short: set[str], chosen: list[str], _placement: JobPlacement,
           fits: FitCheck) -> tuple[list[str], JobPlacement] | None:
-    """Leave out the costliest victims the cover does not need (one fit check for the lot): the
-    victims kept and the claimant's placement then; None when none can go or the trimmed set does
-    not fit."""
+    """Leave out, costliest first, each victim the claimant fits without (the cover in all, then a fit
+    check, while the round's checks last): the victims kept and the claimant's placement then; None
+    when none can go."""
     keep = list(chosen)
     back = {r: sum(claims.per_job[v].get(r, 0.0) for v in keep) for r in short}
+    found: JobPlacement | None = None
     for victim in reversed(chosen):
         held = claims.per_job[victim]
-        if all(need.get(r, 0.0) <= claims.free.get(r, 0.0) + back[r] - held.get(r, 0.0) + EPS for r in short):
-            keep.remove(victim)
+        if claims.fit_checks >= MAX_FIT_CHECKS or len(keep) == 1:
+            break
+        if not all(need.get(r, 0.0) <= claims.free.get(r, 0.0) + back[r] - held.get(r, 0.0) + EPS for r in short):
+            continue
+        rest = [v for v in keep if v != victim]
+        placement = _check(claims, job, fits, frozenset(rest))
+        if placement is not None:
+            keep, found = rest, placement
             for r in short:
                 back[r] -= held.get(r, 0.0)
-    if len(keep) == len(chosen) or claims.fit_checks >= MAX_FIT_CHECKS:
-        return None
-    placement = _check(claims, job, fits, frozenset(keep))
-    return None if placement is None else (keep, placement)
+    return None if found is None else (keep, found)
 
 
 def _commit(claims: _Claims, job: Job, chosen: list[str], placement: JobPlacement) -> list[Preemption]:
@@ -226,9 +277,28 @@ def _commit(claims: _Claims, job: Job, chosen: list[str], placement: JobPlacemen
         add(claims.free, {r: v for r, v in held.items() if r in claims.free})
         add(claims.used.setdefault(h.tenant, {}), held, -1.0)
         claims.gone.add(victim)
+        claims.chosen.add(victim)
         out.append(Preemption(victim, h.tenant, job.name, job.tenant, dict(held)))
+    _promise(claims, placement)
+    return out
+
+
+def _promise(claims: _Claims, placement: JobPlacement) -> None:
+    """A claimant's placement: what later claimants of the round must leave it."""
     add(claims.free, {r: v for r, v in placement_usage(placement).items() if r in claims.free}, -1.0)
     claims.promised.append(placement)
+
+
+def _awaited(claims: _Claims, placement: JobPlacement) -> list[str]:
+    """The jobs preempted this round whose devices (or, without devices, whose machines) `placement` uses."""
+    devices = {g.id for t in placement.tasks for g in t.devices}
+    machines = {t.machine for t in placement.tasks}
+    out = []
+    for a in claims.snapshot.allocations:
+        if a.job not in claims.chosen or a.job in out:
+            continue
+        if devices & set(a.devices) or (not devices and a.machine in machines):
+            out.append(a.job)
     return out
 
 

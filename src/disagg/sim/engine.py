@@ -411,7 +411,7 @@ class Simulation:
         now = self.kernel.now
         snapshot = self.state.snapshot()
         if self.tenants is not None and self.config.tenants is not None:
-            snapshot = snapshot.with_tenancy(self.tenants.tenancy(now))
+            snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
         queue = list(self.queue.values())
         t0 = self.clock()
         decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)

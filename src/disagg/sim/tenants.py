@@ -57,6 +57,8 @@ class TenantLedger:
     holding: dict[str, tuple[str, Usage, float, bool]] = field(default_factory=dict)
     #: victim → the job it is being preempted for (in its grace period)
     preempting: dict[str, str] = field(default_factory=dict)
+    #: queued jobs whose victims have stopped (`Tenancy.claims`), until they start
+    reclaimed: set[str] = field(default_factory=set)
     sample_times: list[float] = field(default_factory=list)
     #: Per sample: whether two or more tenants had work queued (the rounds Jain's index averages over).
     contended: list[bool] = field(default_factory=list)
@@ -71,6 +73,7 @@ class TenantLedger:
     # -- starts and stops --
 
     def started(self, job: Job, usage: Usage, now: float) -> None:
+        self.reclaimed.discard(job.name)
         tenant = job.tenant
         self._bank_gpus(tenant, now)
         self.holding[job.name] = (tenant, usage, now, job.preemptible)
@@ -82,7 +85,9 @@ class TenantLedger:
 
     def stopped(self, name: str, now: float, preempted: bool = False) -> None:
         held = self.holding.pop(name, None)
-        self.preempting.pop(name, None)
+        claimant = self.preempting.pop(name, None)
+        if preempted and claimant is not None:
+            self.reclaimed.add(claimant)
         if held is None:
             return
         tenant, usage, _, _ = held
@@ -99,8 +104,9 @@ class TenantLedger:
 
     # -- rounds --
 
-    def tenancy(self, now: float) -> Tenancy | None:
-        """This round's tenancy (None without a spec); decays the history up to `now` first."""
+    def tenancy(self, now: float, queued: Iterable[str] = ()) -> Tenancy | None:
+        """This round's tenancy (None without a spec); decays the history up to `now` first. `queued`:
+        the names of the queued jobs (a claimant that is not queued any more claims nothing)."""
         if self.spec is None:
             return None
         dt = 0.0 if self._last_s is None else now - self._last_s
@@ -108,7 +114,8 @@ class TenantLedger:
         self._last_s = now
         holders = {name: Holder(t, pre, start, self.preempting.get(name))
                    for name, (t, _, start, pre) in self.holding.items()}
-        return Tenancy(self.spec, holders, self.history, self.grace_s)
+        self.reclaimed &= set(queued)
+        return Tenancy(self.spec, holders, self.history, self.grace_s, claims=frozenset(self.reclaimed))
 
     def sample(self, now: float, queue: Iterable[Job]) -> None:
         """After a round: each tenant's weighted dominant share now, and Jain's index over the tenants
