@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from control_helpers import body, job, make_service, wait_for
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from disagg.api import create_app
 from disagg.control.service import Service
@@ -153,3 +155,26 @@ def test_without_tenants_the_loop_is_the_plain_one(tmp_path: Path) -> None:
 
 def test_a_preempted_slice_requeues_its_job_whatever_its_retries() -> None:
     assert SliceOutcome.PREEMPTED == "preempted" and JobReason.PREEMPTED == "preempted"
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(quota=st.lists(st.integers(0, 3), min_size=2, max_size=2), borrow=st.lists(st.integers(0, 3), min_size=2,
+                                                                                  max_size=2),
+       jobs=st.lists(st.tuples(st.sampled_from(["alice", "bob"]), st.integers(1, 2), st.booleans()), min_size=1,
+                     max_size=8))
+def test_the_controller_never_takes_a_tenant_above_quota_plus_borrow(
+        tmp_path_factory: pytest.TempPathFactory, quota: list[int], borrow: list[int],
+        jobs: list[tuple[str, int, bool]]) -> None:
+    spec = [{"name": n, "cohort": "lab", "quota": {"gpu": q}, "borrow": {"gpu": b}}
+            for n, q, b in zip(("alice", "bob"), quota, borrow, strict=True)]
+    svc = make_service(tmp_path_factory.mktemp("quota"), tenants=spec)
+    try:
+        for i, (tenant, gpus, preemptible) in enumerate(jobs):
+            svc.jobs.submit(tenant, body(f"j{i}", ["true"], gpu=gpus) | {"preemptible": preemptible})
+        for _ in range(3):  # rounds without workers: the slices stay composing, holding what they got
+            svc.controller.schedule()
+        held = svc.store.tenant_holdings()
+        for entry, q, b in zip(spec, quota, borrow, strict=True):
+            assert held.get(str(entry["name"]), {}).get("gpu", 0.0) <= q + b
+    finally:
+        svc.close()

@@ -101,8 +101,8 @@ class TenantOps(StoreBase):
         """What each tenant's live slices hold: cpus, memory, devices by kind, remote bandwidth."""
         with self.read_core() as conn:
             placed = live_slices_placed(conn)
-            owners = dict(conn.execute(select(_jobs.c.id, _jobs.c.tenant)
-                                       .where(_jobs.c.id.in_([j for _, j, _ in placed])))) if placed else {}
+            owners = {str(j): str(t) for j, t in conn.execute(
+                select(_jobs.c.id, _jobs.c.tenant).where(_jobs.c.id.in_([j for _, j, _ in placed])))}
         out: dict[str, dict[str, float]] = {}
         for _, job, p in placed:
             mine = out.setdefault(str(owners.get(job, "?")), {"cpus": 0.0, "memory_gb": 0.0})
