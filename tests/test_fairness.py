@@ -305,3 +305,12 @@ def test_on_a_full_cluster_every_policy_preempts_only_borrowed_jobs_for_claims_w
         _limits_hold(snapshot, tenancy, queue, d)
         _preemptions_hold(snapshot, tenancy, queue, d)
         event(f"{'preempts' if d.preempted else 'no preemption'}")
+
+
+def test_bench_placement_with_tenants_reports_both_rounds() -> None:
+    from disagg.bench.placement import run_placement_bench
+
+    out = run_placement_bench(200, 4, 300, "drmaestro", 1, tenants=10)
+    assert out["tenants"] == 10 and out["placed"] == out["plain_placed"] > 0
+    assert out["round_cpu_s"] > 0 and out["plain_round_cpu_s"] > 0 and out["with_over_without"] > 0
+    assert out["quota_refused"] == 0, "the quotas leave every job the plain round places"

@@ -33,12 +33,13 @@ from disagg.model import Cluster, Job
 from disagg.model.tenancy import Tenancy
 from disagg.model.tenants import Tenants
 from disagg.placement.base import Clock, Policy, no_clock
+from disagg.placement.commit import EPS
 from disagg.placement.cost import WAIT_STEP
-from disagg.placement.decisions import Decisions, JobPlacement, Reason, Unplaced
+from disagg.placement.decisions import Decisions, JobPlacement, Preemption, Reason, Unplaced
 from disagg.placement.preemption import FitCheck, plan_preemptions, without
 from disagg.placement.queue import order_queue
-from disagg.placement.quota import QuotaLedger, demand_of
-from disagg.placement.usage import Usage, by_tenant, capacity, dominant_share, held_by_job
+from disagg.placement.quota import QueueNeeds, QuotaLedger
+from disagg.placement.usage import Usage, capacity, dominant_share, held_by_job, tenant_usage
 
 #: The fair-share term of a tenant well below the top share, beyond the queue's spread of W (utility units).
 FAIR_BASE = 1.0
@@ -94,10 +95,11 @@ class FairPolicy:
         if tenancy is None:
             return self.inner.place(snapshot, queue, now, rng, clock)
         start = clock()
-        per_job = held_by_job(snapshot, tenancy.holders)
-        usage = by_tenant(per_job, tenancy.holders)
+        usage = tenant_usage(snapshot, tenancy.holders)
         ordered = order_queue(queue, now)
-        kept, refused = QuotaLedger(tenancy.tenants, usage, demand_of(ordered, tenancy.tenants)).admit(ordered)
+        needs = QueueNeeds.of(ordered, tenancy.tenants)
+        ledger = QuotaLedger(tenancy.tenants, usage, needs.demand_of(tenancy.tenants))
+        kept, refused = ledger.admit(ordered, needs)
         cap = capacity(snapshot)
         inner_snapshot = snapshot.with_tenancy(replace(tenancy, bonus=fair_bonus(tenancy, cap, kept)))
         before = clock()
@@ -105,10 +107,14 @@ class FairPolicy:
         after = clock()
         jobs = {j.name: j for j in kept}
         placed, dropped = settle(tenancy.tenants, usage, decisions.placed, jobs)
-        waiting = [jobs[u.job] for u in decisions.unplaced if u.job in jobs] + [jobs[p.job] for p in dropped]
-        preempted, claims = plan_preemptions(
-            snapshot, tenancy, per_job, cap, [(jobs[p.job].tenant, p) for p in placed],
-            order_queue(waiting, now), now, self._fit_check(snapshot, now))
+        preempted: list[Preemption] = []
+        claims: dict[str, str] = {}
+        if _may_reclaim(tenancy, ledger):
+            waiting = [jobs[u.job] for u in decisions.unplaced if u.job in jobs] + [jobs[p.job] for p in dropped]
+            preempted, claims = plan_preemptions(
+                snapshot, tenancy, held_by_job(snapshot, tenancy.holders), cap,
+                [(jobs[p.job].tenant, p) for p in placed], order_queue(waiting, now), now,
+                self._fit_check(snapshot, now))
         unplaced = _unplaced(ordered, decisions.unplaced, refused, dropped, claims)
         timings = dict(decisions.timings)
         timings["fairness_s"] = (before - start) + (clock() - after)
@@ -185,6 +191,16 @@ def _unplaced(ordered: Sequence[Job], inner: Sequence[Unplaced], refused: Mappin
     for name, message in claims.items():
         why[name] = Unplaced(name, Reason.RECLAIMING, message)
     return tuple(why[j.name] for j in ordered if j.name in why)
+
+
+def _may_reclaim(tenancy: Tenancy, ledger: QuotaLedger) -> bool:
+    """Whether preemption planning can find anything: some job is in its grace period, or some tenant
+    of a cohort may hold more than its nominal quota this round (the ledger: what it held, and the
+    requests of its jobs the walk kept). Else there is no borrower to reclaim from."""
+    if any(h.preempted_for is not None for h in tenancy.holders.values()):
+        return True
+    return any(t.cohort is not None and any(ledger.used[n][r] > q + EPS for r, q in t.quota.items())
+               for n, t in ledger.limited.items())
 
 
 def with_fairness(policy: Policy) -> FairPolicy:

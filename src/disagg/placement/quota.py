@@ -21,11 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, methodcaller
+
+import numpy as np
+from numpy.typing import NDArray
 
 from disagg.model import Job
-from disagg.model.tenants import Tenant, Tenants
+from disagg.model.tenants import RESOURCES, Tenant, Tenants
 from disagg.placement.commit import EPS
-from disagg.placement.usage import Usage, request_usage
+from disagg.placement.state import column
+from disagg.placement.usage import Usage
 
 #: Shown for a resource in messages: device kinds as they are, the rest in their units.
 _UNIT = {"cpus": "cpus", "memory_gb": "GB of memory", "network_gbps": "Gb/s of network"}
@@ -156,37 +161,95 @@ class QuotaLedger:
         else:
             self._own_generation[tenant] = self._own_generation.get(tenant, 0) + 1
 
-    def admit(self, ordered: Sequence[Job]) -> tuple[list[Job], dict[str, str]]:
+    def admit(self, ordered: Sequence[Job], needs: QueueNeeds | None = None) -> tuple[list[Job], dict[str, str]]:
         """Walk the queue in order: each job of a limited tenant is kept if its request fits what its
         tenant may still take (booked at once, so the jobs kept of a tenant fit together), else
-        refused with why. A job asking for what the last refused one of its tenant asked for, with
-        nothing taken in its cohort since, is refused the same way without a look."""
-        kept: list[Job] = []
+        refused with why. A tenant whose queued jobs all fit in its nominal quota together keeps them
+        all at once (the usual case: no walk). A job asking for what the last refused one of its
+        tenant asked for, with nothing taken in its cohort since, is refused the same way without a
+        look. `needs`: the queue's requests as `QueueNeeds.of(ordered, ...)` gives them."""
+        if not self.limited:
+            return list(ordered), {}
+        needs = needs if needs is not None else QueueNeeds.of(ordered, self.tenants)
+        whole = self._take_whole(needs)
         refused: dict[str, str] = {}
-        needs: dict[int, Usage] = {}
-        seen: dict[tuple[str, int, bool], tuple[int, str]] = {}
-        limited = self.limited
-        for job in ordered:
-            if job.tenant not in limited:
-                kept.append(job)
-                continue
-            key = (job.tenant, id(job.tasks), job.preemptible)
+        keep = [needs.codes[i] < 0 or needs.names[needs.codes[i]] in whole for i in range(len(ordered))]
+        seen: dict[tuple[str, tuple[float, ...], bool], tuple[int, str]] = {}
+        for i in (i for i, k in enumerate(keep) if not k):
+            job = ordered[i]
+            row = tuple(needs.matrix[i].tolist())
+            key = (job.tenant, row, job.preemptible)
             generation = self.generation(job.tenant)
             last = seen.get(key)
             if last is not None and last[0] == generation:
                 refused[job.name] = last[1]
                 continue
-            need = needs.get(id(job.tasks))
-            if need is None:
-                need = needs[id(job.tasks)] = request_usage(job)
+            need = dict(zip(needs.resources, row, strict=True))
             why = self.problem(job.tenant, need, job.preemptible)
             if why is None:
                 self.take(job.tenant, need)
-                kept.append(job)
+                keep[i] = True
             else:
                 seen[key] = (generation, why)
                 refused[job.name] = why
-        return kept, refused
+        return [j for j, k in zip(ordered, keep, strict=True) if k], refused
+
+    def _take_whole(self, needs: QueueNeeds) -> set[str]:
+        """Book, at once, the queued jobs of each tenant whose jobs all fit in its nominal quota
+        together; returns those tenants."""
+        whole = set()
+        for code, name in enumerate(needs.names):
+            t = self.limited[name]
+            demand = needs.demand[code]
+            used = self.used[name]
+            if all(used[r] + demand[j] <= t.quota[r] + EPS for j, r in enumerate(needs.resources) if r in t.quota):
+                self.take(name, {r: float(demand[j]) for j, r in enumerate(needs.resources)})
+                whole.add(name)
+        return whole
+
+
+@dataclass
+class QueueNeeds:
+    """The requests of a queue's jobs as a matrix (one row per job, one column per resource some quota
+    names, network aside), with each limited tenant's total: read once per round, as columns."""
+
+    resources: tuple[str, ...]
+    #: per job, its tenant's code in `names` (-1: a tenant without a quota)
+    codes: list[int]
+    names: list[str]
+    matrix: NDArray[np.float64]
+    demand: NDArray[np.float64]
+
+    @classmethod
+    def of(cls, ordered: Sequence[Job], tenants: Tenants) -> QueueNeeds:
+        limited = {n: t for n, t in tenants.by_name.items() if t.quota}
+        resources = tuple(r for r in RESOURCES if r != "network_gbps" and any(r in t.quota for t in limited.values()))
+        tenant_of = list(map(attrgetter("tenant"), ordered))
+        names = sorted(set(tenant_of) & set(limited))
+        code = {n: i for i, n in enumerate(names)}
+        codes = [code.get(t, -1) for t in tenant_of]
+        tasks = list(map(attrgetter("tasks"), ordered))
+        n = len(tasks)
+        count = column(tasks, "count")
+        columns = []
+        for r in resources:
+            if r in ("cpus", "memory_gb"):
+                columns.append(count * column(tasks, r))
+            else:
+                per_task = np.fromiter(map(methodcaller("get", r, 0), map(attrgetter("devices"), tasks)),
+                                       dtype=np.float64, count=n)
+                columns.append(count * per_task)
+        matrix = np.stack(columns, axis=1) if columns else np.zeros((n, 0))
+        demand = np.zeros((len(names), len(resources)))
+        at = np.array(codes, dtype=np.int64)
+        mine = at >= 0
+        np.add.at(demand, at[mine], matrix[mine])
+        return cls(resources, codes, names, matrix, demand)
+
+    def demand_of(self, tenants: Tenants) -> dict[str, Usage]:
+        """What the queued jobs of each tenant in a cohort ask for in all (lenders' reservations)."""
+        return {n: dict(zip(self.resources, self.demand[i].tolist(), strict=True))
+                for i, n in enumerate(self.names) if tenants.get(n).cohort is not None}
 
 
 def _sum(usages: Iterable[Mapping[str, float]]) -> Usage:
@@ -197,23 +260,9 @@ def _sum(usages: Iterable[Mapping[str, float]]) -> Usage:
     return out
 
 
-def demand_of(queue: Iterable[Job], tenants: Tenants) -> dict[str, Usage]:
+def demand_of(queue: Sequence[Job], tenants: Tenants) -> dict[str, Usage]:
     """What the queued jobs of each tenant in a cohort ask for in all (lenders' reservations)."""
-    out: dict[str, Usage] = {}
-    in_cohort = {n for n, t in tenants.by_name.items() if t.cohort is not None and t.quota}
-    if not in_cohort:
-        return out
-    needs: dict[int, Usage] = {}
-    for job in queue:
-        if job.tenant not in in_cohort:
-            continue
-        need = needs.get(id(job.tasks))
-        if need is None:
-            need = needs[id(job.tasks)] = request_usage(job)
-        mine = out.setdefault(job.tenant, {})
-        for r, v in need.items():
-            mine[r] = mine.get(r, 0.0) + v
-    return out
+    return QueueNeeds.of(queue, tenants).demand_of(tenants)
 
 
-__all__ = ["QuotaLedger", "demand_of", "holds", "what"]
+__all__ = ["QueueNeeds", "QuotaLedger", "demand_of", "holds", "what"]
