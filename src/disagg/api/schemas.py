@@ -278,7 +278,7 @@ class ErrorOut(BaseModel):
 class LimitsIn(BaseModel):
     """Per resource: cpus, memory_gb, network_gbps and the device kinds (a resource not named: unlimited)."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)
+    model_config = ConfigDict(extra="forbid", strict=True)
     cpus: float | None = Field(default=None, ge=0)
     memory_gb: float | None = Field(default=None, ge=0)
     network_gbps: float | None = Field(default=None, ge=0)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, fail, print_json
+from disagg.model.states import JobState
 from disagg.model.tenants import RESOURCES
 
 tenants_app = typer.Typer(help="Tenants: quotas, usage, fair share (set: admin).", invoke_without_command=True)
@@ -47,12 +48,12 @@ def _amounts(values: dict[str, float]) -> str:
 def _table(data: dict[str, Any]) -> Table:
     table = Table(title="tenants")
     for col in ("tenant", "weight", "cohort", "quota", "borrow", "usage", "borrowed", "share", "fair share",
-                "queued", "running"):
+                JobState.QUEUED, JobState.RUNNING):
         table.add_column(col)
     for t in data["tenants"]:
         table.add_row(t["name"], f"{t['weight']:g}", t["cohort"] or "", _amounts(t["quota"]), _amounts(t["borrow"]),
                       _amounts(t["usage"]), _amounts(t["borrowed"]), f"{t['dominant_share']:.1%}",
-                      f"{t['fair_share']:.3f}", str(t["queued"]), str(t["running"]))
+                      f"{t['fair_share']:.3f}", str(t[JobState.QUEUED]), str(t[JobState.RUNNING]))
     return table
 
 

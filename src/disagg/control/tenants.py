@@ -81,8 +81,8 @@ def _view(t: Tenant, held: Mapping[str, float], decayed: Mapping[str, float], co
         "dominant_share": round(dominant_share(held, cap), 6),
         "fair_share": round(dominant_share(decayed, cap) / t.weight, 6),
         "entitled_share": round(entitled, 6),
-        "queued": int(counts.get(JobState.QUEUED, 0)),
-        "running": int(sum(n for state, n in counts.items() if state != JobState.QUEUED)),
+        JobState.QUEUED: int(counts.get(JobState.QUEUED, 0)),
+        JobState.RUNNING: int(sum(n for state, n in counts.items() if state != JobState.QUEUED)),
     }
 
 
@@ -153,8 +153,8 @@ class TenantCollector(Collector):
                     family.add_metric([name, resource], amount)
             share.add_metric([name], v["fair_share"])
             dominant.add_metric([name], v["dominant_share"])
-            jobs.add_metric([name, JobState.QUEUED], v["queued"])
-            jobs.add_metric([name, JobState.RUNNING], v["running"])
+            jobs.add_metric([name, JobState.QUEUED], v[JobState.QUEUED])
+            jobs.add_metric([name, JobState.RUNNING], v[JobState.RUNNING])
         yield from (usage, quota, limit, borrowed, share, dominant, jobs)
 
 

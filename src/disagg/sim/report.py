@@ -214,8 +214,10 @@ def _tenant_plot(scenario: str, by_policy: dict[str, RunOutput], directory: Path
     runs = [(p, o) for p, o in by_policy.items() if o.tenant_shares]
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.4 * len(runs) + 0.6), sharex=True, squeeze=False)
     for ax, (policy, o) in zip(axes[:, 0], runs, strict=True):
-        for tenant, shares in sorted(o.tenant_shares.items()):
-            ax.step(o.tenant_times, shares, where="post", label=tenant, linewidth=1.2)
+        for k, (tenant, shares) in enumerate(sorted(o.tenant_shares.items())):
+            # dashed lines after the first: equal shares would otherwise hide each other
+            ax.step(o.tenant_times, shares, where="post", label=tenant, linewidth=1.4,
+                    linestyle=("-", "--", ":", "-.")[k % 4])
         index = o.summary.get("fairness", {}).get("jain_dominant_share")
         ax.set(ylabel="share / weight", title=f"{policy}: Jain's index {index}", ylim=(0, None))
         ax.legend(fontsize=8, loc="upper right")

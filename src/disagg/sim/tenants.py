@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from disagg.model import Job
+from disagg.model.states import JobState
 from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S, Holder, Tenancy
 from disagg.model.tenants import Tenants
 from disagg.placement.usage import Usage, add, decay, dominant_share
@@ -152,7 +153,7 @@ class TenantLedger:
             rows.append({
                 "tenant": tenant,
                 "jobs": len(recs),
-                "completed": sum(1 for r in recs if not math.isnan(r.finish_s)),
+                JobState.COMPLETED: sum(1 for r in recs if not math.isnan(r.finish_s)),
                 "mean_wait_s": round(float(np.mean(waits)), 3) if waits else 0.0,
                 "p95_wait_s": round(float(np.percentile(waits, 95)), 3) if waits else 0.0,
                 "gpu_seconds": round(self.gpu_seconds.get(tenant, 0.0), 1),

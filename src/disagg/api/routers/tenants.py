@@ -13,14 +13,15 @@ from fastapi import APIRouter, Path
 
 from disagg.api import schemas as S
 from disagg.api.deps import Admin, Jobs, Who
-from disagg.api.errors import R401, R403, R422, ApiError
+from disagg.api.errors import R400, R401, R403, R422, ApiError
 from disagg.control.tenants import TenantDirectory
 from disagg.model import SpecError
 from disagg.model.tenants import tenant_name_problem
 
 router = APIRouter()
 
-TenantName = Annotated[str, Path(max_length=64, description="A tenant's name, e.g. alice.")]
+TenantName = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                                 description="A tenant's name, e.g. alice (not admin or system).")]
 
 
 @router.get("/v1/tenants", response_model=S.TenantList, tags=["tenants"], responses={**R401})
@@ -30,7 +31,7 @@ def list_tenants(who: Who, jobs: Jobs) -> dict[str, Any]:
 
 
 @router.put("/v1/tenants/{name}", response_model=S.TenantOut, tags=["tenants"],
-            responses={**R401, **R403, **R422})
+            responses={**R400, **R401, **R403, **R422})
 def set_tenant(name: TenantName, body: S.TenantIn, who: Admin, jobs: Jobs) -> dict[str, Any]:
     """Admin: set a tenant's weight, cohort, quota and borrowing limit (from the next round on)."""
     problem = tenant_name_problem(name)
