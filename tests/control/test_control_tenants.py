@@ -178,3 +178,24 @@ def test_the_controller_never_takes_a_tenant_above_quota_plus_borrow(
             assert held.get(str(entry["name"]), {}).get("gpu", 0.0) <= q + b
     finally:
         svc.close()
+
+
+def test_a_preempted_job_is_requeued_whatever_its_retries_with_its_wait_kept(tmp_path: Path) -> None:
+    from disagg.placement.decisions import Preemption
+
+    svc = make_service(tmp_path, tenants=COHORT, preempt_grace_s=0.2)
+    try:
+        svc.controller.start()
+        j, _ = svc.jobs.submit("alice", body("long", ["sleep", "30"]) | {"max_retries": 0})
+        job_id = str(j["id"])
+        wait_for(lambda: job(svc, job_id)["state"] == JobState.RUNNING, 20, "the job to run")
+        waited = job(svc, job_id)["wait_rounds"]
+        assert svc.controller.preempter.start([Preemption(job_id, "alice", "j-claim", "bob", {"gpu": 1.0})])
+        wait_for(lambda: any(e["to"] == JobState.QUEUED and "preempted by j-claim" in (e["why"] or "")
+                             for e in svc.store.job_events(job_id)), 20, "the job to be re-queued")
+        again = job(svc, job_id)
+        assert again["state"] in (JobState.QUEUED, JobState.COMPOSING, JobState.RUNNING), "not failed: no retry spent"
+        assert again["wait_rounds"] >= waited and again["attempts"] >= 1
+        svc.jobs.cancel(job_id)
+    finally:
+        svc.close()
