@@ -33,9 +33,11 @@ _SEEN: Counter[tuple[str, int]] = Counter()
 
 
 def _never_fits(response: Any) -> bool:
-    """Schema-valid but larger than the cluster: a limit no static schema can state (documented as a 422
-    with an example), so "valid data is accepted" does not apply to this one answer; every other check does."""
-    return bool(response.status_code == 422 and "can never fit on this cluster" in response.text)
+    """Schema-valid but refused by a rule no static schema can state: a job larger than the cluster
+    (documented as a 422 with an example), a tenant's borrow without a quota to add to, a reserved tenant
+    name. "Valid data is accepted" does not apply to these answers; every other check does."""
+    return bool(response.status_code == 422 and any(
+        why in response.text for why in ("can never fit on this cluster", "needs a quota of", "is reserved")))
 
 
 @schema.auth()

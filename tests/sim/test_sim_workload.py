@@ -65,7 +65,8 @@ def test_warmup_takes_half_the_cpus_with_whole_machine_jobs(machines: int) -> No
 
 
 def test_named_scenarios_use_the_seed_testbed() -> None:
-    assert set(SCENARIOS) == {"paper-4m-128j", "paper-4m-512j", "paper-16m-512j", "paper-128m-4096j"}
+    assert set(SCENARIOS) == {"paper-4m-128j", "paper-4m-512j", "paper-16m-512j", "paper-128m-4096j",
+                              "tenants-burst"}
     for sc in SCENARIOS.values():
         cluster = sc.cluster()
         assert len(cluster.machines) == sc.machines

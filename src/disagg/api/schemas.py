@@ -80,6 +80,9 @@ class JobIn(BaseModel):
     slo_s: float | None = Field(default=None, gt=0, le=1e9)
     importance: float = Field(default=1.0, ge=1.0, le=10.0)
     max_retries: Int = Field(default=2, ge=0, le=10)
+    preemptible: bool = Field(default=True, description=(
+        "May be preempted to give back what its tenant borrowed above its quota; a job that may not "
+        "is never preempted and never borrows."))
 
 
 class TasksOut(BaseModel):
@@ -129,6 +132,7 @@ class JobOut(BaseModel):
     placement: list[TaskPlacementOut] | None = None
     submitted_at: float
     updated_at: float
+    preemptible: bool = True
 
 
 class JobList(BaseModel):
@@ -293,3 +297,58 @@ class ErrorOut(BaseModel):
     model_config = _OUT
     detail: str
     problems: list[FieldProblem] = []
+
+
+# --- tenants ------------------------------------------------------------------------------------
+class LimitsIn(BaseModel):
+    """Per resource: cpus, memory_gb, network_gbps and the device kinds (a resource not named: unlimited)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    cpus: float | None = Field(default=None, ge=0)
+    memory_gb: float | None = Field(default=None, ge=0)
+    network_gbps: float | None = Field(default=None, ge=0)
+    gpu: float | None = Field(default=None, ge=0)
+    nvme: float | None = Field(default=None, ge=0)
+    fpga: float | None = Field(default=None, ge=0)
+    memory: float | None = Field(default=None, ge=0)
+
+
+class TenantIn(BaseModel):
+    """PUT /v1/tenants/{name}: the tenant's entry of the tenants spec (its name is in the path)."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True,
+        json_schema_extra={"examples": [{"weight": 2, "cohort": "research", "quota": {"gpu": 8, "cpus": 64},
+                                         "borrow": {"gpu": 8}}]})
+    weight: float = Field(default=1.0, gt=0, le=1_000_000)
+    cohort: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]*$")] | None = None
+    unix_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] | None = None
+    quota: LimitsIn = LimitsIn()
+    borrow: LimitsIn = LimitsIn()
+
+
+class TenantOut(BaseModel):
+    """A tenant: its spec, what it holds and borrows, its shares, its jobs."""
+
+    model_config = _OUT
+    name: str
+    weight: float
+    cohort: str | None
+    unix_user: str | None
+    quota: dict[str, float] = Field(description="Nominal quota per resource (guaranteed).")
+    borrow: dict[str, float] = Field(description="At most this much above the quota, from the cohort.")
+    limit: dict[str, float] = Field(description="quota + borrow per resource its quota names.")
+    usage: dict[str, float] = Field(description="What its live slices hold now (a remote device counts as one "
+                                                "of its kind; its bandwidth counts in network_gbps).")
+    borrowed: dict[str, float] = Field(description="usage above quota, per resource.")
+    decayed_usage: dict[str, float] = Field(description="Usage decayed with the half-life (usage_half_life_s).")
+    dominant_share: float = Field(description="Its largest share of any resource now (DRF).")
+    fair_share: float = Field(description="Dominant share of its decayed usage over its weight (lower goes first).")
+    entitled_share: float = Field(description="Its weight over the weights of the tenants with jobs.")
+    queued: int
+    running: int
+
+
+class TenantList(BaseModel):
+    model_config = _OUT
+    tenants: list[TenantOut]

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+from disagg.bench.synthetic import rodinia_queue, synthetic_cluster, with_tenants
 from disagg.model import Cluster, Job
 from disagg.placement.base import Clock, Policy
 from disagg.placement.decisions import Decisions
+from disagg.placement.fairness import FairPolicy
 from disagg.placement.registry import get_policy
 
 
@@ -22,13 +23,18 @@ def peak_rss_mb() -> float:
 
 
 def run_placement_bench(machines: int, gpus_per_machine: int, pending: int, policy: str, seed: int,
-                        repeat: int = 1) -> dict[str, Any]:
+                        repeat: int = 1, tenants: int = 0) -> dict[str, Any]:
     """One round, `repeat` times on the same inputs timed by the wall clock, then `repeat` times timed
     by this process's CPU clock; the fastest of each is reported (the others only differ by what else
     the machine was doing). The CPU-clock rounds give the steadier split between Python and solver
-    on a shared machine: another process's load stretches wall time, not this process's CPU time."""
+    on a shared machine: another process's load stretches wall time, not this process's CPU time.
+
+    `tenants` > 0: the same round with that many tenants (`synthetic.with_tenants`) and the policy
+    inside `FairPolicy`; the numbers are that round's, and `plain_*` those of the round without."""
     cluster = synthetic_cluster(machines, gpus_per_machine, seed)
     queue = rodinia_queue(pending, seed)
+    if tenants > 0:
+        return _with_tenants(cluster, queue, machines, pending, policy, seed, repeat, tenants)
     chosen = get_policy(policy)
     wall = _best_round(chosen, cluster, queue, seed, repeat, time.perf_counter)
     cpu = _best_round(chosen, cluster, queue, seed, repeat, time.process_time)
@@ -59,6 +65,31 @@ def run_placement_bench(machines: int, gpus_per_machine: int, pending: int, poli
     }
 
 
+def _with_tenants(cluster: Cluster, queue: list[Job], machines: int, pending: int, policy: str, seed: int,
+                  repeat: int, tenants: int) -> dict[str, Any]:
+    """The round with tenants and the plain one, alternately timed (same machine load for both)."""
+    fair_cluster, fair_queue = with_tenants(cluster, queue, tenants, seed)
+    fair, plain = FairPolicy(get_policy(policy)), get_policy(policy)
+    fair_best = plain_best = None
+    for _ in range(max(1, repeat)):
+        r = _best_round(plain, cluster, queue, seed, 1, time.process_time)
+        plain_best = r if plain_best is None or r.round_s < plain_best.round_s else plain_best
+        r = _best_round(fair, fair_cluster, fair_queue, seed, 1, time.process_time)
+        fair_best = r if fair_best is None or r.round_s < fair_best.round_s else fair_best
+    assert fair_best is not None and plain_best is not None
+    d, p = fair_best.decisions, plain_best.decisions
+    return {
+        "policy": policy, "machines": machines, "gpus": len(cluster.devices), "pending": pending, "tenants": tenants,
+        "placed": len(d.placed), "plain_placed": len(p.placed), "preempted": len(d.preempted),
+        "quota_refused": d.stats.get("quota_refused", 0),
+        # CPU seconds of the round (the fastest of `repeat`), with tenants and without
+        "round_cpu_s": round(fair_best.round_s, 4), "plain_round_cpu_s": round(plain_best.round_s, 4),
+        "fairness_cpu_s": round(d.timings.get("fairness_s", 0.0), 4),
+        "with_over_without": round(fair_best.round_s / plain_best.round_s, 3) if plain_best.round_s > 0 else None,
+        "repeat": max(1, repeat), "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+
+
 @dataclass
 class _Round:
     round_s: float
@@ -72,7 +103,7 @@ def _best_round(chosen: Policy, cluster: Cluster, queue: list[Job], seed: int, r
     build one per round), so no round reuses the indexes a snapshot builds on first use."""
     best: _Round | None = None
     for _ in range(max(1, repeat)):
-        snapshot = replace(cluster)
+        snapshot = replace(cluster)  # (keeps its tenancy, if any)
         cpu_start = time.process_time()
         decisions = chosen.place(snapshot, queue, 0.0, np.random.default_rng(seed), clock=clock)
         cpu_s = time.process_time() - cpu_start

@@ -3,9 +3,13 @@ cluster with half the cpus taken, and Rodinia-like jobs. Pure: randomness comes 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from disagg.model import Allocation, Cluster, Device, Job, Machine, Pool, TaskRequest, device_id
+from disagg.model.tenancy import Holder, Tenancy
+from disagg.model.tenants import parse_tenants
 from disagg.profiles import RODINIA
 
 RACK_SIZE = 40
@@ -54,3 +58,26 @@ def rodinia_queue(pending: int, seed: int, now: float = 0.0) -> list[Job]:
             tasks=TaskRequest(count=count, cpus=cpus, memory_gb=cpus * 4, devices={"gpu": gpu}),
         ))
     return jobs
+
+
+#: Tenants per cohort in `with_tenants`.
+COHORT_SIZE = 10
+
+
+def with_tenants(cluster: Cluster, queue: list[Job], tenants: int, seed: int) -> tuple[Cluster, list[Job]]:
+    """The same round with `tenants` tenants: jobs and warm allocations dealt round-robin, weights
+    1–3, cohorts of 10, each with an even share of the GPUs and cpus as its quota and as much again to
+    borrow (so the quota walk, fair share and preemption planning all run, but refuse nothing the
+    plain round would place), and a decayed usage that puts some tenants below their share."""
+    rng = np.random.default_rng(seed + 2)
+    names = [f"t{i:03d}" for i in range(tenants)]
+    gpus = sum(1 for d in cluster.devices if d.kind == "gpu") / tenants
+    cpus = sum(m.cpus for m in cluster.machines) / tenants
+    spec = parse_tenants([{"name": n, "weight": int(rng.integers(1, 4)), "cohort": f"c{i // COHORT_SIZE}",
+                           "quota": {"gpu": gpus, "cpus": cpus}, "borrow": {"gpu": gpus, "cpus": cpus}}
+                          for i, n in enumerate(names)])
+    holders = {a.job: Holder(names[i % tenants], True, float(-rng.uniform(0, 3600)))
+               for i, a in enumerate(cluster.allocations)}
+    history = {n: {"gpu": float(rng.uniform(0, gpus)), "cpus": float(rng.uniform(0, cpus))} for n in names}
+    jobs = [replace(j, tenant=names[i % tenants]) for i, j in enumerate(queue)]
+    return cluster.with_tenancy(Tenancy(spec, holders, history)), jobs

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from disagg.cli import bench, discover, inventory, jobs, place, serve, simulate, token
+from disagg.cli import bench, discover, inventory, jobs, place, serve, simulate, tenants, token
 
 app = typer.Typer(
     name="disagg",
@@ -51,6 +51,7 @@ place.register(app)  # place, policies
 serve.register(app)  # serve
 jobs.register(app)  # submit, jobs, logs, cancel
 inventory.register(app)  # slices, machines, devices, links
+tenants.register(app)  # tenants [set]
 simulate.register(app)  # simulate
 bench.register(app)  # bench placement | slices | api | crash | sim
 token.register(app)  # token create

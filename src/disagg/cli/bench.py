@@ -42,6 +42,9 @@ def bench_placement(
     seed: Annotated[int, typer.Option()] = 1,
     repeat: Annotated[int, typer.Option(min=1, max=100, help="Run the round N times; report the fastest.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (always JSON; kept for scripts).")] = True,
+    tenants: Annotated[int, typer.Option(min=0, max=10_000, help=(
+        "With N tenants (quotas, cohorts, fair share; the policy inside FairPolicy), against the same "
+        "round without them (CPU seconds).")) ] = 0,
 ) -> None:
     """One round on a synthetic cluster (racks of 40, a GPU pool per rack, half the CPUs taken)."""
     from disagg.bench.placement import run_placement_bench
@@ -51,7 +54,7 @@ def bench_placement(
         get_policy(policy)
     except UnknownPolicyError as exc:
         raise fail(str(exc)) from None
-    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed, repeat)
+    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed, repeat, tenants)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -42,6 +42,9 @@ def submit(
     slo_s: Annotated[float | None, typer.Option(help="Completion-time goal, seconds.")] = None,
     importance: Annotated[float, typer.Option(help="DRMaestro's z, 1 (most) to 10.")] = 1.0,
     max_retries: Annotated[int, typer.Option(min=0, help="Re-queues allowed after faults.")] = 2,
+    preemptible: Annotated[bool, typer.Option(
+        "--preemptible/--not-preemptible",
+        help="May be preempted for a tenant within its quota (a job that may not never borrows).")] = True,
     idempotency_key: Annotated[
         str | None, typer.Option(help="Make a repeated submit return the same job.")
     ] = None,
@@ -62,6 +65,8 @@ def submit(
         "importance": importance,
         "max_retries": max_retries,
     }
+    if not preemptible:
+        body["preemptible"] = False
     if slo_s is not None:
         body["slo_s"] = slo_s
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None

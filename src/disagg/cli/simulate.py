@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from disagg.cli.common import fail
 from disagg.cli.tables import print_table
 from disagg.model import SpecError, load_cluster, never_fits
+from disagg.model.tenants import Tenants, load_tenants
 from disagg.sim.engine import FailureModel
 from disagg.sim.report import RunOutput, tables, write_json, write_plots
 from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
@@ -96,11 +97,26 @@ def failure_model(mtbf: float | None, mttr: float) -> FailureModel | None:
     return FailureModel(mtbf, mttr)
 
 
+def parse_tenants_option(value: str | None) -> tuple[Tenants | None, bool]:
+    """`--tenants`: a tenants spec file, or `none` (the plain policies, even on a scenario with
+    tenants); not given: the scenario's own spec, if any. Returns (spec, fairness on)."""
+    if value is None:
+        return None, True
+    if value.strip().lower() == "none":
+        return None, False
+    path = Path(value)
+    if not path.exists():
+        raise BadInput(f"--tenants: file {value!r} does not exist (give a tenants spec, or 'none')")
+    return load_tenants(path), True
+
+
 def build_specs(
     scenario: str | None, cluster: Path | None, trace: Path | None, trace_format: str | None,
     policies: str, seeds: str, interval: float, sweep: bool, failures: FailureModel | None = None,
+    tenants: str | None = None,
 ) -> list[RunSpec]:
     """Validate every input and return the runs to do; raises BadInput or SpecError."""
+    spec, fairness = parse_tenants_option(tenants)
     if interval <= 0:
         raise BadInput(f"--interval: value {interval:g} is not allowed: must be > 0 seconds")
     names = parse_policies(policies)
@@ -111,11 +127,11 @@ def build_specs(
         scenarios = parse_scenarios(scenario)
         if len(scenarios) > 1 and not sweep:
             raise BadInput("several scenarios need --sweep (or run them one at a time)")
-        return grid(scenarios, names, seed_list, interval, failures=failures)
+        return grid(scenarios, names, seed_list, interval, failures=failures, tenants=spec, fairness=fairness)
     if cluster is None or trace is None:
         raise BadInput(f"give --scenario NAME (known: {', '.join(SCENARIOS)}) or both --cluster and --trace")
     source = trace_source(cluster, trace, trace_format)
-    return grid([source.name], names, seed_list, interval, source, failures)
+    return grid([source.name], names, seed_list, interval, source, failures, spec, fairness)
 
 
 def _progress(console: Console) -> Progress:
@@ -169,12 +185,15 @@ def simulate(
     mtbf: Annotated[float | None, typer.Option(
         help="Device failures: mean seconds between failures of each device (default: none).")] = None,
     mttr: Annotated[float, typer.Option(help="Device failures: mean seconds to repair.")] = 600.0,
+    tenants: Annotated[str | None, typer.Option(
+        help="Tenants spec (YAML/JSON): quotas, fair share and preemption for every policy; 'none': the "
+             "plain policies (default: the scenario's own spec, if it has one).")] = None,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
     try:
         specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep,
-                            failure_model(mtbf, mttr))
+                            failure_model(mtbf, mttr), tenants)
     except (BadInput, SpecError) as exc:
         raise fail(str(exc)) from None
     outputs = execute(specs, sweep, ray, workers, console)

@@ -58,6 +58,10 @@ class Config(BaseModel):
                                        description="How long samples are kept, seconds (default one day).")
     redfish: bool = Field(default=True, description="Serve the inventory as a Redfish CompositionService at "
                                                    "/redfish/v1.")
+    preempt_grace_s: float = Field(default=30.0, ge=0.0, le=86_400.0,
+                                   description="Seconds a preempted job gets between SIGTERM and the kill.")
+    usage_half_life_s: float = Field(default=3600.0, ge=0.0, le=365 * 86_400.0,
+                                     description="Half-life of the decayed usage fair share is computed over, seconds.")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
 

@@ -3,13 +3,17 @@
 One thread runs rounds; each round, in order:
   1. monitor   — mirror the fabric's device and link health (`control.health`); slices a failure
                  hits are sent to teardown and their jobs re-queued; nothing else is touched;
-  2. poll      — ask the engine about running slices; an ended job sends its slice to teardown;
+  2. poll      — end the grace periods of preempted slices that are over (`control.preemption`); ask
+                 the engine about the other running slices; an ended job sends its slice to teardown;
   3. place     — plan: call the policy (`disagg.placement.registry`, default `drmaestro-na`) on a
                  snapshot and the oldest queued jobs; commit: the store applies the plan in one
                  transaction that re-checks that no machine, device or link is over-committed
                  (Nomad's plan / commit). A placement that no longer fits stays queued; the loop then
                  takes a fresh snapshot and plans those jobs again (Nomad's refresh path), at most
                  `replans` times a round, and counts it in the round's numbers;
+                 With tenants (`control.tenants`), the snapshot carries the tenancy, the round reads
+                 each tenant's oldest queued jobs, and the policy runs with quotas, fair share and
+                 preemption around it; the jobs it preempts get SIGTERM now and are stopped later;
   4. dispatch  — hand slices that are composing or tearing down to worker threads (one per slice).
 A submission wakes the loop at once; otherwise it runs every `tick_s`.
 """
@@ -29,12 +33,15 @@ from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
 from disagg.control.history import HistorySampler
 from disagg.control.metrics import ControllerMetrics
+from disagg.control.preemption import Preempter
 from disagg.control.slice import SliceRunner
+from disagg.control.tenants import TenancyKeeper, TenantDirectory
 from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.base import FabricDriver, with_fabric_holdings
 from disagg.model import Job
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
-from disagg.placement.decisions import Decisions
+from disagg.placement.decisions import Decisions, Preemption
+from disagg.placement.fairness import with_fairness
 from disagg.placement.registry import get_policy
 from disagg.store import CommitResult, Store
 
@@ -50,11 +57,15 @@ class Controller:
         self.fabric = fabric
         self.engine = engine
         self.config = config or Config()
-        self.policy = get_policy(self.config.policy)
+        # a round without tenants goes straight through the wrapper: the plain policy
+        self.policy = with_fairness(get_policy(self.config.policy))
         self.metrics = metrics or ControllerMetrics(store, fabric)
         self.health = HealthMonitor(store, fabric)
         self.history = HistorySampler(store, self.config.history_every_s, self.config.history_retention_s)
         self.slices = SliceRunner(store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps)
+        self.tenancy = TenancyKeeper(store, TenantDirectory(store, self.config), self.config)
+        self.preempter = Preempter(store, engine, self.slices, self.config.preempt_grace_s)
+        self._in_grace: set[str] = set()
         self.rng = np.random.default_rng(self.config.seed)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -103,6 +114,7 @@ class Controller:
         self._wake.clear()
         self._pending_round = False
         self.monitor()
+        self._in_grace = self.preempter.step()
         self.poll()
         since = time.monotonic() - self._last_schedule
         if (woken and since >= self.config.round_gap_s) or since >= 1.0:
@@ -126,7 +138,7 @@ class Controller:
     def poll(self) -> None:
         for slice_id, handle in self.store.running_slices():
             with self._lock:
-                if slice_id in self._inflight:
+                if slice_id in self._inflight or slice_id in self._in_grace:
                     continue
             st = self.engine.status(handle or slice_id)
             if st.state in (RunState.COMPLETED, RunState.FAILED):
@@ -137,7 +149,7 @@ class Controller:
     # --- 3. place: plan, then commit ------------------------------------------------------------
     def schedule(self) -> Decisions | None:
         """Plan on a snapshot and commit; re-plan what conflicted on a fresh snapshot (at most `replans`)."""
-        queue = self.store.queued_jobs(self.config.window)
+        queue = self._queue()
         if not queue:
             return None
         t0 = time.perf_counter()
@@ -145,11 +157,16 @@ class Controller:
         decisions = self.plan(queue)
         result = self.store.commit_placements(decisions, considered)
         placed, replans = len(result.placed), 0
+        preempted: list[Preemption] = list(decisions.preempted)
         while result.conflicts and replans < self.config.replans:
             replans += 1
             retry = self._conflicted(result)
-            result = self.store.commit_placements(self.plan(retry), [j.name for j in retry], count_wait=False)
+            again = self.plan(retry)
+            preempted += again.preempted
+            result = self.store.commit_placements(again, [j.name for j in retry], count_wait=False)
             placed += len(result.placed)
+        if preempted:
+            self.preempter.start(preempted)
         elapsed = time.perf_counter() - t0
         self.metrics.round_seconds.observe(elapsed)
         self.history.round_done(elapsed)
@@ -164,12 +181,21 @@ class Controller:
         # nor what others hold on a shared fabric (blocks another client composed on a Redfish service)
         snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
         snapshot = with_fabric_holdings(snapshot, self.fabric.holdings())
+        claims = self.preempter.claims({j.name for j in queue})
+        snapshot = snapshot.with_tenancy(self.tenancy.round(snapshot, claims))
         return self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
+
+    def _queue(self) -> list[Job]:
+        """The jobs a round looks at: the `window` oldest; with tenants, the `window` oldest of each
+        tenant (so that one tenant's burst does not hide the others' jobs from fair share)."""
+        if self.tenancy.on:
+            return self.store.queued_by_tenant(self.config.window)
+        return self.store.queued_jobs(self.config.window)
 
     def _conflicted(self, result: CommitResult) -> list[Job]:
         """The jobs whose placement conflicted, re-read from the queue (a cancel may have taken them)."""
         wanted = {job for job, _ in result.conflicts}
-        return [j for j in self.store.queued_jobs(self.config.window) if j.name in wanted]
+        return [j for j in self._queue() if j.name in wanted]
 
     # --- 4. dispatch -----------------------------------------------------------------------
     def dispatch(self) -> None:

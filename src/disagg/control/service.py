@@ -16,6 +16,7 @@ from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.reconcile import ReconcileReport, reconcile
 from disagg.control.split import LoopLink
+from disagg.control.tenants import TenantCollector, TenantDirectory
 from disagg.engines.base import Engine
 from disagg.engines.registry import EngineOptions, make_engine
 from disagg.fabric.base import FabricDriver
@@ -81,6 +82,7 @@ def open_service(config: Config, api_only: bool = False) -> Service:
     engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site))
     report = ReconcileReport() if api_only else reconcile(store, fabric, engine)
     metrics = ControllerMetrics(store, fabric)
+    metrics.registry.register(TenantCollector(TenantDirectory(store, config)))  # gauges per tenant
     controller = Controller(store, fabric, engine, config, metrics)
     jobs = JobService(store, engine, controller.health, metrics, config, controller.wake, lambda: controller.last_round)
     return Service(config, store, fabric, engine, controller, jobs, report)

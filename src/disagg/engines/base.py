@@ -102,6 +102,12 @@ class Engine(ABC):
     def cancel(self, handle: str) -> None:
         """Stop the job if it runs. Safe to repeat."""
 
+    def terminate(self, handle: str) -> bool:
+        """Ask the job's tasks to stop (SIGTERM), leaving them their grace period before `cancel` kills
+        them (a preemption). False when this engine cannot signal a job: it is killed at the end of
+        the grace period all the same. Safe to repeat."""
+        return False
+
     @abstractmethod
     def logs(self, handle: str) -> str:
         """The job's output so far (stdout and stderr)."""

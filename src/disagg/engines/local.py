@@ -178,6 +178,17 @@ class LocalEngine(Engine):
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, RunState.CANCELLED: True, "at": time.time()}))
 
+    def terminate(self, handle: str) -> bool:
+        """SIGTERM to the job's tasks (the runner's children), not to the runner: it stays to record
+        their exit code. False when no runner of the job lives."""
+        pid = self._runner(self._dir(handle))
+        if pid is None:
+            return False
+        for child in _children(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGTERM)
+        return True
+
     def _await_claim(self, d: Path, timeout: float = 5.0) -> int | None:
         """A runner creates `started` and then writes its pid into it: a cancel that lands between the
         two would find no pid and let the job run on. Wait for the pid (or for the runner's end)."""
@@ -216,6 +227,23 @@ class LocalEngine(Engine):
     def close(self) -> None:
         for handle in list(self._children):
             self._reap(handle)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc: its `children` list, else every process's stat)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2:].split()[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
 
 
 def _read_claim(d: Path) -> dict[str, object] | None:

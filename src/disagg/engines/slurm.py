@@ -331,6 +331,14 @@ class SlurmEngine(Engine):
             self.site.run(["scancel", job_id], check=False)
             self._changed()
 
+    def terminate(self, handle: str) -> bool:
+        """`scancel --signal=TERM`: the job's steps get SIGTERM and keep their grace period."""
+        job_id, _ = self._split(handle)
+        if job_id is None:
+            return False
+        self.site.run(["scancel", "--signal=TERM", "--full", job_id], check=False)
+        return True
+
     def logs(self, handle: str) -> str:
         path = self._job_dir(slice_key(handle)) / "output.log"
         return path.read_text(errors="replace") if path.exists() else ""

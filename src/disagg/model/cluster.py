@@ -6,12 +6,15 @@ builds a new one when the world changes. Device ids are stable: `<machine-or-poo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from operator import attrgetter
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from disagg.model.states import DeviceHealth
+
+if TYPE_CHECKING:
+    from disagg.model.tenancy import Tenancy
 
 DeviceKind = Literal["gpu", "nvme", "fpga", "memory"]
 #: Disaggregable kinds in the order their placement phases run (DESIGN: gpu, then nvme, ...).
@@ -111,13 +114,22 @@ class Capacity:
 
 @dataclass(frozen=True)
 class Cluster:
-    """An immutable snapshot of the inventory and its current use."""
+    """An immutable snapshot of the inventory and its current use. `tenancy`: who holds what and
+    the tenants' spec and past usage (None: a round without tenants, see `model/tenancy.py`)."""
 
     machines: tuple[Machine, ...]
     pools: tuple[Pool, ...] = ()
     devices: tuple[Device, ...] = ()
     rack_uplink_gbps: float = 100.0
     allocations: tuple[Allocation, ...] = ()
+    tenancy: Tenancy | None = None
+
+    def with_tenancy(self, tenancy: Tenancy | None) -> Cluster:
+        """The same snapshot with another `tenancy`. What it has worked out already (its indexes) is
+        kept: none of it depends on the tenancy, and at 12,500 machines it is worth keeping."""
+        new = replace(self, tenancy=tenancy)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED})
+        return new
 
     @cached_property
     def machine_index(self) -> dict[str, int]:
@@ -172,3 +184,7 @@ class Cluster:
     @cached_property
     def capacity(self) -> Capacity:
         return Capacity.of(self.machines, self.devices)
+
+
+#: The snapshot's indexes, built on first use (`Cluster.with_tenancy` carries them over).
+_CACHED = frozenset(k for k, v in vars(Cluster).items() if isinstance(v, cached_property))

@@ -44,6 +44,8 @@ class Job:
     `wait_rounds` is the paper's W: how many scheduling rounds the job has been left unscheduled.
     The caller (simulator or controller) raises it with `waited()`; policies only read it.
     `network_gbps`, when given, overrides the profile's bandwidth demand per remote device.
+    `tenant` is who submitted it (quotas and fair share are per tenant); a job that is not
+    `preemptible` is never preempted, and so may not borrow above its tenant's nominal quota.
     """
 
     name: str
@@ -55,6 +57,8 @@ class Job:
     wait_rounds: int = 0
     network_gbps: float | None = None
     command: tuple[str, ...] = ()
+    tenant: str = "default"
+    preemptible: bool = True
 
     def waited(self) -> Job:
         """The same job after one more round unscheduled (W + 1)."""

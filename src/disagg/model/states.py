@@ -9,7 +9,8 @@ The transition tables are the contract the controller's writers keep: the store'
 every move it makes is recorded as an event (from, to, when, why) — the history an operator reads.
 
     job:    queued → composing → running → completed | failed | cancelled
-            composing | running → queued   (re-queued: a device failed, the engine lost the job)
+            composing | running → queued   (re-queued: a device failed, the engine lost the job, or it
+                                            was preempted for a tenant within its quota)
             queued | composing | running → cancelled | failed
     slice:  composing → running → tearing-down → done;  composing → tearing-down
             composing → composed → tearing-down   (a composition with no job: a Redfish client's system)
@@ -62,6 +63,7 @@ class SliceOutcome(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     REQUEUE = "requeue"
+    PREEMPTED = "preempted"   # stopped for a tenant within its quota: re-queued, whatever its retries
 
 
 class StepStatus(StrEnum):
@@ -98,6 +100,7 @@ class JobReason(StrEnum):
     EXIT_CODE = "exit-code"                  # it ended with a non-zero exit code
     REQUEUED = "requeued"                    # its slice was torn down under it (a failure); waiting again
     RETRIES_EXHAUSTED = "retries-exhausted"  # re-queued more often than its max_retries allow
+    PREEMPTED = "preempted"                  # stopped to give back what its tenant borrowed; waiting again
 
 
 class DeviceState(StrEnum):

@@ -146,9 +146,33 @@ def load_tenants(path: str | Path) -> Tenants:
     return parse_tenants(read_document(path), str(path))
 
 
+def tenant_entry(t: Tenant) -> dict[str, Any]:
+    """A tenant as a spec entry (what `parse_tenants` reads back to the same tenant)."""
+    out: dict[str, Any] = {"name": t.name, "weight": t.weight}
+    if t.cohort is not None:
+        out["cohort"] = t.cohort
+    if t.unix_user is not None:
+        out["unix_user"] = t.unix_user
+    if t.quota:
+        out["quota"] = dict(t.quota)
+    if t.borrow:
+        out["borrow"] = dict(t.borrow)
+    return out
+
+
+def merge_tenants(base: Tenants, overrides: Mapping[str, Mapping[str, Any]], source: str = "tenants") -> Tenants:
+    """`base` with each tenant that `overrides` names replaced by its entry there (an admin's changes),
+    checked as a whole spec (SpecError names the tenant and the field)."""
+    if not overrides:
+        return base
+    entries = [tenant_entry(t) for name, t in base.by_name.items() if name not in overrides]
+    entries += [{**dict(entry), "name": name} for name, entry in sorted(overrides.items())]
+    return parse_tenants(entries, source)
+
+
 def _given(limits: _Limits) -> dict[str, float]:
     return {k: float(v) for k, v in limits.model_dump().items() if v is not None}
 
 
-__all__ = ["RESERVED_NAMES", "RESOURCES", "Tenant", "Tenants", "load_tenants", "parse_tenants",
-           "tenant_name_problem"]
+__all__ = ["RESERVED_NAMES", "RESOURCES", "Tenant", "TenantSpec", "Tenants", "load_tenants", "merge_tenants",
+           "parse_tenants", "tenant_entry", "tenant_name_problem"]

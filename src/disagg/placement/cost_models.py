@@ -19,8 +19,8 @@ phase modules do: graph lifecycle stays out of it). The three flow policies diff
 - `firmament`: server-centric: a task's devices come from its own machine, so no remote arc exists.
 
 The formulas (Eq. 6–8, preferences, integer scaling) are `cost.py`'s; the models only apply them.
-Issue 15's fairness terms belong on the unscheduled arc: a model that overrides
-`task_to_unscheduled` (adding a per-job term read from the round's `JobTable` rows) is all it takes.
+Fair share between tenants (issue 15) is a term on the unscheduled arc: `task_to_unscheduled` adds
+each job's `JobTable.fair` (its tenant's term, from `placement.fairness`; absent without tenants).
 """
 
 from __future__ import annotations
@@ -196,9 +196,12 @@ class DRMaestroCostModel:
     # -- phase 1 --
 
     def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
-        # Eq. 8 (with W) and the age tie-break. Issue 15's fairness term goes here.
+        # Eq. 8 (with W) and the age tie-break, plus the fair-share term of the job's tenant (a round
+        # with tenants: `placement.fairness`), so that the flow prefers tenants below their share.
         cost: IntArray = (unscheduled_cost(table.tau[rows], table.z[rows], table.waits[rows])
                           + age_bonus(table.order[rows], queue_len))
+        if table.fair is not None:
+            cost = cost + table.fair[rows]
         return cost
 
     def task_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:

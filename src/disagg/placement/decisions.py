@@ -25,6 +25,8 @@ class Reason(StrEnum):
     CONTENTION = "contention"          # resources went to jobs ahead of it this round
     POSTPONED = "postponed"            # waiting costs less than the best placement (U arc chosen)
     BLOCKED = "blocked"                # FIFO head-of-line: a job ahead of it is waiting
+    QUOTA = "quota"                    # its tenant may not take more now (quota + borrow, the cohort)
+    RECLAIMING = "reclaiming"          # within its tenant's quota; waits for preempted borrowers to stop
 
 
 @dataclass(slots=True)
@@ -64,19 +66,39 @@ class Unplaced:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job to stop (SIGTERM, a grace period, then the kill) so that a queued job whose
+    tenant is within its nominal quota gets back what the running job's tenant borrowed."""
+
+    job: str
+    tenant: str
+    for_job: str
+    for_tenant: str
+    #: What stopping it gives back, by resource (cpus, memory_gb, gpu, ...).
+    reclaims: dict[str, float]
+
+    @property
+    def why(self) -> str:
+        """The event a victim's history shows: `preempted by j-…`."""
+        return f"preempted by {self.for_job} (tenant {self.for_tenant} reclaims its quota lent to {self.tenant})"
+
+
 @dataclass(frozen=True)
 class Decisions:
-    """The result of one scheduling round. `timings` holds build_s, solve_s, decode_s, round_s."""
+    """The result of one scheduling round. `timings` holds build_s, solve_s, decode_s, round_s.
+    `preempted`: running jobs to stop for queued ones (only a round with tenants has any)."""
 
     policy: str
     placed: tuple[JobPlacement, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    preempted: tuple[Preemption, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The shape `disagg place --json` prints."""
-        return {
+        """The shape `disagg place --json` prints (`preempted` only when a round preempts)."""
+        out: dict[str, Any] = {
             "policy": self.policy,
             "placed": [
                 {
@@ -103,3 +125,7 @@ class Decisions:
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
             "stats": dict(self.stats),
         }
+        if self.preempted:
+            out["preempted"] = [{"job": p.job, "tenant": p.tenant, "for_job": p.for_job, "for_tenant": p.for_tenant,
+                                 "reclaims": dict(p.reclaims)} for p in self.preempted]
+        return out

@@ -20,6 +20,7 @@ from disagg.placement.base import Clock, collector_paused, no_clock
 from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
+from disagg.placement.fairness import fair_order
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Asks, Refusal, admit, order_queue
@@ -52,6 +53,7 @@ class FlowPlacer:
         self.costs = get_cost_model(options.cost_model)
         self._queue_len = 0
         self._table = JobTable.of([])
+        self._bonus: dict[str, float] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -77,11 +79,14 @@ class FlowPlacer:
         start = clock()
         timings = Timings()
         state = FreeState(snapshot)
-        ordered = order_queue(queue, now)
+        # Tenants' fair-share terms on the unscheduled arcs (a round with tenants: `placement.fairness`),
+        # which then also order the queue the round admits from.
+        self._bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
+        ordered = fair_order(order_queue(queue, now), self._bonus)
         cache = _JobStateCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
-        self._table = JobTable.of(jobs)
+        self._table = JobTable.of(jobs, self._bonus)
         self._queue_len = len(ordered)
         timings.build_s += clock() - start
         pending = jobs
@@ -115,7 +120,7 @@ class FlowPlacer:
             fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
             jobs += fresh
             if fresh:
-                self._table = JobTable.of(jobs)
+                self._table = JobTable.of(jobs, self._bonus)
             if not survivors and not fresh:
                 break
             for js in retry:

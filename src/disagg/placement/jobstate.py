@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
 
 from disagg.model import Job
+from disagg.placement.cost import SCALE
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.state import FreeState, column
 from disagg.profiles import Profile
@@ -136,11 +138,20 @@ class JobTable:
     order: FloatArray
     waits: FloatArray
     params: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
+    #: Each job's fair-share term on its unscheduled arc (integer-scaled), or None in a round without
+    #: one (no tenants, or one tenant only): `placement.fairness`.
+    fair: IntArray | None = None
 
     @classmethod
-    def of(cls, jobs: Sequence[JobState]) -> JobTable:
+    def of(cls, jobs: Sequence[JobState], bonus: Mapping[str, float] | None = None) -> JobTable:
+        """The jobs' numbers; `bonus`: the fair-share term of each tenant's jobs (utility units)."""
         for i, js in enumerate(jobs):
             js.index = i
+        fair = None
+        if bonus:
+            terms = np.fromiter(map(bonus.get, map(attrgetter("job.tenant"), jobs), repeat(0.0)), dtype=np.float64,
+                                count=len(jobs))
+            fair = np.rint(terms * SCALE).astype(np.int64)
         return cls(
             tau=column(jobs, "tau"),
             z=column(jobs, "z"),
@@ -149,6 +160,7 @@ class JobTable:
             order=column(jobs, "order"),
             waits=column(jobs, "job.wait_rounds"),
             params=profile_arrays(jobs),
+            fair=fair,
         )
 
     @staticmethod

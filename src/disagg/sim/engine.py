@@ -25,17 +25,23 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_FAILED
+from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S
+from disagg.model.tenants import Tenants
 from disagg.placement.base import Policy
 from disagg.placement.commit import over_commit
-from disagg.placement.decisions import Decisions, JobPlacement
+from disagg.placement.decisions import Decisions, JobPlacement, Preemption
+from disagg.placement.fairness import with_fairness
+from disagg.placement.usage import capacity
 from disagg.profiles import Profile, lookup
 from disagg.sim.execution import REFERENCE_GBPS, task_stretch
 from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.tenants import TenantLedger, held
 from disagg.sim.workload import Submission
 
 #: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
@@ -52,12 +58,21 @@ class FailureModel:
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """How the loop runs. `max_time_s` and `stall_rounds` stop a run that cannot finish."""
+    """How the loop runs. `max_time_s` and `stall_rounds` stop a run that cannot finish.
+
+    `tenants`: a tenants spec: every round then has a tenancy, and the policy runs with quotas, fair
+    share and preemption around it (`placement.fairness`); preempted jobs stop `grace_s` after the
+    round that chose them and go back to the queue. `report_tenants`: report per tenant even without a
+    spec (the plain policies on a workload with several tenants)."""
 
     interval_s: float = 5.0
     failures: FailureModel | None = None
     max_time_s: float = 10_000_000.0
     stall_rounds: int = 2000
+    tenants: Tenants | None = None
+    report_tenants: bool = False
+    half_life_s: float = DEFAULT_HALF_LIFE_S
+    grace_s: float = DEFAULT_GRACE_S
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -88,7 +103,14 @@ class DeviceRepaired:
     device: int
 
 
-Event = JobArrived | RoundDue | JobFinished | DeviceFailed | DeviceRepaired
+@dataclass(frozen=True, slots=True)
+class PreemptDue:
+    """A preempted job's grace period is over: it stops and goes back to the queue."""
+
+    name: str
+
+
+Event = JobArrived | RoundDue | JobFinished | DeviceFailed | DeviceRepaired | PreemptDue
 
 
 # -- records -------------------------------------------------------------------------------------------
@@ -109,6 +131,8 @@ class JobRecord:
     gpus: int = 0
     remote_gpus: int = 0
     restarts: int = 0
+    tenant: str = "default"
+    preempted: int = 0
 
 
 @dataclass
@@ -128,6 +152,9 @@ class SimResult:
     stalled: bool
     events: int
     counters: dict[str, int] = field(default_factory=dict)
+    #: Per tenant (`sim.tenants.TenantLedger.report`) and each tenant's share over time; None when the
+    #: run reports no tenants.
+    tenants: dict[str, Any] | None = None
 
 
 # -- the simulated cluster -----------------------------------------------------------------------------
@@ -265,7 +292,12 @@ class Simulation:
             raise ValueError(f"interval_s must be > 0, got {self.config.interval_s}")
         self.state = SimCluster(cluster)
         self.subs = list(submissions)
-        self.policy = policy
+        self.policy = with_fairness(policy) if self.config.tenants is not None else policy
+        self.tenants: TenantLedger | None = None
+        if self.config.tenants is not None or self.config.report_tenants:
+            self.tenants = TenantLedger(self.config.tenants, capacity(cluster), self.config.half_life_s,
+                                        self.config.grace_s)
+        self._kinds: list[str] = [d.kind for d in cluster.devices] if self.tenants is not None else []
         self.rng = rng
         self.failure_rng = failure_rng or np.random.default_rng(0)
         self.clock = clock
@@ -287,7 +319,7 @@ class Simulation:
         self.finished_counted = 0
         self.idle_rounds = 0
         self.stalled = False
-        self.counters = {"placed": 0, "restarts": 0, "failures": 0}
+        self.counters = {"placed": 0, "restarts": 0, "failures": 0, "preempted": 0}
         self.progress: Callable[[float], None] | None = None
         #: Raise every waiting job's W after each round, unless the policy says it never reads W
         #: (`reads_wait_rounds = False`: the sequential baselines); rebuilding the queue's jobs is then
@@ -326,6 +358,8 @@ class Simulation:
                 self._fail(ev.device)
             elif isinstance(ev, DeviceRepaired):
                 self._repair(ev.device)
+            elif isinstance(ev, PreemptDue):
+                self._preempted(ev.name)
             if self.progress is not None and k.popped % 500 == 0:
                 self.progress(self.finished_counted / self.to_finish)
         for name in self.queue:  # never started: keep a record so "completed" < "jobs"
@@ -334,8 +368,15 @@ class Simulation:
             policy=self.policy.name, records=list(self.records.values()), latencies_s=self.latencies,
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
             rounds=self.rounds, conflicts=self.conflicts, sim_end_s=k.now, wall_s=self.clock() - wall0,
-            stalled=self.stalled, events=k.popped, counters=dict(self.counters),
+            stalled=self.stalled, events=k.popped, counters=dict(self.counters), tenants=self._tenant_report(k.now),
         )
+
+    def _tenant_report(self, end_s: float) -> dict[str, Any] | None:
+        if self.tenants is None:
+            return None
+        out = self.tenants.report(list(self.records.values()), end_s)
+        out["series"] = {"times": list(self.tenants.sample_times), "shares": dict(self.tenants.shares)}
+        return out
 
     # -- arrivals and rounds --
 
@@ -343,7 +384,7 @@ class Simulation:
         rec = self.records.get(sub.job.name)
         if rec is None:
             job = sub.job
-            rec = JobRecord(job.name, job.image, job.submit_s, sub.base_s, job.slo_s, sub.warmup)
+            rec = JobRecord(job.name, job.image, job.submit_s, sub.base_s, job.slo_s, sub.warmup, tenant=job.tenant)
             self.records[sub.job.name] = rec
         return rec
 
@@ -369,6 +410,8 @@ class Simulation:
             return
         now = self.kernel.now
         snapshot = self.state.snapshot()
+        if self.tenants is not None and self.config.tenants is not None:
+            snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
         queue = list(self.queue.values())
         t0 = self.clock()
         decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
@@ -376,6 +419,9 @@ class Simulation:
         self.latencies.append(float(decisions.timings.get("round_s", elapsed)))
         self.rounds += 1
         placed = self._apply(decisions, now)
+        self._preempt(decisions.preempted, now)
+        if self.tenants is not None:
+            self.tenants.sample(now, self.queue.values())
         if self.track_waits:
             for name, job in self.queue.items():
                 self.queue[name] = waited(job)
@@ -465,6 +511,8 @@ class Simulation:
                 network_gbps=sum(g.gbps for g in t.grants),
             )
         self.running[name] = run
+        if self.tenants is not None:
+            self.tenants.started(job, held(tasks, self._kinds), now)
         rec = self._record_for(sub)
         rec.start_s = now
         rec.gpus = gpus
@@ -536,9 +584,11 @@ class Simulation:
             at = now + run.remaining * new
             run.finish_seq = self.kernel.schedule(at, Priority.FINISH, JobFinished(name))
 
-    def _release(self, run: _Running) -> int:
+    def _release(self, run: _Running, preempted: bool = False) -> int:
         st = self.state
         gpus = 0
+        if self.tenants is not None:
+            self.tenants.stopped(run.job.name, self.kernel.now, preempted)
         for t in run.tasks:
             st.cpu_free[t.machine] += t.cpus
             st.mem_free[t.machine] += t.memory_gb
@@ -565,6 +615,35 @@ class Simulation:
         self._reevaluate(self._neighbours(run), now)
         if self.queue:
             self._want_round()
+
+    # -- preemption --
+
+    def _preempt(self, preemptions: Sequence[Preemption], now: float) -> None:
+        """Signal each victim (it keeps running through its grace period, then stops: `_preempted`)."""
+        if self.tenants is None:
+            return
+        for p in preemptions:
+            if p.job in self.running and p.job not in self.tenants.preempting:
+                self.tenants.preempting[p.job] = p.for_job
+                self.kernel.schedule(now + self.config.grace_s, Priority.FINISH, PreemptDue(p.job))
+
+    def _preempted(self, name: str) -> None:
+        """The grace period is over: the job stops, gives back what it held and is queued again with
+        its wait counter W kept; it will start from scratch (its progress is lost)."""
+        run = self.running.get(name)
+        if run is None or self.tenants is None or name not in self.tenants.preempting:
+            return  # it finished within its grace period
+        now = self.kernel.now
+        del self.running[name]
+        self.kernel.cancel(run.finish_seq)
+        gpus = self._release(run, preempted=True)
+        self._gpus_changed(now, -gpus)
+        self._reevaluate(self._neighbours(run), now)
+        self.records[name].preempted += 1
+        self.counters["preempted"] += 1
+        self.queue[name] = run.job
+        self.queued_sub[name] = run.sub
+        self._want_round()
 
     # -- failures --
 
@@ -629,12 +708,13 @@ def _as_charged(jp: JobPlacement, tasks: list[_Task]) -> JobPlacement:
 
 # `waited` fills a fresh Job's slots directly: a frozen dataclass's __init__ goes through
 # object.__setattr__ once per field, twice the cost, and this runs for every queued job each round.
-_JOB_FIELDS = ("name", "image", "tasks", "submit_s", "importance", "slo_s", "wait_rounds", "network_gbps", "command")
+_JOB_FIELDS = ("name", "image", "tasks", "submit_s", "importance", "slo_s", "wait_rounds", "network_gbps", "command",
+               "tenant", "preemptible")
 if tuple(Job.__slots__) != _JOB_FIELDS:  # pragma: no cover - a new Job field must be copied below
     raise ImportError(f"sim.engine.waited copies {_JOB_FIELDS}, but Job has {Job.__slots__}")
 _new_job = object.__new__
 (_set_name, _set_image, _set_tasks, _set_submit, _set_importance, _set_slo, _set_wait, _set_gbps,
- _set_command) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
+ _set_command, _set_tenant, _set_preemptible) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
 
 
 def waited(job: Job) -> Job:
@@ -649,6 +729,8 @@ def waited(job: Job) -> Job:
     _set_wait(new, job.wait_rounds + 1)
     _set_gbps(new, job.network_gbps)
     _set_command(new, job.command)
+    _set_tenant(new, job.tenant)
+    _set_preemptible(new, job.preemptible)
     return new
 
 

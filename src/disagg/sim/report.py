@@ -37,6 +37,9 @@ class RunOutput:
     total_gpus: int = 0
     latencies_s: list[float] = field(default_factory=list)
     normalized_exec: list[float] = field(default_factory=list)
+    #: Sample times and each tenant's weighted dominant share at them (runs that report tenants).
+    tenant_times: list[float] = field(default_factory=list)
+    tenant_shares: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _thin(values: np.ndarray, n: int = MAX_POINTS) -> np.ndarray:
@@ -55,9 +58,15 @@ def run_output(scenario: str, result: SimResult, seed: int) -> RunOutput:
     norm = np.sort(normalized_exec(result.records))[::-1]
     summary = summarize(result, seed)
     summary["scenario"] = scenario
+    series: dict[str, Any] = {}
+    if result.tenants is not None:
+        summary["tenants"] = result.tenants["tenants"]
+        summary["fairness"] = result.tenants["fairness"]
+        series = result.tenants.get("series", {})
     return RunOutput(
         scenario=scenario, summary=summary, gpu_times=times[idx].tolist(), gpu_in_use=use[idx].tolist(),
         total_gpus=result.total_gpus, latencies_s=_thin(lat).tolist(), normalized_exec=_thin(norm).tolist(),
+        tenant_times=list(series.get("times", [])), tenant_shares=dict(series.get("shares", {})),
     )
 
 
@@ -118,12 +127,18 @@ def tables(outputs: Sequence[RunOutput]) -> list[Table]:
         table.add_column("done", justify="right", no_wrap=True)
         for _, title, _ in COLUMNS:
             table.add_column(title, justify="right", no_wrap=True)  # a number is never cut (cli.tables splits)
+        fair = any("fairness" in r for rows in by_policy.values() for r in rows)
+        if fair:
+            table.add_column("Jain", justify="right", no_wrap=True)
         for policy, rows in by_policy.items():
             done = f"{sum(r[JobState.COMPLETED] for r in rows) / len(rows):.0f}/{rows[0]['jobs']}"
             cells = []
             for key, _, fmt in COLUMNS:
                 scale = 1000.0 if key.startswith("sched_latency") else 1.0
                 cells.append(_cell([float(r[key]) for r in rows], fmt, scale))
+            if fair:
+                jain = [float(r.get("fairness", {}).get("jain_dominant_share", 1.0)) for r in rows]
+                cells.append(_cell(jain, "{:.2f}"))
             table.add_row(policy, done, *cells)
         result.append(table)
     return result
@@ -187,7 +202,28 @@ def write_plots(outputs: Sequence[RunOutput], directory: Path) -> list[Path]:
                title=f"{scenario}: normalized job execution time")
         ax.legend(fontsize=8)
         written.append(_save(fig, directory / f"{scenario}-normalized-exec.png"))
+        if any(o.tenant_shares for o in by_policy.values()):
+            written.append(_tenant_plot(scenario, by_policy, directory))
     return written
+
+
+def _tenant_plot(scenario: str, by_policy: dict[str, RunOutput], directory: Path) -> Path:
+    """Each tenant's weighted dominant share over time, one panel per policy (with Jain's index)."""
+    import matplotlib.pyplot as plt
+
+    runs = [(p, o) for p, o in by_policy.items() if o.tenant_shares]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.4 * len(runs) + 0.6), sharex=True, squeeze=False)
+    for ax, (policy, o) in zip(axes[:, 0], runs, strict=True):
+        for k, (tenant, shares) in enumerate(sorted(o.tenant_shares.items())):
+            # dashed lines after the first: equal shares would otherwise hide each other
+            ax.step(o.tenant_times, shares, where="post", label=tenant, linewidth=1.4,
+                    linestyle=("-", "--", ":", "-.")[k % 4])
+        index = o.summary.get("fairness", {}).get("jain_dominant_share")
+        ax.set(ylabel="share / weight", title=f"{policy}: Jain's index {index}", ylim=(0, None))
+        ax.legend(fontsize=8, loc="upper right")
+    axes[-1, 0].set_xlabel("simulated time (s)")
+    fig.suptitle(f"{scenario}: each tenant's dominant share over time")
+    return _save(fig, directory / f"{scenario}-tenant-shares.png")
 
 
 def _save(fig: Any, path: Path) -> Path:

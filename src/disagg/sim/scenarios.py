@@ -10,11 +10,13 @@ simulation configuration"). Warm-up: CPU-only whole-machine jobs holding 50% of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
 from disagg.model import Cluster, Device, Machine, device_id
+from disagg.model.tenants import Tenants, parse_tenants
 from disagg.sim.workload import Choice, Submission, WarmupSpec, WorkloadSpec, poisson_workload, warmup_jobs
 
 MACHINE_CPUS = 20.0
@@ -67,8 +69,69 @@ class Scenario:
         warmups = warmup_jobs(cluster or self.cluster(), warm, np.random.default_rng(warm_seq))
         return warmups + poisson_workload(spec, np.random.default_rng(work_seq))
 
+    def tenants(self) -> Tenants | None:
+        """The seed's scenarios have one tenant and no tenants spec."""
+        return None
 
-SCENARIOS: dict[str, Scenario] = {
+
+@dataclass(frozen=True, slots=True)
+class BurstScenario:
+    """Two tenants of one cohort share the cluster half and half (each may borrow the other half):
+    `alice` floods it from the start, `bob` arrives `bob_at_s` later. Without fairness bob waits for
+    alice's whole burst; with it he takes back his half (preemption) and the two share evenly."""
+
+    name: str
+    description: str
+    machines: int = 8
+    alice_jobs: int = 320
+    bob_jobs: int = 160
+    rate_per_s: float = 2.0
+    bob_at_s: float = 600.0
+    source: str = "issue 15"
+
+    @property
+    def jobs(self) -> int:
+        return self.alice_jobs + self.bob_jobs
+
+    def cluster(self) -> Cluster:
+        return paper_cluster(self.machines)
+
+    def tenants(self) -> Tenants:
+        half = self.machines * MACHINE_GPUS / 2
+        return parse_tenants([
+            {"name": who, "weight": 1, "cohort": "lab", "quota": {"gpu": half}, "borrow": {"gpu": half}}
+            for who in ("alice", "bob")], self.name)
+
+    def submissions(self, seed: int, cluster: Cluster | None = None) -> list[Submission]:
+        """Each tenant's jobs: the seed's Rodinia jobs (one task, 1 GPU), Poisson arrivals."""
+        alice_seq, bob_seq = np.random.SeedSequence([seed, 13]).spawn(2)
+        out: list[Submission] = []
+        for who, jobs, start, seq in (("alice", self.alice_jobs, 1.0, alice_seq),
+                                      ("bob", self.bob_jobs, self.bob_at_s, bob_seq)):
+            spec = WorkloadSpec(jobs=jobs, rate_per_s=self.rate_per_s, start_s=start)
+            for sub in poisson_workload(spec, np.random.default_rng(seq)):
+                job = replace(sub.job, name=f"{who}-{sub.job.name}", tenant=who)
+                out.append(Submission(job, sub.base_s))
+        return sorted(out, key=lambda s: s.job.submit_s)
+
+
+class NamedScenario(Protocol):
+    """What a named scenario gives a run: a cluster, the submissions for a seed, its tenants (if any)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    def cluster(self) -> Cluster: ...
+
+    def submissions(self, seed: int, cluster: Cluster | None = None) -> list[Submission]: ...
+
+    def tenants(self) -> Tenants | None: ...
+
+
+SCENARIOS: dict[str, NamedScenario] = {
     s.name: s
     for s in (
         Scenario("paper-4m-128j", "4 machines, 128 jobs (seed Experiment 2, Fig. 4, Tables 2-3)", 4, 128,
@@ -79,11 +142,13 @@ SCENARIOS: dict[str, Scenario] = {
                  16, 512, source="Experiments 4-5 (simulation)"),
         Scenario("paper-128m-4096j", "128 machines, 4096 jobs (seed Experiments 4-5, Figs. 8-10, Tables 4-5)",
                  128, 4096, source="Experiments 4-5 (simulation)"),
+        BurstScenario("tenants-burst", "8 machines, two tenants: alice floods 320 jobs, bob brings 160 "
+                                       "600 s later; quota 16 GPUs each, may borrow 16 (issue 15)"),
     )
 }
 
 
-def get_scenario(name: str) -> Scenario:
+def get_scenario(name: str) -> NamedScenario:
     try:
         return SCENARIOS[name]
     except KeyError:

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from disagg.model import Cluster
+from disagg.model.tenants import Tenants
 from disagg.placement.registry import get_policy
 from disagg.sim.engine import FailureModel, SimConfig, simulate
 from disagg.sim.report import RunOutput, run_output
@@ -33,7 +34,10 @@ class TraceSource:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: a scenario name (or a trace source), a policy name, a seed and the round interval."""
+    """One run: a scenario name (or a trace source), a policy name, a seed and the round interval.
+
+    `tenants`: the tenants spec (None: the scenario's own, if it has one); `fairness` False runs the
+    plain policy even so (tenants are still reported when the workload has several)."""
 
     scenario: str
     policy: str
@@ -41,23 +45,31 @@ class RunSpec:
     interval_s: float = 5.0
     source: TraceSource | None = None
     failures: FailureModel | None = None
+    tenants: Tenants | None = None
+    fairness: bool = True
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
-         source: TraceSource | None = None, failures: FailureModel | None = None) -> list[RunSpec]:
+         source: TraceSource | None = None, failures: FailureModel | None = None, tenants: Tenants | None = None,
+         fairness: bool = True) -> list[RunSpec]:
     """Every combination, scenario-major so results come out grouped as the tables show them."""
-    return [RunSpec(sc, p, s, interval_s, source, failures) for sc in scenarios for p in policies for s in seeds]
+    return [RunSpec(sc, p, s, interval_s, source, failures, tenants, fairness)
+            for sc in scenarios for p in policies for s in seeds]
 
 
 def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunOutput:
     """Simulate one spec in this process. `progress` gets the finished share (0..1) now and then."""
+    tenants = spec.tenants
     if spec.source is not None:
         cluster, subs = spec.source.cluster, list(spec.source.submissions)
     else:
         scenario = get_scenario(spec.scenario)
         cluster = scenario.cluster()
         subs = scenario.submissions(spec.seed, cluster)
-    config = SimConfig(interval_s=spec.interval_s, failures=spec.failures)
+        tenants = tenants if tenants is not None else scenario.tenants()
+    several = len({s.job.tenant for s in subs}) > 1
+    config = SimConfig(interval_s=spec.interval_s, failures=spec.failures,
+                       tenants=tenants if spec.fairness else None, report_tenants=several or tenants is not None)
     result = simulate(cluster, subs, get_policy(spec.policy), spec.seed, config, progress=progress)
     return run_output(spec.scenario, result, spec.seed)
 

@@ -2,17 +2,21 @@
 
 Three formats (docs/simulator.md documents them):
 
-- `csv`: ours. Header `job_id,submit_s,image,tasks,cpus,memory_gb,gpu,nvme,duration_s,slo_s,importance`;
-  `tasks` is the gang size and `cpus, memory_gb, gpu, nvme` are per task, as in the jobs spec. Empty
-  cells take defaults (tasks 1, cpus 1, memory_gb 1, gpu 0, nvme 0, duration from the image's profile,
-  slo = duration × 1.2, importance 1); `job_id` and `submit_s` are required.
+- `csv`: ours. Header `job_id,submit_s,image,tasks,cpus,memory_gb,gpu,nvme,duration_s,slo_s,importance`
+  and, optionally, `tenant`; `tasks` is the gang size and `cpus, memory_gb, gpu, nvme` are per task, as
+  in the jobs spec. Empty cells take defaults (tasks 1, cpus 1, memory_gb 1, gpu 0, nvme 0, duration
+  from the image's profile, slo = duration × 1.2, importance 1, tenant `default`); `job_id` and
+  `submit_s` are required.
 - `pai`: Alibaba's GPU cluster trace 2020, `pai_task_table` (columns job_name, task_name, inst_num,
   status, start_time, end_time, plan_cpu, plan_mem, plan_gpu, gpu_type; with or without a header).
   plan_cpu is in percent of a core, plan_gpu in percent of a GPU, plan_mem in GB. Each (job, task role)
-  becomes one gang of `inst_num` tasks; rows that never ran (no start or end time) are skipped.
+  becomes one gang of `inst_num` tasks; rows that never ran (no start or end time) are skipped. Where
+  the trace's job table, `pai_job_table.csv` (job_name, inst_id, user, status, start_time, end_time),
+  sits beside the task table, each job's tenant is its `user`.
 - `philly`: Microsoft's Philly trace, `cluster_job_log` (a JSON list of jobs with jobid,
-  submitted_time, attempts[{start_time, end_time, detail[{ip, gpus[]}]}]). A job becomes a gang of one
-  task per machine of its last attempt; its duration is that attempt's run time.
+  submitted_time, attempts[{start_time, end_time, detail[{ip, gpus[]}]}], and user). A job becomes a
+  gang of one task per machine of its last attempt; its duration is that attempt's run time; its
+  tenant is its user.
 
 Every malformed value raises `TraceError` naming the file, the line, the column and the value, with
 all problems found (up to a limit) so a user fixes them in one pass.
@@ -31,6 +35,8 @@ from pathlib import Path
 from typing import Literal
 
 from disagg.model import Job, SpecError, TaskRequest
+from disagg.model.tenancy import DEFAULT_TENANT
+from disagg.model.tenants import tenant_name_problem
 from disagg.profiles import lookup
 from disagg.sim.workload import Submission
 
@@ -38,8 +44,11 @@ TraceFormat = Literal["csv", "pai", "philly"]
 TRACE_FORMATS: tuple[str, ...] = ("csv", "pai", "philly")
 CSV_COLUMNS: tuple[str, ...] = (
     "job_id", "submit_s", "image", "tasks", "cpus", "memory_gb", "gpu", "nvme", "duration_s", "slo_s",
-    "importance",
+    "importance", "tenant",
 )
+#: The columns of `pai_job_table` (the users of the jobs of a `pai_task_table`).
+PAI_JOB_COLUMNS: tuple[str, ...] = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
+PAI_JOB_TABLE = "pai_job_table.csv"
 PAI_COLUMNS: tuple[str, ...] = (
     "job_name", "task_name", "inst_num", "status", "start_time", "end_time", "plan_cpu", "plan_mem",
     "plan_gpu", "gpu_type",
@@ -114,11 +123,11 @@ def _request(tasks: int, cpus: float, memory: float, gpu: int, nvme: int) -> Tas
 
 def _job(
     name: str, image: str, submit: float, tasks: int, cpus: float, memory: float, gpu: int, nvme: int,
-    duration: float, slo: float | None, importance: float,
+    duration: float, slo: float | None, importance: float, tenant: str = DEFAULT_TENANT,
 ) -> Submission:
     job = Job(
         name=name, image=image, tasks=_request(tasks, cpus, memory, gpu, nvme), submit_s=submit,
-        importance=importance, slo_s=slo if slo is not None else duration * DEFAULT_SLO_FACTOR,
+        importance=importance, slo_s=slo if slo is not None else duration * DEFAULT_SLO_FACTOR, tenant=tenant,
     )
     return Submission(job, duration)
 
@@ -187,11 +196,16 @@ def _csv_row(problems: _Problems, line: int, row: dict[str, str], seen: dict[str
     importance = _number(problems, line, "importance", row.get("importance", ""), 1.0, minimum=1.0)
     if importance is not None and importance > 10.0:
         problems.add(line, "importance", row.get("importance", ""), "must be between 1 and 10")
+    tenant = row.get("tenant", "").strip() or DEFAULT_TENANT
+    bad_tenant = tenant_name_problem(tenant)
+    if bad_tenant:
+        problems.add(line, "tenant", row.get("tenant", ""), bad_tenant)
     if len(problems.items) > before:
         return None
     assert submit is not None and tasks is not None and cpus is not None and memory is not None
     assert gpu is not None and nvme is not None and duration is not None and importance is not None
-    return _job(name, image, submit, int(tasks), cpus, memory, int(gpu), int(nvme), duration, slo, importance)
+    return _job(name, image, submit, int(tasks), cpus, memory, int(gpu), int(nvme), duration, slo, importance,
+                tenant)
 
 
 def _read_rows(p: Path, problems: _Problems) -> list[tuple[int, list[str]]]:
@@ -222,7 +236,8 @@ def read_pai_trace(path: str | Path) -> list[Submission]:
     rows = _read_rows(p, problems)
     if rows and [c.strip() for c in rows[0][1]] == list(PAI_COLUMNS):
         rows = rows[1:]
-    parsed: list[tuple[str, float, int, float, float, int, float]] = []
+    users = _pai_users(p.with_name(PAI_JOB_TABLE))
+    parsed: list[tuple[str, float, int, float, float, int, float, str]] = []
     for line, cells in rows:
         if len(cells) != len(PAI_COLUMNS):
             problems.note(f"line {line}: has {len(cells)} cells, pai_task_table has {len(PAI_COLUMNS)} "
@@ -246,13 +261,35 @@ def read_pai_trace(path: str | Path) -> list[Submission]:
         assert cpu is not None and mem is not None and gpu is not None
         name = _safe_name(f"{row['job_name']}.{row['task_name']}")
         parsed.append((name, start, int(inst), cpu / 100.0, max(mem, 0.1), math.ceil(gpu / 100.0 - 1e-9),
-                       max(end - start, 1.0)))
+                       max(end - start, 1.0), users.get(row["job_name"].strip(), DEFAULT_TENANT)))
     problems.check()
     return _relative(parsed, image_of=lambda name: "pai/" + name.rsplit(".", 1)[-1])
 
 
+def _pai_users(path: Path) -> dict[str, str]:
+    """job_name → its user (as a tenant name) from the PAI job table beside the task table; none when
+    there is no such file. Users are made tenant names (`_safe_name`); rows of another shape are skipped."""
+    if not path.exists():
+        return {}
+    problems = _Problems(str(path))
+    users: dict[str, str] = {}
+    for _, cells in _read_rows(path, problems):
+        if len(cells) != len(PAI_JOB_COLUMNS) or [c.strip() for c in cells] == list(PAI_JOB_COLUMNS):
+            continue
+        row = dict(zip(PAI_JOB_COLUMNS, cells, strict=True))
+        if row["user"].strip():
+            users[row["job_name"].strip()] = _tenant_name(row["user"])
+    return users
+
+
+def _tenant_name(raw: str) -> str:
+    """A trace's user id as a tenant name (at most 64 characters, never a reserved one)."""
+    name = _safe_name(raw)[:64]
+    return name if tenant_name_problem(name) is None else "u" + name[:63]
+
+
 def _relative(
-    parsed: Iterable[tuple[str, float, int, float, float, int, float]], image_of: Callable[[str], str],
+    parsed: Iterable[tuple[str, float, int, float, float, int, float, str]], image_of: Callable[[str], str],
 ) -> list[Submission]:
     """Shift submit times so the first job arrives at 0, rename duplicates, sort by submit."""
     items = sorted(parsed, key=lambda r: r[1])
@@ -261,11 +298,11 @@ def _relative(
     t0 = items[0][1]
     used: dict[str, int] = {}
     out = []
-    for name, start, inst, cpus, mem, gpu, duration in items:
+    for name, start, inst, cpus, mem, gpu, duration, tenant in items:
         n = used.get(name, 0)
         used[name] = n + 1
         unique = name if n == 0 else f"{name}.{n}"
-        out.append(_job(unique, image_of(name), start - t0, inst, cpus, mem, gpu, 0, duration, None, 1.0))
+        out.append(_job(unique, image_of(name), start - t0, inst, cpus, mem, gpu, 0, duration, None, 1.0, tenant))
     return out
 
 
@@ -295,7 +332,7 @@ def read_philly_trace(path: str | Path) -> list[Submission]:
         raise TraceError(str(p), ["line 1: expected a JSON list of jobs (Philly cluster_job_log)"])
     # The line of each job object: where its "jobid" key stands (json gives no positions itself).
     lines = [text.count("\n", 0, m.start()) + 1 for m in re.finditer(r'"jobid"\s*:', text)]
-    parsed: list[tuple[str, float, int, float, float, int, float]] = []
+    parsed: list[tuple[str, float, int, float, float, int, float, str]] = []
     for i, item in enumerate(data):
         line = lines[i] if i < len(lines) else 1
         entry = _philly_job(problems, line, item)
@@ -307,7 +344,7 @@ def read_philly_trace(path: str | Path) -> list[Submission]:
 
 def _philly_job(
     problems: _Problems, line: int, item: object,
-) -> tuple[str, float, int, float, float, int, float] | None:
+) -> tuple[str, float, int, float, float, int, float, str] | None:
     if not isinstance(item, dict):
         problems.add(line, "(job)", item, "each job must be a JSON object")
         return None
@@ -351,8 +388,10 @@ def _philly_job(
     gpus = sum(len(d.get("gpus", [])) for d in detail)
     per_task = math.ceil(gpus / machines)
     share = max(per_task, 1)
+    user = item.get("user")
+    tenant = _tenant_name(user) if isinstance(user, str) and user.strip() else DEFAULT_TENANT
     return (_safe_name(jobid), submitted, machines, PHILLY_CPUS_PER_GPU * share,
-            PHILLY_MEMORY_GB_PER_GPU * share, per_task, max(end - start, 1.0))
+            PHILLY_MEMORY_GB_PER_GPU * share, per_task, max(end - start, 1.0), tenant)
 
 
 def detect_format(path: str | Path) -> TraceFormat:

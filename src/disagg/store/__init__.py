@@ -20,6 +20,7 @@ from disagg.store.slices import (
     StepEffect,
     StepRecord,
 )
+from disagg.store.tenants import PreemptionRecord
 from disagg.store.tokens import Principal
 from disagg.store.views import device_dict, slice_dict
 
@@ -36,6 +37,7 @@ __all__ = [
     "JobSummary",
     "KeepHandle",
     "LiveSlice",
+    "PreemptionRecord",
     "Principal",
     "ReleaseDevice",
     "SliceAborted",

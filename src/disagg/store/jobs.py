@@ -53,6 +53,8 @@ def model_job(row: Any) -> Job:
         slo_s=row.slo_s,
         wait_rounds=row.wait_rounds,
         command=tuple(row.command),
+        tenant=row.tenant,
+        preemptible=row.preemptible is not False,
         tasks=TaskRequest(
             int(t.get("count", 1)), float(t.get("cpus", 1.0)), float(t.get("memory_gb", 1.0)), devices, models
         ),
@@ -65,6 +67,7 @@ def job_dict(r: Any) -> dict[str, Any]:
     out: dict[str, Any] = {("slice" if c.key == "slice_id" else c.key): get(c.key) for c in _SHOWN}
     out["command"] = list(out["command"])
     out["tasks"] = dict(out["tasks"])
+    out["preemptible"] = out.get("preemptible") is not False
     return out
 
 
@@ -78,7 +81,7 @@ def new_job_row(tenant: str, request: dict[str, Any], key: str | None, digest: s
         "max_retries": int(request.get("max_retries", 2)), "state": JobState.QUEUED,
         "reason": "waiting for the next scheduling round", "reason_code": JobReason.NEW, "wait_rounds": 0,
         "attempts": 0, "exit_code": None, "slice_id": None, "submitted_at": now, "updated_at": now,
-        "idempotency_key": key, "request_hash": digest,
+        "idempotency_key": key, "request_hash": digest, "preemptible": bool(request.get("preemptible", True)),
     }
 
 

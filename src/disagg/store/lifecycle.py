@@ -105,6 +105,14 @@ def _cas(conn: Connection, table: Table, ident: str, src: str, values: dict[str,
     return bool(result.rowcount)
 
 
+def note_job(conn: Connection, job_id: str, why: str, now: float) -> None:
+    """Record something that happened to a job without moving it (a preempted job signalled in its
+    grace period): an event from its state to the same state, with why."""
+    row = conn.execute(select(_jobs.c.state, _jobs.c.slice_id).where(_jobs.c.id == job_id)).first()
+    if row is not None:
+        conn.execute(insert(_events), [_event("job", job_id, row.slice_id, row.state, row.state, why, now)])
+
+
 def new_jobs(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Insert submitted jobs (each `queued`). A job's creation is not a transition: its history begins
     with its row (`submitted_at`), which `job_events` shows as the first entry — a second row per
@@ -145,4 +153,5 @@ def job_events(conn: Connection, job_id: str) -> list[dict[str, Any]]:
     ]
 
 
-__all__ = ["WHY_MAX", "JobMove", "job_events", "move_job", "move_jobs", "move_slice", "new_jobs", "new_slices"]
+__all__ = ["WHY_MAX", "JobMove", "job_events", "move_job", "move_jobs", "move_slice", "new_jobs", "new_slices",
+           "note_job"]

@@ -1,6 +1,7 @@
 """The controller's persistent state as SQLAlchemy 2 tables.
 
-One table per concept: tokens, jobs, slices, slice steps, events, machines, pools, devices, links. The schema is
+One table per concept: tokens, jobs, slices, slice steps, events, machines, pools, devices, links, tenants
+(overrides), tenant usage, preemptions. The schema is
 created by the Alembic migrations shipped in `disagg.store.migrations` (never by `create_all` at
 run time), so SQLite and PostgreSQL databases evolve the same way.
 """
@@ -66,6 +67,8 @@ class JobRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     idempotency_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
     request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: None (a row written without it) reads as True.
+    preemptible: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=True)
     __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_idem"),)
 
 
@@ -157,6 +160,38 @@ class LinkRow(Base):
     id: Mapped[str] = mapped_column(String(160), primary_key=True)
     gbps: Mapped[float] = mapped_column(Float)
     up: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class TenantRow(Base):
+    """An admin's override of one tenant's entry in the tenants spec (`PUT /v1/tenants/{name}`)."""
+
+    __tablename__ = "tenants"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class TenantUsageRow(Base):
+    """A tenant's usage per resource, decayed with the half-life (written by the loop for fair share)."""
+
+    __tablename__ = "tenant_usage"
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    usage: Mapped[dict[str, float]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class PreemptionRow(Base):
+    """A slice being preempted: signalled at `signalled_at`, killed at `deadline` (its grace period)."""
+
+    __tablename__ = "preemptions"
+    slice_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    for_job: Mapped[str] = mapped_column(String(32))
+    for_tenant: Mapped[str] = mapped_column(String(128))
+    reclaims: Mapped[dict[str, float]] = mapped_column(JSON)
+    signalled_at: Mapped[float] = mapped_column(Float)
+    deadline: Mapped[float] = mapped_column(Float)
 
 
 Index("ix_jobs_state_seq", JobRow.state, JobRow.seq)

@@ -3,7 +3,8 @@
 `Store` is the one object the controller and the API hold. Its operations are grouped by concept,
 one module each: `base` (engines, transactions), `snapshot` (what a round plans on), `plans`
 (committing a round), `jobs`, `slices` (steps and moves), `health` (the fabric's health),
-`lifecycle` (the guarded transitions and their events), and here the tokens and the inventory.
+`lifecycle` (the guarded transitions and their events), `tenants` (overrides, holdings, decayed usage,
+preemptions), and here the tokens and the inventory.
 No module outside `disagg.store` speaks SQL.
 """
 
@@ -26,12 +27,13 @@ from disagg.store.plans import PlanOps
 from disagg.store.prefixes import PrefixOps
 from disagg.store.slices import SliceOps
 from disagg.store.snapshot import SnapshotOps
+from disagg.store.tenants import TenantOps
 from disagg.store.tokens import TokenOps
 from disagg.store.views import ViewOps
 
 
 class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps, HistoryOps,
-            PrefixOps):
+            PrefixOps, TenantOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

@@ -300,7 +300,11 @@ def _apply_effect(conn: Connection, slice_id: str, effect: StepEffect) -> None:
 def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
     """What a torn-down slice's outcome does to its job (still in composing or running)."""
     live = (JobState.COMPOSING, JobState.RUNNING)
-    if sl.outcome == SliceOutcome.REQUEUE:
+    if sl.outcome == SliceOutcome.PREEMPTED:
+        # not a failure of the job: re-queued whatever its retries, its wait counter W kept
+        why = f"re-queued: {sl.detail}"
+        move_job(conn, job.id, JobState.QUEUED, why, live, now, reason=why, reason_code=JobReason.PREEMPTED)
+    elif sl.outcome == SliceOutcome.REQUEUE:
         if job.attempts > job.max_retries:
             why = f"gave up after {job.attempts} attempts; last: {sl.detail}"
             move_job(conn, job.id, JobState.FAILED, why, live, now, reason=why, reason_code=JobReason.RETRIES_EXHAUSTED)

@@ -178,11 +178,6 @@ class ViewOps(StoreBase):
             query = select(SliceRow).where(SliceRow.job_id == job_id).order_by(SliceRow.created_at.desc())
             return [slice_dict(r, _steps(s, r.id)) for r in s.scalars(query)]
 
-    def tenant_names(self) -> list[str]:
-        """The tenants that have jobs, by name (the dashboard's tenant filter)."""
-        with self.read() as s:
-            return [str(t) for t in s.scalars(select(JobRow.tenant).distinct().order_by(JobRow.tenant))]
-
     def live_slices_view(self) -> list[dict[str, Any]]:
         """The slices that hold resources (composing, running, tearing down), oldest first."""
         with self.read() as s:

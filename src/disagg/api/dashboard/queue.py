@@ -82,7 +82,7 @@ def queue_page(request: Request, who: Viewer, store: StoreDep,
     sections = queue_sections(store, scope, state, now)
     sections["waiting"] = sort_rows(sections["waiting"], sort, direction)
     counts = store.counts()["jobs"] if who.admin and not tenant else None
-    tenants = store.tenant_names() if who.admin else [who.tenant]
+    tenants = sorted(store.tenant_names()) if who.admin else [who.tenant]
     return page(request, "queue.html", who, partial, **sections, state=state, tenant=tenant or "",
                 sort=sort, direction=direction, counts=counts, tenants=tenants, states=list(JobState),
                 max_rows=MAX_ROWS, title="Queue")

@@ -1,0 +1,100 @@
+"""`disagg tenants [set]`: the tenants' quotas, usage and fair share; an admin sets a tenant.
+
+`disagg tenants` is GET /v1/tenants (a tenant's token shows that tenant; an admin's, every one) as a
+table or JSON; `disagg tenants set NAME --quota gpu=8,cpus=64 --borrow gpu=8 --weight 2 --cohort lab`
+is PUT /v1/tenants/NAME (admin).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, fail, print_json
+from disagg.model.states import JobState
+from disagg.model.tenants import RESOURCES
+
+tenants_app = typer.Typer(help="Tenants: quotas, usage, fair share (set: admin).", invoke_without_command=True)
+
+
+def parse_limits(option: str, text: str | None) -> dict[str, float]:
+    """`gpu=8,cpus=64` → {"gpu": 8.0, "cpus": 64.0}; bad input fails naming the option and the item."""
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in RESOURCES:
+            raise fail(f"{option}: {item.strip()!r} is not allowed; use RESOURCE=AMOUNT with RESOURCE one of "
+                       f"{', '.join(RESOURCES)} (e.g. gpu=8,cpus=64)")
+        try:
+            amount = float(value)
+        except ValueError:
+            raise fail(f"{option}: {item.strip()!r}: {value!r} is not a number") from None
+        if amount < 0 or amount != amount:
+            raise fail(f"{option}: {item.strip()!r}: the amount must be a number >= 0")
+        out[name] = amount
+    return out
+
+
+def _amounts(values: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {r}" for r, v in values.items()) or "-"
+
+
+def _table(data: dict[str, Any]) -> Table:
+    table = Table(title="tenants")
+    for col in ("tenant", "weight", "cohort", "quota", "borrow", "usage", "borrowed", "share", "fair share",
+                JobState.QUEUED, JobState.RUNNING):
+        table.add_column(col)
+    for t in data["tenants"]:
+        table.add_row(t["name"], f"{t['weight']:g}", t["cohort"] or "", _amounts(t["quota"]), _amounts(t["borrow"]),
+                      _amounts(t["usage"]), _amounts(t["borrowed"]), f"{t['dominant_share']:.1%}",
+                      f"{t['fair_share']:.3f}", str(t[JobState.QUEUED]), str(t[JobState.RUNNING]))
+    return table
+
+
+@tenants_app.callback()
+def tenants(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+    """List tenants: quota, borrowing limit, usage, shares, queued and running jobs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    data = call_api("GET", url, "/v1/tenants", token)
+    if as_json:
+        print_json(data)
+        return
+    Console().print(_table(data))
+
+
+@tenants_app.command("set")
+def tenants_set(
+    name: Annotated[str, typer.Argument(help="The tenant.")],
+    quota: Annotated[str | None, typer.Option(help="Nominal quota, e.g. gpu=8,cpus=64,memory_gb=512.")] = None,
+    borrow: Annotated[str | None, typer.Option(help="Borrowing limit above the quota, e.g. gpu=8.")] = None,
+    weight: Annotated[float, typer.Option(min=0.000001, help="Weight for fair share.")] = 1.0,
+    cohort: Annotated[str | None, typer.Option(help="The cohort it borrows from and lends to.")] = None,
+    unix_user: Annotated[str | None, typer.Option("--unix-user", help="The Unix user its jobs run as.")] = None,
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Admin: set a tenant's entry of the tenants spec (replaces the config's entry for it)."""
+    body: dict[str, Any] = {"weight": weight, "quota": parse_limits("--quota", quota),
+                            "borrow": parse_limits("--borrow", borrow)}
+    if cohort is not None:
+        body["cohort"] = cohort
+    if unix_user is not None:
+        body["unix_user"] = unix_user
+    data = call_api("PUT", url, f"/v1/tenants/{name}", token, json=body)
+    if as_json:
+        print_json(data)
+        return
+    Console().print(_table({"tenants": [data]}))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `tenants` group to the `disagg` app."""
+    app.add_typer(tenants_app, name="tenants")

@@ -1,0 +1,93 @@
+"""Preemption in the controller: SIGTERM, a grace period, then the kill — through the slice's own life.
+
+A round's plan may name running jobs to preempt (`Decisions.preempted`, see `placement.preemption`).
+For each, `Preempter.start` records the preemption against its running slice (the job's history
+gets "preempted by j-…: SIGTERM, grace 30 s") and asks the engine to signal the job's tasks. Each
+tick, `step` looks at the slices in their grace period: when the job has ended (it stopped on the
+signal, with a non-zero exit code) or the grace period is over, the slice is sent to teardown with
+the outcome `preempted` —
+stop-task kills what is left, the devices are detached, the machines destroyed — and once it is
+gone its job is queued again (its wait counter W kept; its next placement is attempt + 1; a
+preemption is not a failure, so its retries are not spent). While a slice is in its grace period
+the loop's poll leaves it to this module, so that a job that exits on SIGTERM is not taken for a
+failed one. A job that ends with exit code 0 within its grace period has done its work: it completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from disagg.control.slice import SliceRunner
+from disagg.engines.base import Engine
+from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
+from disagg.placement.decisions import Preemption
+from disagg.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Preempter:
+    """Starts preemptions and ends them when their grace period is over."""
+
+    def __init__(self, store: Store, engine: Engine, slices: SliceRunner, grace_s: float) -> None:
+        self.store = store
+        self.engine = engine
+        self.slices = slices
+        self.grace_s = grace_s
+        #: Queued jobs whose victims have stopped (`Tenancy.claims`): placed first, until they are.
+        self.reclaimed: set[str] = set()
+
+    def claims(self, queued: set[str]) -> frozenset[str]:
+        """The claimants still queued (the others were placed, or cancelled)."""
+        self.reclaimed &= queued
+        return frozenset(self.reclaimed)
+
+    def start(self, preemptions: Sequence[Preemption]) -> list[str]:
+        """Signal each victim's running slice; returns the slices now in their grace period."""
+        started = []
+        for p in preemptions:
+            found = self.store.running_slice_of(p.job)
+            if found is None:
+                continue  # it ended or was torn down since the round's snapshot
+            slice_id, handle = found
+            why = f"{p.why}: SIGTERM, grace {self.grace_s:g} s"
+            if not self.store.record_preemption(slice_id, p.job, p.tenant, p.for_job, p.for_tenant,
+                                                dict(p.reclaims), why, self.grace_s):
+                continue
+            started.append(slice_id)
+            try:
+                self.engine.terminate(handle or slice_id)
+            except Exception:  # the kill at the end of the grace period stops it all the same
+                log.exception("preemption of %s: SIGTERM failed", p.job)
+        return started
+
+    def step(self, now: float | None = None) -> set[str]:
+        """End the grace periods that are over; returns the slices still in theirs (the poll skips them)."""
+        now = time.time() if now is None else now
+        waiting: set[str] = set()
+        for rec in self.store.preemptions():
+            if rec.slice_state in (None, SliceState.DONE):
+                self.store.drop_preemption(rec.slice_id)
+                self.reclaimed.add(rec.for_job)
+                continue
+            if rec.slice_state is not SliceState.RUNNING:
+                continue  # composing cannot be (only running slices are preempted); tearing down: wait
+            status = self.engine.status(rec.handle or rec.slice_id)
+            if status.state is RunState.COMPLETED:
+                # it finished its work (exit code 0) within its grace period: done, not to be run again
+                self.store.finish_slice(rec.slice_id, JobState.COMPLETED, status.exit_code)
+                continue
+            ended = status.state.ended
+            if not ended and now < rec.deadline:
+                waiting.add(rec.slice_id)
+                continue
+            how = "it stopped on SIGTERM" if ended else f"killed after its {rec.deadline - rec.signalled_at:g} s grace"
+            detail = (f"preempted by {rec.for_job} (tenant {rec.for_tenant} reclaims its quota lent to "
+                      f"{rec.tenant}); {how}")
+            self.slices.abort(rec.slice_id, SliceOutcome.PREEMPTED, detail)
+        return waiting
+
+
+__all__ = ["Preempter"]
