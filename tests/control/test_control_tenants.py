@@ -199,3 +199,38 @@ def test_a_preempted_job_is_requeued_whatever_its_retries_with_its_wait_kept(tmp
         svc.jobs.cancel(job_id)
     finally:
         svc.close()
+
+
+def test_the_dashboard_shows_each_tenants_usage_against_quota_and_its_shares(tmp_path: Path) -> None:
+    """With tenants configured, the queue page has a row per tenant: held / quota + borrow and the shares;
+    a tenant signed in sees only its own row."""
+    svc = make_service(tmp_path, tenants=COHORT)
+    svc.controller.start()
+    admin, alice = svc.store.create_token("ops", admin=True), svc.store.create_token("alice")
+    try:
+        with TestClient(create_app(svc.jobs)) as client:
+            ids = [client.post("/v1/jobs", headers=auth(alice), json=body(f"a{i}", gpu=1, command=["sleep", "30"]))
+                   .json()["id"] for i in range(3)]
+            wait_for(lambda: all(job(svc, i)["state"] == JobState.RUNNING for i in ids), what="alice's jobs to run")
+            client.post("/login", data={"token": admin})
+            page = client.get("/ui/queue").text
+            assert 'data-tenant="alice"' in page and 'data-tenant="bob"' in page
+            assert "gpu 3 / 2 + 3" in page  # alice holds 3 GPUs against her quota of 2 (+3 she may borrow)
+            assert "gpu 1" in page.split('data-tenant="alice"')[1].split("</tr>")[0]  # borrowing one now
+            client.post("/logout")
+            client.post("/login", data={"token": alice})
+            mine = client.get("/ui/queue").text
+            assert 'data-tenant="alice"' in mine and 'data-tenant="bob"' not in mine
+    finally:
+        svc.close()
+
+
+def test_without_tenants_the_dashboard_has_no_tenants_table(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    admin = svc.store.create_token("ops", admin=True)
+    try:
+        with TestClient(create_app(svc.jobs)) as client:
+            client.post("/login", data={"token": admin})
+            assert 'id="tenants"' not in client.get("/ui/queue").text
+    finally:
+        svc.close()

@@ -14,7 +14,8 @@ from fastapi.responses import HTMLResponse
 
 from disagg.api.dashboard.auth import Viewer
 from disagg.api.dashboard.render import page
-from disagg.api.deps import StoreDep
+from disagg.api.deps import Jobs, StoreDep
+from disagg.control.tenants import TenantDirectory
 from disagg.model import DEVICE_KINDS
 from disagg.model.states import JOB_FINAL, JobState
 from disagg.store import Principal, Store
@@ -72,7 +73,7 @@ def queue_sections(store: Store, who: Principal, state: JobState | None, now: fl
 
 
 @router.get("/ui/queue", response_class=HTMLResponse)
-def queue_page(request: Request, who: Viewer, store: StoreDep,
+def queue_page(request: Request, who: Viewer, store: StoreDep, jobs: Jobs,
                state: Annotated[JobState | None, Query()] = None,
                tenant: Annotated[str | None, Query(max_length=128)] = None,
                sort: Sort = "waited", direction: Direction = "desc", partial: Partial = False) -> HTMLResponse:
@@ -85,7 +86,22 @@ def queue_page(request: Request, who: Viewer, store: StoreDep,
     tenants = sorted(store.tenant_names()) if who.admin else [who.tenant]
     return page(request, "queue.html", who, partial, **sections, state=state, tenant=tenant or "",
                 sort=sort, direction=direction, counts=counts, tenants=tenants, states=list(JobState),
-                max_rows=MAX_ROWS, title="Queue")
+                max_rows=MAX_ROWS, title="Queue", shares=tenant_rows(TenantDirectory(store, jobs.config), scope))
+
+
+def tenant_rows(directory: TenantDirectory, who: Principal) -> list[dict[str, Any]]:
+    """Each tenant `who` may see, with its usage against quota (`gpu 12 / 8 + 8`) and its shares; none
+    when no tenant has a quota or a weight of its own (fairness is off: nothing to show)."""
+    if not len(directory.tenants()):
+        return []
+    rows = []
+    for v in directory.views(who):
+        held = v["usage"]
+        limits = [f"{r} {held.get(r, 0):g} / {q:g}" + (f" + {v['borrow'][r]:g}" if v["borrow"].get(r) else "")
+                  for r, q in sorted(v["quota"].items())]
+        rows.append({**v, "limits": ", ".join(limits) or "unlimited",
+                     "borrowing": ", ".join(f"{r} {n:g}" for r, n in sorted(v["borrowed"].items()))})
+    return rows
 
 
 __all__ = ["ask", "queue_page", "queue_sections", "router", "sort_rows"]
