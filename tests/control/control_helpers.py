@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,17 +16,30 @@ from disagg.store import job_dict
 from disagg.store.models import JobRow
 
 FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
+#: Where the tests' task cgroups go (the session removes them at its end: tests/conftest.py).
+TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.getpid()}")
+#: Not root: jobs can only run as the tests' own user.
+SAME_USER = os.geteuid() != 0
 
 
 class Server(ForkedServer):
     """The tests' server: `disagg serve` in a forked child, started as `disagg bench crash` starts it."""
 
     def __init__(self, root: Path, db: str, options: list[str]) -> None:
-        super().__init__(root, db, options, serve_main)
+        super().__init__(root, db, [*options, "--allow-same-user"] if SAME_USER else options, serve_main)
+
+
+def admin_token(root: Path) -> str:
+    """The admin token a server's first start wrote (its log names the 0600 file, never the token)."""
+    log = (root / "server.log").read_text()
+    path = Path(log.split("admin token written to ")[1].split(" (mode")[0])
+    assert path.stat().st_mode & 0o777 == 0o600 and "dg_" not in log
+    return path.read_text().strip()
 
 
 def make_service(tmp_path: Path, db: str | None = None, cluster: str | None = None, scale: float = FAST,
                  **kw: object) -> Service:
+    kw = {"cgroup_parent": TEST_CGROUP, "allow_same_user": SAME_USER, **kw}
     settings = Config(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
                         state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, round_gap_s=0.02, **kw)  # type: ignore[arg-type]
     return open_service(settings)

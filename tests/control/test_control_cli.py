@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from control_helpers import Server, wait_for
+from control_helpers import Server, admin_token, wait_for
 from typer.testing import CliRunner
 
 from disagg.cli import app
@@ -67,8 +67,8 @@ def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytes
     try:
         server.ready()
         log = (tmp_path / "server.log").read_text()
-        assert log.count("admin token (shown once, keep it): dg_") == 1
-        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        assert log.count("admin token written to ") == 1
+        token = admin_token(tmp_path)
         monkeypatch.setenv("DISAGG_URL", server.url)
         monkeypatch.setenv("DISAGG_TOKEN", token)
         submit = ["submit", "hello", "--gpus", "1", "--json", "--", "sh", "-c", "echo hi $DISAGG_DEVICES"]
@@ -123,7 +123,7 @@ def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_
         assert loop_pid != server.pid and os.getpgid(loop_pid) == server.pid
         # the loop process yields the cores to the API first (loop_nice, default 5)
         assert os.getpriority(os.PRIO_PROCESS, loop_pid) == os.getpriority(os.PRIO_PROCESS, server.pid) + 5
-        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        token = admin_token(tmp_path)
         auth = {"Authorization": f"Bearer {token}"}
         job = httpx.post(server.url + "/v1/jobs", headers=auth, json={"name": "x", "command": ["true"]}).json()
 

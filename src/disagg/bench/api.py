@@ -56,7 +56,8 @@ def _serve(db: str, root: Path, port: int, scale: float, tick_s: float = 0.25,
     proc = subprocess.Popen(
         [sys.executable, "-m", "disagg.cli", "serve", "--db", db, "--port", str(port), "--state-dir",
          str(root / "state"), "--latency-scale", str(scale), "--tick-s", str(tick_s),
-         "--api-process" if api_process else "--one-process"],
+         "--api-process" if api_process else "--one-process",
+         *(["--allow-same-user"] if os.geteuid() != 0 else [])],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60

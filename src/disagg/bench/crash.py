@@ -268,6 +268,16 @@ def _admin_headers(db: str) -> tuple[dict[str, str], str]:
     return headers, dialect
 
 
+def _shared_file(path: Path) -> Path:
+    """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
+    file is writable by all (0666) in a directory all may pass (0755), both in /tmp."""
+    path.parent.chmod(0o755)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o666)
+    os.fchmod(fd, 0o666)
+    os.close(fd)
+    return path
+
+
 def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, scale: float = 0.01,
                      on_trial: Any = None, db: str | None = None) -> dict[str, Any]:
     """Kill the controller `trials` times at random moments; return what was checked and found.
@@ -275,21 +285,26 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
     `serve`: runs `disagg serve` in the forked child (`disagg.cli.serve.serve_main`).
     `db`: an empty store to use (a PostgreSQL URL, say); by default an SQLite file under `root`.
     """
-    from disagg.control.config import Config
+    from disagg.control.config import load_config
 
     t0 = time.perf_counter()
     db = db or f"sqlite:///{root / 'disagg.db'}"
     headers, dialect = _admin_headers(db)
-    server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02"],
+    same_user = ["--allow-same-user"] if os.geteuid() != 0 else []  # not root: jobs can only run as this user
+    server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02",
+                                     *same_user],
                           serve)
-    run = _Trials(server, Config(db=db, state_dir=str(root / "state"), latency_scale=scale), headers,
-                  root / "events", random.Random(seed))
-    for trial in range(trials):
-        run.kill_once(trial)
-        if on_trial is not None:
-            on_trial(trial)
-    run.finish()
-    bad_events, runs = event_violations(run.events, set(run.submitted.values()))
+    with tempfile.TemporaryDirectory(prefix="disagg-crash-events-") as shared:
+        settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
+                               allow_same_user=True if same_user else None)
+        run = _Trials(server, settings, headers,
+                      _shared_file(Path(shared) / "events"), random.Random(seed))
+        for trial in range(trials):
+            run.kill_once(trial)
+            if on_trial is not None:
+                on_trial(trial)
+        run.finish()
+        bad_events, runs = event_violations(run.events, set(run.submitted.values()))
     per_job = sorted(runs.values())
     return {"benchmark": "crash", "store": dialect, "trials": trials, "seed": seed, "scale": scale, "kills": trials,
             "kills_during_startup": run.during_startup, "checks": run.checks + 1, "jobs": len(run.submitted),

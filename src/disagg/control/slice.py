@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from disagg.engines.base import Engine, SliceMachine, SliceSpec
+from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskRefused
 from disagg.fabric.base import FabricDriver, FabricError
 from disagg.model.states import SliceOutcome, SliceState
 from disagg.store import (
@@ -81,6 +81,7 @@ def plan_of(record: SliceRecord) -> SlicePlan:
         machines=machines,
         tasks=len(machines),
         env={"DISAGG_ATTEMPT": str(record.attempt)},
+        tenant=record.tenant,
     )
     return SlicePlan(record.id, record.job_id, spec)
 
@@ -174,7 +175,9 @@ class SliceRunner:
         except SliceAborted:
             return
         except StepFailed as exc:
-            self.abort(slice_id, SliceOutcome.REQUEUE, str(exc), failed_device=_failed_device(exc, self.fabric))
+            # an engine that refuses the job (no user it may run as) refuses every retry too: it fails
+            outcome = SliceOutcome.FAILED if isinstance(exc.cause, TaskRefused) else SliceOutcome.REQUEUE
+            self.abort(slice_id, outcome, str(exc), failed_device=_failed_device(exc, self.fabric))
 
     def _machine_chain(self, plan: SlicePlan, record: SliceRecord, machine: SliceMachine) -> Callable[[], None]:
         """Attach the machine's devices (at once), then launch it: one chain per slice machine."""

@@ -94,6 +94,8 @@ class JobReason(StrEnum):
     EXIT_CODE = "exit-code"                  # it ended with a non-zero exit code
     REQUEUED = "requeued"                    # its slice was torn down under it (a failure); waiting again
     RETRIES_EXHAUSTED = "retries-exhausted"  # re-queued more often than its max_retries allow
+    REFUSED = "refused"                      # the engine would not run it (no Unix user it may run as)
+    UNPLACEABLE = "unplaceable"              # planning it made a scheduling round fail: set aside
 
 
 class DeviceState(StrEnum):

@@ -16,7 +16,7 @@ from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
-from disagg.store.lifecycle import job_events, move_job, move_slice, new_jobs
+from disagg.store.lifecycle import JobMove, job_events, move_job, move_jobs, move_slice, new_jobs
 from disagg.store.models import JobRow, SliceRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -130,6 +130,13 @@ class JobOps(StoreBase):
                            now, outcome=SliceOutcome.CANCELLED, detail="cancelled by user")
             row = conn.execute(_JOB_BY_ID, {"k_id": job_id}).first()
         return job_dict(row)
+
+    def set_aside(self, job_ids: list[str], why: str) -> list[str]:
+        """Fail queued jobs that a scheduling round cannot plan (reason `unplaceable`, with `why`); those moved."""
+        moves = [JobMove(j, JobState.FAILED, why, (JobState.QUEUED,),
+                         {"reason": why, "reason_code": JobReason.UNPLACEABLE}) for j in job_ids]
+        with self.write_core(urgent=True) as conn:
+            return [j for j, _ in move_jobs(conn, moves, time.time())]
 
     def job_handle(self, job_id: str) -> str | None:
         """The engine's handle of the job's latest slice (its slice id when the engine gave none)."""

@@ -34,7 +34,7 @@ _steps: Table = StepRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
-_RECORD = select(_slices, _jobs.c.command).join(_jobs, _jobs.c.id == _slices.c.job_id)
+_RECORD = select(_slices, _jobs.c.command, _jobs.c.tenant).join(_jobs, _jobs.c.id == _slices.c.job_id)
 _SLICE_STATE = select(_slices.c.state).where(_slices.c.id == bindparam("id"))
 # (bind names differ from the column names: in an UPDATE those would be taken as SET values)
 _STEP_KEY = and_(
@@ -77,6 +77,7 @@ class SliceRecord:
     placement: SlicePlacement
     command: tuple[str, ...]
     created_at: float
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ StepEffect = KeepHandle | SliceRunning | ReleaseDevice
 
 def _record(row: Any) -> SliceRecord:
     return SliceRecord(row.id, row.job_id, row.attempt, SliceState(row.state), row.outcome, row.detail, row.handle,
-                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command), row.created_at)
+                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command), row.created_at,
+                       row.tenant)
 
 
 class SliceOps(StoreBase):
@@ -298,6 +300,8 @@ def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
         else:
             why = f"re-queued: {sl.detail}"
             move_job(conn, job.id, JobState.QUEUED, why, live, now, reason=why, reason_code=JobReason.REQUEUED)
+    elif sl.outcome == SliceOutcome.FAILED:  # the engine refused the job: it fails with the engine's word
+        move_job(conn, job.id, JobState.FAILED, sl.detail, live, now, reason=sl.detail, reason_code=JobReason.REFUSED)
     elif sl.outcome is not None:
         ended = JobState(sl.outcome)
         # only a running job completes; a failure or a cancel ends a composing one too
