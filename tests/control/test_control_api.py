@@ -116,12 +116,15 @@ def test_device_admin_routes_need_an_admin_and_change_the_inventory(api: Client)
 def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
     client, tok = api
     client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=0))
-    metrics = client.get("/metrics").text
+    assert client.get("/metrics").status_code == 401  # behind a token unless metrics_public
+    metrics = client.get("/metrics", headers=h(tok["alice"])).text
     for name in ("disagg_queue_length", 'disagg_slices{state="running"}', 'disagg_devices{state="free"}',
                  "disagg_placement_round_seconds", "disagg_slice_step_seconds", 'disagg_link_up{link="up:iobox0"} 1.0',
                  'disagg_link_load_gbps{link="rack:r0"}'):
         assert name in metrics
-    page = client.get("/")
+    anonymous = client.get("/")
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Basic")
+    page = client.get("/", auth=("anyone", tok["bob"]))  # a browser's Basic auth: the token is the password
     assert page.status_code == 200 and "iobox0/gpu0" in page.text and "node3" in page.text
     assert client.get("/healthz").json()["status"] == "ok"
     spec = client.get("/openapi.json").json()
@@ -188,7 +191,7 @@ def test_every_method_a_path_has_is_named_in_405_and_unknown_query_parameters_ar
         assert (r.status_code, r.headers["allow"], r.json()["problems"]) == (405, allow, []), (method, path)
     r = client.get("/v1/slices?state=running&bogus=2&zzz=1", headers=h(tok["alice"]))
     assert r.status_code == 422
-    assert r.json()["detail"] == "unknown query parameter 'bogus'; allowed: limit, state, steps"
+    assert r.json()["detail"] == "unknown query parameter 'bogus'; allowed: cursor, limit, state, steps"
     assert [p["field"] for p in r.json()["problems"]] == ["bogus", "zzz"]
     assert client.get("/healthz?x=1").json()["detail"] == "unknown query parameter 'x'; allowed: none"
 
@@ -206,5 +209,6 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
         "drain_device_v1_devices__device_id__drain_post", "fail_device_v1_devices__device_id__fail_post",
         "repair_device_v1_devices__device_id__repair_post", "list_links_v1_links_get",
         "fail_link_v1_links__link_id__fail_post", "repair_link_v1_links__link_id__repair_post",
+        "create_token_v1_tokens_post", "list_tokens_v1_tokens_get", "revoke_token_v1_tokens__token_id__delete",
         "healthz_healthz_get",
     ]

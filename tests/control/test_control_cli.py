@@ -130,12 +130,12 @@ def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_
         def placed_and_published() -> bool:  # the loop process publishes its numbers every 0.5 s
             health = httpx.get(server.url + "/healthz").json()
             state = httpx.get(server.url + f"/v1/jobs/{job['id']}", headers=auth).json()["state"]
-            metrics = httpx.get(server.url + "/metrics").text
+            metrics = httpx.get(server.url + "/metrics", headers=auth).text
             return (state == "completed" and health["last_round"].get("placed", 0) >= 1
                     and 'disagg_slice_step_seconds_count{op="launch-task"} 1.0' in metrics)
 
         wait_for(placed_and_published, what="the loop process to place the job and publish its numbers")
-        metrics = httpx.get(server.url + "/metrics").text
+        metrics = httpx.get(server.url + "/metrics", headers=auth).text
         # the loop's histograms (from the loop process) and the API's, each family once
         assert "disagg_submit_seconds_count 1.0" in metrics
         assert metrics.count("# TYPE disagg_placement_round_seconds histogram") == 1

@@ -150,5 +150,5 @@ def _given(limits: _Limits) -> dict[str, float]:
     return {k: float(v) for k, v in limits.model_dump().items() if v is not None}
 
 
-__all__ = ["RESERVED_NAMES", "RESOURCES", "Tenant", "Tenants", "load_tenants", "parse_tenants",
+__all__ = ["RESERVED_NAMES", "RESOURCES", "TENANT_NAME", "Tenant", "Tenants", "load_tenants", "parse_tenants",
            "tenant_name_problem"]

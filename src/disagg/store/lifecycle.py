@@ -131,11 +131,19 @@ def _current(conn: Connection, table: Table, ids: list[str]) -> dict[str, tuple[
     return out
 
 
-def job_events(conn: Connection, job_id: str) -> list[dict[str, Any]]:
-    """The job's history, oldest first: its own moves and its slices' moves."""
-    query = select(_events).where(_events.c.job_id == job_id).order_by(_events.c.id)
+def job_events(conn: Connection, job_id: str, after: int | None = None, limit: int | None = None
+               ) -> list[dict[str, Any]]:
+    """The job's history, oldest first: its own moves and its slices' moves (from event id `after` on, at
+    most `limit`)."""
+    query = select(_events).where(_events.c.job_id == job_id)
+    if after is not None:
+        query = query.where(_events.c.id > after)
+    query = query.order_by(_events.c.id)
+    if limit is not None:
+        query = query.limit(limit)
     return [
-        {"at": r.at, "subject": r.subject, "slice": r.slice_id, "from": r.from_state, "to": r.to_state, "why": r.why}
+        {"id": r.id, "at": r.at, "subject": r.subject, "slice": r.slice_id, "from": r.from_state, "to": r.to_state,
+         "why": r.why}
         for r in conn.execute(query)
     ]
 

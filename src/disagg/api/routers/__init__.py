@@ -1,9 +1,9 @@
 """The API's routes, one module per resource, in the order `create_app` includes them (the order of
 the OpenAPI document's paths)."""
 
-from disagg.api.routers import devices, jobs, links, machines, ops, slices
+from disagg.api.routers import devices, jobs, links, machines, ops, slices, tokens
 
 #: Every router, in the order the app includes them.
-ROUTERS = (jobs.router, slices.router, machines.router, devices.router, links.router, ops.router)
+ROUTERS = (jobs.router, slices.router, machines.router, devices.router, links.router, tokens.router, ops.router)
 
 __all__ = ["ROUTERS"]

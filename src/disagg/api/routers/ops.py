@@ -1,33 +1,58 @@
-"""What operators and their tools read without a token: /healthz, /metrics (Prometheus) and the
-dashboard at `/`."""
+"""What operators and their tools read: /healthz (no token: probes), /metrics (Prometheus; a token
+unless `metrics_public: true`, for a scraper on loopback) and the dashboard at `/` (a token: a
+browser asks for it with HTTP Basic auth, any user name and the token as the password)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from disagg.api import schemas as S
 from disagg.api.dashboard import render_dashboard
-from disagg.api.deps import Jobs, StoreDep
+from disagg.api.deps import Jobs, StoreDep, principal
+from disagg.api.errors import ApiError
 
 router = APIRouter()
 
 
 @router.get("/healthz", response_model=S.HealthOut, tags=["ops"])
 def healthz(store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """Liveness: the API answers and the store is reachable."""
+    """Liveness: the API answers and the store is reachable; `degraded`, with the cause, for a minute after
+    a scheduling round failed (the loop goes on, setting aside the jobs it failed on)."""
     store.ping()
-    last = {k: float(v) for k, v in jobs.round_info().items() if isinstance(v, int | float)}
-    return {"status": "ok", "policy": jobs.config.policy, "last_round": last}
+    info = jobs.round_info()
+    trouble = info.get("trouble")
+    last = {k: float(v) for k, v in info.items() if isinstance(v, int | float)}
+    cause = str(trouble.get("cause")) if isinstance(trouble, dict) else None
+    return {"status": "degraded" if cause else "ok", "cause": cause, "policy": jobs.config.policy,
+            "last_round": last}
+
+
+async def _authorized(request: Request) -> bool:
+    """Whether the request carries a valid token (bearer, or HTTP Basic's password)."""
+    try:
+        await principal(request, None)
+    except ApiError:
+        return False
+    return True
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(jobs: Jobs) -> Response:
+async def metrics(request: Request, jobs: Jobs) -> Response:
+    if not jobs.config.metrics_public and not await _authorized(request):
+        return Response("a token is needed (or metrics_public: true)\n", status_code=401,
+                        headers={"WWW-Authenticate": "Bearer"}, media_type="text/plain")
     return Response(jobs.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 @router.get("/", include_in_schema=False, response_class=HTMLResponse)
-def dashboard(store: StoreDep) -> str:
-    return render_dashboard(store)
+async def dashboard(request: Request, store: StoreDep) -> Response:
+    if not await _authorized(request):
+        return Response("a token is needed: any user name, the token as the password\n", status_code=401,
+                        headers={"WWW-Authenticate": 'Basic realm="disagg", charset="UTF-8"'},
+                        media_type="text/plain")
+    from starlette.concurrency import run_in_threadpool
+
+    return HTMLResponse(await run_in_threadpool(render_dashboard, store))
