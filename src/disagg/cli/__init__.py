@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from disagg.cli import bench, inventory, jobs, place, serve, simulate, token
+from disagg.cli import admin, bench, inventory, jobs, place, serve, simulate, token
 
 app = typer.Typer(
     name="disagg",
@@ -25,8 +25,9 @@ serve.register(app)  # serve
 jobs.register(app)  # submit, jobs, logs, cancel
 inventory.register(app)  # slices, machines, devices, links
 simulate.register(app)  # simulate
+admin.register(app)  # gc, backup, restore
 bench.register(app)  # bench placement | slices | api | crash | sim
-token.register(app)  # token create
+token.register(app)  # token create | list | revoke
 
 __all__ = ["app", "main"]
 

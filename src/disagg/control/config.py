@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from disagg.model import SpecError
 from disagg.model.tenants import Tenants, load_tenants, parse_tenants
 from disagg.store import DEFAULT_URL, normalize_url
+
+if TYPE_CHECKING:
+    from disagg.engines.local import Isolation
 
 ENV_PREFIX = "DISAGG_"
 
@@ -91,6 +94,13 @@ class Config(BaseModel):
     @property
     def log_cap_bytes(self) -> int:
         return int(self.log_cap_mb * 2**20)
+
+    def isolation(self) -> Isolation:
+        """The local engine's isolation settings (users, working directories, cgroups, log cap)."""
+        from disagg.engines.local import Isolation
+
+        return Isolation(self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
+                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max)
 
     def tenants_spec(self) -> Tenants:
         """The tenants this config names (none: every tenant gets the defaults). SpecError when bad."""

@@ -11,9 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from disagg.engines.base import Engine
+from disagg.model import SpecError
 from disagg.store import Store
+
+if TYPE_CHECKING:
+    from disagg.control.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -60,4 +65,24 @@ def collect(store: Store, engine: Engine, retention_s: float, now: float | None 
     return out
 
 
-__all__ = ["GC_EVERY_S", "Collected", "collect"]
+def collect_now(config: Config) -> Collected:
+    """`disagg gc`: open the store and the engine the controller uses and collect once."""
+    from disagg.engines.registry import EngineOptions, make_engine
+    from disagg.fabric.emulated import OperationLatencies
+
+    store = Store(config.db)
+    try:
+        if not store.has_schema():
+            raise SpecError("--db", [f"{config.db} is not a disagg store"])
+        state = config.resolved_state_dir()
+        engine = make_engine(config.engine, EngineOptions(state, OperationLatencies().scaled(0.0), config.slurm_site,
+                                                          config.isolation()))
+        try:
+            return collect(store, engine, config.retention_s)
+        finally:
+            engine.close()
+    finally:
+        store.close()
+
+
+__all__ = ["GC_EVERY_S", "Collected", "collect", "collect_now"]

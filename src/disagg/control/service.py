@@ -20,7 +20,6 @@ from disagg.control.reconcile import ReconcileReport, reconcile
 from disagg.control.recovery import StateLossError, StoreMark, state_loss
 from disagg.control.split import LoopLink
 from disagg.engines.base import Engine
-from disagg.engines.local import Isolation
 from disagg.engines.registry import EngineOptions, make_engine
 from disagg.fabric.base import FabricDriver
 from disagg.fabric.emulated import OperationLatencies
@@ -69,13 +68,6 @@ def _last_round(link: LoopLink) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _isolation(config: Config) -> Isolation:
-    """The local engine's isolation settings from the config (docs/security.md)."""
-    return Isolation(config.tenants_spec(), config.allow_same_user,
-                     Path(config.jobs_dir) if config.jobs_dir else None, config.log_cap_bytes,
-                     config.cgroup_parent, config.task_pids_max)
-
-
 def open_service(config: Config, api_only: bool = False) -> Service:
     """Open (and migrate) the store, load the cluster, start nothing yet but reconcile the world.
 
@@ -93,7 +85,7 @@ def open_service(config: Config, api_only: bool = False) -> Service:
     store.restrict_files()
     latencies = OperationLatencies().scaled(config.latency_scale)
     fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))
-    engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, _isolation(config)))
+    engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
     report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state)
     metrics = ControllerMetrics(store, fabric)
     controller = Controller(store, fabric, engine, config, metrics)

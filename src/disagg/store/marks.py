@@ -10,7 +10,7 @@ and a store with another id is not the one the state directory belongs to. Delet
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, insert, inspect, select, update
 
 from disagg.store.base import StoreBase
 from disagg.store.models import EventRow, MetaRow
@@ -42,6 +42,11 @@ class MarkOps(StoreBase):
             top = conn.execute(select(func.max(EventRow.id))).scalar() or 0
             floor = conn.execute(select(MetaRow.value).where(MetaRow.key == EVENTS_FLOOR)).scalar()
             return store_id(conn), max(int(top), int(floor or 0))
+
+    def has_schema(self) -> bool:
+        """Whether the database holds a disagg store (its migrations ran), without changing anything."""
+        with self.read_core() as conn:
+            return inspect(conn).has_table("alembic_version")
 
     def slice_ids(self, ids: list[str]) -> set[str]:
         """Which of `ids` the store has a slice for (in any state)."""
