@@ -63,7 +63,8 @@ def utility(phi: ArrayLike, tau: ArrayLike, z: ArrayLike) -> NDArray[np.float64]
     z_a = np.asarray(z, dtype=np.float64)
     base = (tau_a - phi_a) / tau_a
     ut = np.where(phi_a <= tau_a, base, base * (10.0 - z_a) / 9.0)
-    return np.clip(np.nan_to_num(ut, nan=-UT_FLOOR, neginf=-UT_FLOOR), -UT_FLOOR, 1.0)
+    out: NDArray[np.float64] = np.clip(np.nan_to_num(ut, nan=-UT_FLOOR, neginf=-UT_FLOOR), -UT_FLOOR, 1.0)
+    return out
 
 
 def placing_cost(phi: ArrayLike, tau: ArrayLike, z: ArrayLike, preference: ArrayLike) -> NDArray[np.int64]:

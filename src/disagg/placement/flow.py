@@ -172,7 +172,8 @@ class FlowPlacer:
             # Requests that differ only in how they are written (order, zero counts) share the shape.
             parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
         wants, shape = parts
-        return JobState(job, order, profile, tau, clamp_importance(job.importance), default_gbps if gbps is None else gbps,
+        z = clamp_importance(job.importance)
+        return JobState(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
                         shape, wants, t.count, cpus, memory_gb)
 
