@@ -126,12 +126,15 @@ class JobLog:
         os.write(self.fd, text.encode())
 
     def _put(self, task: int, data: bytes) -> None:
+        """Write what fits under the task's cap; the first byte past it writes the note (once) instead."""
         room = self.cap - self.written[task]
-        if room <= 0 or not data:
+        if not data or room < 0:
             return
         if len(data) > room:
             data = data[:room] + cap_note(task, self.cap)
-        self.written[task] += len(data)
+            self.written[task] = self.cap + 1  # capped: nothing more is written for this task
+        else:
+            self.written[task] += len(data)
         os.write(self.fd, data)
 
 
