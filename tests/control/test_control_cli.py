@@ -26,6 +26,9 @@ runner = CliRunner()
 
 def test_token_create_prints_the_token_alone(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'd.db'}"
+    refused = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "alice"])
+    assert refused.exit_code == 2 and "no store at" in refused.output and not (tmp_path / "d.db").exists()
+    Store(db).migrate()  # what `disagg serve` does on its first start
     r = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "alice"])
     assert r.exit_code == 0, r.output
     token = r.stdout.strip()

@@ -69,8 +69,7 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
         elif seen > events:
             problems.append(f"the store has gone back: it holds {events} changes, the state directory saw {seen} "
                             "(a lost or truncated WAL, or an old backup)")
-    handles = engine.handles()
-    unknown = sorted(set(handles) - store.slice_ids(handles))
+    unknown = unknown_handles(store, engine)
     if unknown:
         problems.append(f"the engine has jobs of {len(unknown)} slices the store does not know: {_some(unknown)}")
     held = {(d.id, t.machine) for r in store.live_slices() for t, d in r.placement.devices()}
@@ -78,6 +77,12 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
     if stray:
         problems.append(f"the fabric has {len(stray)} attachments no live slice holds: {_some(stray)}")
     return problems
+
+
+def unknown_handles(store: Store, engine: Engine) -> list[str]:
+    """The engine's jobs whose slices the store does not know at all."""
+    handles = engine.handles()
+    return sorted(set(handles) - store.slice_ids(handles))
 
 
 class StoreMark:
@@ -106,4 +111,4 @@ class StoreMark:
         self._written = progress
 
 
-__all__ = ["MARK_FILE", "StateLossError", "StoreMark", "read_mark", "state_loss"]
+__all__ = ["MARK_FILE", "StateLossError", "StoreMark", "read_mark", "state_loss", "unknown_handles"]

@@ -17,7 +17,7 @@ from disagg.control.jobs import JobService
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.reconcile import ReconcileReport, reconcile
-from disagg.control.recovery import StateLossError, StoreMark, state_loss
+from disagg.control.recovery import StateLossError, StoreMark, state_loss, unknown_handles
 from disagg.control.split import LoopLink
 from disagg.engines.base import Engine
 from disagg.engines.registry import EngineOptions, make_engine
@@ -109,8 +109,10 @@ def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine,
     for problem in problems:
         log.warning("state loss accepted: %s", problem)
     report = reconcile(store, fabric, engine)
-    if problems:
-        StoreMark(store, state)(force=True)  # the loss is accepted: the mark starts anew
+    if problems:  # the loss is accepted: what the store does not know goes, and the mark starts anew
+        for handle in unknown_handles(store, engine):
+            engine.forget(handle)
+        StoreMark(store, state)(force=True)
     return report
 
 

@@ -223,7 +223,11 @@ class SliceRunner:
         handle = record.handle
         if handle is None and ("prepare-task", record.job_id) in begun:
             # prepared, but the controller died before it kept the handle: same spec, same handle
-            handle = self.engine.prepare_task(plan.spec)
+            # (a job the engine refused was never staged: there is nothing to stop)
+            try:
+                handle = self.engine.prepare_task(plan.spec)
+            except TaskRefused:
+                handle = None
         if handle is not None:
             stop = handle
             self.step(slice_id, "stop-task", record.job_id, lambda: self.engine.cancel(stop))

@@ -331,7 +331,8 @@ def _jobs_root(path: Path, state_dir: Path) -> None:
         return
     for parent in reversed(path.parents):
         if not parent.exists():
-            parent.mkdir(mode=0o755)
+            parent.mkdir()
+            parent.chmod(0o755)  # whatever the umask: every tenant's user passes it
         info = parent.lstat()
         if not stat.S_ISDIR(info.st_mode) or not info.st_mode & stat.S_IXOTH:
             raise ValueError(f"jobs_dir: {path}: the tenants' users cannot pass {parent} (mode "
@@ -353,7 +354,8 @@ def _make_workdir(work: Path, account: Account, files: dict[str, str]) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
     for name, text in files.items():
-        fd = os.open(work / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+        fd = os.open(work / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o444)
+        os.fchmod(fd, 0o444)  # readable by the job's user whatever the controller's umask (077)
         with os.fdopen(fd, "w") as f:
             f.write(text)
     if account.drop:
