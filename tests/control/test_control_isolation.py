@@ -272,8 +272,8 @@ def test_reserved_and_unprintable_names_are_refused(two: TwoTenants) -> None:
 
 
 def test_logs_are_capped_on_disk_read_in_pages_and_escaped(two: TwoTenants, monkeypatch: pytest.MonkeyPatch) -> None:
-    job = two.submit("alice", ["python3", "-c", "import sys\nfor _ in range(80): sys.stdout.write('x' * 65535 + '\\n')\n"
-                                                "print('\\x1b[2Jcleared')"])
+    flood = "import sys\nfor _ in range(80): sys.stdout.write('x' * 65535 + '\\n')\nprint('\\x1b[2Jcleared')"
+    job = two.submit("alice", ["python3", "-c", flood])
     two.wait("alice", job, "completed")
     url = f"{two.server.url}/v1/jobs/{job}/logs"
     first = httpx.get(url, headers=two.h("alice"), params={"limit": 65536}, timeout=10).json()
@@ -287,7 +287,8 @@ def test_logs_are_capped_on_disk_read_in_pages_and_escaped(two: TwoTenants, monk
         if page["complete"]:
             break
     text = "".join(seen)
-    assert len(text.encode()) == first["size"] and "more than 1048576 bytes; the rest of its output is discarded" in text
+    assert len(text.encode()) == first["size"]
+    assert "more than 1048576 bytes; the rest of its output is discarded" in text
     assert httpx.get(url, headers=two.h("alice"), params={"limit": 2**20 + 1}, timeout=10).status_code == 422
     small = two.submit("alice", ["printf", "\\033[31mred\\033[0m\\n"])
     two.wait("alice", small, "completed")
