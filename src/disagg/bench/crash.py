@@ -236,6 +236,16 @@ class _Trials:
         finally:
             svc.close()
 
+    def every(self, path: str, key: str) -> list[dict[str, Any]]:
+        """Every item of a paged listing (following `next`)."""
+        items: list[dict[str, Any]] = []
+        nxt: str | None = path
+        while nxt:
+            page = httpx.get(self.server.url + nxt, headers=self.headers, timeout=5).json()
+            items += page[key]
+            nxt = page.get("next")
+        return items
+
     def finish(self, timeout_s: float = 120.0) -> None:
         """Run undisturbed until every job has completed and no slice tears down, then kill and check."""
         self.server.start()
@@ -243,7 +253,7 @@ class _Trials:
         self.submit_pending()
         end = time.monotonic() + timeout_s
         while True:
-            jobs = httpx.get(self.server.url + "/v1/jobs", headers=self.headers, timeout=5).json()["jobs"]
+            jobs = self.every("/v1/jobs?limit=500", "jobs")
             tearing = httpx.get(self.server.url + "/v1/slices?state=tearing-down", headers=self.headers,
                                 timeout=5).json()
             if all(j["state"] == JobState.COMPLETED for j in jobs) and not tearing["slices"]:

@@ -80,8 +80,8 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
 
 
 def unknown_handles(store: Store, engine: Engine) -> list[str]:
-    """The engine's jobs whose slices the store does not know at all."""
-    handles = engine.handles()
+    """The jobs the engine records in the state directory whose slices the store does not know at all."""
+    handles = engine.recorded_handles()
     return sorted(set(handles) - store.slice_ids(handles))
 
 

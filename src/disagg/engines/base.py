@@ -139,6 +139,11 @@ class Engine(ABC):
         """The handles of the jobs this engine has records of (audits; reconciliation uses `orphans`)."""
         return []
 
+    def recorded_handles(self) -> list[str]:
+        """The jobs this engine records in the controller's state directory (at start, one the store does
+        not know tells a lost store). Engines whose records live elsewhere (Slurm's) have none here."""
+        return []
+
     def orphans(self, live: Collection[str]) -> list[str]:
         """Handles of jobs this engine may still run (running, pending or held) that no live slice
         accounts for (`live`: the live slices' handles); reconciliation cancels them. Engines that keep

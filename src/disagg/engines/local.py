@@ -298,6 +298,9 @@ class LocalEngine(Engine):
         """Every job directory the engine knows."""
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
 
+    def recorded_handles(self) -> list[str]:
+        return self.handles()
+
     def orphans(self, live: Collection[str]) -> list[str]:
         keep = set(live)
         return [h for h in self.handles() if h not in keep and not self.status(h).state.ended]
