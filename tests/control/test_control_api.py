@@ -3,8 +3,12 @@ admin-only routes, metrics, the dashboard and the OpenAPI document."""
 
 from __future__ import annotations
 
-from control_helpers import body, wait_for
+from pathlib import Path
+
+from control_helpers import body, make_service, wait_for
 from fastapi.testclient import TestClient
+
+from disagg.api import create_app
 
 Client = tuple[TestClient, dict[str, str]]
 
@@ -212,3 +216,14 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
         "create_token_v1_tokens_post", "list_tokens_v1_tokens_get", "revoke_token_v1_tokens__token_id__delete",
         "healthz_healthz_get",
     ]
+
+
+def test_metrics_can_be_opened_for_a_scraper(tmp_path: Path) -> None:
+    """`metrics_public: true` serves /metrics without a token; the dashboard still needs one."""
+    svc = make_service(tmp_path, metrics_public=True)
+    try:
+        with TestClient(create_app(svc.jobs)) as client:
+            assert client.get("/metrics").status_code == 200 and "disagg_queue_length" in client.get("/metrics").text
+            assert client.get("/").status_code == 401
+    finally:
+        svc.close()

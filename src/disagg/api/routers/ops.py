@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from disagg.api import schemas as S
 from disagg.api.dashboard import render_dashboard
@@ -44,7 +45,8 @@ async def metrics(request: Request, jobs: Jobs) -> Response:
     if not jobs.config.metrics_public and not await _authorized(request):
         return Response("a token is needed (or metrics_public: true)\n", status_code=401,
                         headers={"WWW-Authenticate": "Bearer"}, media_type="text/plain")
-    return Response(jobs.metrics.render(), media_type="text/plain; version=0.0.4")
+    body = await run_in_threadpool(jobs.metrics.render)  # it reads the store: off the event loop
+    return Response(body, media_type="text/plain; version=0.0.4")
 
 
 @router.get("/", include_in_schema=False, response_class=HTMLResponse)
@@ -53,6 +55,4 @@ async def dashboard(request: Request, store: StoreDep) -> Response:
         return Response("a token is needed: any user name, the token as the password\n", status_code=401,
                         headers={"WWW-Authenticate": 'Basic realm="disagg", charset="UTF-8"'},
                         media_type="text/plain")
-    from starlette.concurrency import run_in_threadpool
-
     return HTMLResponse(await run_in_threadpool(render_dashboard, store))
