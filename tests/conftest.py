@@ -3,13 +3,15 @@
 As root, every controller the tests start runs its jobs as the tenants' Unix users (`disagg-<tenant>`,
 made on first use) in task cgroups. The session puts the cgroups under a parent of its own
 (`DISAGG_CGROUP_PARENT`, read by every `disagg serve` the tests start; `make_service` passes it) and,
-at its end, kills what is left there, removes the groups and deletes the users it made.
+at its end, kills what is left there, removes the groups, the jobs' working directories
+(`/var/lib/disagg/jobs/<hash>`) and the users it made.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,13 +32,23 @@ def _tenant_users() -> set[str]:
     return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith("disagg-")}
 
 
+def _jobs_dirs() -> set[Path]:
+    from disagg.engines.local import SYSTEM_JOBS_ROOT
+
+    return set(SYSTEM_JOBS_ROOT.iterdir()) if SYSTEM_JOBS_ROOT.is_dir() else set()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_up_users_and_cgroups() -> Iterator[None]:
-    """Remove the task cgroups and the tenants' users this session made (root only)."""
+    """Remove the task cgroups, the jobs' working directories and the tenants' users this session made
+    (root only)."""
     before = _tenant_users() if os.geteuid() == 0 else set()
+    dirs = _jobs_dirs() if os.geteuid() == 0 else set()
     yield
     if os.geteuid() != 0:
         return
+    for made in sorted(_jobs_dirs() - dirs):
+        shutil.rmtree(made, ignore_errors=True)
     from disagg.engines.cgroups import detect
 
     confinement = detect(TEST_CGROUP)

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from disagg.bench.crash import forget_jobs_dir
 from disagg.model.states import JobState
 
 
@@ -156,6 +157,7 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
         finally:
             if pg is not None:
                 pg.stop()
+            forget_jobs_dir(root / "state")
     jobs = counts["jobs"]
     placed = sum(n for st, n in jobs.items() if st != JobState.QUEUED)
     return {"benchmark": "api", "backend": backend if pg is not None or backend == "sqlite" else "url",

@@ -278,6 +278,16 @@ def _admin_headers(db: str) -> tuple[dict[str, str], str]:
     return headers, dialect
 
 
+def forget_jobs_dir(state_dir: Path) -> None:
+    """Remove the jobs' working directories of a benchmark's throw-away controller (as root they are
+    under /var/lib/disagg/jobs, outside the temporary directory that goes with the benchmark)."""
+    import shutil
+
+    from disagg.engines.local import default_jobs_dir
+
+    shutil.rmtree(default_jobs_dir(state_dir.absolute()), ignore_errors=True)
+
+
 def _shared_file(path: Path) -> Path:
     """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
     file is writable by all (0666) in a directory all may pass (0755), both in /tmp."""
@@ -340,3 +350,4 @@ def run_crash_bench(backend: str | None, serve: Serve, trials: int = 200, seed: 
         finally:
             if pg is not None:
                 pg.stop()
+            forget_jobs_dir(Path(d) / "state")
