@@ -3,7 +3,8 @@
 By default the API is served from one process and the scheduling loop with its slice workers runs in
 another, forked from it (`--one-process` keeps both in one). The steps, each a function below:
 settings (file < env < options) → open the store and reconcile (in the loop process when split) →
-print the admin token once and a banner → run the API until stopped → stop the loop, close the store.
+write the first admin token to a 0600 file and print its path, and a banner (with how jobs are isolated)
+→ run the API until stopped → stop the loop, close the store.
 
 The controller's packages are imported inside the functions: every `disagg` command imports this
 module to register `serve`, and most need none of them.
