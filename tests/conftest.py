@@ -47,8 +47,10 @@ def _clean_up_users_and_cgroups() -> Iterator[None]:
     yield
     if os.geteuid() != 0:
         return
-    for made in sorted(_jobs_dirs() - dirs):
-        shutil.rmtree(made, ignore_errors=True)
+    for made in sorted(_jobs_dirs()):  # this session's, and those of state directories that are gone
+        mark = made / "state-dir"
+        if made not in dirs or (mark.exists() and not Path(mark.read_text().strip()).exists()):
+            shutil.rmtree(made, ignore_errors=True)
     from disagg.engines.cgroups import detect
 
     confinement = detect(TEST_CGROUP)
