@@ -12,11 +12,12 @@ echo "== the same jobs, server-centric (Firmament): GPUs on CPU-starved machines
 .venv/bin/disagg place --cluster examples/drmaestro-testbed.yaml --jobs examples/drmaestro-jobs.yaml --policy firmament
 cat <<'MSG'
 == the controller: disagg serve on http://127.0.0.1:8080 (dashboard at /, API docs at /docs)
-   It prints an admin token once. In another shell:
-     export DISAGG_URL=http://127.0.0.1:8080 DISAGG_TOKEN=<the admin token>
+   Its first start writes an admin token to disagg.db.d/admin-token (0600). In another shell:
+     export DISAGG_URL=http://127.0.0.1:8080 DISAGG_TOKEN=$(cat disagg.db.d/admin-token)
      .venv/bin/disagg submit hello --image rodinia/nw --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
      .venv/bin/disagg jobs; .venv/bin/disagg slices; .venv/bin/disagg devices
    At the seed's latencies a slice takes about 40 s to compose (attach 4 s, launch-machine 30 s, ...);
-   `bash scripts/demo.sh --latency-scale 0.05` runs the emulated fabric 20x faster.
+   `bash scripts/demo.sh --latency-scale 0.05` runs the emulated fabric 20x faster. As root, jobs run
+   as their tenant's user (disagg-<tenant>); not as root, add --allow-same-user (docs/security.md).
 MSG
 exec .venv/bin/disagg serve "$@"

@@ -1,14 +1,65 @@
-"""Shared fixtures for the top-level tests."""
+"""Shared fixtures for the top-level tests, and the session's clean-up of what running jobs as root makes.
+
+As root, every controller the tests start runs its jobs as the tenants' Unix users (`disagg-<tenant>`,
+made on first use) in task cgroups. The session puts the cgroups under a parent of its own
+(`DISAGG_CGROUP_PARENT`, read by every `disagg serve` the tests start; `make_service` passes it) and,
+at its end, kills what is left there, removes the groups, the jobs' working directories
+(`/var/lib/disagg/jobs/<hash>`) and the users it made.
+"""
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: This session's parent cgroup (under each hierarchy), apart from any real controller's `disagg`.
+TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.getpid()}")
 
 
 @pytest.fixture
 def examples() -> Path:
     return ROOT / "examples"
+
+
+def _tenant_users() -> set[str]:
+    return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith("disagg-")}
+
+
+def _jobs_dirs() -> set[Path]:
+    from disagg.engines.local import SYSTEM_JOBS_ROOT
+
+    return set(SYSTEM_JOBS_ROOT.iterdir()) if SYSTEM_JOBS_ROOT.is_dir() else set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_up_users_and_cgroups() -> Iterator[None]:
+    """Remove the task cgroups, the jobs' working directories and the tenants' users this session made
+    (root only)."""
+    before = _tenant_users() if os.geteuid() == 0 else set()
+    dirs = _jobs_dirs() if os.geteuid() == 0 else set()
+    yield
+    if os.geteuid() != 0:
+        return
+    for made in sorted(_jobs_dirs()):  # this session's, and those of state directories that are gone
+        mark = made / "state-dir"
+        if made not in dirs or (mark.exists() and not Path(mark.read_text().strip()).exists()):
+            shutil.rmtree(made, ignore_errors=True)
+    from disagg.engines.cgroups import detect
+
+    confinement = detect(TEST_CGROUP)
+    for parent in [confinement.v2, *confinement.v1.values()]:
+        if parent is None:
+            continue
+        for child in Path(parent).iterdir():
+            if child.is_dir():
+                confinement.group(child.name).remove(timeout=5)
+        Path(parent).rmdir()
+    for user in sorted(_tenant_users() - before):
+        subprocess.run(["userdel", user], capture_output=True, check=False)

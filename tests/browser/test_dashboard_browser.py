@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from browser_helpers import requested_urls
+from tests.server_files import admin_token
 
 from disagg.bench.crash import ForkedServer
 from disagg.cli.serve import serve_main
@@ -52,8 +53,7 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     server.start()
     try:
         server.ready()
-        log = (root / "server.log").read_text()
-        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        token = admin_token(root)
         yield Dashboard(server, token)
     finally:
         server.kill()

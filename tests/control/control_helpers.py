@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.server_files import admin_token  # noqa: F401 - re-exported for the controller tests
 
 from disagg.bench.crash import ForkedServer
 from disagg.cli.serve import serve_main
@@ -15,17 +18,22 @@ from disagg.store import job_dict
 from disagg.store.models import JobRow
 
 FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
+#: Where the tests' task cgroups go (the session removes them at its end: tests/conftest.py).
+TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.getpid()}")
+#: Not root: jobs can only run as the tests' own user.
+SAME_USER = os.geteuid() != 0
 
 
 class Server(ForkedServer):
     """The tests' server: `disagg serve` in a forked child, started as `disagg bench crash` starts it."""
 
     def __init__(self, root: Path, db: str, options: list[str]) -> None:
-        super().__init__(root, db, options, serve_main)
+        super().__init__(root, db, [*options, "--allow-same-user"] if SAME_USER else options, serve_main)
 
 
 def make_service(tmp_path: Path, db: str | None = None, cluster: str | None = None, scale: float = FAST,
                  **kw: object) -> Service:
+    kw = {"cgroup_parent": TEST_CGROUP, "allow_same_user": SAME_USER, **kw}
     settings = Config(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
                         state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, round_gap_s=0.02, **kw)  # type: ignore[arg-type]
     return open_service(settings)

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import yaml
-from control_helpers import Server
+from control_helpers import Server, admin_token
 
 from disagg.fabric.redfish_client import RedfishClient
 from disagg.fabric.redfish_discovery import discover
@@ -16,10 +16,6 @@ from disagg.store import Store
 
 FAST = ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"]
 SHARED_CSDL = Path(__file__).resolve().parents[3] / "shared" / "redfish" / "csdl"
-
-
-def admin_token(root: Path) -> str:
-    return (root / "server.log").read_text().split("admin token (shown once, keep it): ")[1].split()[0]
 
 
 def start_a(root: Path, cluster: Path | None = None) -> tuple[Server, dict[str, str]]:

@@ -3,8 +3,12 @@ admin-only routes, metrics, the dashboard and the OpenAPI document."""
 
 from __future__ import annotations
 
-from control_helpers import body, wait_for
+from pathlib import Path
+
+from control_helpers import body, make_service, wait_for
 from fastapi.testclient import TestClient
+
+from disagg.api import create_app
 
 Client = tuple[TestClient, dict[str, str]]
 
@@ -117,7 +121,8 @@ def test_device_admin_routes_need_an_admin_and_change_the_inventory(api: Client)
 def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
     client, tok = api
     client.post("/v1/jobs", headers=h(tok["alice"]), json=body(gpu=0))
-    metrics = client.get("/metrics").text
+    assert client.get("/metrics").status_code == 401  # behind a token unless metrics_public
+    metrics = client.get("/metrics", headers=h(tok["alice"])).text
     for name in ("disagg_queue_length", 'disagg_slices{state="running"}', 'disagg_devices{state="free"}',
                  "disagg_placement_round_seconds", "disagg_slice_step_seconds", 'disagg_link_up{link="up:iobox0"} 1.0',
                  'disagg_link_load_gbps{link="rack:r0"}'):
@@ -196,7 +201,7 @@ def test_every_method_a_path_has_is_named_in_405_and_unknown_query_parameters_ar
         assert (r.status_code, r.headers["allow"], r.json()["problems"]) == (405, allow, []), (method, path)
     r = client.get("/v1/slices?state=running&bogus=2&zzz=1", headers=h(tok["alice"]))
     assert r.status_code == 422
-    assert r.json()["detail"] == "unknown query parameter 'bogus'; allowed: limit, state, steps"
+    assert r.json()["detail"] == "unknown query parameter 'bogus'; allowed: cursor, limit, state, steps"
     assert [p["field"] for p in r.json()["problems"]] == ["bogus", "zzz"]
     assert client.get("/healthz?x=1").json()["detail"] == "unknown query parameter 'x'; allowed: none"
 
@@ -216,5 +221,18 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
         "repair_device_v1_devices__device_id__repair_post", "list_links_v1_links_get",
         "fail_link_v1_links__link_id__fail_post", "repair_link_v1_links__link_id__repair_post",
         "list_tenants_v1_tenants_get", "set_tenant_v1_tenants__name__put",
+        "create_token_v1_tokens_post", "list_tokens_v1_tokens_get", "revoke_token_v1_tokens__token_id__delete",
         "get_history_v1_history_get", "healthz_healthz_get",
     ]
+
+
+def test_metrics_can_be_opened_for_a_scraper(tmp_path: Path) -> None:
+    """`metrics_public: true` serves /metrics without a token; the dashboard still needs one (a sign-in)."""
+    svc = make_service(tmp_path, metrics_public=True)
+    try:
+        with TestClient(create_app(svc.jobs)) as client:
+            assert client.get("/metrics").status_code == 200 and "disagg_queue_length" in client.get("/metrics").text
+            first = client.get("/", follow_redirects=False)
+            assert first.status_code == 303 and first.headers["location"].startswith("/login")
+    finally:
+        svc.close()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from control_helpers import Server, wait_for
+from control_helpers import Server, admin_token, wait_for
 from typer.testing import CliRunner
 
 from disagg.cli import app
@@ -26,6 +26,9 @@ runner = CliRunner()
 
 def test_token_create_prints_the_token_alone(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'd.db'}"
+    refused = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "alice"])
+    assert refused.exit_code == 2 and "no store at" in refused.output and not (tmp_path / "d.db").exists()
+    Store(db).migrate()  # what `disagg serve` does on its first start
     r = runner.invoke(app, ["token", "create", "--db", db, "--tenant", "alice"])
     assert r.exit_code == 0, r.output
     token = r.stdout.strip()
@@ -67,8 +70,8 @@ def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytes
     try:
         server.ready()
         log = (tmp_path / "server.log").read_text()
-        assert log.count("admin token (shown once, keep it): dg_") == 1
-        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        assert log.count("admin token written to ") == 1
+        token = admin_token(tmp_path)
         monkeypatch.setenv("DISAGG_URL", server.url)
         monkeypatch.setenv("DISAGG_TOKEN", token)
         submit = ["submit", "hello", "--gpus", "1", "--json", "--", "sh", "-c", "echo hi $DISAGG_DEVICES"]
@@ -123,19 +126,19 @@ def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_
         assert loop_pid != server.pid and os.getpgid(loop_pid) == server.pid
         # the loop process yields the cores to the API first (loop_nice, default 5)
         assert os.getpriority(os.PRIO_PROCESS, loop_pid) == os.getpriority(os.PRIO_PROCESS, server.pid) + 5
-        token = log.split("admin token (shown once, keep it): ")[1].split()[0]
+        token = admin_token(tmp_path)
         auth = {"Authorization": f"Bearer {token}"}
         job = httpx.post(server.url + "/v1/jobs", headers=auth, json={"name": "x", "command": ["true"]}).json()
 
         def placed_and_published() -> bool:  # the loop process publishes its numbers every 0.5 s
             health = httpx.get(server.url + "/healthz").json()
             state = httpx.get(server.url + f"/v1/jobs/{job['id']}", headers=auth).json()["state"]
-            metrics = httpx.get(server.url + "/metrics").text
+            metrics = httpx.get(server.url + "/metrics", headers=auth).text
             return (state == "completed" and health["last_round"].get("placed", 0) >= 1
                     and 'disagg_slice_step_seconds_count{op="launch-task"} 1.0' in metrics)
 
         wait_for(placed_and_published, what="the loop process to place the job and publish its numbers")
-        metrics = httpx.get(server.url + "/metrics").text
+        metrics = httpx.get(server.url + "/metrics", headers=auth).text
         # the loop's histograms (from the loop process) and the API's, each family once
         assert "disagg_submit_seconds_count 1.0" in metrics
         assert metrics.count("# TYPE disagg_placement_round_seconds histogram") == 1

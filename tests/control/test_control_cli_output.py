@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from control_helpers import Server, wait_for
+from control_helpers import Server, admin_token, wait_for
 from typer.testing import CliRunner
 
 from disagg.cli import app
@@ -29,7 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, s
     srv.start()
     try:
         srv.ready()
-        token = (root / "server.log").read_text().split("admin token (shown once, keep it): ")[1].split()[0]
+        token = admin_token(root)
         yield srv, token
     finally:
         srv.kill()

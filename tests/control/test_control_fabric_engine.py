@@ -4,15 +4,14 @@ controller, tasks that see their devices."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from control_helpers import make_service, wait_for
+from control_helpers import SAME_USER, TEST_CGROUP, make_service, wait_for
 
 from disagg.control.service import DEFAULT_CLUSTER
 from disagg.engines.base import SliceMachine, SliceSpec
-from disagg.engines.local import LocalEngine
+from disagg.engines.local import Isolation, LocalEngine
 from disagg.fabric.base import FabricError
 from disagg.fabric.emulated import EmulatedFabric, OperationLatencies
 from disagg.model import load_cluster
@@ -118,15 +117,22 @@ def test_latencies_default_to_the_seed_testbed_and_scale() -> None:
 def _spec(slice_id: str, command: list[str], machines: int = 1) -> SliceSpec:
     ms = tuple(SliceMachine(f"{slice_id}-m{i}", f"node{i}", 1, 1, (f"iobox0/gpu{2 * i}", f"iobox0/gpu{2 * i + 1}"))
                for i in range(machines))
-    return SliceSpec(slice_id=slice_id, job_id="j-1", command=tuple(command), machines=ms, tasks=machines)
+    return SliceSpec(slice_id=slice_id, job_id="j-1", command=tuple(command), machines=ms, tasks=machines,
+                     tenant="t")
 
 
-ENV_DUMP = [sys.executable, "-c", "import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
+def _engine(tmp_path: Path) -> LocalEngine:
+    """The engine as `disagg serve` makes it (as root: jobs as `disagg-t`, in the session's test cgroups)."""
+    return LocalEngine(tmp_path / "tasks", isolation=Isolation(allow_same_user=SAME_USER, cgroup_parent=TEST_CGROUP))
+
+
+# the system's python: the tenant's user may not reach the test's own interpreter (e.g. under /root)
+ENV_DUMP = ["python3", "-c", "import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
             "if k.startswith(('DISAGG', 'CUDA'))}))"]
 
 
 def test_tasks_run_with_their_devices_and_the_hostfile(tmp_path: Path) -> None:
-    engine = LocalEngine(tmp_path / "tasks")
+    engine = _engine(tmp_path)
     spec = _spec("s-1", ENV_DUMP, machines=2)
     for m in spec.machines:
         engine.launch_machine(spec, m)
@@ -136,7 +142,8 @@ def test_tasks_run_with_their_devices_and_the_hostfile(tmp_path: Path) -> None:
     engine.launch_task(handle)
     wait_for(lambda: engine.status(handle).state == "completed", what="the job to end")
     logs = engine.logs(handle)
-    envs = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    envs = [json.loads(line.split("] ", 1)[1]) for line in logs.splitlines() if "] {" in line]
+    envs.sort(key=lambda e: e["DISAGG_TASK_INDEX"])
     assert [e["DISAGG_TASK_INDEX"] for e in envs] == ["0", "1"]
     assert envs[0]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert envs[1]["DISAGG_DEVICES"] == "iobox0/gpu2,iobox0/gpu3"
@@ -145,24 +152,24 @@ def test_tasks_run_with_their_devices_and_the_hostfile(tmp_path: Path) -> None:
 
 
 def test_a_repeated_launch_runs_the_job_once(tmp_path: Path) -> None:
-    engine = LocalEngine(tmp_path / "tasks")
-    marks = tmp_path / "marks"
-    spec = _spec("s-2", ["sh", "-c", f"echo run >> {marks}"])
+    engine = _engine(tmp_path)
+    spec = _spec("s-2", ["sh", "-c", "echo run >> marks"])  # in the job's working directory
     handle = engine.prepare_task(spec)
+    marks = engine.workdir(handle) / "marks"
     for _ in range(3):
         engine.launch_task(handle)
-    LocalEngine(tmp_path / "tasks").launch_task(handle)  # a restarted controller repeats it too
+    _engine(tmp_path).launch_task(handle)  # a restarted controller repeats it too
     wait_for(lambda: engine.status(handle).state == "completed", what="the job to end")
     assert marks.read_text() == "run\n"
 
 
 def test_jobs_outlive_the_engine_object_and_cancel_stops_them(tmp_path: Path) -> None:
-    engine = LocalEngine(tmp_path / "tasks")
+    engine = _engine(tmp_path)
     spec = _spec("s-3", ["sleep", "30"])
     handle = engine.prepare_task(spec)
     engine.launch_task(handle)
     wait_for(lambda: engine.status(handle).state == "running", what="the job to run")
-    restarted = LocalEngine(tmp_path / "tasks")  # the controller came back: it finds the job running
+    restarted = _engine(tmp_path)  # the controller came back: it finds the job running
     assert restarted.status(handle).state == "running"
     restarted.cancel(handle)
     restarted.cancel(handle)
@@ -170,9 +177,9 @@ def test_jobs_outlive_the_engine_object_and_cancel_stops_them(tmp_path: Path) ->
 
 
 def test_a_cancel_before_launch_means_the_job_never_starts(tmp_path: Path) -> None:
-    engine = LocalEngine(tmp_path / "tasks")
-    marks = tmp_path / "marks"
-    handle = engine.prepare_task(_spec("s-4", ["sh", "-c", f"echo run >> {marks}"]))
+    engine = _engine(tmp_path)
+    handle = engine.prepare_task(_spec("s-4", ["sh", "-c", "echo run >> marks"]))
+    marks = engine.workdir(handle) / "marks"
     engine.cancel(handle)
     engine.launch_task(handle)  # a late launch (a crash between the two) is refused by the claim
     assert engine.status(handle).state == "cancelled"
@@ -180,7 +187,7 @@ def test_a_cancel_before_launch_means_the_job_never_starts(tmp_path: Path) -> No
 
 
 def test_exit_codes_and_stderr_are_kept(tmp_path: Path) -> None:
-    engine = LocalEngine(tmp_path / "tasks")
+    engine = _engine(tmp_path)
     handle = engine.prepare_task(_spec("s-5", ["sh", "-c", "echo out; echo oops >&2; exit 3"]))
     engine.launch_task(handle)
     wait_for(lambda: engine.status(handle).state == "failed", what="the job to fail")
@@ -195,7 +202,7 @@ def test_a_runner_caught_writing_its_claim_is_not_taken_for_dead(tmp_path: Path,
     """The runner creates `started` empty and writes its pid into it a moment later. A status look that
     read it empty and then again with the pid called the live runner dead ("lost"): the loop tore its
     slice down, killed the job and ran it again on another slice (the kill -9 trials' "ran twice")."""
-    engine = LocalEngine(tmp_path / "tasks")
+    engine = _engine(tmp_path)
     handle = engine.prepare_task(_spec("s-6", ["sleep", "30"]))
     engine.launch_task(handle)
     started = tmp_path / "tasks" / handle / "started"

@@ -24,7 +24,7 @@ def test_every_metric_the_grafana_dashboard_queries_exists(api: tuple[TestClient
     jid = client.post("/v1/jobs", headers=headers, json=body("g", gpu=1)).json()["id"]
     wait_for(lambda: client.get(f"/v1/jobs/{jid}", headers=headers).json()["state"] == "completed",
              what="a job to complete (so every histogram has samples)")
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=headers).text
     exposed = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     dashboard = json.loads(DASHBOARD.read_text())
     wanted = queried_metrics(dashboard)

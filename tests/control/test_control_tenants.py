@@ -4,7 +4,10 @@ jobs start, and alice's preempted jobs complete later, exactly once."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,8 +62,22 @@ def _client(svc: Service) -> tuple[TestClient, dict[str, str]]:
 
 
 def _submit(svc: Service, tenant: str, name: str, out: Path, duration: float) -> str:
-    j, _ = svc.jobs.submit(tenant, body(name, [sys.executable, "-c", JOB, str(out), str(duration)]))
+    # the system's python3: as root a job runs as its tenant's user, who cannot reach a python under /root
+    python = "python3" if os.geteuid() == 0 else sys.executable
+    j, _ = svc.jobs.submit(tenant, body(name, [python, "-c", JOB, str(out), str(duration)]))
     return str(j["id"])
+
+
+@pytest.fixture
+def shared_out() -> Iterator[Path]:
+    """A directory every tenant's user can write (sticky, like /tmp): the jobs' reports to the test."""
+    root = Path(tempfile.mkdtemp(prefix="disagg-tenants-"))
+    root.chmod(0o755)
+    out = root / "out"
+    out.mkdir()
+    out.chmod(0o1777)
+    yield out
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_tenant_sees_itself_and_an_admin_sets_a_tenant(fair: Service) -> None:
@@ -80,7 +97,7 @@ def test_a_tenant_sees_itself_and_an_admin_sets_a_tenant(fair: Service) -> None:
         every = client.get("/v1/tenants", headers=auth(tokens["admin"])).json()["tenants"]
         assert {"alice", "bob", "carol"} <= {t["name"] for t in every}
         assert client.put("/v1/tenants/admin", json={}, headers=auth(tokens["admin"])).status_code == 422
-        metrics = client.get("/metrics").text
+        metrics = client.get("/metrics", headers=auth(tokens["admin"])).text
         assert 'disagg_tenant_quota{resource="gpu",tenant="carol"} 1.0' in metrics
 
 
@@ -89,9 +106,8 @@ def _events(svc: Service, job_id: str) -> list[dict[str, Any]]:
 
 
 def test_alice_floods_bob_reclaims_with_the_grace_period_and_alice_completes_once(fair: Service,
-                                                                                  tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
+                                                                                  shared_out: Path) -> None:
+    out = shared_out
     alice = [_submit(fair, "alice", f"a{i}", out, 4.0) for i in range(6)]
     # alice takes all five GPUs: her quota of 2 and 3 borrowed from bob's unused quota
     wait_for(lambda: sum(job(fair, j)["state"] == JobState.RUNNING for j in alice) == 5, 30, "alice to hold 5 GPUs")

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from control_helpers import admin_token
 from redfish_helpers import start_a, start_b, systems, wait
 
 from disagg.store import Store
@@ -32,6 +36,19 @@ def ours(a_url: str, a_admin: str, marker: str = "disagg-b") -> list[dict]:
 
 
 @pytest.fixture
+def runs() -> Iterator[Path]:
+    """A file every tenant's user may append to (as root, B's jobs run as its tenant's user, who cannot
+    reach pytest's own directories): each run of the job writes a line."""
+    root = Path(tempfile.mkdtemp(prefix="disagg-fed-"))
+    root.chmod(0o755)
+    out = root / "runs"
+    out.touch()
+    out.chmod(0o666)
+    yield out
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
 def federation(tmp_path: Path):
     a, tokens = start_a(tmp_path / "a")
     b = start_b(tmp_path / "b", a.url, "alice", tokens["alice"])
@@ -41,10 +58,10 @@ def federation(tmp_path: Path):
             s.kill()
 
 
-def test_b_runs_a_2_gpu_job_composed_on_a_and_leaves_nothing(federation) -> None:
+def test_b_runs_a_2_gpu_job_composed_on_a_and_leaves_nothing(federation, runs: Path) -> None:
     a, b, tokens, root = federation
-    b_admin = (root / "b" / "server.log").read_text().split("keep it): ")[1].split()[0]
-    j = submit(b.url, b_admin, 2, f"sleep 1.5; echo ran >> {root / 'runs'}")
+    b_admin = admin_token(root / "b")
+    j = submit(b.url, b_admin, 2, f"sleep 1.5; echo ran >> {runs}")
     composed = wait(lambda: ours(a.url, tokens["admin"]), what="B's composed system on A")
     assert len(composed) == 1
     blocks = [x["@odata.id"] for x in composed[0]["Links"]["ResourceBlocks"]]
@@ -56,17 +73,17 @@ def test_b_runs_a_2_gpu_job_composed_on_a_and_leaves_nothing(federation) -> None
     assert composed[0]["SystemType"] == "Composed"
     wait(lambda: job(b.url, b_admin, j)["state"] == "completed", what="the job to complete")
     wait(lambda: not ours(a.url, tokens["admin"]), what="B's composition to be decomposed")
-    assert (root / "runs").read_text().count("ran") == 1
+    assert runs.read_text().count("ran") == 1
     # A's store: the composition came and went through its slice state machine, nothing holds a device
     store = Store(f"sqlite:///{root / 'a' / 'a.db'}")
     assert store.held_devices() == {}
     store.close()
 
 
-def test_kill_9_of_b_while_composing_leaks_nothing_on_a_and_runs_the_job_once(federation) -> None:
+def test_kill_9_of_b_while_composing_leaks_nothing_on_a_and_runs_the_job_once(federation, runs: Path) -> None:
     a, b, tokens, root = federation
-    b_admin = (root / "b" / "server.log").read_text().split("keep it): ")[1].split()[0]
-    j = submit(b.url, b_admin, 2, f"echo ran >> {root / 'runs'}; sleep 0.5")
+    b_admin = admin_token(root / "b")
+    j = submit(b.url, b_admin, 2, f"echo ran >> {runs}; sleep 0.5")
     wait(lambda: job(b.url, b_admin, j)["state"] == "composing", timeout=20, what="B to compose")
     b.kill()
     time.sleep(0.3)
@@ -74,12 +91,12 @@ def test_kill_9_of_b_while_composing_leaks_nothing_on_a_and_runs_the_job_once(fe
     b.ready()
     wait(lambda: job(b.url, b_admin, j)["state"] == "completed", timeout=60, what="the job after the restart")
     wait(lambda: not ours(a.url, tokens["admin"]), what="no composition of B left on A")
-    assert (root / "runs").read_text().count("ran") == 1
+    assert runs.read_text().count("ran") == 1
 
 
 def test_a_block_taken_on_a_meanwhile_makes_b_plan_around_it(federation) -> None:
     a, b, tokens, root = federation
-    b_admin = (root / "b" / "server.log").read_text().split("keep it): ")[1].split()[0]
+    b_admin = admin_token(root / "b")
     # bob takes the four P100s on A directly, after B discovered them free
     h = {"Authorization": f"Bearer {tokens['bob']}"}
     body = {"Name": "bob's", "Links": {"ResourceBlocks": [{"@odata.id": f"{BLOCKS}/node3"}] + [

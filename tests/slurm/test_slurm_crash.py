@@ -50,8 +50,8 @@ class Serve:
         token = None
         deadline = time.monotonic() + 30
         line = self.proc.stdout.readline().decode()
-        if line.startswith("admin token"):
-            token = line.split(":", 1)[1].strip()
+        if line.startswith("admin token written to "):  # the path of a 0600 file, never the token itself
+            token = Path(line.removeprefix("admin token written to ").split(" (mode")[0]).read_text().strip()
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()[-2000:]
             try:

@@ -15,11 +15,10 @@ from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 
 from disagg.api import dashboard
-from disagg.api.deps import no_unknown_query
+from disagg.api.deps import TokenCache, no_unknown_query
 from disagg.api.errors import install_handlers
 from disagg.api.routers import ROUTERS
 from disagg.control.jobs import JobService
-from disagg.store import Principal
 
 
 def create_app(jobs: JobService) -> FastAPI:
@@ -33,10 +32,9 @@ def create_app(jobs: JobService) -> FastAPI:
         version="0.1.0",
         description="The disagg controller: jobs, slices, machines and devices of a disaggregated data center.",
     )
-    tokens: dict[str, Principal] = {}  # the tokens this app has seen (see `deps.principal`)
     app.state.jobs = jobs  # what `deps.get_jobs` hands the routes
     app.state.store = jobs.store
-    app.state.tokens = tokens
+    app.state.tokens = TokenCache()  # the tokens resolved in the last half second (see `deps.principal`)
     for router in ROUTERS:
         app.include_router(router)
     dashboard.install(app)

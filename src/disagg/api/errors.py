@@ -29,6 +29,7 @@ R403: Responses = {403: {"model": S.ErrorOut, "description": "Admin only."}}
 R404: Responses = {404: {"model": S.ErrorOut, "description": "No such object (or not yours)."}}
 R409: Responses = {409: {"model": S.ErrorOut, "description": "Idempotency key reused with another body."}}
 R422: Responses = {422: {"model": S.ErrorOut, "description": "Bad input: the fields at fault and what is allowed."}}
+R429: Responses = {429: {"model": S.ErrorOut, "description": "The tenant has as many jobs queued as it may."}}
 
 
 class ApiError(HTTPException):
@@ -89,4 +90,4 @@ def install_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
 
 
-__all__ = ["R400", "R401", "R403", "R404", "R409", "R422", "ApiError", "Responses", "install_handlers"]
+__all__ = ["R400", "R401", "R403", "R404", "R409", "R422", "R429", "ApiError", "Responses", "install_handlers"]

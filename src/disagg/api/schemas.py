@@ -6,9 +6,9 @@ Strict models make the API refuse what its own OpenAPI schema refuses (`true` is
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from disagg.model import states
 
@@ -17,6 +17,13 @@ _OUT = ConfigDict(extra="forbid")
 
 #: Text without NUL (PostgreSQL and exec() refuse it).
 Text = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+#: Text that is shown in tables and logs: no control character (no terminal escape can hide in it).
+Printable = r"^[^\x00-\x1f\x7f]*$"
+#: A command's size in all (its arguments' UTF-8 bytes) and its arguments, at most.
+MAX_COMMAND_BYTES = 65536
+MAX_ARGS = 256
+#: The bounds of a job's completion-time goal, seconds (beyond them no cost is meaningful).
+SLO_MIN_S, SLO_MAX_S = 1.0, 1e7
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=1, max_length=128)]
 Model = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=1, max_length=64)]
 Arg = Annotated[str, Field(pattern=r"^[^\x00]*$", max_length=4096)]
@@ -42,8 +49,8 @@ class TasksIn(BaseModel):
 
     model_config = _IN
     count: Int = Field(default=1, ge=1, le=64)
-    cpus: float = Field(default=1.0, gt=0, le=1024)
-    memory_gb: float = Field(default=1.0, gt=0, le=65536)
+    cpus: float = Field(default=1.0, ge=0.001, le=1024)
+    memory_gb: float = Field(default=1.0, ge=0.001, le=65536)
     gpu: Int = Field(default=0, ge=0, le=64)
     nvme: Int = Field(default=0, ge=0, le=64)
     fpga: Int = Field(default=0, ge=0, le=64)
@@ -74,15 +81,25 @@ class JobIn(BaseModel):
         },
     )
     name: Name
-    image: Annotated[str, Field(pattern=r"^[^\x00]*$", min_length=1, max_length=256)] = "unknown"
-    command: list[Arg] = Field(min_length=1, max_length=256)
+    image: Annotated[str, Field(pattern=Printable, min_length=1, max_length=256)] = "unknown"
+    command: list[Arg] = Field(min_length=1, max_length=MAX_ARGS,
+                               description=f"At most {MAX_ARGS} arguments and {MAX_COMMAND_BYTES} bytes in all.")
     tasks: TasksIn = TasksIn()
-    slo_s: float | None = Field(default=None, gt=0, le=1e9)
+    slo_s: float | None = Field(default=None, ge=SLO_MIN_S, le=SLO_MAX_S,
+                                description=f"Completion-time goal τ, {SLO_MIN_S:g} to {SLO_MAX_S:g} s.")
     importance: float = Field(default=1.0, ge=1.0, le=10.0)
     max_retries: Int = Field(default=2, ge=0, le=10)
     preemptible: bool = Field(default=True, description=(
         "May be preempted to give back what its tenant borrowed above its quota; a job that may not "
         "is never preempted and never borrows."))
+
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, value: list[str]) -> list[str]:
+        size = sum(len(a.encode()) for a in value)
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(f"the command is {size} bytes in all; at most {MAX_COMMAND_BYTES} are allowed")
+        return value
 
 
 class TasksOut(BaseModel):
@@ -135,21 +152,35 @@ class JobOut(BaseModel):
     preemptible: bool = True
 
 
+def _next() -> Any:
+    """A listing's link to its next page (null on the last page)."""
+    return Field(default=None, description="The path of the next page (null: this is the last one).")
+
+
 class JobList(BaseModel):
     model_config = _OUT
     jobs: list[JobOut]
+    next: str | None = _next()
 
 
 class LogsOut(BaseModel):
+    """A page of the job's output (its latest attempt): bytes `offset` to `next_offset` of `size`."""
+
     model_config = _OUT
     job: str
+    slice: str | None = Field(description="The attempt (slice) the output is of; a new one starts at offset 0.")
     logs: str
+    offset: int
+    next_offset: int = Field(description="Where the next page starts (ask again from there).")
+    size: int = Field(description="Bytes the attempt has written so far.")
+    complete: bool = Field(description="The attempt ended and this page reaches its end: nothing more will come.")
 
 
 class EventOut(BaseModel):
     """One transition of the job or of one of its slices: from, to, when, why."""
 
     model_config = _OUT
+    id: int = Field(description="The event's number (events are numbered in the order they happened).")
     at: float = Field(description="When, seconds since the epoch.")
     subject: Literal["job", "slice"]
     slice: str | None = Field(description="The slice, for a slice's transition (and a job's placement).")
@@ -162,6 +193,7 @@ class EventList(BaseModel):
     model_config = _OUT
     job: str
     events: list[EventOut]
+    next: str | None = _next()
 
 
 class StepOut(BaseModel):
@@ -200,6 +232,7 @@ class SliceOut(BaseModel):
 class SliceList(BaseModel):
     model_config = _OUT
     slices: list[SliceOut]
+    next: str | None = _next()
 
 
 class MachineOut(BaseModel):
@@ -218,6 +251,7 @@ class MachineOut(BaseModel):
 class MachineList(BaseModel):
     model_config = _OUT
     machines: list[MachineOut]
+    next: str | None = _next()
 
 
 class DeviceOut(BaseModel):
@@ -236,6 +270,7 @@ class DeviceOut(BaseModel):
 class DeviceList(BaseModel):
     model_config = _OUT
     devices: list[DeviceOut]
+    next: str | None = _next()
 
 
 class LinkOut(BaseModel):
@@ -251,6 +286,7 @@ class LinkOut(BaseModel):
 class LinkList(BaseModel):
     model_config = _OUT
     links: list[LinkOut]
+    next: str | None = _next()
 
 
 class HistoryPoint(BaseModel):
@@ -280,9 +316,43 @@ class HistoryOut(BaseModel):
 
 class HealthOut(BaseModel):
     model_config = _OUT
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(description="degraded: a scheduling round failed lately (`cause`).")
+    cause: str | None = Field(default=None, description="Why the controller is degraded, in words.")
     policy: str
     last_round: dict[str, float]
+
+
+class TokenIn(BaseModel):
+    """POST /v1/tokens (admin): a token for `tenant`; `expires_in_s` null: until revoked."""
+
+    model_config = _IN
+    tenant: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                        description="The tenant: letters, digits, '_', '.', '-' (not admin or system).")
+    admin: bool = False
+    expires_in_s: float | None = Field(default=None, ge=1, le=10 * 365 * 86400)
+
+
+class TokenOut(BaseModel):
+    """A token as listed: never its secret."""
+
+    model_config = _OUT
+    id: int
+    tenant: str
+    admin: bool
+    created_at: float
+    expires_at: float | None
+
+
+class TokenCreated(TokenOut):
+    """A new token, with its secret: shown this once (only its hash is kept)."""
+
+    token: str
+
+
+class TokenList(BaseModel):
+    model_config = _OUT
+    tokens: list[TokenOut]
+    next: str | None = _next()
 
 
 class FieldProblem(BaseModel):

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from disagg.bench.crash import forget_jobs_dir
 from disagg.model.states import JobState
 
 
@@ -56,7 +57,8 @@ def _serve(db: str, root: Path, port: int, scale: float, tick_s: float = 0.25,
     proc = subprocess.Popen(
         [sys.executable, "-m", "disagg.cli", "serve", "--db", db, "--port", str(port), "--state-dir",
          str(root / "state"), "--latency-scale", str(scale), "--tick-s", str(tick_s),
-         "--api-process" if api_process else "--one-process"],
+         "--api-process" if api_process else "--one-process",
+         *(["--allow-same-user"] if os.geteuid() != 0 else [])],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
@@ -155,6 +157,7 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
         finally:
             if pg is not None:
                 pg.stop()
+            forget_jobs_dir(root / "state")
     jobs = counts["jobs"]
     placed = sum(n for st, n in jobs.items() if st != JobState.QUEUED)
     return {"benchmark": "api", "backend": backend if pg is not None or backend == "sqlite" else "url",

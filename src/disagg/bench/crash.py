@@ -236,6 +236,16 @@ class _Trials:
         finally:
             svc.close()
 
+    def every(self, path: str, key: str) -> list[dict[str, Any]]:
+        """Every item of a paged listing (following `next`)."""
+        items: list[dict[str, Any]] = []
+        nxt: str | None = path
+        while nxt:
+            page = httpx.get(self.server.url + nxt, headers=self.headers, timeout=5).json()
+            items += page[key]
+            nxt = page.get("next")
+        return items
+
     def finish(self, timeout_s: float = 120.0) -> None:
         """Run undisturbed until every job has completed and no slice tears down, then kill and check."""
         self.server.start()
@@ -243,7 +253,7 @@ class _Trials:
         self.submit_pending()
         end = time.monotonic() + timeout_s
         while True:
-            jobs = httpx.get(self.server.url + "/v1/jobs", headers=self.headers, timeout=5).json()["jobs"]
+            jobs = self.every("/v1/jobs?limit=500", "jobs")
             tearing = httpx.get(self.server.url + "/v1/slices?state=tearing-down", headers=self.headers,
                                 timeout=5).json()
             if all(j["state"] == JobState.COMPLETED for j in jobs) and not tearing["slices"]:
@@ -268,6 +278,26 @@ def _admin_headers(db: str) -> tuple[dict[str, str], str]:
     return headers, dialect
 
 
+def forget_jobs_dir(state_dir: Path) -> None:
+    """Remove the jobs' working directories of a benchmark's throw-away controller (as root they are
+    under /var/lib/disagg/jobs, outside the temporary directory that goes with the benchmark)."""
+    import shutil
+
+    from disagg.engines.local import default_jobs_dir
+
+    shutil.rmtree(default_jobs_dir(state_dir.absolute()), ignore_errors=True)
+
+
+def _shared_file(path: Path) -> Path:
+    """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
+    file is writable by all (0666) in a directory all may pass (0755), both in /tmp."""
+    path.parent.chmod(0o755)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o666)
+    os.fchmod(fd, 0o666)
+    os.close(fd)
+    return path
+
+
 def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, scale: float = 0.01,
                      on_trial: Any = None, db: str | None = None) -> dict[str, Any]:
     """Kill the controller `trials` times at random moments; return what was checked and found.
@@ -275,21 +305,26 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
     `serve`: runs `disagg serve` in the forked child (`disagg.cli.serve.serve_main`).
     `db`: an empty store to use (a PostgreSQL URL, say); by default an SQLite file under `root`.
     """
-    from disagg.control.config import Config
+    from disagg.control.config import load_config
 
     t0 = time.perf_counter()
     db = db or f"sqlite:///{root / 'disagg.db'}"
     headers, dialect = _admin_headers(db)
-    server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02"],
+    same_user = ["--allow-same-user"] if os.geteuid() != 0 else []  # not root: jobs can only run as this user
+    server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02",
+                                     *same_user],
                           serve)
-    run = _Trials(server, Config(db=db, state_dir=str(root / "state"), latency_scale=scale), headers,
-                  root / "events", random.Random(seed))
-    for trial in range(trials):
-        run.kill_once(trial)
-        if on_trial is not None:
-            on_trial(trial)
-    run.finish()
-    bad_events, runs = event_violations(run.events, set(run.submitted.values()))
+    with tempfile.TemporaryDirectory(prefix="disagg-crash-events-") as shared:
+        settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
+                               allow_same_user=True if same_user else None)
+        run = _Trials(server, settings, headers,
+                      _shared_file(Path(shared) / "events"), random.Random(seed))
+        for trial in range(trials):
+            run.kill_once(trial)
+            if on_trial is not None:
+                on_trial(trial)
+        run.finish()
+        bad_events, runs = event_violations(run.events, set(run.submitted.values()))
     per_job = sorted(runs.values())
     return {"benchmark": "crash", "store": dialect, "trials": trials, "seed": seed, "scale": scale, "kills": trials,
             "kills_during_startup": run.during_startup, "checks": run.checks + 1, "jobs": len(run.submitted),
@@ -315,3 +350,4 @@ def run_crash_bench(backend: str | None, serve: Serve, trials: int = 200, seed: 
         finally:
             if pg is not None:
                 pg.stop()
+            forget_jobs_dir(Path(d) / "state")

@@ -18,6 +18,8 @@ it (its cluster spec discovered from it), so each launch-machine composes a syst
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -63,7 +65,7 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float, fab
     # imported here: the store and the controller load only when the benchmark runs
     from disagg.control.service import DEFAULT_CLUSTER
     from disagg.control.slice import SliceRunner
-    from disagg.engines.local import LocalEngine
+    from disagg.engines.local import Isolation, LocalEngine
     from disagg.fabric.emulated import EmulatedFabric
     from disagg.model import load_cluster
     from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
@@ -79,7 +81,10 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float, fab
     store = Store(f"sqlite:///{root / 'bench.db'}")
     store.migrate()
     store.sync_inventory(cluster)
-    engine = LocalEngine(root / "tasks", latencies)
+    # as `disagg serve` runs it: as root the job runs as the tenant's user; not as root, as this user
+    isolation = Isolation(allow_same_user=os.geteuid() != 0,
+                          cgroup_parent=os.environ.get("DISAGG_CGROUP_PARENT", "disagg"))
+    engine = LocalEngine(root / "tasks", latencies, isolation)
     runner = SliceRunner(store, fabric, engine, parallel=parallel)
     gpu_ids = [d.id for d in cluster.devices if d.kind == "gpu"]
     # a job stored as a submission is, and a hand-made plan committed as a round's would be
@@ -110,6 +115,8 @@ def _one(root: Path, machines: int, gpus: int, parallel: bool, scale: float, fab
     t1 = time.perf_counter()
     runner.teardown(slice_id)
     teardown_s = time.perf_counter() - t1
+    engine.forget(slice_id)
+    shutil.rmtree(engine.jobs_dir, ignore_errors=True)  # outside `root` as root (/var/lib/disagg/jobs)
     store.close()
     close_fabric()
     return {"construct_s": construct_s, "compose_s": compose_s, "teardown_s": teardown_s, "slowest_step_s": slowest}

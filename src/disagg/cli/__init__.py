@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from disagg.cli import bench, discover, inventory, jobs, place, serve, simulate, tenants, token
+from disagg.cli import admin, bench, discover, inventory, jobs, place, serve, simulate, tenants, token
 
 app = typer.Typer(
     name="disagg",
@@ -53,8 +53,9 @@ jobs.register(app)  # submit, jobs, logs, cancel
 inventory.register(app)  # slices, machines, devices, links
 tenants.register(app)  # tenants [set]
 simulate.register(app)  # simulate
+admin.register(app)  # gc, backup, restore
 bench.register(app)  # bench placement | slices | api | crash | sim
-token.register(app)  # token create
+token.register(app)  # token create | list | revoke
 discover.register(app)  # discover redfish
 
 __all__ = ["app", "main"]

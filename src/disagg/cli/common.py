@@ -75,5 +75,33 @@ def call_api(method: str, url: str, path: str, token: str | None, headers: dict[
             detail = r.json().get("detail", r.text)
         except ValueError:
             detail = r.text
-        raise fail(f"{r.status_code}: {detail}", EXIT_BAD_INPUT if r.status_code < 500 else EXIT_FAILED)
-    return r.json()
+        raise fail(f"{r.status_code}: {escape_controls(str(detail))}",
+                   EXIT_BAD_INPUT if r.status_code < 500 else EXIT_FAILED)
+    return r.json() if r.content else None
+
+
+def get_all(url: str, path: str, token: str | None, key: str, params: dict[str, str] | None = None,
+            most: int = 1_000_000) -> list[Any]:
+    """Every item of a paged listing (`key` of each page), following the pages' `next` links."""
+    items: list[Any] = []
+    page = call_api("GET", url, path, token, params={**(params or {}), "limit": "500"})
+    while True:
+        items.extend(page[key])
+        nxt = page.get("next")
+        if not nxt or len(items) >= most:
+            return items
+        page = call_api("GET", url, nxt, token)
+
+
+def escape_controls(text: str, keep: str = "\n\t") -> str:
+    """`text` with every control character (but those in `keep`) shown as an escape such as `\\x1b`: what a
+    job or a tenant wrote can never move the cursor, recolour or retitle the reader's terminal."""
+    return text.translate(_CONTROL_ESCAPES if keep == "\n\t" else _escapes(keep))
+
+
+def _escapes(keep: str) -> dict[int, str]:
+    codes = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+    return {c: f"\\x{c:02x}" for c in codes if chr(c) not in keep}
+
+
+_CONTROL_ESCAPES = _escapes("\n\t")

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, get_all, print_json
 from disagg.cli.tables import Col, console, make_table
 
 
@@ -19,7 +19,7 @@ def _listing(url: str, token: str | None, as_json: bool, kind: str, columns: tup
              row: Callable[[dict[str, Any]], tuple[str, ...]], params: dict[str, str] | None = None) -> None:
     """One listing (`slices`, `machines`, `devices`, `links`): GET /v1/<kind>, printed as the API's JSON
     or as a table with one row per item."""
-    data = call_api("GET", url, f"/v1/{kind}", token, params=params)
+    data = {kind: get_all(url, f"/v1/{kind}", token, kind, params)}
     if as_json:
         print_json(data)
         return

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, escape_controls, get_all, print_json
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
 from disagg.model.states import JobState
@@ -24,6 +25,8 @@ from disagg.model.states import JobState
 #: `-o`: the table, the table with more columns, or the API's JSON.
 Output = Annotated[Literal["table", "wide", "json"], typer.Option(
     "--output", "-o", help="table, wide (more columns) or json (as --json).")]
+#: How often `disagg logs --follow` asks for more, seconds.
+FOLLOW_EVERY_S = 0.5
 
 
 def submit(
@@ -136,25 +139,52 @@ def jobs(
             _show_job(job, output == "wide")
         return
     params = {"state": state} if state else None
-    data = call_api("GET", url, "/v1/jobs", token, params=params)
+    found = get_all(url, "/v1/jobs", token, "jobs", params)
     if as_json:
-        print_json(data)
+        print_json({"jobs": found})
     else:
-        console().print(_jobs_table(data["jobs"], output == "wide"))
+        console().print(_jobs_table(found, output == "wide"))
 
 
 def logs(
     job_id: Annotated[str, typer.Argument(help="The job.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Print what a job's tasks wrote (its latest attempt)."""
-    data = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token)
+    """Print what a job's tasks wrote (its latest attempt), page by page; control characters are shown
+    escaped (`\\x1b`), so a job's output cannot drive the terminal."""
+    text: list[str] = []
+    last: dict[str, Any] = {}
+    for page in _log_pages(job_id, follow, url, token):
+        if as_json:
+            text.append(page["logs"])
+        else:
+            sys.stdout.write(escape_controls(page["logs"]))
+            sys.stdout.flush()
+        last = page
     if as_json:
-        print_json(data)
-    else:
-        sys.stdout.write(data["logs"])
+        print_json({"job": job_id, "slice": last.get("slice"), "logs": "".join(text), "size": last.get("size", 0)})
+
+
+def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterator[dict[str, Any]]:
+    """The pages of the job's output from the start; with `follow`, new ones as they come until the job
+    ends (a re-queued job's new attempt starts again from its beginning, after a line that says so)."""
+    offset, attempt = 0, None
+    while True:
+        page = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token, params={"offset": offset, "limit": 2**20})
+        if attempt is not None and page["slice"] != attempt:
+            page = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token, params={"offset": 0, "limit": 2**20})
+            yield {**page, "logs": f"--- a new attempt, on slice {page['slice']} ---\n" + page["logs"]}
+        else:
+            yield page
+        attempt, offset = page["slice"], page["next_offset"]
+        if offset < page["size"]:
+            continue  # more is there already
+        if not follow or page["complete"]:
+            return
+        time.sleep(FOLLOW_EVERY_S)
 
 
 def cancel(

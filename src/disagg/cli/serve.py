@@ -3,7 +3,8 @@
 By default the API is served from one process and the scheduling loop with its slice workers runs in
 another, forked from it (`--one-process` keeps both in one). The steps, each a function below:
 settings (file < env < options) → open the store and reconcile (in the loop process when split) →
-print the admin token once and a banner → run the API until stopped → stop the loop, close the store.
+write the first admin token to a 0600 file and print its path, and a banner (with how jobs are isolated)
+→ run the API until stopped → stop the loop, close the store.
 
 The controller's packages are imported inside the functions: every `disagg` command imports this
 module to register `serve`, and most need none of them.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -45,6 +47,11 @@ RoundGapS = Annotated[float | None, typer.Option(
 ApiProcess = Annotated[bool | None, typer.Option(
     "--api-process/--one-process",
     help="Serve the API from a process apart from the scheduling loop and slice workers (default).")]
+AllowSameUser = Annotated[bool | None, typer.Option(
+    "--allow-same-user", help="Not root: run every tenant's jobs as this user (a single-user machine).")]
+AcceptStateLoss = Annotated[bool | None, typer.Option(
+    "--accept-state-loss",
+    help="Start although the state directory knows more than the store (a lost WAL); stops what it cannot place.")]
 ConfigFile = Annotated[str | None, typer.Option(
     envvar="DISAGG_CONFIG",
     help="YAML file of settings (docs/configuration.md); DISAGG_<NAME> variables override it, options both.")]
@@ -61,11 +68,17 @@ def serve(
     tick_s: TickS = None,
     round_gap_s: RoundGapS = None,
     api_process: ApiProcess = None,
+    allow_same_user: AllowSameUser = None,
+    accept_state_loss: AcceptStateLoss = None,
     config: ConfigFile = None,
 ) -> None:
     """Start the controller: REST API, dashboard at /, scheduling loop, emulated fabric, local engine."""
+    import os
+
+    os.umask(0o077)  # what the controller writes (store, state, logs) is its own alone
     settings = _settings(config, host=host, port=port, db=db, cluster=cluster, state_dir=state_dir, policy=policy,
-                         latency_scale=latency_scale, tick_s=tick_s, round_gap_s=round_gap_s, api_process=api_process)
+                         latency_scale=latency_scale, tick_s=tick_s, round_gap_s=round_gap_s, api_process=api_process,
+                         allow_same_user=allow_same_user, accept_state_loss=accept_state_loss)
     service, loop_pid, wake_fd, note = _open(settings)
     sock = _listen(service, settings, loop_pid)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
@@ -158,27 +171,45 @@ def _stop(service: Service, loop_pid: int) -> None:
     service.close()
 
 
+#: Where the first start writes the admin token, in the state directory.
+ADMIN_TOKEN_FILE = "admin-token"
+
+
 def _announce(service: Service, settings: Config, loop_pid: int, note: str, url: str) -> None:
-    """Print the admin token the first time (the only time it is shown), then where the controller listens."""
+    """The first time, make the admin token and write it to a file only the controller's user can read
+    (its path is printed, never the token: logs are read by many); then say where the controller listens
+    (`url`: the address really bound) and how it keeps jobs apart."""
     store = service.store
     if not store.has_admin():
-        token = store.create_token("admin", admin=True)
-        sys.stdout.write(f"admin token (shown once, keep it): {token}\n")
+        path = (settings.resolved_state_dir() / ADMIN_TOKEN_FILE).absolute()
+        _write_private(path, store.create_token("admin", admin=True) + "\n")
+        sys.stdout.write(f"admin token written to {path} (mode 0600; disagg token create --url makes more)\n")
     split = f", loop in process {loop_pid}" if loop_pid else ""
     sys.stdout.write(
         f"disagg controller on {url} (store {store.dialect}, "
         f"policy {settings.policy}{split}); {note}\n"
     )
+    for line in service.engine.notes():
+        sys.stdout.write(f"jobs: {line}\n")
     sys.stdout.flush()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `path` readable by this user alone (0600), replacing what was there."""
+    import os
+
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: socket.socket) -> None:
     """Start the loop (or link to the loop process), serve the API until stopped, then stop and close all."""
     import threading
 
-    import uvicorn
-
     from disagg.api import create_app
+    from disagg.api.http import serve_http
     from disagg.control.split import STATUS_FILE, LoopLink, stop_loop_process, watch_loop_process
 
     stopping = threading.Event()
@@ -188,8 +219,7 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: 
     else:
         service.controller.start()
     try:
-        config = uvicorn.Config(create_app(service.jobs), log_level="warning", access_log=False)
-        uvicorn.Server(config).run(sockets=[sock])
+        serve_http(create_app(service.jobs), settings, sock)
     finally:
         stopping.set()
         if loop_pid:
@@ -218,7 +248,7 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
     controller = service.controller
     stopped = threading.Event()
     controller.publish = Publisher(
-        settings.resolved_state_dir() / STATUS_FILE, controller.metrics.render_loop, lambda: controller.last_round
+        settings.resolved_state_dir() / STATUS_FILE, controller.metrics.render_loop, controller.round_info
     )
     controller.publish()
     forward_wakes(wake_fd, controller.wake, stopped.set)

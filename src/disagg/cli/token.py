@@ -1,46 +1,110 @@
-"""`disagg token create`: a bearer token for a tenant, written straight into the controller's store.
+"""`disagg token create | list | revoke`: the controller's bearer tokens.
 
-Run where the store is (the controller's host); the printed token is what `--token` / DISAGG_TOKEN
-take in the client commands.
+Through the REST API with an admin token (`--url`/DISAGG_URL, `--token`/DISAGG_TOKEN), or, for
+`create` only, straight into the store with `--db` (on the controller's host, for a first admin
+token when the file the first start wrote is gone): `--db` never makes a new store, it refuses a
+store that `disagg serve` has not set up. A new token's secret is printed alone on stdout, once;
+`list` shows ids, tenants and expiry, never a secret.
 """
 
 from __future__ import annotations
 
-import re
+import datetime
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
-from disagg.cli.common import EXIT_FAILED, fail
+from disagg.cli.common import DEFAULT_API, EXIT_FAILED, AsJson, Token, Url, call_api, fail, get_all, print_json
 
 token_app = typer.Typer(help="Bearer tokens of the controller.", no_args_is_help=True)
 
-#: The tenant names `token create` accepts: a letter or digit, then up to 127 letters, digits, '_', '.', '-'.
-TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+ExpiresIn = Annotated[float | None, typer.Option(min=1, help="Seconds until the token stops working.")]
 
 
 @token_app.command("create")
 def token_create(
     tenant: Annotated[str, typer.Option(help="The tenant the token acts for.")],
-    admin: Annotated[
-        bool, typer.Option("--admin", help="An admin token (sees and touches everything).")
-    ] = False,
-    db: Annotated[str, typer.Option(envvar="DISAGG_DB", help="Store URL.")] = "sqlite:///disagg.db",
+    admin: Annotated[bool, typer.Option("--admin", help="An admin token (sees and touches everything).")] = False,
+    expires_in_s: ExpiresIn = None,
+    db: Annotated[str | None, typer.Option(
+        help="Write it straight into this existing store (sqlite:///path.db or postgresql://…) instead.")] = None,
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
 ) -> None:
-    """Print a new bearer token, alone on stdout."""
-    from disagg.store import Store, StoreError
+    """Print a new bearer token, alone on stdout (`--json`: with its id, tenant and expiry)."""
+    from disagg.model.tenants import TENANT_NAME, tenant_name_problem
 
-    if not TENANT_NAME.fullmatch(tenant):
-        raise fail(f"--tenant: {tenant!r} is not allowed; use letters, digits, '_', '.', '-' (up to 128)")
+    problem = tenant_name_problem(tenant)
+    if problem and not (admin and TENANT_NAME.fullmatch(tenant)):
+        raise fail(f"--tenant: {problem}")
+    if db is not None:
+        created = _create_in_store(db, tenant, admin, expires_in_s)
+    else:
+        body = {"tenant": tenant, "admin": admin, "expires_in_s": expires_in_s}
+        created = call_api("POST", url, "/v1/tokens", token, json=body)
+    if as_json:
+        print_json(created)
+    else:
+        sys.stdout.write(created["token"] + "\n")
+
+
+def _create_in_store(db: str, tenant: str, admin: bool, expires_in_s: float | None) -> dict[str, Any]:
+    """A token written straight into the store at `db`, which must exist with disagg's schema."""
+    from disagg.store import Store, StoreError
+    from disagg.store.backup import sqlite_file
+
+    path = sqlite_file(db)
+    if path is not None and not path.is_file():
+        raise fail(f"--db: no store at {path}; `disagg serve --db {db}` makes one (this command never does)")
     try:
         store = Store(db)
-        store.migrate()
-        token = store.create_token(tenant, admin=admin)
-        store.close()
+        try:
+            if not store.has_schema():
+                raise fail(f"--db: {db} is not a disagg store (no schema); start `disagg serve` on it first")
+            store.migrate()  # a store of an older disagg: bring it up to date, as a start would
+            info, secret = store.issue_token(tenant, admin, expires_in_s)
+        finally:
+            store.close()
     except StoreError as exc:
         raise fail(f"--db: {exc}", EXIT_FAILED) from None
-    sys.stdout.write(token + "\n")
+    return {**info.to_json(), "token": secret}
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "never"
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@token_app.command("list")
+def token_list(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+    """List the tokens that work (admin): ids, tenants, admin or not, expiry; never a secret."""
+    tokens = get_all(url, "/v1/tokens", token, "tokens")
+    if as_json:
+        print_json({"tokens": tokens})
+        return
+    table = Table(title="tokens")
+    for col in ("id", "tenant", "admin", "created", "expires"):
+        table.add_column(col)
+    for t in tokens:
+        table.add_row(str(t["id"]), t["tenant"], "yes" if t["admin"] else "", _when(t["created_at"]),
+                      _when(t["expires_at"]))
+    Console().print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[int, typer.Argument(min=1, help="The token's id (from `disagg token list`).")],
+    url: Url = DEFAULT_API,
+    token: Token = None,
+) -> None:
+    """Revoke a token (admin): it answers 401 from now on (within a second everywhere)."""
+    call_api("DELETE", url, f"/v1/tokens/{token_id}", token)
+    Console().print(f"token {token_id} revoked")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from disagg.model import SpecError
 from disagg.model.tenants import Tenants, load_tenants, parse_tenants
 from disagg.store import DEFAULT_URL, normalize_url
+
+if TYPE_CHECKING:
+    from disagg.engines.local import Isolation
 
 ENV_PREFIX = "DISAGG_"
 
@@ -64,6 +67,30 @@ class Config(BaseModel):
                                      description="Half-life of the decayed usage fair share is computed over, seconds.")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
+    # --- isolation of jobs (docs/security.md) ---
+    allow_same_user: bool = Field(
+        default=False, description="Not root: run every tenant's jobs as the controller's own user (a laptop).")
+    jobs_dir: str | None = Field(
+        default=None, description="Jobs' working directories; default: /var/lib/disagg/jobs/<hash> as root, "
+                                  "else <state_dir>.jobs.")
+    cgroup_parent: str | None = Field(
+        default="disagg", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Name of disagg's group in each cgroup hierarchy; null: no cgroups (process groups).")
+    task_pids_max: int = Field(default=4096, ge=16, le=4_194_304, description="Processes a task may have at once.")
+    log_cap_mb: float = Field(default=64.0, gt=0, le=1_000_000, description="What a task's log keeps on disk, MB.")
+    max_queued_per_tenant: int = Field(default=10_000, ge=1, le=10_000_000,
+                                       description="Queued jobs a tenant may have at once (more: 429).")
+    retention_s: float = Field(default=7 * 86400.0, ge=0,
+                               description="Ended jobs' rows and files are removed this long after they ended.")
+    accept_state_loss: bool = Field(
+        default=False, description="Start although the state directory knows more than the store (lost WAL).")
+    # --- the HTTP server ---
+    metrics_public: bool = Field(default=False, description="Serve /metrics without a token (for a scraper).")
+    http_header_timeout_s: float = Field(default=10.0, gt=0, le=3600,
+                                         description="Time a client has to send a request's headers, seconds.")
+    http_idle_timeout_s: int = Field(default=5, ge=1, le=3600, description="Idle keep-alive connections close, s.")
+    http_max_connections: int = Field(default=256, ge=1, le=100_000,
+                                      description="Connections and requests at once; more get 503.")
 
     def resolved_state_dir(self) -> Path:
         """Where the fabric's state and the jobs' files live: beside an SQLite file, else ./disagg.d."""
@@ -73,6 +100,17 @@ class Config(BaseModel):
         if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             return Path(url[len("sqlite:///"):] + ".d")
         return Path("disagg.d")
+
+    @property
+    def log_cap_bytes(self) -> int:
+        return int(self.log_cap_mb * 2**20)
+
+    def isolation(self) -> Isolation:
+        """The local engine's isolation settings (users, working directories, cgroups, log cap)."""
+        from disagg.engines.local import Isolation
+
+        return Isolation(self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
+                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max)
 
     def tenants_spec(self) -> Tenants:
         """The tenants this config names (none: every tenant gets the defaults). SpecError when bad."""

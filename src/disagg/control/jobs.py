@@ -20,7 +20,7 @@ import anyio.to_thread
 from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
 from disagg.control.metrics import ControllerMetrics
-from disagg.engines.base import Engine
+from disagg.engines.base import Engine, LogPage
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
 from disagg.store import DuplicateKey, Store, job_dict, new_job_row
@@ -33,6 +33,37 @@ class JobRejected(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class QueueFull(RuntimeError):
+    """The tenant has as many jobs queued as `max_queued_per_tenant` allows (429)."""
+
+
+class QueueCounts:
+    """Queued jobs per tenant, read from the store at most every REFRESH_S and counted up between reads:
+    a submission does not cost a query (the limit may be overshot by what one second admits)."""
+
+    REFRESH_S = 1.0
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.counts: dict[str, int] = {}
+        self.read_at = -1e9
+
+    def stale(self) -> bool:
+        return time.monotonic() - self.read_at > self.REFRESH_S
+
+    def refresh(self) -> None:
+        self.counts = self.store.queued_counts()
+        self.read_at = time.monotonic()
+
+    def admit(self, tenant: str, most: int) -> None:
+        """Count one more queued job of `tenant`; QueueFull (nothing counted) when it has `most` already."""
+        n = self.counts.get(tenant, 0)
+        if n >= most:
+            raise QueueFull(f"tenant {tenant!r} has {n} jobs queued; at most {most} may wait at once "
+                            "(max_queued_per_tenant): wait for some to start, or cancel some")
+        self.counts[tenant] = n + 1
 
 
 class JobService:
@@ -50,6 +81,7 @@ class JobService:
         self.round_info = round_info
         self._cluster: Cluster = store.cluster()
         self._jobs: GroupInsert = store.submissions()
+        self.queued = QueueCounts(store)
 
     def close(self) -> None:
         self._jobs.close()
@@ -67,6 +99,8 @@ class JobService:
             found = self.store.job_by_key(tenant, idempotency_key, digest)
             if found is not None:
                 return found, False
+        if self.queued.stale():
+            self.queued.refresh()
         values = self._new_job(tenant, request, idempotency_key, digest)
         try:
             self._jobs.insert(values).result()
@@ -85,6 +119,8 @@ class JobService:
         """`submit` for the API's event loop: no thread hop unless an idempotency key needs a look-up."""
         if idempotency_key is not None:
             return await anyio.to_thread.run_sync(self.submit, tenant, request, idempotency_key)
+        if self.queued.stale():  # once a second: one query, off the event loop
+            await anyio.to_thread.run_sync(self.queued.refresh)
         values = self._new_job(tenant, request, None, _digest(request))
         await asyncio.wrap_future(self._jobs.insert(values))
         self.wake()
@@ -96,6 +132,7 @@ class JobService:
                          self._cluster)
         if why:
             raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
+        self.queued.admit(tenant, self.config.max_queued_per_tenant)
         return new_job_row(tenant, request, key, digest, time.time())
 
     # --- a job's life ------------------------------------------------------------------------
@@ -114,6 +151,24 @@ class JobService:
             return self.engine.logs(handle)
         except (OSError, ValueError):
             return ""
+
+    def log_page(self, job_id: str, offset: int, limit: int) -> dict[str, Any]:
+        """A page of what the job's latest attempt wrote (the API's LogsOut): bytes `offset`.. of its output,
+        at most `limit`; `complete` once the attempt has ended and the page reaches the end."""
+        attempt = self.store.job_attempt(job_id)
+        if attempt is None:
+            return {"job": job_id, "slice": None, "logs": "", "offset": 0, "next_offset": 0, "size": 0,
+                    "complete": self.store.job_ended(job_id)}
+        slice_id, handle = attempt
+        ended = self.store.job_ended(job_id)
+        try:
+            page = self.engine.log_page(handle, offset, limit)
+            ended = ended or self.engine.status(handle).state.ended
+        except (OSError, ValueError):
+            page = LogPage("", offset, offset, 0)
+        return {"job": job_id, "slice": slice_id, "logs": page.text, "offset": page.offset,
+                "next_offset": page.next_offset, "size": page.size,
+                "complete": ended and page.next_offset >= page.size}
 
     # --- an operator's actions ------------------------------------------------------------------
     def set_device(self, device_id: str, action: str) -> dict[str, Any] | None:
@@ -161,4 +216,4 @@ def _digest(request: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = ["JobRejected", "JobService"]
+__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull"]

@@ -16,6 +16,12 @@ One thread runs rounds; each round, in order:
                  preemption around it; the jobs it preempts get SIGTERM now and are stopped later;
   4. dispatch  — hand slices that are composing or tearing down to worker threads (one per slice).
 A submission wakes the loop at once; otherwise it runs every `tick_s`.
+
+No single job stops the cluster: if the policy fails on a round's queue (an input that slipped past
+the API's bounds, a bug), the loop bisects the queue on the same snapshot, fails the jobs whose
+planning fails on their own (reason `unplaceable`, with the error) and places the others in the
+same round. A failed round is counted (`disagg_rounds_failed_total`) and `/healthz` says `degraded`,
+with the cause, for `DEGRADED_S` after it.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from disagg.control.slice import SliceRunner
 from disagg.control.tenants import TenancyKeeper, TenantDirectory
 from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.base import FabricDriver, with_fabric_holdings
-from disagg.model import Job
+from disagg.model import Cluster, Job
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
 from disagg.placement.decisions import Decisions, Preemption
 from disagg.placement.fairness import with_fairness
@@ -46,6 +52,9 @@ from disagg.placement.registry import get_policy
 from disagg.store import CommitResult, Store
 
 log = logging.getLogger(__name__)
+
+#: How long /healthz says `degraded` after a round failed, seconds.
+DEGRADED_S = 60.0
 
 
 class Controller:
@@ -77,6 +86,10 @@ class Controller:
         self._last_schedule = 0.0
         self._pending_round = False
         self.publish: Callable[[], None] | None = None  # the loop process publishes its numbers
+        self.mark: Callable[[], None] | None = None  # writes the store's mark into the state directory
+        self.collect: Callable[[], None] | None = None  # retention: removes what ended long ago
+        self._next_collect = time.monotonic() + 10.0
+        self.trouble: dict[str, Any] | None = None  # the last failed round: its cause and when
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -100,10 +113,10 @@ class Controller:
             try:
                 self.tick()
                 self.history.maybe_sample(time.time())
-                if self.publish is not None:
-                    self.publish()
-            except Exception:  # the loop must survive a bad round; the next one retries
+                self.housekeeping()
+            except Exception as exc:  # the loop must survive a bad round; the next one retries
                 log.exception("controller round failed")
+                self.round_failed(f"a round failed: {type(exc).__name__}: {exc}")
             self._wake.wait(self.config.tick_s)
             # rounds are at least tick_s apart, however many submissions wake the loop meanwhile
             self._stop.wait(max(0.0, started + self.config.tick_s - time.monotonic()))
@@ -123,6 +136,30 @@ class Controller:
         elif woken:
             self._pending_round = True  # too soon after the last round: place in a later tick
         self.dispatch()
+
+    def housekeeping(self) -> None:
+        """After a round: publish the loop's numbers, write the store's mark, collect what is past retention."""
+        if self.publish is not None:
+            self.publish()
+        if self.mark is not None:
+            self.mark()
+        if self.collect is not None and time.monotonic() >= self._next_collect:
+            from disagg.control.gc import GC_EVERY_S
+
+            self._next_collect = time.monotonic() + GC_EVERY_S
+            self.collect()
+
+    def round_failed(self, cause: str) -> None:
+        """Count a failed round and keep its cause for /healthz (`degraded` for DEGRADED_S)."""
+        self.metrics.rounds_failed.inc()
+        self.trouble = {"cause": cause[:500], "at": time.time()}
+
+    def round_info(self) -> dict[str, Any]:
+        """The last round's numbers, and `trouble` (cause, when) while a failed round is recent."""
+        info = dict(self.last_round)
+        if self.trouble is not None and time.time() - float(self.trouble["at"]) < DEGRADED_S:
+            info["trouble"] = dict(self.trouble)
+        return info
 
     def idle(self) -> bool:
         with self._lock:
@@ -153,8 +190,8 @@ class Controller:
         if not queue:
             return None
         t0 = time.perf_counter()
+        decisions, queue = self._plan_round(queue)
         considered = [j.name for j in queue]
-        decisions = self.plan(queue)
         result = self.store.commit_placements(decisions, considered)
         placed, replans = len(result.placed), 0
         preempted: list[Preemption] = list(decisions.preempted)
@@ -177,13 +214,56 @@ class Controller:
 
     def plan(self, queue: list[Job]) -> Decisions:
         """The policy's decisions on a fresh snapshot (pure: nothing is written)."""
+        return self._place(self.snapshot(queue), queue)
+
+    def snapshot(self, queue: list[Job]) -> Cluster:
+        """The cluster as the policy sees it now for `queue`."""
         # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking;
         # nor what others hold on a shared fabric (blocks another client composed on a Redfish service)
         snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
         snapshot = with_fabric_holdings(snapshot, self.fabric.holdings())
+        # with tenants: who holds what, the decayed usage, and the claims whose victims have stopped
         claims = self.preempter.claims({j.name for j in queue})
-        snapshot = snapshot.with_tenancy(self.tenancy.round(snapshot, claims))
+        return snapshot.with_tenancy(self.tenancy.round(snapshot, claims))
+    def _place(self, snapshot: Cluster, queue: list[Job]) -> Decisions:
         return self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
+
+    def _plan_round(self, queue: list[Job]) -> tuple[Decisions, list[Job]]:
+        """Plan the round; if the policy fails on the queue, set aside the jobs it fails on alone
+        (bisecting the queue on the same snapshot) and plan the rest. (decisions, the jobs planned)"""
+        snapshot = self.snapshot(queue)
+        try:
+            return self._place(snapshot, queue), queue
+        except Exception as exc:  # the policy failed on this queue: find the jobs it fails on
+            cause = f"{type(exc).__name__}: {exc}"
+            log.warning("placement round failed (%s); bisecting its %d jobs", cause, len(queue))
+        ok, bad = self._split(snapshot, queue)
+        if bad:
+            why = f"set aside: planning it made the scheduling round fail ({cause[:300]})"
+            self.store.set_aside([j.name for j in bad], why)
+            self.metrics.set_aside.inc(len(bad))
+        self.round_failed(f"a placement round failed on {len(bad)} job(s) ({', '.join(j.name for j in bad[:5])}), "
+                          f"set aside: {cause}")
+        return (self._place(snapshot, ok) if ok else Decisions(self.config.policy)), ok
+
+    def _split(self, snapshot: Cluster, jobs: list[Job]) -> tuple[list[Job], list[Job]]:
+        """(jobs the policy plans together, jobs it fails on alone): bisection. Jobs that fail only in
+        company are left out of both (they wait for a later round)."""
+        try:
+            self._place(snapshot, jobs)
+            return jobs, []
+        except Exception:
+            if len(jobs) == 1:
+                return [], jobs
+        mid = len(jobs) // 2
+        left_ok, left_bad = self._split(snapshot, jobs[:mid])
+        right_ok, right_bad = self._split(snapshot, jobs[mid:])
+        together = left_ok + right_ok
+        try:
+            self._place(snapshot, together)
+        except Exception:
+            together = left_ok
+        return together, left_bad + right_bad
 
     def _queue(self) -> list[Job]:
         """The jobs a round looks at: the `window` oldest; with tenants, the `window` oldest of each

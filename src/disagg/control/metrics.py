@@ -91,6 +91,16 @@ class ControllerMetrics:
             "Re-plans on a fresh snapshot after a placement no longer fitted at commit (Nomad's refresh).",
             registry=self.loop_registry,
         )
+        self.rounds_failed = Counter(
+            "disagg_rounds_failed",
+            "Scheduling rounds that failed (wholly, or until the jobs they failed on were set aside).",
+            registry=self.loop_registry,
+        )
+        self.set_aside = Counter(
+            "disagg_jobs_set_aside",
+            "Jobs failed because planning them made a scheduling round fail.",
+            registry=self.loop_registry,
+        )
         self.submit_seconds = Histogram(
             "disagg_submit_seconds",
             "Latency of POST /v1/jobs in the handler.",

@@ -6,15 +6,18 @@ run the same code path as a user does.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from disagg.control.config import Config
+from disagg.control.gc import collect
 from disagg.control.jobs import JobService
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.reconcile import ReconcileReport, reconcile
+from disagg.control.recovery import StateLossError, StoreMark, state_loss, unknown_handles
 from disagg.control.split import LoopLink
 from disagg.control.tenants import TenantCollector, TenantDirectory
 from disagg.engines.base import Engine
@@ -24,6 +27,8 @@ from disagg.fabric.emulated import OperationLatencies
 from disagg.fabric.registry import DriverOptions, make_driver
 from disagg.model import load_cluster
 from disagg.store import Store
+
+log = logging.getLogger(__name__)
 
 #: The FlowOS-RM testbed (seed 000), packaged so `disagg serve` works from any directory.
 DEFAULT_CLUSTER = Path(__file__).with_name("default_cluster.yaml")
@@ -72,20 +77,45 @@ def open_service(config: Config, api_only: bool = False) -> Service:
     """
     cluster = load_cluster(config.cluster or DEFAULT_CLUSTER)
     state = config.resolved_state_dir()
-    state.mkdir(parents=True, exist_ok=True)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state.chmod(0o700)  # the fabric's state, the jobs' records and logs: the controller's alone
     store = Store(config.db)
     if not api_only:
         store.migrate()
         store.sync_inventory(cluster)
+    store.restrict_files()
     latencies = OperationLatencies().scaled(config.latency_scale)
     fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))
-    engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site))
-    report = ReconcileReport() if api_only else reconcile(store, fabric, engine)
+    engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
+    report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state)
     metrics = ControllerMetrics(store, fabric)
     metrics.registry.register(TenantCollector(TenantDirectory(store, config)))  # gauges per tenant
     controller = Controller(store, fabric, engine, config, metrics)
-    jobs = JobService(store, engine, controller.health, metrics, config, controller.wake, lambda: controller.last_round)
+    if not api_only:
+        controller.mark = StoreMark(store, state)
+        controller.mark()
+        controller.collect = lambda: log.info(collect(store, engine, config.retention_s).summary())
+    jobs = JobService(store, engine, controller.health, metrics, config, controller.wake, controller.round_info)
     return Service(config, store, fabric, engine, controller, jobs, report)
+
+
+def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine, state: Path) -> ReconcileReport:
+    """Refuse a store that knows less than the state directory (unless the loss is accepted), then
+    reconcile (`control.recovery`, `control.reconcile`)."""
+    problems = state_loss(store, fabric, engine, state)
+    if problems and not config.accept_state_loss:
+        engine.close()
+        fabric.close()
+        store.close()
+        raise StateLossError(problems)
+    for problem in problems:
+        log.warning("state loss accepted: %s", problem)
+    report = reconcile(store, fabric, engine)
+    if problems:  # the loss is accepted: what the store does not know goes, and the mark starts anew
+        for handle in unknown_handles(store, engine):
+            engine.forget(handle)
+        StoreMark(store, state)(force=True)
+    return report
 
 
 __all__ = ["DEFAULT_CLUSTER", "Service", "open_service"]

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from disagg.engines.base import Engine, SliceMachine, SliceSpec
+from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskRefused
 from disagg.fabric.base import FabricDriver, FabricError, Mechanism
 from disagg.model.states import SliceOutcome, SliceState
 from disagg.store import (
@@ -86,6 +86,7 @@ def plan_of(record: SliceRecord) -> SlicePlan:
         machines=machines,
         tasks=len(machines),
         env={"DISAGG_ATTEMPT": str(record.attempt)},
+        tenant=record.tenant,
     )
     return SlicePlan(record.id, spec.job_id, spec)
 
@@ -182,7 +183,9 @@ class SliceRunner:
         except SliceAborted:
             return
         except StepFailed as exc:
-            self.abort(slice_id, SliceOutcome.REQUEUE, str(exc), failed_device=_failed_device(exc, self.fabric))
+            # an engine that refuses the job (no user it may run as) refuses every retry too: it fails
+            outcome = SliceOutcome.FAILED if isinstance(exc.cause, TaskRefused) else SliceOutcome.REQUEUE
+            self.abort(slice_id, outcome, str(exc), failed_device=_failed_device(exc, self.fabric))
 
     def _machine_chain(self, plan: SlicePlan, record: SliceRecord, machine: SliceMachine) -> Callable[[], None]:
         """Attach the machine's devices (at once), then launch it: one chain per slice machine."""
@@ -234,7 +237,11 @@ class SliceRunner:
         handle = record.handle
         if handle is None and ("prepare-task", record.job_id) in begun:
             # prepared, but the controller died before it kept the handle: same spec, same handle
-            handle = self.engine.prepare_task(plan.spec)
+            # (a job the engine refused was never staged: there is nothing to stop)
+            try:
+                handle = self.engine.prepare_task(plan.spec)
+            except TaskRefused:
+                handle = None
         if handle is not None:
             stop = handle
             self.step(slice_id, "stop-task", plan.job_id, lambda: self.engine.cancel(stop))

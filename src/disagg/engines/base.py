@@ -30,6 +30,22 @@ class SliceSpec:
     machines: tuple[SliceMachine, ...]
     tasks: int = 1
     env: dict[str, str] = field(default_factory=dict)
+    tenant: str = ""  # whose job it is: the engine runs it as that tenant's user
+
+
+class TaskRefused(RuntimeError):
+    """The engine will not run this job as asked (e.g. no Unix user it may run as): the job fails with
+    this message instead of being retried."""
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """A page of a job's output: `text` from byte `offset` to `next_offset` of `size` bytes written so far."""
+
+    text: str
+    offset: int
+    next_offset: int
+    size: int
 
 
 @dataclass(frozen=True)
@@ -112,9 +128,26 @@ class Engine(ABC):
     def logs(self, handle: str) -> str:
         """The job's output so far (stdout and stderr)."""
 
+    def log_page(self, handle: str, offset: int, limit: int) -> LogPage:
+        """At most `limit` bytes of the job's output from byte `offset` (engines that keep it in a file
+        read only that part; this default reads it whole)."""
+        return page_of(self.logs(handle).encode(), offset, limit)
+
+    def notes(self) -> list[str]:
+        """What the controller says about this engine at start (how jobs are isolated, what is missing)."""
+        return []
+
+    def forget(self, handle: str) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Remove what the engine keeps of an ended job (its files, its working directory). Safe to repeat."""
+
     # --- reconciliation after a restart (the controller calls these before its loop runs) ------
     def handles(self) -> list[str]:
         """The handles of the jobs this engine has records of (audits; reconciliation uses `orphans`)."""
+        return []
+
+    def recorded_handles(self) -> list[str]:
+        """The jobs this engine records in the controller's state directory (at start, one the store does
+        not know tells a lost store). Engines whose records live elsewhere (Slurm's) have none here."""
         return []
 
     def orphans(self, live: Collection[str]) -> list[str]:
@@ -137,12 +170,34 @@ class Engine(ABC):
         """Release what the engine holds (connections, threads). Running jobs are left alone."""
 
 
+def page_of(data: bytes, offset: int, limit: int) -> LogPage:
+    """Bytes `offset`..`offset+limit` of `data` as text, ending on a whole UTF-8 character (a character cut
+    at the page's end starts the next page instead, unless the page would then be empty)."""
+    start = min(max(offset, 0), len(data))
+    chunk = data[start:start + max(limit, 0)]
+    chunk = chunk[:_utf8_whole(chunk) or len(chunk)]
+    return LogPage(chunk.decode("utf-8", errors="replace"), start, start + len(chunk), len(data))
+
+
+def _utf8_whole(chunk: bytes) -> int:
+    """The length of `chunk` without a UTF-8 character cut off at its end."""
+    for back in range(1, min(4, len(chunk)) + 1):
+        lead = chunk[-back]
+        if lead & 0xC0 != 0x80:  # the first byte of the last character (or an ASCII byte)
+            need = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+            return len(chunk) - back if need > back else len(chunk)
+    return len(chunk)
+
+
 __all__ = [
     "Engine",
     "ForeignHolding",
+    "LogPage",
     "SliceMachine",
     "SliceSpec",
+    "TaskRefused",
     "TaskState",
     "TaskStatus",
+    "page_of",
     "with_foreign_holdings",
 ]

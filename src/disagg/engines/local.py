@@ -1,36 +1,84 @@
-"""The local engine: a job's tasks run as processes on this host, one directory per slice.
+"""The local engine: a job's tasks run as processes on this host, as the tenant's user, confined.
 
-Layout of `<root>/<handle>/`: `spec.json` (what prepare-task staged), `hostfile`, `machines/<name>`
-(one marker per launched slice machine), `started` (claimed by the runner, or by a cancel that came
-first), `exit` (written by the runner when every task has ended), `task-<i>.stdout|stderr`.
+Two directories per job attempt (slice), each of its own owner:
+  - `<root>/<handle>/`, the controller's (0700, in its state directory): `spec.json` (what
+    prepare-task staged: command, per-task environment and limits, the account), `machines/<name>`
+    (one marker per launched slice machine), `launched`, `started` (the runner's claim, or a cancel's),
+    `exit` (the job's exit code), `output` (what the tasks wrote, capped), `runner.log`. No task can
+    open any of them: the exit code a job reports is the runner's, never a file the job could write;
+  - `<jobs_dir>/<handle>/`, the job's (0700, owned by the tenant's user): its working directory and
+    HOME, with `hostfile` (one line per slice machine with its slots, OpenMPI style).
 
-Every task sees its devices: `CUDA_VISIBLE_DEVICES` (indices of its GPUs on the composed node),
-`DISAGG_DEVICES` (the device ids), `DISAGG_HOSTFILE` (the slice's hostfile, one line per slice
-machine with its slots, OpenMPI style), `DISAGG_TASK_INDEX`, `DISAGG_TASK_COUNT`, `DISAGG_JOB`,
-`DISAGG_SLICE`, `DISAGG_MACHINE`.
+Every task gets only these variables (nothing of the controller's environment): `PATH`, `HOME`,
+`USER`, `LANG`, `CUDA_VISIBLE_DEVICES` (indices of its GPUs on the composed node), and `DISAGG_JOB`,
+`DISAGG_SLICE`, `DISAGG_ATTEMPT`, `DISAGG_TASK_INDEX`, `DISAGG_TASK_COUNT`, `DISAGG_MACHINE`,
+`DISAGG_HOST`, `DISAGG_DEVICES` (its device ids), `DISAGG_HOSTFILE` and `DISAGG_WORKDIR` (absolute
+paths, wherever the store and the state directory are).
 
-The runner (`run.sh`, written by `disagg.engines.local_runner`) runs in its own session, so the
-jobs outlive a controller killed with SIGKILL and a restarted controller finds them again from these files.
+The runner (`disagg.engines.local_runner`) supervises the tasks: it runs in its own session as the
+controller's user, so jobs outlive a controller killed with SIGKILL and a restarted controller finds
+them again from these files. Who a job runs as: `accounts`; how a task is confined: `cgroups`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskStatus
-from disagg.engines.local_runner import claim, runner_script, start_ticks, write_atomic
+import disagg
+from disagg.engines.accounts import Account, Accounts
+from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus
+from disagg.engines.cgroups import Confinement, detect
+from disagg.engines.local_runner import BOOT, claim, start_ticks, write_atomic
 from disagg.fabric.emulated import OperationLatencies
 from disagg.model.states import RunState
+from disagg.model.tenants import Tenants
 
 #: A launched runner that has not claimed its job after this long is taken as lost.
 START_GRACE_S = 30.0
+#: The PATH every task gets.
+TASK_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: Where a root controller keeps the jobs' working directories by default (one directory per state dir).
+SYSTEM_JOBS_ROOT = Path("/var/lib/disagg/jobs")
+#: The directory that holds the `disagg` package: the runner puts only it on its path.
+_PACKAGE_ROOT = str(Path(disagg.__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How the local engine keeps jobs apart from the controller and from each other.
+
+    `cgroup_parent`: the name of disagg's group in each cgroup hierarchy (None: no cgroups, process
+    groups only). `jobs_dir`: where the working directories go (None: `default_jobs_dir`).
+    """
+
+    tenants: Tenants = field(default_factory=Tenants)
+    allow_same_user: bool = False
+    jobs_dir: Path | None = None
+    log_cap: int = 64 * 2**20
+    cgroup_parent: str | None = "disagg"
+    pids_max: int = 4096
+
+
+def default_jobs_dir(state_root: Path) -> Path:
+    """The jobs' working directories: beside the state directory for a controller that is not root
+    (its jobs run as itself); for root, `/var/lib/disagg/jobs/<hash of the state directory>`, which
+    every tenant's user can reach (a state directory may sit where others cannot pass, such as /root)."""
+    if os.geteuid() != 0:
+        return Path(f"{state_root}.jobs")
+    return SYSTEM_JOBS_ROOT / hashlib.sha256(str(state_root).encode()).hexdigest()[:16]
 
 
 class LocalEngine(Engine):
@@ -38,16 +86,32 @@ class LocalEngine(Engine):
 
     name = "local"
 
-    def __init__(self, root: str | Path, latencies: OperationLatencies | None = None) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+    def __init__(self, root: str | Path, latencies: OperationLatencies | None = None,
+                 isolation: Isolation | None = None) -> None:
+        self.root = Path(root).absolute()
+        self.isolation = isolation or Isolation()
+        _private_dir(self.root)
         self.latencies = latencies or OperationLatencies().scaled(0.0)
+        self.accounts = Accounts(self.isolation.tenants, self.isolation.allow_same_user)
+        self.jobs_dir = (self.isolation.jobs_dir or default_jobs_dir(self.root.parent)).absolute()
+        _jobs_root(self.jobs_dir, self.root.parent)
+        parent = self.isolation.cgroup_parent
+        self.confinement = detect(parent) if parent and os.geteuid() == 0 else Confinement(
+            notes=("not root: no cgroups can be made",) if parent else ("cgroups are off (cgroup_parent unset)",))
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def notes(self) -> list[str]:
+        return [*self.accounts.notes(), self.confinement.describe(),
+                f"jobs' working directories under {self.jobs_dir}"]
 
     def _dir(self, handle: str) -> Path:
         if not handle or "/" in handle or handle.startswith("."):
             raise ValueError(f"bad handle {handle!r}")
         return self.root / handle
+
+    def workdir(self, handle: str) -> Path:
+        """The job's working directory (its HOME), owned by its tenant's user."""
+        return self.jobs_dir / self._dir(handle).name
 
     # --- slice machines --------------------------------------------------------------------
     def launch_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
@@ -55,7 +119,7 @@ class LocalEngine(Engine):
         if marker.exists():
             return
         time.sleep(self.latencies.launch_machine)
-        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(marker, json.dumps({"host": machine.host, "devices": list(machine.devices)}))
 
     def destroy_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
@@ -69,35 +133,36 @@ class LocalEngine(Engine):
 
     # --- tasks -----------------------------------------------------------------------------
     def prepare_task(self, spec: SliceSpec) -> str:
+        """Stage the job: its working directory (made afresh, owned by its user) and its `spec.json`.
+        TaskRefused when the job has no user it may run as."""
         d = self._dir(spec.slice_id)
         if (d / "spec.json").exists():
             return spec.slice_id
-        time.sleep(self.latencies.prepare_task)
-        d.mkdir(parents=True, exist_ok=True)
-        hostfile = d / "hostfile"
+        if not spec.tenant:
+            raise TaskRefused(f"job {spec.job_id}: no tenant, so no Unix user to run it as")
+        account = self.accounts.of(spec.tenant)
         layout = _task_layout(spec)
-        write_atomic(hostfile, "".join(f"{m.name} slots=1\n" for m in spec.machines))
-        tasks: list[dict[str, object]] = []
-        envs: list[dict[str, str]] = []
+        time.sleep(self.latencies.prepare_task)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        work = self.workdir(spec.slice_id)
+        hostfile = work / "hostfile"
+        _make_workdir(work, account, {"hostfile": "".join(f"{m.name} slots=1\n" for m in spec.machines)})
+        base = {"PATH": TASK_PATH, "HOME": str(work), "USER": account.user, "LANG": "C.UTF-8",
+                "DISAGG_JOB": spec.job_id, "DISAGG_SLICE": spec.slice_id, "DISAGG_TASK_COUNT": str(spec.tasks),
+                "DISAGG_HOSTFILE": str(hostfile), "DISAGG_WORKDIR": str(work),
+                **{k: v for k, v in spec.env.items() if k.startswith("DISAGG_")}}
+        tasks: list[dict[str, Any]] = []
         for i, (machine, devices) in enumerate(layout):
             gpus = [str(k) for k, dev in enumerate(devices) if "/gpu" in dev]
-            env = {
-                "CUDA_VISIBLE_DEVICES": ",".join(gpus),
-                "DISAGG_DEVICES": ",".join(devices),
-                "DISAGG_HOSTFILE": str(hostfile),
-                "DISAGG_TASK_INDEX": str(i),
-                "DISAGG_TASK_COUNT": str(spec.tasks),
-                "DISAGG_JOB": spec.job_id,
-                "DISAGG_SLICE": spec.slice_id,
-                "DISAGG_MACHINE": machine.name,
-                "DISAGG_HOST": machine.host,
-                **spec.env,
-            }
-            tasks.append({"machine": machine.name, "env": env})
-            envs.append(env)
-        script = runner_script(d, list(spec.command), envs)
-        write_atomic(d / "run.sh", script)
-        write_atomic(d / "spec.json", json.dumps({"command": list(spec.command), "tasks": tasks}))
+            env = {**base, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "DISAGG_DEVICES": ",".join(devices),
+                   "DISAGG_TASK_INDEX": str(i), "DISAGG_MACHINE": machine.name, "DISAGG_HOST": machine.host}
+            tasks.append({"machine": machine.name, "env": env, "cpus": machine.cpus,
+                          "memory_bytes": int(machine.memory_gb * 2**30)})
+        job = {"handle": spec.slice_id, "command": list(spec.command), "tasks": tasks, "workdir": str(work),
+               "account": {"user": account.user, "uid": account.uid, "gid": account.gid, "drop": account.drop},
+               "confinement": self.confinement.to_json() if self.confinement.usable else None,
+               "log_cap": self.isolation.log_cap, "pids_max": self.isolation.pids_max}
+        write_atomic(d / "spec.json", json.dumps(job))
         return spec.slice_id
 
     def launch_task(self, handle: str) -> None:
@@ -111,13 +176,15 @@ class LocalEngine(Engine):
         if (d / "started").exists():
             return
         write_atomic(d / "launched", json.dumps({"at": time.time()}))
-        self._children[handle] = subprocess.Popen(
-            ["/bin/sh", str(d / "run.sh")],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(d / "runner.log", "ab"),  # noqa: SIM115 - the child keeps it
-        )
+        log = os.open(d / "runner.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+        try:
+            self._children[handle] = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", BOOT, _PACKAGE_ROOT, str(d)],
+                start_new_session=True, cwd=d, env={"PATH": TASK_PATH, "LANG": "C.UTF-8"},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+            )
+        finally:
+            os.close(log)
 
     def _reap(self, handle: str) -> None:
         child = self._children.get(handle)
@@ -157,24 +224,27 @@ class LocalEngine(Engine):
         return TaskStatus(RunState.PENDING if launched.exists() else RunState.HELD)
 
     def cancel(self, handle: str) -> None:
-        """Make sure the job is not running and will never start. Safe to repeat."""
+        """Make sure no process of the job runs and none ever will start. Safe to repeat.
+
+        SIGKILL to the runner's process group (the runner and its tasks at once, so the runner never
+        records a code for a task it saw killed), then the tasks' cgroups (what left that group)."""
         d = self._dir(handle)
         if not d.exists():
             return
         if claim(d / "started", json.dumps({RunState.CANCELLED: True})):
             return  # no runner ever claimed it; none ever will
         pid = self._runner(d) or self._await_claim(d)
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        child = self._children.pop(handle, None)
-        if child is not None:
-            child.wait(timeout=10)
-        else:
-            end = time.monotonic() + 10
-            while self._runner(d) == pid and time.monotonic() < end:
-                time.sleep(0.01)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            child = self._children.pop(handle, None)
+            if child is not None:
+                child.wait(timeout=10)
+            else:
+                end = time.monotonic() + 10
+                while self._runner(d) == pid and time.monotonic() < end:
+                    time.sleep(0.01)
+        self._kill_groups(d)
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, RunState.CANCELLED: True, "at": time.time()}))
 
@@ -189,6 +259,18 @@ class LocalEngine(Engine):
                 os.kill(child, signal.SIGTERM)
         return True
 
+    def _kill_groups(self, d: Path) -> None:
+        """Kill and remove the cgroup of every task of the job (the confinement its runner used)."""
+        try:
+            job = json.loads((d / "spec.json").read_text())
+        except (OSError, ValueError):
+            return
+        confinement = Confinement.from_json(job.get("confinement"))
+        if not confinement.usable:
+            return
+        for i in range(len(job.get("tasks", ()))):
+            confinement.group(f"{job['handle']}.{i}").remove()
+
     def _await_claim(self, d: Path, timeout: float = 5.0) -> int | None:
         """A runner creates `started` and then writes its pid into it: a cancel that lands between the
         two would find no pid and let the job run on. Wait for the pid (or for the runner's end)."""
@@ -201,28 +283,46 @@ class LocalEngine(Engine):
         return self._runner(d)
 
     def logs(self, handle: str) -> str:
-        d = self._dir(handle)
-        outs = sorted(d.glob("task-*.stdout"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
-        parts = []
-        for out in outs:
-            i = out.name.split(".")[0].split("-")[1]
-            err = d / f"task-{i}.stderr"
-            text = out.read_text(errors="replace")
-            err_text = err.read_text(errors="replace") if err.exists() else ""
-            if len(outs) > 1:
-                parts.append(f"=== task {i} ===\n")
-            parts.append(text)
-            if err_text:
-                parts.append(f"--- stderr ---\n{err_text}")
-        return "".join(parts)
+        """What the job's tasks wrote (at most the log cap per task)."""
+        try:
+            return (self._dir(handle) / "output").read_bytes().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_page(self, handle: str, offset: int, limit: int) -> LogPage:
+        """At most `limit` bytes of the output from byte `offset`, read from the file (not whole)."""
+        from disagg.engines.base import page_of
+
+        path = self._dir(handle) / "output"
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                start = min(max(offset, 0), size)
+                f.seek(start)
+                chunk = f.read(max(limit, 0))
+        except FileNotFoundError:
+            return LogPage("", 0, 0, 0)
+        page = page_of(chunk, 0, len(chunk))
+        return LogPage(page.text, start, start + page.next_offset, max(size, start + len(chunk)))
 
     def handles(self) -> list[str]:
         """Every job directory the engine knows."""
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
 
+    def recorded_handles(self) -> list[str]:
+        return self.handles()
+
     def orphans(self, live: Collection[str]) -> list[str]:
         keep = set(live)
         return [h for h in self.handles() if h not in keep and not self.status(h).state.ended]
+
+    def forget(self, handle: str) -> None:
+        """Remove an ended job's directories (its files and its working directory). Safe to repeat."""
+        d = self._dir(handle)
+        if d.exists() and not self.status(handle).state.ended:
+            self.cancel(handle)
+        shutil.rmtree(self.workdir(handle), ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
 
     def close(self) -> None:
         for handle in list(self._children):
@@ -236,14 +336,60 @@ def _children(pid: int) -> list[int]:
     except OSError:
         pass
     out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for proc in Path("/proc").glob("[0-9]*/stat"):
         try:
-            text = stat.read_text()
+            text = proc.read_text()
         except OSError:
             continue
         if int(text[text.rindex(")") + 2:].split()[1]) == pid:
-            out.append(int(stat.parent.name))
+            out.append(int(proc.parent.name))
     return out
+
+def _private_dir(path: Path) -> None:
+    """Make `path` (and its parents) and keep it the controller's alone (0700)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+
+
+def _jobs_root(path: Path, state_dir: Path) -> None:
+    """Make the root of the jobs' working directories: the controller's, 0711 (every tenant's user can pass
+    to its own directory, none can list the others); as root, every directory above it must let them pass.
+    ValueError naming the directory otherwise."""
+    if os.geteuid() != 0:
+        _private_dir(path)
+        return
+    for parent in reversed(path.parents):
+        if not parent.exists():
+            parent.mkdir()
+            parent.chmod(0o755)  # whatever the umask: every tenant's user passes it
+        info = parent.lstat()
+        if not stat.S_ISDIR(info.st_mode) or not info.st_mode & stat.S_IXOTH:
+            raise ValueError(f"jobs_dir: {path}: the tenants' users cannot pass {parent} (mode "
+                             f"{stat.filemode(info.st_mode)}); choose a jobs_dir they can reach, "
+                             f"e.g. {SYSTEM_JOBS_ROOT}")
+    path.mkdir(exist_ok=True, mode=0o711)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+        raise ValueError(f"jobs_dir: {path} is not a directory owned by root")
+    path.chmod(0o711)
+    mark = path / "state-dir"
+    if not mark.exists():
+        write_atomic(mark, f"{state_dir}\n", mode=0o644)
+
+
+def _make_workdir(work: Path, account: Account, files: dict[str, str]) -> None:
+    """The job's working directory, made afresh (nothing a task of an earlier try left in it is kept),
+    with `files` in it, written before it is handed to the job's user."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(mode=0o700)
+    for name, text in files.items():
+        fd = os.open(work / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o444)
+        os.fchmod(fd, 0o444)  # readable by the job's user whatever the controller's umask (077)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    if account.drop:
+        os.chown(work, account.uid, account.gid)
 
 
 def _read_claim(d: Path) -> dict[str, object] | None:
@@ -289,3 +435,6 @@ def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:
             f"got {len(spec.machines)}"
         )
     return [(m, m.devices) for m in spec.machines]
+
+
+__all__ = ["Isolation", "LocalEngine", "default_jobs_dir"]

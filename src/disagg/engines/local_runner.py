@@ -1,18 +1,52 @@
-"""The runner of one prepared job for the local engine, and the file primitives it shares with it.
+"""The runner of one prepared job for the local engine (its supervisor), and the file primitives it shares.
 
-The runner is a small POSIX shell script written by prepare-task (`run.sh`): a shell starts in a
-millisecond where a Python interpreter takes tens, which matters when jobs come by the hundred.
-It runs in its own session, apart from the controller, so a controller killed with SIGKILL leaves
-it running and a restarted controller finds it by the pid it wrote. It claims the job directory
-with an exclusive create of `started`: a second runner for the same directory (a launch repeated
-after a crash) or a cancel that came first makes it exit at once — a job never runs twice.
+The runner is what Slurm's slurmstepd is to a step: a process of the controller's own user that
+starts the job's tasks as the tenant's user and records what happened, in files of the job's
+directory in the controller's state directory (0700), which no task can open:
+  - `started` — the runner's claim: its pid and start time, created exclusively, so a second runner
+    for the same directory (a launch repeated after a crash) or a cancel that came first makes it
+    exit at once: a job never runs twice;
+  - `output` — what the tasks wrote (stdout and stderr, in arrival order; each line prefixed with
+    `[task i] ` when the job has more than one task), at most `log_cap` bytes per task: past the cap
+    the runner says so in the log and discards the rest;
+  - `exit` — the job's exit code (the first non-zero code of its tasks; 128+N for a signal N),
+    written once every task has ended.
+
+Each task is a child process that, before it executes the command, joins its cgroup (`cgroups`),
+forbids itself new privileges (no setuid binary can raise it), drops every supplementary group and
+becomes the tenant's uid/gid, moves into the job's working directory and takes the minimal
+environment prepare-task wrote for it. When a task's command exits, the rest of its group is
+killed (a daemon it started does not outlive it). Tasks stay in the runner's process group, so a
+SIGKILL to that group stops the runner and its tasks at once (the engine's cancel), and the cgroup
+kill catches whatever left it.
+
+The runner runs in its own session, apart from the controller, so a controller killed with SIGKILL
+leaves it running and a restarted controller finds it by the pid it wrote. It imports only the
+standard library and `cgroups` (it starts with `python -I -S`, in about 30 ms).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-import shlex
+import selectors
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from disagg.engines.cgroups import Confinement, Limits, TaskGroup
+
+#: prctl(2) option: the process and its children can never gain privileges (setuid bits are ignored).
+PR_SET_NO_NEW_PRIVS = 38
+#: How long the runner waits for a task's pipes to close after its command exited (without a cgroup,
+#: a child that left its process group may hold them open).
+DRAIN_S = 2.0
+#: The exit code of a task the runner could not start (the command or its confinement failed).
+CANNOT_START = 125
 
 
 def start_ticks(pid: int) -> str | None:
@@ -37,7 +71,7 @@ def claim(path: Path, content: str) -> bool:
     cut is out of scope here, as it is for the store's SQLite in WAL mode with synchronous=NORMAL.
     """
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as f:
@@ -45,38 +79,208 @@ def claim(path: Path, content: str) -> bool:
     return True
 
 
-def write_atomic(path: Path, content: str) -> None:
-    """Replace `path` whole (write a temporary file, rename it): a reader sees the old or the new."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+def write_atomic(path: Path, content: str, mode: int = 0o600) -> None:
+    """Replace `path` whole (write a temporary file, rename it): a reader sees the old or the new, and of
+    two writers at once (two cancels of one job) the last one's."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, mode)
+    with os.fdopen(fd, "w") as f:
         f.write(content)
     os.replace(tmp, path)
 
 
-def runner_script(directory: Path, command: list[str], envs: list[dict[str, str]]) -> str:
-    """The POSIX shell script that runs one job's tasks in `directory` (see the module docstring).
+def cap_note(task: int, cap: int) -> bytes:
+    """What the log says where a task's output reached the cap."""
+    return f"\n[disagg: task {task} wrote more than {cap} bytes; the rest of its output is discarded]\n".encode()
 
-    The claim is `set -C` (noclobber): the shell creates `started` with O_EXCL, so of two runners,
-    or a runner and a cancel, exactly one wins. Task i gets envs[i]; the job's exit code is the first
-    non-zero exit code of its tasks, written atomically to `exit` once every task has ended.
-    """
-    q = shlex.quote
-    lines = [
-        "#!/bin/sh",
-        "# generated by disagg: the runner of one job on its slice",
-        f"cd {q(str(directory))} || exit 1",
-        "set -C",
-        "if ! { printf '{\"pid\": %s, \"start\": \"%s\"}' $$ \"$(cut -d' ' -f22 /proc/$$/stat)\" > started; } "
-        "2>/dev/null; then exit 0; fi",
-        "set +C",
-    ]
-    argv = " ".join(q(a) for a in command)
-    for i, env in enumerate(envs):
-        exports = " ".join(f"{k}={q(v)}" for k, v in env.items())
-        lines.append(f"( export {exports}; exec {argv} ) >>task-{i}.stdout 2>>task-{i}.stderr </dev/null &")
-        lines.append(f"p{i}=$!")
-    lines.append("code=0")
-    for i in range(len(envs)):
-        lines.append(f'wait "$p{i}"; c=$?; if [ "$code" -eq 0 ]; then code=$c; fi')
-    lines.append("printf '{\"code\": %s, \"at\": %s}' \"$code\" \"$(date +%s)\" > exit.tmp && mv -f exit.tmp exit")
-    return "\n".join(lines) + "\n"
+
+class JobLog:
+    """The job's `output`: every task's stdout and stderr in arrival order, capped per task."""
+
+    def __init__(self, path: Path, tasks: int, cap: int) -> None:
+        self.fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+        self.cap = cap
+        self.label = tasks > 1
+        self.written = [0] * tasks
+        self.partial: dict[tuple[int, int], bytes] = {}
+
+    def write(self, task: int, stream: int, data: bytes) -> None:
+        """Add what task `task` wrote on `stream` (1, 2); with several tasks, whole lines, labelled."""
+        if self.label:
+            data = self.partial.pop((task, stream), b"") + data
+            cut = data.rfind(b"\n") + 1
+            if len(data) - cut > 65536:  # a very long line is written in pieces
+                cut = len(data)
+            if cut < len(data):
+                self.partial[(task, stream)] = data[cut:]
+            data = b"".join(b"[task %d] " % task + line for line in data[:cut].splitlines(keepends=True))
+        self._put(task, data)
+
+    def flush(self, task: int, stream: int) -> None:
+        """The stream ended: what is left of its last line goes out, ended."""
+        rest = self.partial.pop((task, stream), b"")
+        if rest:
+            self._put(task, b"[task %d] " % task + rest + b"\n")
+
+    def note(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def _put(self, task: int, data: bytes) -> None:
+        """Write what fits under the task's cap; the first byte past it writes the note (once) instead."""
+        room = self.cap - self.written[task]
+        if not data or room < 0:
+            return
+        if len(data) > room:
+            data = data[:room] + cap_note(task, self.cap)
+            self.written[task] = self.cap + 1  # capped: nothing more is written for this task
+        else:
+            self.written[task] += len(data)
+        os.write(self.fd, data)
+
+
+@dataclass
+class Task:
+    """One running task: its process, the pipes it writes to, its group."""
+
+    index: int
+    pid: int
+    group: TaskGroup | None
+    pipes: dict[int, int] = field(default_factory=dict)  # read end → stream (1 stdout, 2 stderr)
+    code: int | None = None
+    ended_at: float = 0.0
+
+
+def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | None, out: int, err: int) -> None:
+    """In the forked child: confine, drop privileges, execute the command. Never returns."""
+    try:
+        if group is not None:
+            group.join()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.closerange(3, 65536)
+        _no_new_privileges()
+        account = spec["account"]
+        if account.get("drop"):
+            os.setgroups([])
+            os.setresgid(account["gid"], account["gid"], account["gid"])
+            os.setresuid(account["uid"], account["uid"], account["uid"])
+        os.umask(0o077)
+        os.chdir(spec["workdir"])
+        command = list(spec["command"])
+        os.execvpe(command[0], command, task["env"])
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"disagg: cannot start task {task.get('index', '?')}: {exc}\n".encode())
+        os._exit(CANNOT_START)
+
+
+def _no_new_privileges() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+
+class Runner:
+    """Runs one job's tasks (module docstring) and records its end."""
+
+    def __init__(self, directory: Path, spec: dict[str, Any]) -> None:
+        self.d = directory
+        self.spec = spec
+        self.confinement = Confinement.from_json(spec.get("confinement")) if spec.get("confinement") else None
+        self.log = JobLog(directory / "output", len(spec["tasks"]), int(spec["log_cap"]))
+        self.sel = selectors.DefaultSelector()
+
+    def group(self, i: int) -> TaskGroup | None:
+        if self.confinement is None or not self.confinement.usable:
+            return None
+        return self.confinement.group(f"{self.spec['handle']}.{i}")
+
+    def start(self, i: int, task: dict[str, Any]) -> Task:
+        """Start task `i` in its group; a task whose group cannot be made does not start (code 125)."""
+        group = self.group(i)
+        if group is not None:
+            try:
+                group.create(Limits(float(task["cpus"]), int(task["memory_bytes"]), int(self.spec["pids_max"])))
+            except OSError as exc:
+                self.log.note(f"[disagg: task {i} not started: cannot confine it: {exc}]\n")
+                return Task(i, 0, group, code=CANNOT_START, ended_at=time.monotonic())
+        r_out, w_out = os.pipe()
+        r_err, w_err = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _exec_task(self.spec, {**task, "index": i}, group, w_out, w_err)
+        os.close(w_out)
+        os.close(w_err)
+        t = Task(i, pid, group, {r_out: 1, r_err: 2})
+        for fd in t.pipes:
+            self.sel.register(fd, selectors.EVENT_READ, t)
+        return t
+
+    def run(self) -> int:
+        """Start every task, copy their output until they end, clean up their groups; the job's code."""
+        tasks = [self.start(i, t) for i, t in enumerate(self.spec["tasks"])]
+        while any(t.code is None or t.pipes for t in tasks):
+            for key, _ in self.sel.select(timeout=0.2):
+                self._read(key.data, int(key.fd))
+            for t in tasks:
+                self._reap(t)
+        for t in tasks:
+            if t.group is not None:
+                t.group.remove()
+        codes = [t.code or 0 for t in tasks]
+        return next((c for c in codes if c != 0), 0)
+
+    def _read(self, t: Task, fd: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if data:
+            self.log.write(t.index, t.pipes[fd], data)
+            return
+        self.log.flush(t.index, t.pipes.pop(fd))
+        self.sel.unregister(fd)
+        os.close(fd)
+
+    def _reap(self, t: Task) -> None:
+        """Note a task's exit; kill what it left running; stop waiting for its pipes after DRAIN_S."""
+        if t.code is None:
+            done, status = os.waitpid(t.pid, os.WNOHANG)
+            if not done:
+                return
+            code = os.waitstatus_to_exitcode(status)
+            t.code = 128 - code if code < 0 else code
+            t.ended_at = time.monotonic()
+            if t.group is not None:
+                t.group.kill()  # what the task started dies with it (and its pipes close)
+        if t.pipes and time.monotonic() - t.ended_at > DRAIN_S:
+            for fd, stream in list(t.pipes.items()):
+                self.log.flush(t.index, stream)
+                self.sel.unregister(fd)
+                os.close(fd)
+            t.pipes.clear()
+
+
+def main(argv: list[str]) -> int:
+    """`python -I -S -c <boot> DIR`: run the job prepared in DIR unless another runner or a cancel claimed it."""
+    d = Path(argv[0])
+    os.chdir(d)
+    ticks = start_ticks(os.getpid())
+    if not claim(d / "started", json.dumps({"pid": os.getpid(), "start": ticks})):
+        return 0
+    spec = json.loads((d / "spec.json").read_text())
+    code = Runner(d, spec).run()
+    write_atomic(d / "exit", json.dumps({"code": code, "at": time.time()}))
+    return 0
+
+
+#: The code a launch runs (`python -I -S -c BOOT <src> <dir>`): only this package's directory on the path.
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from disagg.engines.local_runner import main; " \
+       "sys.exit(main(sys.argv[2:]))"
+
+if __name__ == "__main__":  # pragma: no cover - started through BOOT
+    sys.exit(main(sys.argv[1:]))

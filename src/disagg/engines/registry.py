@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from disagg.engines.base import Engine
 from disagg.fabric.emulated import OperationLatencies
 from disagg.model import SpecError
+
+if TYPE_CHECKING:
+    from disagg.engines.local import Isolation
 
 
 class UnknownEngineError(SpecError):
@@ -32,12 +36,16 @@ class EngineOptions:
     state_dir: Path
     latencies: OperationLatencies
     slurm_site: str | None = None
+    isolation: Isolation | None = None  # the local engine's: users, working directories, cgroups, log cap
 
 
 def _local(opts: EngineOptions) -> Engine:
     from disagg.engines.local import LocalEngine
 
-    return LocalEngine(opts.state_dir / "tasks", opts.latencies)
+    try:
+        return LocalEngine(opts.state_dir / "tasks", opts.latencies, opts.isolation)
+    except ValueError as exc:
+        raise UnknownEngineError(str(exc)) from None
 
 
 def _slurm(opts: EngineOptions) -> Engine:

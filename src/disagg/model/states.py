@@ -101,6 +101,8 @@ class JobReason(StrEnum):
     REQUEUED = "requeued"                    # its slice was torn down under it (a failure); waiting again
     RETRIES_EXHAUSTED = "retries-exhausted"  # re-queued more often than its max_retries allow
     PREEMPTED = "preempted"                  # stopped to give back what its tenant borrowed; waiting again
+    REFUSED = "refused"                      # the engine would not run it (no Unix user it may run as)
+    UNPLACEABLE = "unplaceable"              # planning it made a scheduling round fail: set aside
 
 
 class DeviceState(StrEnum):

@@ -174,5 +174,5 @@ def _given(limits: _Limits) -> dict[str, float]:
     return {k: float(v) for k, v in limits.model_dump().items() if v is not None}
 
 
-__all__ = ["RESERVED_NAMES", "RESOURCES", "Tenant", "TenantSpec", "Tenants", "load_tenants", "merge_tenants",
-           "parse_tenants", "tenant_entry", "tenant_name_problem"]
+__all__ = ["RESERVED_NAMES", "RESOURCES", "TENANT_NAME", "Tenant", "TenantSpec", "Tenants", "load_tenants",
+           "merge_tenants", "parse_tenants", "tenant_entry", "tenant_name_problem"]

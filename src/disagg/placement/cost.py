@@ -9,6 +9,12 @@ c_U   = (1 − Ut(φ_U)) · P + W           the unscheduled arc (Eq. 8)
 finishes within twice the goal, and worse for important jobs (their utility falls faster). W grows
 by `WAIT_STEP` each round the job waits, so no job starves. Costs are multiplied by `SCALE` and
 rounded, because the solver works on integers.
+
+No input makes a cost non-finite or out of the solver's range: τ is kept within [TAU_MIN_S, TAU_MAX_S]
+and z within [1, 10] (`clamp_goal`, `clamp_importance`; NaN counts as the least favourable value),
+and a utility below −UT_FLOOR counts as −UT_FLOOR (φ a thousand times τ is as bad as it gets). The
+API refuses such inputs already; this keeps one job that slipped past it (a row written by hand, an
+old store) from failing every scheduling round.
 """
 
 from __future__ import annotations
@@ -34,6 +40,20 @@ P_CROSS = 1.1
 P_SPARE_DEVICES = 0.05
 #: Tie-break that spreads tasks over machines by how busy their cpus are (Firmament's load spreading).
 SPREAD = 0.02
+#: The range τ is kept in, seconds, and the lowest utility a placement can have (see the module docstring).
+TAU_MIN_S = 1e-3
+TAU_MAX_S = 1e9
+UT_FLOOR = 1000.0
+
+
+def clamp_goal(tau: float) -> float:
+    """τ within [TAU_MIN_S, TAU_MAX_S] (NaN: the loosest goal)."""
+    return TAU_MAX_S if tau != tau else min(max(tau, TAU_MIN_S), TAU_MAX_S)
+
+
+def clamp_importance(z: float) -> float:
+    """z within [1, 10] (NaN: 10, the least important)."""
+    return 10.0 if z != z else min(max(z, 1.0), 10.0)
 
 
 def utility(phi: ArrayLike, tau: ArrayLike, z: ArrayLike) -> NDArray[np.float64]:
@@ -42,7 +62,9 @@ def utility(phi: ArrayLike, tau: ArrayLike, z: ArrayLike) -> NDArray[np.float64]
     tau_a = np.asarray(tau, dtype=np.float64)
     z_a = np.asarray(z, dtype=np.float64)
     base = (tau_a - phi_a) / tau_a
-    return np.where(phi_a <= tau_a, base, base * (10.0 - z_a) / 9.0)
+    ut = np.where(phi_a <= tau_a, base, base * (10.0 - z_a) / 9.0)
+    out: NDArray[np.float64] = np.clip(np.nan_to_num(ut, nan=-UT_FLOOR, neginf=-UT_FLOOR), -UT_FLOOR, 1.0)
+    return out
 
 
 def placing_cost(phi: ArrayLike, tau: ArrayLike, z: ArrayLike, preference: ArrayLike) -> NDArray[np.int64]:
@@ -68,7 +90,7 @@ def age_bonus(order: ArrayLike, n: int) -> NDArray[np.int64]:
 def goal_s(job: Job, profile: Profile) -> float:
     """τ: the job's SLO, or 1.5× its profile's local time, or 1 s for an unknown image (neutral)."""
     if job.slo_s is not None:
-        return job.slo_s
+        return clamp_goal(job.slo_s)
     if profile.known:
         return 1.5 * profile.base_s
     return 1.0

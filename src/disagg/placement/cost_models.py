@@ -241,9 +241,13 @@ class DRMaestroCostModel:
         return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
 
     def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
+        """A class that would rather wait than go remote (its surcharge is more than its own cost of
+        waiting: a goal no remote device meets) prices nothing: it must not set the price of going
+        remote for the classes that do (one tenant's impossible SLO would hold every job of its shape)."""
         ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
                             P_LOCAL)
-        out: IntArray = ends[:, 1] - ends[:, 0]
+        surcharge = ends[:, 1] - ends[:, 0]
+        out: IntArray = np.where(surcharge < unscheduled_cost(rows.tau[:, 0], rows.z[:, 0], 0), surcharge, 0)
         return out
 
     # -- phase k --

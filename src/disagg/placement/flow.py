@@ -17,7 +17,7 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
-from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
@@ -161,7 +161,7 @@ class FlowPlacer:
                                                goal_s(no_slo, profile), remote_gbps(no_slo, profile))
         profile, phi_known, default_tau, default_gbps = image
         slo = job.slo_s
-        tau = default_tau if slo is None else slo
+        tau = default_tau if slo is None else clamp_goal(slo)
         gbps = job.network_gbps
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
@@ -177,7 +177,8 @@ class FlowPlacer:
             # Requests that differ only in how they are written (order, zero counts) share the shape.
             parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
         wants, shape = parts
-        return JobState(job, order, profile, tau, job.importance, default_gbps if gbps is None else gbps,
+        z = clamp_importance(job.importance)
+        return JobState(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
                         shape, wants, t.count, cpus, memory_gb)
 

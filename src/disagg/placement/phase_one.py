@@ -133,7 +133,10 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int)
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64))
     for g, members in enumerate(cls.shapes):
-        rep = cls.representative[members[0]]
+        # The shape's machines are priced for its loosest goal: a class whose SLO no machine meets (a
+        # tenant's τ of one second) must not take the machines away from the shape's other classes;
+        # each class's own arcs keep to the machines that meet its goal.
+        rep = cls.representative[max(members, key=lambda c: (cls.representative[c].tau, -c))]
         t = rep.job.tasks
         fit = costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members))
         cand = np.nonzero(fit > 0)[0]

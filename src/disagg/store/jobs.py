@@ -10,13 +10,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, select
+from sqlalchemy import Table, bindparam, delete, func, select
 
 from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
-from disagg.store.lifecycle import job_events, move_job, move_slice, new_jobs
+from disagg.store.lifecycle import JobMove, job_events, move_job, move_jobs, move_slice, new_jobs
 from disagg.store.models import EventRow, JobRow, SliceRow, StepRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -160,6 +160,33 @@ class JobOps(StoreBase):
             conn.execute(delete(_jobs).where(_jobs.c.id == job_id))
         return True
 
+    def set_aside(self, job_ids: list[str], why: str) -> list[str]:
+        """Fail queued jobs that a scheduling round cannot plan (reason `unplaceable`, with `why`); those moved."""
+        moves = [JobMove(j, JobState.FAILED, why, (JobState.QUEUED,),
+                         {"reason": why, "reason_code": JobReason.UNPLACEABLE}) for j in job_ids]
+        with self.write_core(urgent=True) as conn:
+            return [j for j, _ in move_jobs(conn, moves, time.time())]
+
+    def queued_counts(self) -> dict[str, int]:
+        """How many jobs each tenant has queued."""
+        query = select(_jobs.c.tenant, func.count()).where(_jobs.c.state == JobState.QUEUED).group_by(_jobs.c.tenant)
+        with self.read_core() as conn:
+            return {str(t): int(n) for t, n in conn.execute(query)}
+
+    def job_attempt(self, job_id: str) -> tuple[str, str] | None:
+        """(the job's latest slice, the engine's handle of it), or None before it was ever placed."""
+        query = (select(_slices.c.id, _slices.c.handle).join(_jobs, _jobs.c.slice_id == _slices.c.id)
+                 .where(_jobs.c.id == job_id))
+        with self.read_core() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else (str(row.id), str(row.handle or row.id))
+
+    def job_ended(self, job_id: str) -> bool:
+        """Whether the job is in a final state (a missing job counts as ended)."""
+        with self.read_core() as conn:
+            state = conn.execute(select(_jobs.c.state).where(_jobs.c.id == job_id)).scalar()
+        return state is None or JobState(state).final
+
     def job_handle(self, job_id: str) -> str | None:
         """The engine's handle of the job's latest slice (its slice id when the engine gave none)."""
         query = (select(_slices.c.id, _slices.c.handle).join(_jobs, _jobs.c.slice_id == _slices.c.id)
@@ -174,10 +201,11 @@ class JobOps(StoreBase):
         with self.read_core() as conn:
             return [JobSummary(i, JobState(st), sl, why) for i, st, sl, why in conn.execute(query)]
 
-    def job_events(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's transitions and its slices', oldest first: from, to, when, why."""
+    def job_events(self, job_id: str, after: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """The job's transitions and its slices', oldest first: from, to, when, why (each with its `id`);
+        from event id `after` on, at most `limit` (None: all)."""
         with self.read_core() as conn:
-            return job_events(conn, job_id)
+            return job_events(conn, job_id, after, limit)
 
 
 __all__ = ["IdempotencyConflict", "JobLive", "JobOps", "JobSummary", "job_dict", "model_job", "new_id", "new_job_row"]

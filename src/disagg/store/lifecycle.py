@@ -139,16 +139,25 @@ def _current(conn: Connection, table: Table, ids: list[str]) -> dict[str, tuple[
     return out
 
 
-def job_events(conn: Connection, job_id: str) -> list[dict[str, Any]]:
-    """The job's history, oldest first: its submission, then its own moves and its slices' moves."""
+def job_events(conn: Connection, job_id: str, after: int | None = None, limit: int | None = None
+               ) -> list[dict[str, Any]]:
+    """The job's history, oldest first: its submission (id 0: a job's creation is not a transition, its row
+    says when), then its own moves and its slices' moves — from event id `after` on, at most `limit`."""
     submitted = conn.execute(select(_jobs.c.submitted_at).where(_jobs.c.id == job_id)).scalar()
     if submitted is None:
         return []
-    first = {"at": submitted, "subject": "job", "slice": None, "from": None, "to": JobState.QUEUED,
-             "why": "submitted"}
-    query = select(_events).where(_events.c.job_id == job_id).order_by(_events.c.id)
-    return [first] + [
-        {"at": r.at, "subject": r.subject, "slice": r.slice_id, "from": r.from_state, "to": r.to_state, "why": r.why}
+    first = [] if after is not None and after >= 0 else [
+        {"id": 0, "at": submitted, "subject": "job", "slice": None, "from": None, "to": JobState.QUEUED,
+         "why": "submitted"}]
+    query = select(_events).where(_events.c.job_id == job_id)
+    if after is not None:
+        query = query.where(_events.c.id > after)
+    query = query.order_by(_events.c.id)
+    if limit is not None:
+        query = query.limit(max(0, limit - len(first)))
+    return first[:limit] + [
+        {"id": r.id, "at": r.at, "subject": r.subject, "slice": r.slice_id, "from": r.from_state, "to": r.to_state,
+         "why": r.why}
         for r in conn.execute(query)
     ]
 

@@ -40,6 +40,7 @@ class TokenRow(Base):
     tenant: Mapped[str] = mapped_column(String(128))
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: never
 
 
 class JobRow(Base):
@@ -151,6 +152,14 @@ class EventRow(Base):
     from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_state: Mapped[str] = mapped_column(String(16))
     why: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class MetaRow(Base):
+    """What the store says of itself (`store_id`: made once, when the schema was created)."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class LinkRow(Base):

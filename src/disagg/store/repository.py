@@ -14,10 +14,13 @@ from sqlalchemy import insert, select
 
 from disagg.model import Cluster
 from disagg.model.states import Health
+from disagg.store.backup import BackupOps
 from disagg.store.compositions import CompositionOps
+from disagg.store.gc import GcOps
 from disagg.store.health import HealthOps
 from disagg.store.history import HistoryOps
 from disagg.store.jobs import JobOps
+from disagg.store.marks import MarkOps
 from disagg.store.models import (
     DeviceRow,
     LinkRow,
@@ -33,7 +36,7 @@ from disagg.store.views import ViewOps
 
 
 class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps, HistoryOps,
-            PrefixOps, TenantOps):
+            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

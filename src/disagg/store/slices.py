@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, insert, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, func, insert, select, update
 
 from disagg.model import SlicePlacement
 from disagg.model.states import (
@@ -34,8 +34,9 @@ _steps: Table = StepRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
-# an outer join: a composition (a slice with no job) has no command
-_RECORD = select(_slices, _jobs.c.command).outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
+# an outer join: a composition (a slice with no job) has no command, and its own tenant
+_RECORD = select(_slices, _jobs.c.command, func.coalesce(_jobs.c.tenant, _slices.c.tenant, "").label("owner")
+                 ).outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
 _SLICE_STATE = select(_slices.c.state).where(_slices.c.id == bindparam("id"))
 # (bind names differ from the column names: in an UPDATE those would be taken as SET values)
 _STEP_KEY = and_(
@@ -80,6 +81,7 @@ class SliceRecord:
     placement: SlicePlacement
     command: tuple[str, ...]
     created_at: float
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ StepEffect = KeepHandle | SliceRunning | ReleaseDevice
 
 def _record(row: Any) -> SliceRecord:
     return SliceRecord(row.id, row.job_id, row.attempt, SliceState(row.state), row.outcome, row.detail, row.handle,
-                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command or ()), row.created_at)
+                       SlicePlacement.from_json(row.id, row.placement), tuple(row.command or ()), row.created_at,
+                       row.owner)
 
 
 class SliceOps(StoreBase):
@@ -311,6 +314,8 @@ def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
         else:
             why = f"re-queued: {sl.detail}"
             move_job(conn, job.id, JobState.QUEUED, why, live, now, reason=why, reason_code=JobReason.REQUEUED)
+    elif sl.outcome == SliceOutcome.FAILED:  # the engine refused the job: it fails with the engine's word
+        move_job(conn, job.id, JobState.FAILED, sl.detail, live, now, reason=sl.detail, reason_code=JobReason.REFUSED)
     elif sl.outcome is not None:
         ended = JobState(sl.outcome)
         # only a running job completes; a failure or a cancel ends a composing one too

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from disagg.model.slices import SlicePlacement
@@ -134,6 +134,24 @@ def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], link_down:
     }
 
 
+#: A page's position: the sort key of its last item (what a cursor carries).
+Key = list[Any]
+#: A page: its items, and the key of the next page (None: it is the last one).
+Page = tuple[list[dict[str, Any]], Key | None]
+
+
+def _limited(query: Any, limit: int | None) -> Any:
+    """The query with one row more than a page, to tell whether another page follows (None: every row)."""
+    return query if limit is None else query.limit(limit + 1)
+
+
+def _split_page(rows: list[Any], limit: int | None) -> tuple[bool, list[Any]]:
+    """(whether another page follows, the page's rows)."""
+    if limit is None:
+        return False, rows
+    return len(rows) > limit, rows[:limit]
+
+
 class ViewOps(StoreBase):
     """The named reads the API, the dashboard and the metrics show (a tenant sees only its own jobs)."""
 
@@ -150,26 +168,47 @@ class ViewOps(StoreBase):
 
     def jobs_list(self, who: Principal, state: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         """`who`'s jobs (every tenant's for an admin), newest first, in `state` if given, at most `limit`."""
+        return self.jobs_page(who, state, limit)[0]
+
+    def jobs_page(self, who: Principal, state: str | None = None, limit: int = 100, after: Key | None = None
+                  ) -> Page:
+        """A page of `jobs_list` after the key `after` (a page's `next`): (jobs, the next page's key or None)."""
         with self.read() as s:
             q = select(JobRow)
             if not who.admin:
                 q = q.where(JobRow.tenant == who.tenant)
             if state is not None:
                 q = q.where(JobRow.state == state)
-            rows = list(s.scalars(q.order_by(JobRow.seq.desc()).limit(limit)))
-            return [_job_out(s, r) for r in rows]
+            if after is not None:
+                seq, ident = int(after[0]), str(after[1])
+                q = q.where(or_(JobRow.seq < seq, and_(JobRow.seq == seq, JobRow.id < ident)))
+            rows = list(s.scalars(q.order_by(JobRow.seq.desc(), JobRow.id.desc()).limit(limit + 1)))
+            more = rows[limit:]
+            rows = rows[:limit]
+            return [_job_out(s, r) for r in rows], ([rows[-1].seq, rows[-1].id] if more else None)
 
     def slices_list(self, who: Principal, state: str | None = None, steps: bool = False, limit: int = 1000
     ) -> list[dict[str, Any]]:
         """The slices of `who`'s jobs (all for an admin), newest first; `steps` adds their step records."""
+        return self.slices_page(who, state, steps, limit)[0]
+
+    def slices_page(self, who: Principal, state: str | None = None, steps: bool = False, limit: int = 100,
+                    after: Key | None = None) -> Page:
+        """A page of `slices_list` after the key `after`: (slices, the next page's key or None)."""
         with self.read() as s:
             q = select(SliceRow)
             if not who.admin:
                 q = q.join(JobRow, JobRow.id == SliceRow.job_id).where(JobRow.tenant == who.tenant)
             if state is not None:
                 q = q.where(SliceRow.state == state)
-            rows = list(s.scalars(q.order_by(SliceRow.created_at.desc()).limit(limit)))
-            return [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows]
+            if after is not None:
+                at, ident = float(after[0]), str(after[1])
+                q = q.where(or_(SliceRow.created_at < at, and_(SliceRow.created_at == at, SliceRow.id < ident)))
+            rows = list(s.scalars(q.order_by(SliceRow.created_at.desc(), SliceRow.id.desc()).limit(limit + 1)))
+            more = rows[limit:]
+            rows = rows[:limit]
+            out = [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows]
+            return out, ([rows[-1].created_at, rows[-1].id] if more else None)
 
     def job_slices(self, job_id: str) -> list[dict[str, Any]]:
         """Every slice of a job (one per attempt), newest first, with its step records (the job page's
@@ -186,12 +225,19 @@ class ViewOps(StoreBase):
 
     def devices_view(self) -> list[dict[str, Any]]:
         """Every device in inventory order; unreachable while the uplink of its location is down."""
+        return self.devices_page(None, None)[0]
+
+    def devices_page(self, limit: int | None = 100, after: Key | None = None) -> Page:
+        """Devices in inventory order after the key `after`, at most `limit` (None: all)."""
         with self.read() as s:
             down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
-            return [
-                device_dict(r, reachable=f"up:{r.location}" not in down)
-                for r in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position))
-            ]
+            q = select(*DEVICE_FIELDS, DeviceRow.position)
+            if after is not None:
+                q = q.where(DeviceRow.position > int(after[0]))
+            rows = list(s.execute(_limited(q.order_by(DeviceRow.position), limit)))
+            more, rows = _split_page(rows, limit)
+            out = [device_dict(r, reachable=f"up:{r.location}" not in down) for r in rows]
+            return out, ([rows[-1].position] if more else None)
 
     def links_view(self) -> list[dict[str, Any]]:
         """Links: bandwidth, up or down, and the load the live slices' remote devices put on them.
@@ -199,6 +245,10 @@ class ViewOps(StoreBase):
         The load is the policy's own accounting: each remote device of a live slice carries its
         placement's `network_gbps` on every link of its path (machine uplink, rack links, pool uplink).
         """
+        return self.links_page(None, None)[0]
+
+    def links_page(self, limit: int | None = 100, after: Key | None = None) -> Page:
+        """`links_view` by link id after the key `after`, at most `limit` (None: all)."""
         with self.read() as s:
             load: dict[str, float] = {}
             users: dict[str, set[str]] = {}
@@ -207,6 +257,10 @@ class ViewOps(StoreBase):
                     for link in d.path:  # summed device by device, in path order: the same floats as ever
                         load[link] = load.get(link, 0.0) + d.network_gbps
                         users.setdefault(link, set()).add(placement.slice_id)
+            q = select(LinkRow)
+            if after is not None:
+                q = q.where(LinkRow.id > str(after[0]))
+            more, rows = _split_page(list(s.scalars(_limited(q.order_by(LinkRow.id), limit))), limit)
             return [
                 {
                     "id": r.id,
@@ -216,23 +270,36 @@ class ViewOps(StoreBase):
                     "utilisation": round(load.get(r.id, 0.0) / r.gbps, 6) if r.gbps > 0 else 0.0,
                     "slices": sorted(users.get(r.id, ())),
                 }
-                for r in s.scalars(select(LinkRow).order_by(LinkRow.id))
-            ]
+                for r in rows
+            ], ([rows[-1].id] if more else None)
 
     def machines_view(self) -> list[dict[str, Any]]:
         """Machines and pools in inventory order, with their devices and the live slices on them."""
+        return self.machines_page(None, None)[0]
+
+    def machines_page(self, limit: int | None = 100, after: Key | None = None) -> Page:
+        """`machines_view` after the key `after`, at most `limit` (None: all)."""
         with self.read() as s:
+            nodes = select(MachineRow.name, MachineRow.kind, MachineRow.rack, MachineRow.cpus, MachineRow.memory_gb,
+                           MachineRow.position)
+            if after is not None:
+                nodes = nodes.where(MachineRow.position > int(after[0]))
+            more, rows = _split_page(list(s.execute(_limited(nodes.order_by(MachineRow.position), limit))), limit)
+            names = {r.name for r in rows}
             holders: dict[str, list[str]] = {}
             for placement in live_placements(s):
                 for m in placement.machines:
                     holders.setdefault(m.host, []).append(placement.slice_id)
             devs: dict[str, list[DeviceFields]] = {}
-            for d in s.execute(select(*DEVICE_FIELDS).order_by(DeviceRow.position)):
+            dq = select(*DEVICE_FIELDS).order_by(DeviceRow.position)
+            if limit is not None:
+                dq = dq.where(DeviceRow.location.in_(names))
+            for d in s.execute(dq):
                 devs.setdefault(d.location, []).append(d)
             down = set(s.scalars(select(LinkRow.id).where(LinkRow.up.is_(False))))
-            nodes = select(MachineRow.name, MachineRow.kind, MachineRow.rack, MachineRow.cpus, MachineRow.memory_gb)
-            return [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []), f"up:{r.name}" in down)
-                    for r in s.execute(nodes.order_by(MachineRow.position))]
+            out = [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []), f"up:{r.name}" in down)
+                   for r in rows]
+            return out, ([rows[-1].position] if more else None)
 
     def machine_racks(self, names: Iterable[str]) -> dict[str, str]:
         """The rack of each named machine (names not in the inventory are left out)."""
@@ -283,4 +350,4 @@ class ViewOps(StoreBase):
         return out
 
 
-__all__ = ["ViewOps", "device_dict", "job_dict", "slice_dict"]
+__all__ = ["Key", "Page", "ViewOps", "device_dict", "job_dict", "slice_dict"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from disagg.api import schemas as S
 from disagg.api.deps import Admin, Jobs, StoreDep, Who
 from disagg.api.errors import R401, R403, R404, R422, ApiError
+from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 
 router = APIRouter()
 
@@ -22,10 +23,12 @@ def _act(jobs: Jobs, device_id: str, action: str) -> dict[str, Any]:
     return out
 
 
-@router.get("/v1/devices", response_model=S.DeviceList, tags=["inventory"], responses={**R401})
-def list_devices(_who: Who, store: StoreDep) -> dict[str, Any]:
+@router.get("/v1/devices", response_model=S.DeviceList, tags=["inventory"], responses={**R401, **R422})
+def list_devices(request: Request, _who: Who, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
+                 cursor: Cursor = None) -> dict[str, Any]:
     """Devices: free, attached (with the slice), failed or drained."""
-    return {"devices": store.devices_view()}
+    items, key = store.devices_page(limit, decode_cursor(cursor, 1))
+    return {"devices": items, "next": next_link(request, key)}
 
 
 @router.post(

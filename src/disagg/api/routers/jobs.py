@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from disagg.api import schemas as S
 from disagg.api.deps import Jobs, StoreDep, Who
-from disagg.api.errors import R400, R401, R404, R409, R422, ApiError, Responses
-from disagg.control.jobs import JobRejected
+from disagg.api.errors import R400, R401, R404, R409, R422, R429, ApiError, Responses
+from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
+from disagg.control.jobs import JobRejected, QueueFull
 from disagg.store import IdempotencyConflict, JobLive, Principal, Store
 from disagg.store.prefixes import SHOWN_MATCHES
 
@@ -81,8 +82,8 @@ def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     status_code=201,
     response_model=S.JobOut,
     tags=["jobs"],
-    responses={**R400, **R401, **R409, **R422_NEVER_FITS, 201: {"description": "The job, stored and queued.",
-                                                                "links": _JOB_LINKS}},
+    responses={**R400, **R401, **R409, **R422_NEVER_FITS, **R429,
+               201: {"description": "The job, stored and queued.", "links": _JOB_LINKS}},
 )
 async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
     """Submit a job. It is queued and placed by the next scheduling round."""
@@ -93,6 +94,8 @@ async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: Idemp
         raise ApiError(422, str(exc), [{"field": exc.field, "message": str(exc)}]) from None
     except IdempotencyConflict as exc:
         raise ApiError(409, str(exc)) from None
+    except QueueFull as exc:
+        raise ApiError(429, str(exc)) from None
     jobs.metrics.submit_seconds.observe(time.perf_counter() - t0)
     job["placement"] = None
     return job
@@ -100,13 +103,16 @@ async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: Idemp
 
 @router.get("/v1/jobs", response_model=S.JobList, tags=["jobs"], responses={**R401, **R422})
 def list_jobs(
+    request: Request,
     who: Who,
     store: StoreDep,
     state: S.JobState | None = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
-    """Jobs of the caller's tenant (all jobs for an admin), newest first."""
-    return {"jobs": store.jobs_list(who, state, limit)}
+    """Jobs of the caller's tenant (all jobs for an admin), newest first, a page at a time (`next`)."""
+    jobs, key = store.jobs_page(who, state, limit, decode_cursor(cursor, 2))
+    return {"jobs": jobs, "next": next_link(request, key)}
 
 
 _ONE = {**R401, **R404, **R409_AMBIGUOUS, **R422}
@@ -142,17 +148,35 @@ def delete_job(job_id: JobId, who: Who, store: StoreDep) -> Response:
     return Response(status_code=204)
 
 
+#: The most a page of logs holds, bytes (and what it holds by default).
+MAX_LOG_PAGE = 2**20
+DEFAULT_LOG_PAGE = 256 * 2**10
+LogLimit = Annotated[int, Query(ge=1, le=MAX_LOG_PAGE, description=f"Bytes, at most {MAX_LOG_PAGE}.")]
+
+
 @router.get("/v1/jobs/{job_id}/logs", response_model=S.LogsOut, tags=["jobs"], responses=_ONE)
-def job_logs(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """What the job's tasks wrote (stdout, then stderr), for its latest attempt."""
-    whole = resolve_job(store, job_id, who)
-    return {"job": whole, "logs": jobs.logs(whole)}
+def job_logs(
+    job_id: JobId,
+    who: Who,
+    store: StoreDep,
+    jobs: Jobs,
+    offset: Annotated[int, Query(ge=0, le=2**62, description="The first byte of the page.")] = 0,
+    limit: LogLimit = DEFAULT_LOG_PAGE,
+) -> dict[str, Any]:
+    """A page of what the job's tasks wrote (stdout and stderr; `[task i] ` before each line when it has
+    several tasks), for its latest attempt: ask again from `next_offset` to follow it."""
+    return jobs.log_page(resolve_job(store, job_id, who), offset, limit)
 
 
 @router.get("/v1/jobs/{job_id}/events", response_model=S.EventList, response_model_by_alias=True, tags=["jobs"],
             responses=_ONE)
-def job_events(job_id: JobId, who: Who, store: StoreDep) -> dict[str, Any]:
+def job_events(job_id: JobId, request: Request, who: Who, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
+               cursor: Cursor = None) -> dict[str, Any]:
     """The job's history, oldest first: each transition of the job and of its slices, with why
-    (e.g. "re-queued: device iobox0/gpu4 failed")."""
+    (e.g. "re-queued: device iobox0/gpu4 failed"), a page at a time (`next`)."""
     whole = resolve_job(store, job_id, who)
-    return {"job": whole, "events": store.job_events(whole)}
+    key = decode_cursor(cursor, 1)
+    events = store.job_events(whole, int(key[0]) if key else None, limit + 1)
+    more = len(events) > limit
+    events = events[:limit]
+    return {"job": whole, "events": events, "next": next_link(request, [events[-1]["id"]] if more else None)}

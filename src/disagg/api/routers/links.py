@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from disagg.api import schemas as S
 from disagg.api.deps import Admin, Jobs, StoreDep, Who
 from disagg.api.errors import R401, R403, R404, R422, ApiError
+from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 
 router = APIRouter()
 
@@ -29,10 +30,12 @@ def _act(jobs: Jobs, link_id: str, action: str) -> dict[str, Any]:
     return out
 
 
-@router.get("/v1/links", response_model=S.LinkList, tags=["inventory"], responses={**R401})
-def list_links(_who: Who, store: StoreDep) -> dict[str, Any]:
+@router.get("/v1/links", response_model=S.LinkList, tags=["inventory"], responses={**R401, **R422})
+def list_links(request: Request, _who: Who, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
+               cursor: Cursor = None) -> dict[str, Any]:
     """Network links: bandwidth, up or down, the load the live slices put on them, and who uses them."""
-    return {"links": store.links_view()}
+    items, key = store.links_page(limit, decode_cursor(cursor, 1))
+    return {"links": items, "next": next_link(request, key)}
 
 
 @router.post(

@@ -1,27 +1,48 @@
-"""What operators and their tools read without a token: /healthz and /metrics (Prometheus). The
-dashboard (`/`, `/ui/…`) is `disagg.api.dashboard`, behind a sign-in."""
+"""What operators and their tools read: /healthz (no token: probes) and /metrics (Prometheus; a token
+unless `metrics_public: true`, for a scraper on loopback). The dashboard (`/`, `/ui/…`) is
+`disagg.api.dashboard`, behind a sign-in."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from disagg.api import schemas as S
-from disagg.api.deps import Jobs, StoreDep
+from disagg.api.deps import Jobs, StoreDep, principal
+from disagg.api.errors import ApiError
 
 router = APIRouter()
 
 
 @router.get("/healthz", response_model=S.HealthOut, tags=["ops"])
 def healthz(store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """Liveness: the API answers and the store is reachable."""
+    """Liveness: the API answers and the store is reachable; `degraded`, with the cause, for a minute after
+    a scheduling round failed (the loop goes on, setting aside the jobs it failed on)."""
     store.ping()
-    last = {k: float(v) for k, v in jobs.round_info().items() if isinstance(v, int | float)}
-    return {"status": "ok", "policy": jobs.config.policy, "last_round": last}
+    info = jobs.round_info()
+    trouble = info.get("trouble")
+    last = {k: float(v) for k, v in info.items() if isinstance(v, int | float)}
+    cause = str(trouble.get("cause")) if isinstance(trouble, dict) else None
+    return {"status": "degraded" if cause else "ok", "cause": cause, "policy": jobs.config.policy,
+            "last_round": last}
+
+
+async def _authorized(request: Request) -> bool:
+    """Whether the request carries a valid token (bearer, or HTTP Basic's password)."""
+    try:
+        await principal(request, None)
+    except ApiError:
+        return False
+    return True
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(jobs: Jobs) -> Response:
-    return Response(jobs.metrics.render(), media_type="text/plain; version=0.0.4")
+async def metrics(request: Request, jobs: Jobs) -> Response:
+    if not jobs.config.metrics_public and not await _authorized(request):
+        return Response("a token is needed (or metrics_public: true)\n", status_code=401,
+                        headers={"WWW-Authenticate": "Bearer"}, media_type="text/plain")
+    body = await run_in_threadpool(jobs.metrics.render)  # it reads the store: off the event loop
+    return Response(body, media_type="text/plain; version=0.0.4")

@@ -1,0 +1,114 @@
+"""Losing state is loud: at start, the state directory is checked against the store.
+
+The store is the record of what was confirmed (every 201, every placement); the state directory holds
+what the fabric and the engine did (attachments, job directories) and the store's mark: its id and how
+far it had got (`disagg.store.marks`), which the loop writes there as it runs. A start on a store that
+knows less than the state directory — its WAL deleted after a crash, an old backup restored, a fresh
+file where the old one was — would forget confirmed jobs and, reconciling, kill running jobs it cannot
+account for. So before reconciling, `state_loss` names every disagreement:
+  - the store is another one than the state directory's (its id differs);
+  - the store has gone back (it holds fewer changes than the state directory saw it hold);
+  - the engine has jobs of slices the store does not know at all;
+  - the fabric has attachments that no live slice of the store holds.
+The controller then refuses to start (`StateLossError`) unless the operator accepts the loss
+(`--accept-state-loss`): then reconciling goes on as after any crash, and the mark starts anew.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from disagg.engines.base import Engine
+from disagg.fabric.base import FabricDriver
+from disagg.model import SpecError
+from disagg.store import Store
+
+#: The store's mark in the state directory.
+MARK_FILE = "store-mark.json"
+#: How often the loop writes the mark at most, seconds.
+MARK_EVERY_S = 1.0
+#: How many examples a problem names.
+_SHOWN = 5
+
+
+class StateLossError(SpecError):
+    """The store knows less than the state directory; names what disagrees (exit 2 at `disagg serve`)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("state directory", [*problems, "if the loss is known and accepted, start with "
+                                             "--accept-state-loss (DISAGG_ACCEPT_STATE_LOSS=true): jobs the "
+                                             "store does not know are then stopped"])
+
+
+def _some(items: list[str]) -> str:
+    more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
+    return ", ".join(sorted(items)[:_SHOWN]) + more
+
+
+def read_mark(state_dir: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((state_dir / MARK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Path) -> list[str]:
+    """What the state directory knows that the store does not (empty: they agree)."""
+    problems: list[str] = []
+    sid, events = store.progress()
+    mark = read_mark(state_dir)
+    if mark is not None:
+        seen_id, seen = str(mark.get("store_id", "")), int(str(mark.get("events", 0)))
+        if seen_id and seen_id != sid:
+            problems.append(f"the state directory {state_dir} belongs to another store (id {seen_id}, which had "
+                            f"{seen} changes); this store is {sid or 'new'}")
+        elif seen > events:
+            problems.append(f"the store has gone back: it holds {events} changes, the state directory saw {seen} "
+                            "(a lost or truncated WAL, or an old backup)")
+    unknown = unknown_handles(store, engine)
+    if unknown:
+        problems.append(f"the engine has jobs of {len(unknown)} slices the store does not know: {_some(unknown)}")
+    held = {(d.id, t.machine) for r in store.live_slices() for t, d in r.placement.devices()}
+    stray = [f"{a.device}@{a.machine}" for a in fabric.attachments() if (a.device, a.machine) not in held]
+    if stray:
+        problems.append(f"the fabric has {len(stray)} attachments no live slice holds: {_some(stray)}")
+    return problems
+
+
+def unknown_handles(store: Store, engine: Engine) -> list[str]:
+    """The jobs the engine records in the state directory whose slices the store does not know at all."""
+    handles = engine.recorded_handles()
+    return sorted(set(handles) - store.slice_ids(handles))
+
+
+class StoreMark:
+    """The loop's end: write the store's mark into the state directory when it changed, at most every
+    MARK_EVERY_S (one cheap query)."""
+
+    def __init__(self, store: Store, state_dir: Path) -> None:
+        self.store = store
+        self.path = state_dir / MARK_FILE
+        self._last = 0.0
+        self._written: tuple[str, int] | None = None
+
+    def __call__(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < MARK_EVERY_S:
+            return
+        self._last = now
+        progress = self.store.progress()
+        if progress == self._written:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"store_id": progress[0], "events": progress[1], "at": time.time()}, f)
+        os.replace(tmp, self.path)
+        self._written = progress
+
+
+__all__ = ["MARK_FILE", "StateLossError", "StoreMark", "read_mark", "state_loss", "unknown_handles"]

@@ -1,0 +1,252 @@
+"""Losing state is loud, and what is kept is bounded: a deleted WAL makes the restart refuse (and kill
+nothing), a backup restores and resumes, retention removes what ended, a tenant's queue is bounded, a
+job that cannot run as its user fails with the reason, task paths are absolute wherever the store is."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from control_helpers import FAST, SAME_USER, Server, admin_token, job, make_service, submit, wait_for, wait_state
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from disagg.api import create_app
+from disagg.cli import app
+from disagg.control.gc import collect
+from disagg.engines.local import LocalEngine
+from disagg.store import Store
+from disagg.store.backup import restore_store
+
+runner = CliRunner()
+OPTIONS = ["--latency-scale", str(FAST), "--tick-s", "0.02", "--round-gap-s", "0.02"]
+
+
+class Client:
+    """A tenant's calls to a running server."""
+
+    def __init__(self, server: Server, token: str) -> None:
+        self.url = server.url
+        self.h = {"Authorization": f"Bearer {token}"}
+
+    def submit(self, command: list[str], **tasks: Any) -> str:
+        body = {"name": "r", "command": command, "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0, **tasks}}
+        r = httpx.post(self.url + "/v1/jobs", headers=self.h, json=body, timeout=10)
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def get(self, job_id: str) -> httpx.Response:
+        return httpx.get(f"{self.url}/v1/jobs/{job_id}", headers=self.h, timeout=10)
+
+    def wait(self, job_id: str, state: str = "completed") -> None:
+        wait_for(lambda: self.get(job_id).json()["state"] == state, what=f"{job_id} to be {state}")
+
+
+@contextmanager
+def running(server: Server) -> Iterator[Server]:
+    """The server started and answering; killed at the end, whatever happened."""
+    server.start()
+    try:
+        server.ready()
+        yield server
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            server.kill()
+
+
+def refused(server: Server) -> str:
+    """Start the server, which must refuse to start; what it said."""
+    server.start()
+    try:
+        server.ready()
+    except RuntimeError as exc:  # it exited (and was reaped) with its message
+        return str(exc)
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        server.kill()
+    raise AssertionError("the server started")
+
+
+def _runner_pid(root: Path, slice_id: str) -> int:
+    """The pid of the job's runner, once it has claimed the job (a moment after the job shows running)."""
+    started = root / "state" / "tasks" / slice_id / "started"
+    wait_for(lambda: started.exists() and '"pid"' in started.read_text(), what="the runner to claim the job")
+    return int(json.loads(started.read_text())["pid"])
+
+
+def test_a_deleted_wal_makes_the_restart_refuse_and_kill_nothing(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    server = Server(tmp_path, db, OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        done = [c.submit(["true"]) for _ in range(5)]
+        for j in done:
+            c.wait(j)
+        long = c.submit(["sleep", "60"])
+        c.wait(long, "running")
+        pid = _runner_pid(tmp_path, c.get(long).json()["slice"])
+        time.sleep(1.2)  # the loop writes the store's mark at most every second
+    for suffix in ("-wal", "-shm"):
+        Path(f"{tmp_path / 'd.db'}{suffix}").unlink(missing_ok=True)
+    said = refused(server)
+    assert "--accept-state-loss" in said and ("the engine has jobs of" in said or "gone back" in said)
+    assert _alive(pid), "the refused start killed a running job it could not account for"
+    with running(Server(tmp_path, db, [*OPTIONS, "--accept-state-loss"])):
+        wait_for(lambda: not _alive(pid), what="the unaccounted job to be stopped once the loss is accepted")
+    with running(Server(tmp_path, db, OPTIONS)):  # the mark starts anew: the next start is a plain one
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_backup_restores_and_resumes(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    backup = tmp_path / "backup.db"
+    server = Server(tmp_path, db, OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        first = c.submit(["true"])
+        c.wait(first)
+        time.sleep(1.2)  # the mark
+        r = runner.invoke(app, ["backup", str(backup), "--db", db])  # online, while the controller runs
+        assert r.exit_code == 0, r.output
+        assert backup.stat().st_mode & 0o777 == 0o600
+    (tmp_path / "d.db").unlink()  # the disaster
+    for suffix in ("-wal", "-shm"):
+        Path(f"{tmp_path / 'd.db'}{suffix}").unlink(missing_ok=True)
+    assert runner.invoke(app, ["restore", str(backup), "--db", db]).exit_code == 0
+    with running(server):  # nothing happened after the backup: a plain start
+        assert c.get(first).json()["state"] == "completed"
+        later = c.submit(["true"])
+        c.wait(later)
+        time.sleep(1.2)
+    restore_store(db, backup)  # an old backup: `later` ran after it
+    assert "accept-state-loss" in refused(server)
+    resumed = Server(tmp_path, db, [*OPTIONS, "--accept-state-loss"])
+    with running(resumed):
+        c = Client(resumed, admin_token(tmp_path))
+        assert c.get(first).json()["state"] == "completed" and c.get(later).status_code == 404
+        third = c.submit(["true"])
+        c.wait(third)
+
+
+def test_a_postgresql_store_backs_up_and_restores(pg_server: Any) -> None:
+    url = pg_server.create_database("t_backup")
+    store = Store(url)
+    store.migrate()
+    token = store.create_token("alice")
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"disagg-pg-{os.getpid()}.dump"
+    try:
+        store.backup_to(path)
+        info = store.tokens()[0]
+        store.revoke_token(info.id)
+        assert store.principal(token) is None
+        store.close()
+        restore_store(url, path)
+        store = Store(url)
+        who = store.principal(token)
+        assert who is not None and who.tenant == "alice"
+    finally:
+        store.close()
+        path.unlink(missing_ok=True)
+
+
+def test_retention_removes_ended_jobs_their_rows_files_and_working_directories(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    svc.controller.start()
+    try:
+        j = submit(svc, "alice", command=["sh", "-c", "echo hi > note"], gpu=0)
+        wait_state(svc, j, ("completed",))
+        slice_id = job(svc, j)["slice"]
+        engine = svc.engine
+        assert isinstance(engine, LocalEngine)
+        work, state = engine.workdir(slice_id), engine.root / slice_id
+        assert (work / "note").exists() and state.exists()
+        assert collect(svc.store, engine, retention_s=3600).jobs == 0  # ended just now: kept
+        r = runner.invoke(app, ["gc", "--older-than-s", "0", "--db", svc.config.db, "--state-dir",
+                                str(tmp_path / "state")], env={"DISAGG_ALLOW_SAME_USER": str(SAME_USER).lower()})
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["jobs"] == 1
+        assert svc.store.job_summaries() == [] and not work.exists() and not state.exists()
+        assert svc.store.progress()[1] > 0  # the store's progress does not go back with what gc deleted
+    finally:
+        svc.close()
+
+
+def test_a_tenants_queue_is_bounded(tmp_path: Path) -> None:
+    svc = make_service(tmp_path, max_queued_per_tenant=2)  # no loop: the jobs stay queued
+    try:
+        alice, bob = svc.store.create_token("alice"), svc.store.create_token("bob")
+        with TestClient(create_app(svc.jobs)) as client:
+            def post(token: str) -> int:
+                r = client.post("/v1/jobs", headers={"Authorization": f"Bearer {token}"},
+                                json={"name": "q", "command": ["true"]})
+                return r.status_code
+
+            assert [post(alice) for _ in range(3)] == [201, 201, 429]
+            assert post(bob) == 201
+    finally:
+        svc.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, a tenant's user is looked up and made")
+def test_a_job_without_a_user_it_may_run_as_fails_with_the_reason(tmp_path: Path) -> None:
+    svc = make_service(tmp_path, tenants=[{"name": "carol", "unix_user": "nosuchuser"}])
+    svc.controller.start()
+    try:
+        j = submit(svc, "carol", gpu=0)
+        ended = wait_state(svc, j, ("failed", "completed"))
+        assert ended["state"] == "failed" and ended["reason_code"] == "refused"
+        assert "'nosuchuser'" in ended["reason"] and "does not exist" in ended["reason"]
+        assert ended["attempts"] == 1  # refused once, not retried
+    finally:
+        svc.close()
+
+
+def test_without_cgroups_tasks_run_in_process_groups_and_the_start_says_so(tmp_path: Path) -> None:
+    svc = make_service(tmp_path, cgroup_parent=None)
+    svc.controller.start()
+    try:
+        assert any("no cgroups" in note and "process groups" in note for note in svc.engine.notes())
+        j = submit(svc, "alice", command=["sleep", "60"], gpu=0)
+        wait_state(svc, j, ("running",))
+        slice_id = job(svc, j)["slice"]
+        pid = _runner_pid(tmp_path, slice_id)
+        svc.jobs.cancel(j)
+        wait_state(svc, j, ("cancelled",))
+        wait_for(lambda: not _alive(pid), what="the runner and its tasks to be gone")
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative-store", "absolute-store"])
+def test_a_two_task_job_reads_its_hostfile_wherever_the_store_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 relative: bool) -> None:
+    """DISAGG_HOSTFILE was relative to the state directory while the task ran inside it: with the default
+    store path (./disagg.db) every multi-task job failed to open it."""
+    monkeypatch.chdir(tmp_path)
+    root = Path(".") if relative else tmp_path
+    server = Server(root, "sqlite:///d.db" if relative else f"sqlite:///{tmp_path / 'd.db'}", OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(root))
+        script = 'echo SLOT $DISAGG_MACHINE "$(sed -n "$((DISAGG_TASK_INDEX + 1))p" "$DISAGG_HOSTFILE")" ' \
+                 '"$(wc -l < "$DISAGG_HOSTFILE")"'
+        j = c.submit(["sh", "-c", script], count=2, gpu=0)
+        c.wait(j)
+        logs = httpx.get(f"{c.url}/v1/jobs/{j}/logs", headers=c.h, timeout=10).json()["logs"]
+        slots = [line.split("SLOT ")[1].split() for line in logs.splitlines() if "SLOT " in line]
+        assert len(slots) == 2 and all(len(s) == 4 for s in slots), logs
+        assert len(slots) == 2 and all(machine == line_machine and n == "2" for machine, line_machine, _, n in slots)
+        assert {s[0] for s in slots} == {f"{c.get(j).json()['slice']}-m0", f"{c.get(j).json()['slice']}-m1"}
