@@ -135,14 +135,15 @@ def test_reason_names_resource_and_shortfall_within_reach() -> None:
     assert message == "needs 4 gpu, 3 free within 10 Gb/s of m0"
 
 
-def test_server_centric_reason_counts_every_task_of_the_job_on_the_machine() -> None:
+def test_server_centric_reason_counts_every_task_of_the_gang() -> None:
     # one machine, 3 GPUs, and a pool (out of a server-centric policy's reach); two tasks of 2 GPUs
-    # each both land on the machine: the shortfall is 4 against 3
+    # each: the machine takes one of them (issue 14: phase 1 bounds a machine's tasks by the local
+    # devices they claim, and the reason names the whole gang, not a device phase's shortfall)
     cluster = make_cluster(machines=1, gpus=3, cpus=20, pools=1)
     decisions = PlacementHarness(cluster, [make_job("pair", count=2, cpus=4, gpu=2)]).run("firmament")
     assert reason(decisions, "pair") == (
-        Reason.NO_DEVICES, "needs 4 gpu on m0 (2 for each of its 2 tasks there), 3 free there "
-                           "(server-centric: no remote devices)")
+        Reason.NO_DEVICES, "needs 2 tasks × (4 cpus, 16 GB, 2 gpu) with its devices on its own machine; "
+                           "the machines take 1 of them now: m0 takes 1 (20 cpus, 3 gpu free)")
 
 
 def test_fifo_blocks_behind_the_head_and_says_so() -> None:

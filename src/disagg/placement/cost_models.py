@@ -33,9 +33,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
-from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
+from disagg.placement.cost import (
+    P_CROSS,
+    P_LOCAL,
+    P_RACK,
+    SCALE,
+    SLO_PATIENCE,
+    age_bonus,
+    phi,
+    placing_cost,
+    unscheduled_cost,
+)
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable, expected_arrays, expected_vec
+from disagg.placement.jobstate import (
+    FloatArray,
+    IntArray,
+    JobState,
+    JobTable,
+    SloGuard,
+    expected_arrays,
+    expected_vec,
+)
 from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState
 
@@ -69,6 +87,8 @@ class ClassRows:
     tau: FloatArray
     z: FloatArray
     phi_local: FloatArray
+    #: What the cost model holds each class back for (`jobstate.SloGuard`; a class's jobs share it).
+    guard: IntArray
 
     @classmethod
     def of(cls, params: tuple[FloatArray, ...], reps: Sequence[JobState]) -> ClassRows:
@@ -76,7 +96,8 @@ class ClassRows:
             return np.array(values)[:, None]
 
         return cls(tuple(a[:, None] for a in params), col([js.tau for js in reps]), col([js.z for js in reps]),
-                   col([js.phi_local for js in reps]))
+                   col([js.phi_local for js in reps]),
+                   np.array([js.guard for js in reps], dtype=np.int64)[:, None])
 
 
 class SubtaskColumns(Protocol):
@@ -88,6 +109,7 @@ class SubtaskColumns(Protocol):
     gbps: FloatArray
     phi_local: FloatArray
     params: tuple[FloatArray, ...]
+    guard: IntArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +140,9 @@ class CostModel(Protocol):
     read the round's `FreeState` and job numbers and change nothing."""
 
     name: str
+    #: Whether a task's devices must all sit in its own machine (server-centric): phase 1 then bounds
+    #: a machine's tasks by the local devices they claim.
+    local_only: bool
 
     def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
         """The cost of leaving each of `rows` (a job, or a task of it, by its row in `table`) unscheduled."""
@@ -172,6 +197,15 @@ class CostModel(Protocol):
         """The link load a task's remote devices are priced at, for the expected time its placement reports."""
         ...
 
+    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+        """What the model holds this job back for this round, to keep its SLO (the liveness rule:
+        docs/design-decisions.md, "No job waits forever")."""
+        ...
+
+    def at_risk(self, js: JobState, expected_s: float) -> bool:
+        """Whether a placement expected to take `expected_s` is one the model places knowing it misses the SLO."""
+        ...
+
 
 # -- the models ------------------------------------------------------------------------------------
 
@@ -181,6 +215,7 @@ class DRMaestroCostModel:
     priced at an idle network; every placement is offered, whatever its SLO."""
 
     name = "drmaestro"
+    local_only = False
 
     # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
     # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
@@ -189,9 +224,18 @@ class DRMaestroCostModel:
         """The link load φ is priced at: none."""
         return np.zeros(len(load))
 
-    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float) -> BoolArray:
-        """The placements dropped because they would miss the SLO (φ > τ): none."""
+    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
+                   quiet: Callable[[], FloatArray]) -> BoolArray:
+        """The placements dropped because they would miss the SLO (φ > τ) while the job is held back for
+        it (`guard`; `quiet()`: φ of the same placements with no traffic of others on the links): none."""
         return np.zeros(np.shape(phi_s), dtype=bool)
+
+    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+        """Blind to the SLO: holds no job back."""
+        return SloGuard.NONE
+
+    def at_risk(self, js: JobState, expected_s: float) -> bool:
+        return False
 
     # -- phase 1 --
 
@@ -206,13 +250,17 @@ class DRMaestroCostModel:
         ph = expected_arrays(rows.params, share, self.priced_load(machines.load)[None, :])
         cost = placing_cost(ph, rows.tau, rows.z, machines.pref[None, :])
         # Remote devices that would miss the SLO, and do worse than the job's local time.
-        return MachineArcs(cost, ~((share > 0) & self.misses_slo(ph, rows.tau) & (ph > rows.phi_local)))
+        miss = self.misses_slo(ph, rows.tau, rows.guard,
+                               lambda: expected_arrays(rows.params, share, np.zeros((1, len(machines.load)))))
+        return MachineArcs(cost, ~((share > 0) & miss & (ph > rows.phi_local)))
 
     def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
         ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
         cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
         # Machines where even the shape's first class would miss its SLO remotely are left out.
-        return MachineArcs(cost, ~((machines.share > 0) & self.misses_slo(ph, rep.tau)))
+        miss = self.misses_slo(ph, rep.tau, rep.guard,
+                               lambda: expected_vec(rep.profile, machines.share, np.zeros(len(machines.load)), rep.tau))
+        return MachineArcs(cost, ~((machines.share > 0) & miss))
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
@@ -262,8 +310,15 @@ class DRMaestroCostModel:
                                     self.priced_load(np.maximum(load[own], load[own_rack_link])))
         rack_ok = can_send.copy()
         cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
-        miss_rack = self.misses_slo(phi_rack, tasks.tau) & (phi_rack > tasks.phi_local)
-        miss_cross = self.misses_slo(phi_cross, tasks.tau) & (phi_cross > tasks.phi_local)
+        quiet: list[FloatArray] = []
+
+        def phi_quiet() -> FloatArray:  # all-remote φ with no traffic of others: the same in and across racks
+            if not quiet:
+                quiet.append(expected_arrays(tasks.params, np.ones(n), np.zeros(n)))
+            return quiet[0]
+
+        miss_rack = self.misses_slo(phi_rack, tasks.tau, tasks.guard, phi_quiet) & (phi_rack > tasks.phi_local)
+        miss_cross = self.misses_slo(phi_cross, tasks.tau, tasks.guard, phi_quiet) & (phi_cross > tasks.phi_local)
         slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
         rack_ok &= ~miss_rack
         cross_ok &= ~miss_cross
@@ -294,9 +349,28 @@ class DRMaestroNACostModel(DRMaestroCostModel):
     def priced_load(self, load: FloatArray) -> FloatArray:
         return load
 
-    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float) -> BoolArray:
-        out: BoolArray = phi_s > tau
+    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
+                   quiet: Callable[[], FloatArray]) -> BoolArray:
+        """φ > τ, for a job held back for its SLO: always (`SloGuard.ALL`), or only where the traffic of
+        others makes the miss, i.e. where φ with no such traffic would meet τ (`SloGuard.TRAFFIC`)."""
+        out: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
+        traffic = np.asarray(guard) == SloGuard.TRAFFIC
+        if (out & traffic).any():
+            out &= ~traffic | (quiet() <= tau)
         return out
+
+    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+        """Held back for its SLO while waiting can help, and for at most `SLO_PATIENCE` rounds: ALL while
+        the machines, were nothing running, could hold every task with its devices local (a placement that
+        meets the SLO then comes once running jobs end); TRAFFIC when some devices must be remote anyway
+        (only a miss that others' traffic causes is waited out); NONE once W reaches the patience."""
+        if js.job.wait_rounds >= SLO_PATIENCE:
+            return SloGuard.NONE
+        return SloGuard.ALL if state.idle_local_fit(js.shape) >= js.count else SloGuard.TRAFFIC
+
+    def at_risk(self, js: JobState, expected_s: float) -> bool:
+        """Placed knowing it misses the SLO: φ over τ and over its local time."""
+        return expected_s > js.tau and expected_s > js.phi_local
 
     def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
         t = js.job.tasks
@@ -304,8 +378,17 @@ class DRMaestroNACostModel(DRMaestroCostModel):
                                     f"the SLO ({js.tau:g} s) under the current network load; postponed")
 
     def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+        """The SLO still holds with this round's traffic on the path, or the job is not held back for
+        it: its patience is spent, or (TRAFFIC) its own traffic alone already makes it miss, so that
+        waiting for others' traffic to end cannot help. A miss it lets through is noted on the job
+        (`slo_risk`): the placement is then `slo_at_risk`."""
         after = phi(js.job, js.profile, 1.0, state.load(path))
-        return not (after > js.tau and after > js.phi_local)
+        if not self.at_risk(js, after):
+            return True
+        holds = js.guard == SloGuard.NONE or (
+            js.guard == SloGuard.TRAFFIC and self.at_risk(js, phi(js.job, js.profile, 1.0, own_load(state, js, path))))
+        js.slo_risk |= holds
+        return holds
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         """The busiest link any of the task's devices crosses."""
@@ -317,6 +400,7 @@ class FirmamentCostModel(DRMaestroCostModel):
     counts its own free devices and there is no remote arc (nor the spill arc that prices one)."""
 
     name = "firmament"
+    local_only = True
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
@@ -344,6 +428,16 @@ class FirmamentCostModel(DRMaestroCostModel):
 
     def subtask_to_remote(self, state: FreeState, tasks: SubtaskColumns) -> RemoteArcs | None:
         return None
+
+
+def own_load(state: FreeState, js: JobState, path: tuple[int, ...]) -> float:
+    """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round."""
+    own = dict.fromkeys(path, 0.0)
+    for links, gbps in js.taken_traffic:
+        for link in links:
+            if link in own:
+                own[link] += gbps
+    return max((used / state.link_cap[link] for link, used in own.items()), default=0.0)
 
 
 def _own_free(state: FreeState, js: JobState, kind: str, local_free: dict[str, IntArray]) -> IntArray:

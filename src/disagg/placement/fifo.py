@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from disagg.placement.decisions import DeviceGrant
@@ -10,7 +12,7 @@ from disagg.placement.sequential import (
     SequentialPolicy,
     by_submit,
     cpu_fit_mask,
-    first_reachable,
+    first_fits,
     no_machine,
     short_of_devices,
     take_local,
@@ -19,12 +21,13 @@ from disagg.placement.sequential import (
 from disagg.placement.state import FreeState
 
 
-def _first_fit(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
-    """The first machine with the cpus and memory from which the task's devices can be had."""
+def _first_fit(state: FreeState, ask: Ask, rng: np.random.Generator) -> Iterator[int]:
+    """The machines with the cpus and memory that could serve the task's whole ask (all its devices and
+    their summed bandwidth), in inventory order."""
     fits = cpu_fit_mask(state, ask)
     if not fits.any():
         raise no_machine(state, ask)
-    return first_reachable(state, ask, fits)
+    return first_fits(state, ask, fits)
 
 
 def _first_fit_devices(state: FreeState, ask: Ask, m: int, kind: str, n: int,

@@ -17,7 +17,7 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
-from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import SLO_PATIENCE, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
@@ -52,6 +52,7 @@ class FlowPlacer:
         self.costs = get_cost_model(options.cost_model)
         self._queue_len = 0
         self._table = JobTable.of([])
+        self._first_fit: dict[int, int] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -81,8 +82,10 @@ class FlowPlacer:
         cache = _JobStateCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
+        self._guard(state, jobs)
         self._table = JobTable.of(jobs)
         self._queue_len = len(ordered)
+        self._first_fit = {}
         timings.build_s += clock() - start
         pending = jobs
         placed: list[JobState] = []
@@ -113,6 +116,7 @@ class FlowPlacer:
                 del refused[ordered[late[k]].name]
             refused.update(still)
             fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
+            self._guard(state, fresh)
             jobs += fresh
             if fresh:
                 self._table = JobTable.of(jobs)
@@ -129,8 +133,16 @@ class FlowPlacer:
             placed=decisions[0],
             unplaced=decisions[1],
             timings=timings.as_dict(clock() - start),
-            stats={"admitted": len(jobs), "iterations": iterations},
+            stats={"admitted": len(jobs), "iterations": iterations,
+                   "slo_at_risk": sum(1 for p in decisions[0] if p.slo_at_risk)},
         )
+
+    def _guard(self, state: FreeState, jobs: list[JobState]) -> None:
+        """What the cost model holds each job back for this round (only a model that guards SLOs
+        looks: the others hold none back, and their classes stay as they were)."""
+        slo_guard = self.costs.slo_guard
+        for js in jobs:
+            js.guard = slo_guard(state, js)
 
     @staticmethod
     def _wanting(jobs: list[JobState], kind: str, cache: _JobStateCache) -> list[JobState]:
@@ -178,7 +190,7 @@ class FlowPlacer:
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
-            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table))
+            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table, self._first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
@@ -201,6 +213,17 @@ class FlowPlacer:
         return out
 
     # -- decisions ---------------------------------------------------------------------------------
+
+    def _risk(self, js: JobState, tasks: tuple[TaskPlacement, ...]) -> str | None:
+        """Why the job is placed knowing it likely misses its SLO, or None (see `CostModel.at_risk`)."""
+        if not js.slo_risk:
+            return None
+        worst = max(t.expected_s or 0.0 for t in tasks)
+        if js.job.wait_rounds >= SLO_PATIENCE:
+            why = f"held back {js.job.wait_rounds} rounds, the most it waits for a placement that meets it"
+        else:
+            why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
+        return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"
 
     def _remote_task(self, state: FreeState, js: JobState, ti: int, machine: str,
                      grants: tuple[DeviceGrant, ...]) -> TaskPlacement:
@@ -225,6 +248,8 @@ class FlowPlacer:
             if js.remote:
                 tasks = tuple([self._remote_task(state, js, ti, names[m], granted)
                                for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
+                out_placed.append(JobPlacement(name, tasks, self._risk(js, tasks)))
+                continue
             else:
                 local = rounded.get(js.phi_local)
                 if local is None:

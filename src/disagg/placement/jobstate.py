@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from operator import attrgetter
 
 import numpy as np
@@ -16,6 +17,14 @@ from disagg.profiles import Profile
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+
+
+class SloGuard(IntEnum):
+    """What a cost model holds a job back for this round to keep its SLO (the network-aware model only)."""
+
+    NONE = 0     # nothing: placements that miss the SLO are offered (the job is then `slo_at_risk`)
+    TRAFFIC = 1  # a miss that others' traffic on the links causes (their end would lower it)
+    ALL = 2      # any miss: a placement with local devices comes once running jobs end
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,11 @@ class JobState:
     memory_gb: float
     index: int = 0
     remote: int = 0
+    #: What the cost model holds the job back for this round (`SloGuard`).
+    guard: int = 0
+    #: Set when the decoder gave it a remote device that misses the SLO because the job was not held
+    #: back for it (`SloGuard`): the placement is then `slo_at_risk`.
+    slo_risk: bool = False
     #: What the job took this round (`state.Reservations`): kept here rather than in a `Journal` of
     #: its own, one object fewer per job.
     taken_cpu: list[tuple[int, float, float]] = field(default_factory=list)
@@ -63,6 +77,7 @@ class JobState:
         self.machines = []
         self.grants = []
         self.remote = 0
+        self.slo_risk = False
         self.failure = (reason, message)
 
 
@@ -89,6 +104,24 @@ def request(job: Job) -> str:
     t = job.tasks
     devices = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
     return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{devices}"
+
+
+def gang_shortfall(state: FreeState, job: Job, takes: NDArray[np.float64] | IntArray, server_centric: bool) -> str:
+    """A gang that only partly fits, said of the whole gang: how many of its tasks the machines take now
+    (`takes`, per machine) and the machines that take the most, with what they have free."""
+    t = job.tasks
+    wants = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
+    where = " with its devices on its own machine" if server_centric and t.kinds else ""
+    best = [int(m) for m in np.argsort(-np.asarray(takes), kind="stable")[:3] if takes[m] > 0]
+    names = state.cluster.locations
+
+    def free_at(m: int) -> str:
+        devices = "".join(f", {int(state.local_free(k)[m])} {k}" for k in t.kinds)
+        return f"{state.cpu[m]:g} cpus{devices} free"
+
+    shown = "; ".join(f"{names[m]} takes {int(takes[m])} ({free_at(m)})" for m in best) or "none takes one"
+    return (f"needs {t.count} tasks × ({t.cpus:g} cpus, {t.memory_gb:g} GB{wants}){where}; the machines take "
+            f"{int(np.sum(takes))} of them now: {shown}")
 
 
 def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArray) -> dict[int, list[list[int]]]:
@@ -136,6 +169,7 @@ class JobTable:
     order: FloatArray
     waits: FloatArray
     params: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
+    guard: IntArray
 
     @classmethod
     def of(cls, jobs: Sequence[JobState]) -> JobTable:
@@ -149,6 +183,7 @@ class JobTable:
             order=column(jobs, "order"),
             waits=column(jobs, "job.wait_rounds"),
             params=profile_arrays(jobs),
+            guard=column(jobs, "guard", np.int64),
         )
 
     @staticmethod

@@ -53,6 +53,7 @@ class Tasks:
     u_cost: IntArray
     pinned: IntArray
     params: tuple[FloatArray, ...]
+    guard: IntArray
 
 
 def _tasks(jobs: list[JobState], kind: str, models: list[str], costs: CostModel, queue_len: int,
@@ -83,6 +84,7 @@ def _tasks(jobs: list[JobState], kind: str, models: list[str], costs: CostModel,
         u_cost=costs.task_to_unscheduled(table, rows, queue_len),
         pinned=np.repeat(pinned_job, per_task),
         params=tuple(a[rows] for a in table.params),
+        guard=table.guard[rows],
     )
 
 

@@ -23,10 +23,19 @@ import numpy as np
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import ClassRows, CostModel, MachineColumns
+from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns
 from disagg.placement.decisions import Reason
-from disagg.placement.jobstate import IntArray, JobState, JobTable, flow_lists, profile_arrays, request
+from disagg.placement.jobstate import (
+    IntArray,
+    JobState,
+    JobTable,
+    flow_lists,
+    gang_shortfall,
+    profile_arrays,
+    request,
+)
 from disagg.placement.network import FlowNetwork
+from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
@@ -83,6 +92,11 @@ class Pricing:
     to_shape: ArcBuffer = field(default_factory=ArcBuffer)
     surcharges: list[int] = field(default_factory=list)
     min_cost: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Per shape (by `id` of the round's shape object): how many of its tasks each machine can take.
+    fit: dict[int, IntArray] = field(default_factory=dict)
+    #: Per shape, how many of its tasks the machines could take in the round's first iteration (before
+    #: any job of the round took anything): shared by the round's iterations.
+    first_fit: dict[int, int] = field(default_factory=dict)
 
 
 def classify(jobs: list[JobState]) -> Classes:
@@ -92,7 +106,7 @@ def classify(jobs: list[JobState]) -> Classes:
     of: list[int] = []
     reps: list[JobState] = []  # the first job of each class (classes are numbered as they first appear)
     for js in jobs:
-        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps), len(classes))
+        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps, js.guard), len(classes))
         if c == len(reps):
             reps.append(js)
         of.append(c)
@@ -125,17 +139,22 @@ class Candidates:
                           self.proxy[at])
 
 
-def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int) -> Pricing:
+def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
+          first_fit: dict[int, int] | None = None) -> Pricing:
     """Arcs from classes to machines, directly and through one aggregator per shape."""
     n_machines = state.n_machines
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
     up_load = state.link_load()[:n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
-    pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64))
+    pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
+                      first_fit={} if first_fit is None else first_fit)
     for g, members in enumerate(cls.shapes):
         rep = cls.representative[members[0]]
         t = rep.job.tasks
         fit = costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members))
+        pricing.fit[id(rep.shape)] = fit
+        if id(rep.shape) not in pricing.first_fit:
+            pricing.first_fit[id(rep.shape)] = int(fit.sum())
         cand = np.nonzero(fit > 0)[0]
         want_total = sum(rep.wants.values())
         # The share of the task's devices that would have to be remote on each machine.
@@ -211,9 +230,11 @@ class PhaseOne:
 
 
 def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidates: int, queue_len: int,
-          table: JobTable) -> PhaseOne:
+          table: JobTable, first_fit: dict[int, int] | None = None) -> PhaseOne:
+    """The network of phase 1 for `jobs`. `first_fit`: the round's per-shape fit in its first iteration
+    (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
     cls = classify(jobs)
-    pricing = price(state, cls, costs, min_candidates)
+    pricing = price(state, cls, costs, min_candidates, first_fit)
     n_machines, n_jobs, n_classes = state.n_machines, len(jobs), len(cls.representative)
     net = FlowNetwork()
     job0 = net.add_nodes(n_jobs)
@@ -285,26 +306,33 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
                for c in range(len(cls.representative))]
     survivors: list[JobState] = []
     take = state.take_cpu_along
+    # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
+    # arcs and its shape's may both send tasks to one machine, and shapes share a machine's devices).
+    claims = LocalClaims(state) if costs.local_only else None
     # Each task gets a machine from the flow's lists (the class's own, then its shape's), checking the
     # real fit; a repair when the flow over-filled a machine; gang: all tasks or none. (One loop for
     # every job, no call per job: a round at 12,500 machines hands out some 12,000 tasks.)
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs)
+            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs, phase.pricing)
             continue
         cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
         for _ in range(count):
-            for offers in offered:
-                m = take(offers, cpus, memory_gb, js, SCAN_LIMIT)
-                if m >= 0:
-                    break
+            if claims is not None:
+                m = claims.take(offered, js, costs)
             else:
-                m = repair(state, js, costs)
-                if m < 0:
-                    js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit "
-                                                      f"went to jobs ahead of it this round")
-                    break
+                for offers in offered:
+                    m = take(offers, cpus, memory_gb, js, SCAN_LIMIT)
+                    if m >= 0:
+                        break
+                else:
+                    m = repair(state, js, costs)
+            if m < 0:
+                if claims is not None:
+                    claims.release(js)
+                _lost(state, js, phase.pricing, costs)
+                break
             machines.append(m)
         else:
             js.grants = [()] * count
@@ -312,16 +340,28 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     return survivors
 
 
-def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
+def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+    """A job the flow sent machines for that did not get them all: its gang never fitted what was free
+    when the round began (the flow over-counted a machine), or jobs ahead of it took them."""
+    if pricing.first_fit.get(id(js.shape), js.count) < js.count:
+        _gang_short(state, js, pricing, costs)
+    else:
+        js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit "
+                                          f"went to jobs ahead of it this round")
+
+
+def repair(state: FreeState, js: JobState, costs: CostModel, room: BoolArray | None = None) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task, among those the cost model allows it
-    (server-centric: those whose own free devices cover it)."""
+    (server-centric: those whose own free devices cover it; `room`: those with unclaimed ones)."""
     cpus, memory_gb = js.cpus, js.memory_gb
     has_devices, cand = costs.machines_allowed(state, js)
+    if room is not None:
+        cand = cand[room[cand]]
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))
-    if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js):
+    if (has_devices is None or has_devices[m]) and (room is None or room[m]) and state.take_cpu(m, cpus, memory_gb, js):
         return m
     cpu = state.cpu[cand]
     ok = (cpu + EPS >= cpus) & (state.mem[cand] + EPS >= memory_gb)
@@ -331,14 +371,93 @@ def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
     return m if state.take_cpu(m, cpus, memory_gb, js) else -1
 
 
-def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel) -> None:
+class LocalClaims:
+    """Server-centric rounds: the local devices that the tasks handed a machine in this phase 1 will take
+    there in the device phases, per kind. A task only gets a machine whose free local devices, less
+    those claimed, still cover it."""
+
+    def __init__(self, state: FreeState) -> None:
+        self.state = state
+        self.claimed: dict[str, IntArray] = {}
+        self._free: dict[tuple[str, str | None], IntArray] = {}
+
+    def _local(self, kind: str, model: str | None) -> IntArray:
+        found = self._free.get((kind, model))
+        if found is None:
+            found = self._free[(kind, model)] = self.state.local_free(kind, model)
+        return found
+
+    def fits(self, m: int, js: JobState) -> bool:
+        models = js.job.tasks.models
+        for kind, n in js.wants.items():
+            claimed = self.claimed.get(kind)
+            if self._local(kind, models.get(kind))[m] - (0 if claimed is None else claimed[m]) < n:
+                return False
+        return True
+
+    def room(self, js: JobState) -> BoolArray:
+        """Every machine whose unclaimed local devices cover one task of `js`."""
+        models = js.job.tasks.models
+        ok = np.ones(self.state.n_machines, dtype=bool)
+        for kind, n in js.wants.items():
+            claimed = self.claimed.get(kind)
+            ok &= self._local(kind, models.get(kind)) - (0 if claimed is None else claimed) >= n
+        return ok
+
+    def take(self, offered: tuple[Offers, ...], js: JobState, costs: CostModel) -> int:
+        """A machine for one task of `js` along the flow's offers (then the repair), with its cpus taken and
+        its local devices claimed; -1 when none has both."""
+        state = self.state
+        m = -1
+        for offers in offered:
+            for offer in offers.entries[offers.start:offers.start + SCAN_LIMIT]:
+                if offer[1] > 0 and self.fits(offer[0], js) and state.take_cpu(offer[0], js.cpus, js.memory_gb, js):
+                    offer[1] -= 1
+                    m = offer[0]
+                    break
+            if m >= 0:
+                break
+        else:
+            m = repair(state, js, costs, self.room(js))
+        if m >= 0:
+            for kind, n in js.wants.items():
+                self.claimed.setdefault(kind, np.zeros(state.n_machines, dtype=np.int64))[m] += n
+        return m
+
+    def release(self, js: JobState) -> None:
+        """A job that failed its gang gives back the devices its tasks claimed."""
+        for m in js.machines:
+            for kind, n in js.wants.items():
+                self.claimed[kind][m] -= n
+
+
+def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel,
+            pricing: Pricing | None = None) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
-    was cheaper, or jobs ahead of it took what fits."""
+    was cheaper, its gang does not fit in what was free when the round began, or jobs ahead of it took
+    what fits."""
     if best == NEVER:
         js.fail(state, *costs.why_no_machine(js))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
                                          f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed")
+    elif pricing is not None and pricing.first_fit.get(id(js.shape), js.count) < js.count:
+        # Not contention: the machines could not take the whole gang before any job of the round took anything.
+        _gang_short(state, js, pricing, costs)
     else:
         js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; what fits went to jobs ahead of it in the "
                                           f"queue this round")
+
+
+def _gang_short(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+    """Fail a job whose gang only partly fits what is free, naming how many of its tasks the machines
+    take and where; short of cpus and memory, or (server-centric: where the devices are) of devices."""
+    state.rollback(js)  # what its first tasks took is not what the machines have free
+    fit = pricing.fit[id(js.shape)]
+    by_cpu = task_fit_counts(state, js.cpus, js.memory_gb)
+    reason = Reason.NO_DEVICES if int(by_cpu.sum()) >= js.count else Reason.NO_CAPACITY
+    if costs.local_only and js.wants:
+        by_devices = np.min([state.local_free(k, js.job.tasks.models.get(k)) // n for k, n in js.wants.items()],
+                            axis=0)
+        reason = Reason.NO_CAPACITY if int(by_devices.sum()) >= js.count else Reason.NO_DEVICES
+    js.fail(state, reason, gang_shortfall(state, js.job, fit, costs.local_only))
