@@ -116,6 +116,7 @@ def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices()
     assert firmament.remote_surcharge(rows) is None
     assert (drmaestro.remote_surcharge(rows) or [0])[0] > 0
     assert firmament.machines_allowed(state, js)[1].tolist() == []
-    assert firmament.why_no_machine(js)[0] == "no-devices"
-    assert drmaestro.why_no_machine(js)[0] == "no-capacity"
-    assert DRMaestroNACostModel().why_no_machine(js)[0] == "slo-at-risk"
+    assert firmament.why_no_machine(state, js)[0] == "no-devices"
+    # cpus free on both machines, 2 GPUs wanted: its own GPU and the pool's 4 are within reach
+    assert drmaestro.why_no_machine(state, js)[0] == "no-bandwidth"
+    assert DRMaestroNACostModel().why_no_machine(state, js)[0] == "slo-at-risk"

@@ -91,8 +91,9 @@ def test_na_prefers_the_quiet_remote_machine() -> None:
 
 
 def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
-    # NW takes 200 s locally; an SLO of 50 s makes any placement cost more than waiting at W=0.
-    cluster = make_cluster(machines=1, gpus=2)
+    # NW takes 200 s locally; an SLO of 50 s makes any placement cost more than waiting at W=0. Something
+    # runs on the machine (4 of its cpus): waiting might help, so W decides.
+    cluster = make_cluster(machines=1, gpus=2, taken_cpus={"m0": 4})
     job = make_job("late", gpu=1, slo_s=50)
     first = PlacementHarness(cluster, [job]).run("drmaestro")
     assert reason(first, "late")[0] == Reason.POSTPONED
@@ -102,6 +103,16 @@ def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
         rounds += 1
         assert rounds < 100, "W must grow until placing wins"
     assert job.wait_rounds == rounds > 0
+
+
+def test_on_an_idle_cluster_a_job_waiting_cannot_help_is_placed_at_once() -> None:
+    # The same job on the same machine with nothing running (issue 14's liveness rule): no placement
+    # gets better by waiting, so the flow policies place it in the first round whatever it costs.
+    cluster = make_cluster(machines=1, gpus=2)
+    for policy in ("drmaestro", "drmaestro-na", "firmament"):
+        decisions = PlacementHarness(cluster, [make_job("late", gpu=1, slo_s=50)]).run(policy)
+        assert "late" in placed(decisions), policy
+        assert decisions.stats["iterations"] == 2  # postponed for its cost, then must be placed
 
 
 def test_gang_is_all_or_nothing_and_gives_back_what_it_took() -> None:

@@ -25,7 +25,7 @@ Issue 15's fairness terms belong on the unscheduled arc: a model that overrides
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,6 +53,7 @@ from disagg.placement.jobstate import (
     SloGuard,
     expected_arrays,
     expected_vec,
+    request,
 )
 from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState
@@ -110,6 +111,9 @@ class SubtaskColumns(Protocol):
     phi_local: FloatArray
     params: tuple[FloatArray, ...]
     guard: IntArray
+    #: Per task, its job's own traffic of this round (Gb/s) on the task's uplink and on its rack's uplink.
+    own_up: FloatArray
+    own_rack: FloatArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,7 @@ class CostModel(Protocol):
         machine) and those machines, ascending."""
         ...
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
         """Why a job that the model offers no machine at all waits."""
         ...
 
@@ -225,9 +229,10 @@ class DRMaestroCostModel:
         return np.zeros(len(load))
 
     def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
-                   quiet: Callable[[], FloatArray]) -> BoolArray:
+                   quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> BoolArray:
         """The placements dropped because they would miss the SLO (φ > τ) while the job is held back for
-        it (`guard`; `quiet()`: φ of the same placements with no traffic of others on the links): none."""
+        it (`guard`; `quiet()`: φ of the same placements with no traffic of others on the links;
+        `others()`: with only others' traffic, when `phi_s` also counts the job's own): none."""
         return np.zeros(np.shape(phi_s), dtype=bool)
 
     def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
@@ -270,20 +275,47 @@ class DRMaestroCostModel:
         out = task_fit_counts(state, t.cpus, t.memory_gb)
         if not t.kinds or min_gbps <= 0:
             return out
-        local_units = np.zeros(state.n_machines, dtype=np.int64)
-        for k in t.kinds:
-            local_units += _own_free(state, js, k, local_free)
         n = state.n_machines
         carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
-        served = np.floor((np.maximum(carried, 0) + local_units) / sum(t.wants(k) for k in t.kinds))
-        return np.minimum(out, served.astype(np.int64))
+        # Nor more remote devices than the other locations' uplinks can serve at all.
+        supply = _remote_supply(state, t.kinds, t.models, min_gbps)
+        carried = np.maximum(np.minimum(carried, supply.sum() - supply[:n]), 0)
+        local = [(_own_free(state, js, k, local_free), t.wants(k)) for k in t.kinds]
+        if len(local) == 1:  # one kind (the usual case): a closed form
+            (own, want), = local
+            one: IntArray = np.minimum(out, np.floor((carried + own) / want).astype(np.int64))
+            return one
+        # Several kinds: each kind's local devices serve only that kind, the uplink carries the rest
+        # of all of them; the most tasks whose remote devices together fit what it carries.
+        served = np.zeros(n, dtype=np.int64)
+        for tasks in range(1, int(out.max(initial=0)) + 1):
+            ok = sum(np.maximum(tasks * want - own, 0) for own, want in local) <= carried
+            if not ok.any():
+                break
+            served[ok] = tasks
+        return np.minimum(out, served)
 
     def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
         return None, np.arange(state.n_machines)
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
+        """No machine has the cpus and memory; or those that have cannot reach the devices: too few
+        free (NO_DEVICES) or too little bandwidth to them (NO_BANDWIDTH), said of the best of them."""
         t = js.job.tasks
-        return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
+        fits = task_fit_counts(state, t.cpus, t.memory_gb) > 0
+        if not t.kinds or not fits.any():
+            return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
+        for kind in t.kinds:
+            model = t.models.get(kind)
+            reach = np.array([state.reachable(kind, int(m), js.gbps, model) for m in np.nonzero(fits)[0][:64]])
+            if reach.max() < t.wants(kind):
+                m = int(np.nonzero(fits)[0][int(np.argmax(reach))])
+                free = state.total_free(kind, model)
+                reason = Reason.NO_DEVICES if free < t.wants(kind) else Reason.NO_BANDWIDTH
+                return reason, (f"needs {t.wants(kind)} {kind}, {int(reach.max())} free within "
+                                f"{state.link_cap[m]:g} Gb/s of {state.cluster.locations[m]}")
+        return Reason.NO_BANDWIDTH, (f"needs {request(js.job)}; no machine with the cpus free can reach all "
+                                     f"its devices at {js.gbps:g} Gb/s each (uplinks full)")
 
     def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
         ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
@@ -317,8 +349,21 @@ class DRMaestroCostModel:
                 quiet.append(expected_arrays(tasks.params, np.ones(n), np.zeros(n)))
             return quiet[0]
 
-        miss_rack = self.misses_slo(phi_rack, tasks.tau, tasks.guard, phi_quiet) & (phi_rack > tasks.phi_local)
-        miss_cross = self.misses_slo(phi_cross, tasks.tau, tasks.guard, phi_quiet) & (phi_cross > tasks.phi_local)
+        # The link load without the job's own traffic of this round (its devices of an earlier kind).
+        cap = state.link_cap
+        others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
+        others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
+
+        def rack_others() -> FloatArray:
+            return expected_arrays(tasks.params, np.ones(n), self.priced_load(others_up))
+
+        def cross_others() -> FloatArray:
+            return expected_arrays(tasks.params, np.ones(n), self.priced_load(np.maximum(others_up, others_rack)))
+
+        miss_rack = (self.misses_slo(phi_rack, tasks.tau, tasks.guard, phi_quiet, rack_others)
+                     & (phi_rack > tasks.phi_local))
+        miss_cross = (self.misses_slo(phi_cross, tasks.tau, tasks.guard, phi_quiet, cross_others)
+                      & (phi_cross > tasks.phi_local))
         slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
         rack_ok &= ~miss_rack
         cross_ok &= ~miss_cross
@@ -350,13 +395,14 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         return load
 
     def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
-                   quiet: Callable[[], FloatArray]) -> BoolArray:
+                   quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> BoolArray:
         """φ > τ, for a job held back for its SLO: always (`SloGuard.ALL`), or only where the traffic of
         others makes the miss, i.e. where φ with no such traffic would meet τ (`SloGuard.TRAFFIC`)."""
         out: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
         traffic = np.asarray(guard) == SloGuard.TRAFFIC
         if (out & traffic).any():
-            out &= ~traffic | (quiet() <= tau)
+            by_others = phi_s if others is None else others()
+            out &= ~traffic | ((quiet() <= tau) & (by_others > tau))
         return out
 
     def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
@@ -372,7 +418,15 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """Placed knowing it misses the SLO: φ over τ and over its local time."""
         return expected_s > js.tau and expected_s > js.phi_local
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+                                 min_gbps: float) -> IntArray:
+        """As DRMaestro's, but a job held back for any SLO miss (`SloGuard.ALL`) whose remote devices miss it even on
+        idle links gets none: a machine then takes only the tasks its own devices serve."""
+        if js.guard == SloGuard.ALL and self.at_risk(js, phi(js.job, js.profile, 1.0, 0.0)):
+            return local_capacity(state, js, local_free)
+        return super().task_to_machine_capacity(state, js, local_free, min_gbps)
+
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
         t = js.job.tasks
         return Reason.SLO_AT_RISK, (f"every machine with {t.cpus:g} cpus free would need remote devices that miss "
                                     f"the SLO ({js.tau:g} s) under the current network load; postponed")
@@ -404,21 +458,17 @@ class FirmamentCostModel(DRMaestroCostModel):
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
-        t = js.job.tasks
-        fit = task_fit_counts(state, t.cpus, t.memory_gb)
-        for k in t.kinds:
-            fit = np.minimum(fit, _own_free(state, js, k, local_free) // t.wants(k))
-        return fit
+        return local_capacity(state, js, local_free)
 
     def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
         """Only machines whose own free devices cover the task (ascending, so that argmax still takes
         the first of equals)."""
         return state.machines_with_local(js.shape)
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
         t = js.job.tasks
         if not t.kinds:
-            return super().why_no_machine(js)
+            return super().why_no_machine(state, js)
         wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
         return Reason.NO_DEVICES, (f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and {wants} on "
                                    f"the same machine (server-centric); no machine has that free now")
@@ -430,6 +480,22 @@ class FirmamentCostModel(DRMaestroCostModel):
         return None
 
 
+def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float) -> FloatArray:
+    """Per location, how many devices of `kinds` (of the pinned `models`) it could serve remotely at `gbps`
+    each: its free devices, but no more than its uplink's headroom carries."""
+    n_loc = len(state.loc_rack)
+    free = np.zeros(n_loc)
+    for k in kinds:
+        if k not in models:
+            free += state.free_count.get(k, 0)
+            continue
+        names, counts = state.free_by_model(k)
+        free += counts[:, names.index(models[k])] if models[k] in names else 0
+    carried = np.floor(np.maximum(state.link_cap[:n_loc] - state.link_used[:n_loc] + EPS, 0) / gbps)
+    out: FloatArray = np.minimum(free, carried)
+    return out
+
+
 def own_load(state: FreeState, js: JobState, path: tuple[int, ...]) -> float:
     """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round."""
     own = dict.fromkeys(path, 0.0)
@@ -438,6 +504,16 @@ def own_load(state: FreeState, js: JobState, path: tuple[int, ...]) -> float:
             if link in own:
                 own[link] += gbps
     return max((used / state.link_cap[link] for link, used in own.items()), default=0.0)
+
+
+def local_capacity(state: FreeState, js: JobState, local_free: dict[str, IntArray]) -> IntArray:
+    """Per machine, how many tasks its cpus, memory and own free devices serve (no remote device). Also
+    the flow's capacity for a job on its second, local-first try."""
+    t = js.job.tasks
+    fit = task_fit_counts(state, t.cpus, t.memory_gb)
+    for k in t.kinds:
+        fit = np.minimum(fit, _own_free(state, js, k, local_free) // t.wants(k))
+    return fit
 
 
 def _own_free(state: FreeState, js: JobState, kind: str, local_free: dict[str, IntArray]) -> IntArray:

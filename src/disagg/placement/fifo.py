@@ -15,6 +15,7 @@ from disagg.placement.sequential import (
     first_fits,
     no_machine,
     short_of_devices,
+    spare_first,
     take_local,
     take_remote_from,
 )
@@ -35,8 +36,8 @@ def _first_fit_devices(state: FreeState, ask: Ask, m: int, kind: str, n: int,
     """Local ones first, then the pool in inventory order (pools before other machines)."""
     got = take_local(state, ask, m, kind, n)
     n_machines = state.n_machines
-    order = list(range(n_machines, len(state.loc_rack))) + list(range(n_machines))
-    for loc in order:
+    order = spare_first(state, ask, kind, np.r_[np.arange(n_machines, len(state.loc_rack)), np.arange(n_machines)])
+    for loc in order.tolist():
         while len(got) < n and loc != m and state.free_count[kind][loc] > 0:
             grant = take_remote_from(state, ask, m, kind, loc)
             if grant is None:

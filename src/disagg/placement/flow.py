@@ -18,7 +18,7 @@ from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
 from disagg.placement.cost import SLO_PATIENCE, goal_s, phi, profile_of, remote_gbps
-from disagg.placement.cost_models import get_cost_model
+from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
@@ -30,6 +30,10 @@ from disagg.profiles import Profile
 __all__ = ["FlowOptions", "FlowPlacer"]
 
 T = TypeVar("T")
+
+#: What a device phase fails a job for when its remote devices could not be had: no devices or
+#: bandwidth within reach, or (network-aware) they would miss the SLO.
+_REMOTE_SHORT = (Reason.NO_BANDWIDTH, Reason.NO_DEVICES, Reason.SLO_AT_RISK)
 
 
 @dataclass
@@ -97,7 +101,8 @@ class FlowPlacer:
             if not pending:
                 break
             iterations += 1
-            survivors = self._phase_one(state, pending, timings, clock)
+            first = self._phase_one(state, pending, timings, clock)
+            survivors = first
             for kind in DEVICE_KINDS:
                 wanting = self._wanting(survivors, kind, cache)
                 if wanting:
@@ -105,6 +110,8 @@ class FlowPlacer:
                     survivors = [js for js in survivors if js.failure is None]
             placed += survivors
             retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
+            forced = self._must_place(snapshot, len(ordered), pending) + self._second_try(state, first)
+            retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
             # Jobs refused up front only because the jobs ahead of them claimed what was free get
             # another look, now that those jobs are decided (some of them may not have been placed).
             late = [i for i in late if ordered[i].name in refused
@@ -118,9 +125,9 @@ class FlowPlacer:
             fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
             self._guard(state, fresh)
             jobs += fresh
-            if fresh:
+            if fresh or forced:
                 self._table = JobTable.of(jobs)
-            if not survivors and not fresh:
+            if not survivors and not fresh and not forced:
                 break
             for js in retry:
                 js.failure = None
@@ -136,6 +143,44 @@ class FlowPlacer:
             stats={"admitted": len(jobs), "iterations": iterations,
                    "slo_at_risk": sum(1 for p in decisions[0] if p.slo_at_risk)},
         )
+
+    @staticmethod
+    def _must_place(snapshot: Cluster, queue_len: int, pending: list[JobState]) -> list[JobState]:
+        """The liveness rule on an idle cluster: where nothing else runs or waits, no placement gets
+        better by waiting, so a job the flow left waiting (waiting cost less, or what read as contention
+        with nobody else there) is tried again with an unscheduled arc that outbids any placement
+        (`JobState.must_place`). Returns it. (With other jobs waiting, W bounds the wait: they may be
+        placed meanwhile, and waiting for them to end may be worth it.)"""
+        if snapshot.allocations or queue_len != 1:
+            return []
+        forced = []
+        for js in pending:
+            if not js.must_place and js.failure is not None and js.failure[0] in (Reason.POSTPONED,
+                                                                                   Reason.CONTENTION):
+                js.must_place = True
+                forced.append(js)
+        return forced
+
+    def _second_try(self, state: FreeState, first: list[JobState]) -> list[JobState]:
+        """Jobs that phase 1 placed but a device phase could not serve (devices, bandwidth, SLO): phase 1
+        cannot see every link a device phase will need, nor what remote devices a round's tasks leave
+        each other. Each gets one more try in the next iteration, in a shape of its own: with local
+        devices only (`JobState.local_first`: a machine takes only the tasks its own free devices
+        serve) when the machines' own free devices can hold its whole gang, else away from the
+        machines that failed it (`JobState.avoid`)."""
+        out = []
+        for js in first:
+            if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
+                continue
+            js.second_try = True
+            local = {k: state.local_free(k) for k in js.wants}
+            if not self.costs.local_only and int(local_capacity(state, js, local).sum()) >= js.count:
+                js.local_first = True
+            else:
+                js.avoid = js.failed_on
+            js.shape = tuple(list(js.shape))  # a new object: a shape of its own (shapes compare by identity)
+            out.append(js)
+        return out
 
     def _guard(self, state: FreeState, jobs: list[JobState]) -> None:
         """What the cost model holds each job back for this round (only a model that guards SLOs

@@ -63,6 +63,16 @@ class JobState:
     #: Set when the decoder gave it a remote device that misses the SLO because the job was not held
     #: back for it (`SloGuard`): the placement is then `slo_at_risk`.
     slo_risk: bool = False
+    #: Waiting cannot help it (the liveness rule): its unscheduled arcs outbid any placement.
+    must_place: bool = False
+    #: A device phase could not serve it; it is on its second try this round (once): with local devices
+    #: only (`local_first`), or away from the machines that failed it (`avoid`).
+    second_try: bool = False
+    local_first: bool = False
+    avoid: tuple[int, ...] = ()
+    #: Where it failed: the machines phase 1 had given it, or the machine whose task a device phase could
+    #: not serve.
+    failed_on: tuple[int, ...] = ()
     #: What the job took this round (`state.Reservations`): kept here rather than in a `Journal` of
     #: its own, one object fewer per job.
     taken_cpu: list[tuple[int, float, float]] = field(default_factory=list)
@@ -74,6 +84,7 @@ class JobState:
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
         state.rollback(self)
+        self.failed_on = tuple(self.machines)
         self.machines = []
         self.grants = []
         self.remote = 0
@@ -89,6 +100,21 @@ class Timings:
 
     def as_dict(self, round_s: float) -> dict[str, float]:
         return {"build_s": self.build_s, "solve_s": self.solve_s, "decode_s": self.decode_s, "round_s": round_s}
+
+
+#: The unscheduled arc of a job that must be placed: more than any placement costs (a placement's cost
+#: is `(1 − Ut)·P` in SCALE units: beyond this only for a φ some ten thousand times its SLO), and small
+#: enough that a round's total stays far inside int64.
+MUST_PLACE_COST = 10**10
+
+
+def unscheduled(costs: IntArray, table: JobTable, rows: IntArray) -> IntArray:
+    """The cost model's unscheduled arcs, with those of jobs that must be placed raised to MUST_PLACE_COST."""
+    must = table.must_place[rows]
+    if not must.any():
+        return costs
+    out: IntArray = np.where(must, np.maximum(costs, MUST_PLACE_COST), costs)
+    return out
 
 
 def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
@@ -170,6 +196,7 @@ class JobTable:
     waits: FloatArray
     params: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
     guard: IntArray
+    must_place: NDArray[np.bool_]
 
     @classmethod
     def of(cls, jobs: Sequence[JobState]) -> JobTable:
@@ -184,6 +211,7 @@ class JobTable:
             waits=column(jobs, "job.wait_rounds"),
             params=profile_arrays(jobs),
             guard=column(jobs, "guard", np.int64),
+            must_place=column(jobs, "must_place", np.bool_),
         )
 
     @staticmethod

@@ -23,7 +23,7 @@ import numpy as np
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns
+from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns, local_capacity
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
@@ -33,6 +33,7 @@ from disagg.placement.jobstate import (
     gang_shortfall,
     profile_arrays,
     request,
+    unscheduled,
 )
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import task_fit_counts
@@ -151,7 +152,11 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     for g, members in enumerate(cls.shapes):
         rep = cls.representative[members[0]]
         t = rep.job.tasks
-        fit = costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members))
+        fit = (local_capacity(state, rep, local_free) if rep.local_first else
+               costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
+        if rep.avoid:  # its second try, away from the machines that failed it (flow.py)
+            fit = fit.copy()
+            fit[list(rep.avoid)] = 0
         pricing.fit[id(rep.shape)] = fit
         if id(rep.shape) not in pricing.first_fit:
             pricing.first_fit[id(rep.shape)] = int(fit.sum())
@@ -162,7 +167,8 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         if want_total:
             local = np.zeros(len(cand))
             for k, n in rep.wants.items():
-                local += np.minimum(local_free[k][cand], n)
+                model = t.models.get(k)  # a pinned model: only its devices are local to the task
+                local += np.minimum((local_free[k] if model is None else state.local_free(k, model))[cand], n)
             share = (want_total - local) / want_total
         pref = P_LOCAL + SPREAD * used_frac[cand]
         for k in state.kinds:
@@ -247,7 +253,7 @@ def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidat
     net.supplies[job0:job0 + n_jobs] = cls.counts
     net.supplies[sink] = -total
     rows = JobTable.indices(jobs)
-    u_cost = costs.task_to_unscheduled(table, rows, queue_len)
+    u_cost = unscheduled(costs.task_to_unscheduled(table, rows, queue_len), table, rows)
     idx = np.arange(n_jobs, dtype=np.int64)
     net.add_arcs("job->class", job0 + idx, class0 + cls.of_job, cls.counts, 0)
     net.add_arcs("job->U", job0 + idx, unsched, cls.counts, u_cost)
@@ -269,13 +275,18 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
                      used: IntArray, mach0: int, sink: int, total: int) -> None:
     """A machine's cpu and memory bound how many of the smallest tasks it takes (the decoder checks
     each task's real fit). Local devices are shared by every class that lands on a machine: tasks up
-    to its free local devices go free, the rest pay what going remote costs a typical job."""
+    to its free local devices go free, the rest pay what going remote costs a typical job. Nor does a
+    machine take more tasks than the shape that fits it best could put there (the cost model's capacity:
+    local devices, uplink): a class's own arc and its shape's aggregator may both lead to a machine,
+    and each is bounded by that capacity alone."""
     # Every job of a class has its representative's request: the classes stand for the jobs here.
     reps = cls.representative
     min_cpu = min(js.cpus for js in reps)
     min_mem = min(js.memory_gb for js in reps)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+    if pricing.fit:
+        cap = np.minimum(cap, np.max(list(pricing.fit.values()), axis=0))
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
@@ -437,7 +448,7 @@ def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostM
     was cheaper, its gang does not fit in what was free when the round began, or jobs ahead of it took
     what fits."""
     if best == NEVER:
-        js.fail(state, *costs.why_no_machine(js))
+        js.fail(state, *costs.why_no_machine(state, js))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
                                          f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed")

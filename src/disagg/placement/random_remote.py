@@ -16,6 +16,7 @@ from disagg.placement.sequential import (
     local_fit_mask,
     no_machine,
     short_of_devices,
+    spare_first,
     take_local,
     take_remote_from,
 )
@@ -30,7 +31,9 @@ def _prefer_local(state: FreeState, ask: Ask, rng: np.random.Generator) -> Itera
     if not fits.any():
         raise no_machine(state, ask)
     local = fits & local_fit_mask(state, ask)
-    return iter([int(np.argmax(local))]) if local.any() else first_fits(state, ask, fits)
+    if local.any() and not ask.careful:
+        return iter([int(np.argmax(local))])
+    return first_fits(state, ask, fits)
 
 
 def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
@@ -40,7 +43,8 @@ def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
         # Only where a device is free and every link of the path can carry one more.
         candidates = np.nonzero((state.free_count[kind] > 0) & state.remote_reach(m, ask.gbps))[0]
         grant = None
-        for loc in rng.permutation(candidates):
+        drawn = rng.permutation(candidates)
+        for loc in spare_first(state, ask, kind, drawn):
             grant = take_remote_from(state, ask, m, kind, int(loc))
             if grant is not None:
                 break

@@ -49,6 +49,9 @@ class Ask:
     gbps: float
     journal: Journal
     touched: bool = field(default=False)
+    #: The gang's second try (`_place_gang`): machines that hold a task's devices first, and remote
+    #: devices taken first where no task of the job could run (pools, machines without room).
+    careful: bool = field(default=False)
 
 
 Order = Callable[[Sequence[Job], float], list[Job]]
@@ -114,7 +117,7 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
             continue
         before = (state.cpu.copy(), state.mem.copy(), state.link_used.copy(), rng.bit_generator.state)
         try:
-            placed.append(_place_job(state, ask, rng, pick_machine, pick_devices))
+            placed.append(_place_gang(state, ask, rng, pick_machine, pick_devices))
             generation += 1
         except Refused as exc:
             took_devices = bool(ask.journal.taken_devices) or ask.touched
@@ -171,6 +174,26 @@ class SequentialPolicy:
         return place_sequentially(self.name, snapshot, queue, now, rng, self.order, self.pick_machine,
                                   self.pick_devices, blocking=self.blocking, clock=clock,
                                   server_centric=self.server_centric)
+
+
+def _place_gang(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machine: PickMachine,
+                pick_devices: PickDevices) -> JobPlacement:
+    """Place the job's tasks one after another. A gang whose first tasks took what a later one needed
+    (remote devices at a machine the later task had to run on, say) gets a second, careful try
+    (`Ask.careful`); if that fails too the first try's refusal stands (what it took is in `ask.journal`,
+    the caller gives it back)."""
+    try:
+        return _place_job(state, ask, rng, pick_machine, pick_devices)
+    except Refused as exc:
+        if exc.task == 0 or exc.lasting:
+            raise
+        ask.touched |= bool(ask.journal.taken_devices or ask.journal.taken_traffic)
+        _give_back(state, ask.journal)
+        ask.careful = True
+        try:
+            return _place_job(state, ask, rng, pick_machine, pick_devices)
+        except Refused:
+            raise exc from None
 
 
 def _place_job(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machine: PickMachine,
@@ -304,7 +327,27 @@ def first_fits(state: FreeState, ask: Ask, fits: NDArray[np.bool_]) -> Iterator[
     if len(served) == 0:
         yield int(np.argmax(fits))
         return
+    if ask.careful:  # machines that hold the task's devices first
+        served = served[np.argsort(~local_fit_mask(state, ask)[served], kind="stable")]
     yield from served[:MACHINE_TRIES].tolist()
+
+
+def spare_first(state: FreeState, ask: Ask, kind: str, locations: IntArray) -> IntArray:
+    """`locations` (in their order), on the gang's careful try reordered so that a remote device of
+    `kind` is taken first where it is least missed: not at a machine that could run a task of the job
+    with all of that kind local (it has the room and enough of them), and then where fewest are free
+    (pools and machines alike). A remote device taken from a machine is one a later task of the gang
+    can no longer have locally."""
+    if not ask.careful:
+        return locations
+    t = ask.job.tasks
+    n = state.n_machines
+    free = state.free_count[kind][locations]
+    host = np.zeros(len(state.loc_rack), dtype=bool)
+    host[:n] = ((state.cpu + EPS >= t.cpus) & (state.mem + EPS >= t.memory_gb)
+                & (state.local_free(kind, t.models.get(kind)) >= t.wants(kind)))
+    out: IntArray = locations[np.lexsort((free, host[locations]))]
+    return out
 
 
 def no_machine(state: FreeState, ask: Ask) -> Refused:

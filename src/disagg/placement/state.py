@@ -142,7 +142,7 @@ class FreeState:
         #: cached under one version stays valid (cpu and memory do not enter them).
         self.version = 0
         self._cached_version = -1
-        self._reach: dict[tuple[str, int, float], int] = {}
+        self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
         self._idle_fit: dict[tuple[object, ...], int] = {}
 
@@ -349,13 +349,13 @@ class FreeState:
         return sum(1 for loc in np.nonzero(self.free_count[kind])[0]
                    for d in self.free_devices(kind, int(loc)) if devices[d].model == model)
 
-    def reachable(self, kind: str, own: int, gbps: float) -> int:
-        """Free devices of `kind` a task on location `own` could use: its own, plus remote ones whose
-        path has `gbps` of headroom on every link."""
+    def reachable(self, kind: str, own: int, gbps: float, model: str | None = None) -> int:
+        """Free devices of `kind` (of `model`, if given) a task on location `own` could use: its own,
+        plus remote ones whose path has `gbps` of headroom on every link."""
         self._drop_stale_caches()
-        key = (kind, own, gbps)
+        key = (kind, own, gbps, model)
         if key not in self._reach:
-            self._reach[key] = self._reachable(kind, own, gbps)
+            self._reach[key] = self._reachable(kind, own, gbps, model)
         return self._reach[key]
 
     def _drop_stale_caches(self) -> None:
@@ -365,10 +365,13 @@ class FreeState:
             self._local.clear()
             self._cached_version = self.version
 
-    def _reachable(self, kind: str, own: int, gbps: float) -> int:
+    def _reachable(self, kind: str, own: int, gbps: float, model: str | None) -> int:
         free = self.free_count.get(kind)
         if free is None:
             return 0
+        if model is not None:
+            models, counts = self.free_by_model(kind)
+            free = counts[:, models.index(model)] if model in models else np.zeros_like(free)
         return int(free[own]) + int(free[self.remote_reach(own, gbps)].sum())
 
     def remote_reach(self, own: int, gbps: float) -> NDArray[np.bool_]:
