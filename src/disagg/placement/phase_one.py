@@ -18,12 +18,13 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns, local_capacity
+from disagg.placement.cost_models import ClassRows, CostModel, MachineColumns, local_capacity
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
@@ -361,18 +362,16 @@ def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) ->
                                           f"went to jobs ahead of it this round")
 
 
-def repair(state: FreeState, js: JobState, costs: CostModel, room: BoolArray | None = None) -> int:
+def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task, among those the cost model allows it
-    (server-centric: those whose own free devices cover it; `room`: those with unclaimed ones)."""
+    (server-centric: those whose own free devices cover it; see also `LocalClaims.repair`)."""
     cpus, memory_gb = js.cpus, js.memory_gb
     has_devices, cand = costs.machines_allowed(state, js)
-    if room is not None:
-        cand = cand[room[cand]]
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))
-    if (has_devices is None or has_devices[m]) and (room is None or room[m]) and state.take_cpu(m, cpus, memory_gb, js):
+    if (has_devices is None or has_devices[m]) and state.take_cpu(m, cpus, memory_gb, js):
         return m
     cpu = state.cpu[cand]
     ok = (cpu + EPS >= cpus) & (state.mem[cand] + EPS >= memory_gb)
@@ -391,6 +390,7 @@ class LocalClaims:
         self.state = state
         self.claimed: dict[str, IntArray] = {}
         self._free: dict[tuple[str, str | None], IntArray] = {}
+        self._walks: dict[int, list[Any]] = {}
 
     def _local(self, kind: str, model: str | None) -> IntArray:
         found = self._free.get((kind, model))
@@ -406,14 +406,23 @@ class LocalClaims:
                 return False
         return True
 
-    def room(self, js: JobState) -> BoolArray:
-        """Every machine whose unclaimed local devices cover one task of `js`."""
-        models = js.job.tasks.models
-        ok = np.ones(self.state.n_machines, dtype=bool)
-        for kind, n in js.wants.items():
-            claimed = self.claimed.get(kind)
-            ok &= self._local(kind, models.get(kind)) - (0 if claimed is None else claimed) >= n
-        return ok
+    def repair(self, js: JobState, costs: CostModel) -> int:
+        """`repair` for a server-centric round: the machine the cost model allows with the most free cpus
+        when the request first needed a repair this round whose cpus and unclaimed devices still fit the
+        task. Each request walks its list once (a machine that no longer fits never will again this
+        round: cpus and devices only fill up), so a round of thousands of repairs stays linear."""
+        state = self.state
+        walk = self._walks.get(id(js.shape))
+        if walk is None:
+            _, cand = costs.machines_allowed(state, js)
+            walk = self._walks[id(js.shape)] = [cand[np.argsort(-state.cpu[cand], kind="stable")].tolist(), 0]
+        order = walk[0]
+        while walk[1] < len(order):
+            m = order[walk[1]]
+            if self.fits(m, js) and state.take_cpu(m, js.cpus, js.memory_gb, js):
+                return int(m)
+            walk[1] += 1
+        return -1
 
     def take(self, offered: tuple[Offers, ...], js: JobState, costs: CostModel) -> int:
         """A machine for one task of `js` along the flow's offers (then the repair), with its cpus taken and
@@ -421,18 +430,30 @@ class LocalClaims:
         state = self.state
         m = -1
         for offers in offered:
-            for offer in offers.entries[offers.start:offers.start + SCAN_LIMIT]:
-                if offer[1] > 0 and self.fits(offer[0], js) and state.take_cpu(offer[0], js.cpus, js.memory_gb, js):
-                    offer[1] -= 1
-                    m = offer[0]
-                    break
+            entries = offers.entries
+            while offers.start < len(entries) and entries[offers.start][1] == 0:
+                offers.start += 1
+            for offer in entries[offers.start:offers.start + SCAN_LIMIT]:
+                if offer[1] == 0:
+                    continue
+                # Offers are per request: a machine too full (of cpus, or of unclaimed devices) for this
+                # task is too full for the rest of its offers this round (they only fill up).
+                if not self.fits(offer[0], js) or not state.take_cpu(offer[0], js.cpus, js.memory_gb, js):
+                    offer[1] = 0
+                    continue
+                offer[1] -= 1
+                m = offer[0]
+                break
             if m >= 0:
                 break
         else:
-            m = repair(state, js, costs, self.room(js))
+            m = self.repair(js, costs)
         if m >= 0:
             for kind, n in js.wants.items():
-                self.claimed.setdefault(kind, np.zeros(state.n_machines, dtype=np.int64))[m] += n
+                claimed = self.claimed.get(kind)
+                if claimed is None:
+                    claimed = self.claimed[kind] = np.zeros(state.n_machines, dtype=np.int64)
+                claimed[m] += n
         return m
 
     def release(self, js: JobState) -> None:
