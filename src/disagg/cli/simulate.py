@@ -3,6 +3,9 @@
 A plain function with typed options (Typer reads the annotations); `register` adds it. All input is
 checked — policy and scenario names, seeds, the cluster spec, every trace row, jobs that could never
 fit — before anything is simulated; bad input exits with code 2 and a message naming what is wrong.
+A run that ends with jobs still waiting (a policy that can never place them: stalled) is a failure:
+the tables, JSON and plots are still written, then the command exits with code 3 naming the first
+stuck jobs, unless `--allow-stall`.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from disagg.cli.common import fail
 from disagg.model import SpecError, load_cluster, never_fits
 from disagg.sim.engine import FailureModel
-from disagg.sim.report import RunOutput, tables, write_json, write_plots
+from disagg.sim.report import RunOutput, stall_notes, tables, write_json, write_plots
 from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
 from disagg.sim.sweep import RunSpec, TraceSource, default_workers, grid, run_local, run_one, run_ray
 from disagg.sim.trace import TRACE_FORMATS, read_trace
 
 DEFAULT_POLICIES = "drmaestro,drmaestro-na,firmament,greedy,random-remote,fifo"
+#: Exit code of a simulation in which a policy left jobs waiting for good (see `--allow-stall`).
+EXIT_STALLED = 3
 
 
 class BadInput(ValueError):
@@ -168,6 +173,8 @@ def simulate(
     mtbf: Annotated[float | None, typer.Option(
         help="Device failures: mean seconds between failures of each device (default: none).")] = None,
     mttr: Annotated[float, typer.Option(help="Device failures: mean seconds to repair.")] = 600.0,
+    allow_stall: Annotated[bool, typer.Option(
+        "--allow-stall", help="Exit 0 even when a policy leaves jobs waiting for good (the runs still say so).")] = False,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
@@ -185,6 +192,12 @@ def simulate(
     if plots is not None:
         for path in write_plots(outputs, plots):
             console.print(f"plot written to {path}")
+    notes = stall_notes(outputs)
+    for line in notes:
+        console.print(f"[bold yellow]{line}[/]", highlight=False, soft_wrap=True)
+    if notes and not allow_stall:
+        raise fail(f"{len(notes)} run(s) ended with jobs still waiting (see above; --allow-stall to accept): "
+                   f"{notes[0]}", EXIT_STALLED)
 
 
 def register(app: typer.Typer) -> None:

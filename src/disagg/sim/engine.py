@@ -128,6 +128,9 @@ class SimResult:
     stalled: bool
     events: int
     counters: dict[str, int] = field(default_factory=dict)
+    #: The jobs still waiting when the run stopped (stalled, or out of time), in queue order, each with
+    #: the policy's last reason for it: the jobs this policy can never place on this cluster.
+    stalled_jobs: list[tuple[str, str]] = field(default_factory=list)
 
 
 # -- the simulated cluster -----------------------------------------------------------------------------
@@ -287,7 +290,8 @@ class Simulation:
         self.finished_counted = 0
         self.idle_rounds = 0
         self.stalled = False
-        self.counters = {"placed": 0, "restarts": 0, "failures": 0}
+        self.last_decisions: Decisions | None = None
+        self.counters = {"placed": 0, "restarts": 0, "failures": 0, "slo_at_risk": 0}
         self.progress: Callable[[float], None] | None = None
         #: Raise every waiting job's W after each round, unless the policy says it never reads W
         #: (`reads_wait_rounds = False`: the sequential baselines); rebuilding the queue's jobs is then
@@ -334,8 +338,16 @@ class Simulation:
             policy=self.policy.name, records=list(self.records.values()), latencies_s=self.latencies,
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
             rounds=self.rounds, conflicts=self.conflicts, sim_end_s=k.now, wall_s=self.clock() - wall0,
-            stalled=self.stalled, events=k.popped, counters=dict(self.counters),
+            stalled=self.stalled, events=k.popped, counters=dict(self.counters), stalled_jobs=self._stuck(),
         )
+
+    def _stuck(self) -> list[tuple[str, str]]:
+        """The jobs still queued, oldest first, with the policy's reason from the last round."""
+        if not self.queue:
+            return []
+        why = {u.job: u.message for u in self.last_decisions.unplaced} if self.last_decisions else {}
+        waiting = sorted(self.queue.values(), key=lambda j: (j.submit_s, j.name))
+        return [(j.name, why.get(j.name, "never considered by a round")) for j in waiting]
 
     # -- arrivals and rounds --
 
@@ -375,6 +387,7 @@ class Simulation:
         elapsed = self.clock() - t0
         self.latencies.append(float(decisions.timings.get("round_s", elapsed)))
         self.rounds += 1
+        self.last_decisions = decisions
         placed = self._apply(decisions, now)
         if self.track_waits:
             for name, job in self.queue.items():
@@ -404,6 +417,7 @@ class Simulation:
                 self.conflicts += 1
                 continue
             dirty |= self._start(jp.job, tasks, now)
+            self.counters["slo_at_risk"] += jp.slo_at_risk is not None
             placed += 1
         self._reevaluate(dirty, now)
         return placed
