@@ -52,7 +52,8 @@ def test_simulate_exits_3_naming_the_stuck_jobs_unless_allowed(data: Path, tmp_p
     code, output = invoke(*args, "--json", str(tmp_path / "a.json"))
     assert code == 3
     assert "5/8 stalled" in output
-    assert "single_kind_jobs/greedy/seed 1: done 5/8 — stalled: 3 jobs can never be placed by greedy; first: mix1" in output
+    assert ("single_kind_jobs/greedy/seed 1: done 5/8 — stalled: 3 jobs can never be placed by greedy; "
+            "first: mix1") in output
     assert "--allow-stall" in output
     doc = json.loads((tmp_path / "a.json").read_text())  # written before the verdict
     by_policy = {r["policy"]: r for r in doc["results"]}

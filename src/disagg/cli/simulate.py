@@ -174,7 +174,8 @@ def simulate(
         help="Device failures: mean seconds between failures of each device (default: none).")] = None,
     mttr: Annotated[float, typer.Option(help="Device failures: mean seconds to repair.")] = 600.0,
     allow_stall: Annotated[bool, typer.Option(
-        "--allow-stall", help="Exit 0 even when a policy leaves jobs waiting for good (the runs still say so).")] = False,
+        "--allow-stall",
+        help="Exit 0 even when a policy leaves jobs waiting for good (the runs still say so).")] = False,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
