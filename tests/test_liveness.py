@@ -2,19 +2,27 @@
 
 (1) On a cluster where nothing else runs or waits, a job that fits under the policy's own rules is
 placed in the first round (`tests/oracle.py` says whether it fits, independently of the policies).
+(2) Over rounds with arrivals and completions, no job that fits waits more than a bound of rounds
+once the cluster has drained.
+(3) Backfill (`placement.backfill`) never takes what the queue's head waits for.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from disagg.model import Cluster, Device, Job, Machine, Pool, TaskRequest, device_id
+from disagg.model import Allocation, Cluster, Device, Job, Machine, Pool, TaskRequest, device_id
+from disagg.placement.backfill import as_allocations, holding, place_round
+from disagg.placement.decisions import JobPlacement
 from disagg.placement.registry import POLICIES, get_policy
 from tests.harness import SERVER_CENTRIC
 from tests.invariants import check_decisions
 from tests.oracle import fits_idle
+from tests.strategies import clusters, queues
 
 APPS = ["rodinia/nw", "rodinia/hotspot", "rodinia/pathfinder", "rodinia/b+tree", "other/app"]
 
@@ -58,3 +66,129 @@ def test_a_job_that_fits_an_idle_cluster_is_placed_in_the_first_round(cluster: C
         check_decisions(cluster, [job], decisions, server_centric=server_centric)
         fits = fits_idle(cluster, job, server_centric)
         assert bool(decisions.placed) == fits, (name, fits, decisions.unplaced, cluster, job)
+
+
+# -- (2) bounded wait once drained ----------------------------------------------------------------------
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> list[tuple[int, Job, int]]:
+    """Jobs arriving over the first rounds: (round, job, how many rounds it runs once placed)."""
+    out = []
+    for i in range(draw(st.integers(1, 6))):
+        job = draw(single_jobs())
+        out.append((draw(st.integers(0, 4)), Job(f"j{i}", job.image, job.tasks, submit_s=float(i),
+                                                  importance=job.importance, slo_s=job.slo_s,
+                                                  network_gbps=job.network_gbps), draw(st.integers(1, 3))))
+    return out
+
+
+#: Rounds a job that fits may wait once the cluster has drained: W makes waiting dearer than any
+#: placement within some tens of rounds (SLO_PATIENCE = 60 for NA's SLO hold), and each job ahead of it
+#: runs at most 3 rounds.
+DRAINED_BOUND = 120
+
+
+def run_rounds(policy: str, cluster: Cluster, jobs: list[tuple[int, Job, int]], rounds: int = 400
+               ) -> tuple[dict[str, int], int]:
+    """Rounds of one policy with arrivals and completions (what the simulator does, in rounds): when
+    each job started, and the first round at which the cluster had drained (nothing running, no arrival
+    to come)."""
+    p = get_policy(policy)
+    queue: dict[str, Job] = {}
+    running: dict[str, tuple[int, tuple[Allocation, ...]]] = {}
+    started: dict[str, int] = {}
+    drained = -1
+    last_arrival = max(at for at, _, _ in jobs)
+    for r in range(rounds):
+        for at, job, _ in jobs:
+            if at == r:
+                queue[job.name] = job
+        running = {n: v for n, v in running.items() if v[0] > r}
+        if drained < 0 and r > last_arrival and not running:
+            drained = r
+        if not queue and r > last_arrival:
+            break
+        snapshot = holding(cluster, tuple(a for _, allocs in running.values() for a in allocs))
+        decisions = p.place(snapshot, list(queue.values()), float(r), np.random.default_rng(r))
+        for placement in decisions.placed:
+            length = next(d for _, j, d in jobs if j.name == placement.job)
+            running[placement.job] = (r + length, as_allocations([placement]))
+            started[placement.job] = r
+            del queue[placement.job]
+        queue = {n: j.waited() for n, j in queue.items()}
+    return started, drained
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=idle_clusters(), jobs=arrivals())
+def test_once_drained_no_job_that_fits_waits_more_than_a_bound(cluster: Cluster, jobs: list[tuple[int, Job, int]]
+                                                                ) -> None:
+    assume(all(fits_idle(cluster, job, False) for _, job, _ in jobs))  # fifo: no head that never fits
+    for name in POLICIES:
+        started, drained = run_rounds(name, cluster, jobs)
+        fitting = [job.name for _, job, _ in jobs if fits_idle(cluster, job, name in SERVER_CENTRIC)]
+        for job in fitting:
+            assert job in started, (name, job, started, drained)
+            assert drained < 0 or started[job] <= drained + DRAINED_BOUND, (name, job, started, drained)
+
+
+# -- (3) backfill never delays the head -----------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), queue=queues(), split=st.integers(1, 4), seed=st.integers(0, 100))
+def test_backfill_never_takes_what_the_head_waits_for(cluster: Cluster, queue: list[Job], split: int,
+                                                      seed: int) -> None:
+    """The window's decisions are those without backfill, and the jobs backfilled beyond it fit beside
+    the window's placements and the head's reservation held as if they ran: they take none of it."""
+    ordered = sorted(queue, key=lambda j: (j.submit_s, j.name))
+    window, extra = ordered[:split], ordered[split:]
+    for name in POLICIES:
+        alone = get_policy(name).place(cluster, window, 100.0, np.random.default_rng(seed))
+        done = place_round(get_policy(name), cluster, window, extra, 100.0, np.random.default_rng(seed))
+        d = done.decisions
+        names = {j.name for j in window}
+        assert [p for p in d.placed if p.job in names] == list(alone.placed), name
+        assert [u for u in d.unplaced if u.job in names] == list(alone.unplaced), name
+        backfilled = tuple(p for p in d.placed if p.job not in names)
+        assert sorted([p.job for p in d.placed] + [u.job for u in d.unplaced]) == sorted(j.name for j in queue)
+        held = as_allocations(alone.placed) + (as_allocations([done.reservation]) if done.reservation else ())
+        assert_beside(cluster, held, backfilled)
+
+
+def assert_beside(cluster: Cluster, held: tuple[Allocation, ...], placed: tuple[JobPlacement, ...]) -> None:
+    """`placed` fits in what the cluster has beyond its running jobs and `held` (this round's window and
+    the head's reservation): per machine cpus and memory, devices, and the bandwidth of every link that
+    `placed` uses. (Written apart from `FreeState`: the same arithmetic as tests.invariants.)"""
+    used: dict[str, float] = defaultdict(float)
+    mem: dict[str, float] = defaultdict(float)
+    link: dict[str, float] = defaultdict(float)
+    taken: set[str] = set()
+    by_id = cluster.device_by_id
+    for a in cluster.allocations + held:
+        used[a.machine] += a.cpus
+        mem[a.machine] += a.memory_gb
+        taken.update(a.devices)
+        remote = [by_id[x].location for x in a.devices if by_id[x].location != a.machine]
+        link[cluster.uplink(a.machine)] += a.network_gbps
+        for loc in remote:
+            for lk in cluster.path(a.machine, loc)[1:]:
+                link[lk] += a.network_gbps / len(remote)
+    machines = {m.name: m for m in cluster.machines}
+    caps = cluster.link_by_id
+    touched: set[str] = set()
+    for p in placed:
+        for t in p.tasks:
+            used[t.machine] += t.cpus
+            mem[t.machine] += t.memory_gb
+            assert used[t.machine] <= machines[t.machine].cpus + 1e-6, f"{p.job} takes reserved cpus on {t.machine}"
+            assert mem[t.machine] <= machines[t.machine].memory_gb + 1e-6, f"{p.job}: memory on {t.machine}"
+            for g in t.devices:
+                assert g.id not in taken, f"{p.job} takes {g.id}, held or reserved"
+                taken.add(g.id)
+                for lk in g.path:
+                    link[lk] += g.network_gbps
+                    touched.add(lk)
+    for lk in touched:
+        assert link[lk] <= caps[lk].gbps + 1e-6, f"link {lk}: {link[lk]} > {caps[lk].gbps}"

@@ -5,7 +5,10 @@ One thread runs rounds; each round, in order:
                  hits are sent to teardown and their jobs re-queued; nothing else is touched;
   2. poll      — ask the engine about running slices; an ended job sends its slice to teardown;
   3. place     — plan: call the policy (`disagg.placement.registry`, default `drmaestro-na`) on a
-                 snapshot and the oldest queued jobs; commit: the store applies the plan in one
+                 snapshot and the `window` oldest queued jobs, then backfill: one job per distinct
+                 request among the rest of the queue, on the snapshot with the head's reservation held
+                 (`placement.backfill`: a backfilled job never takes what the oldest waiting job is
+                 waiting for); commit: the store applies the plan in one
                  transaction that re-checks that no machine, device or link is over-committed
                  (Nomad's plan / commit). A placement that no longer fits stays queued; the loop then
                  takes a fresh snapshot and plans those jobs again (Nomad's refresh path), at most
@@ -33,6 +36,7 @@ from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.base import FabricDriver
 from disagg.model import Job
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
+from disagg.placement.backfill import place_round
 from disagg.placement.decisions import Decisions
 from disagg.placement.registry import get_policy
 from disagg.store import CommitResult, Store
@@ -134,36 +138,52 @@ class Controller:
     # --- 3. place: plan, then commit ------------------------------------------------------------
     def schedule(self) -> Decisions | None:
         """Plan on a snapshot and commit; re-plan what conflicted on a fresh snapshot (at most `replans`)."""
-        queue = self.store.queued_jobs(self.config.window)
+        window = self.config.window
+        queue = self.store.queued_jobs(window)
         if not queue:
             return None
         t0 = time.perf_counter()
-        considered = [j.name for j in queue]
-        decisions = self.plan(queue)
+        # Beyond a full window: the oldest job of each distinct request (backfill candidates).
+        extra = self.store.queued_representatives(window, self.config.backfill) if len(queue) == window else []
+        considered = [j.name for j in queue] + [j.name for j in extra]
+        decisions = self.plan(queue, extra)
         result = self.store.commit_placements(decisions, considered)
         placed, replans = len(result.placed), 0
         while result.conflicts and replans < self.config.replans:
             replans += 1
-            retry = self._conflicted(result)
-            result = self.store.commit_placements(self.plan(retry), [j.name for j in retry], count_wait=False)
+            retry, retry_extra = self._conflicted(result, queue, extra)
+            result = self.store.commit_placements(self.plan(retry, retry_extra),
+                                                  [j.name for j in retry + retry_extra], count_wait=False)
             placed += len(result.placed)
         elapsed = time.perf_counter() - t0
         self.metrics.round_seconds.observe(elapsed)
         self.metrics.replans.inc(replans)
-        self.last_round = {"at": time.time(), JobState.QUEUED: len(queue), "placed": placed,
-                           "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed}
+        self.last_round = {"at": time.time(), JobState.QUEUED: len(queue) + len(extra), "placed": placed,
+                           "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed,
+                           "backfilled": decisions.stats.get("backfilled", 0)}
         return decisions
 
-    def plan(self, queue: list[Job]) -> Decisions:
-        """The policy's decisions on a fresh snapshot (pure: nothing is written)."""
+    def plan(self, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
+        """The policy's decisions on a fresh snapshot (pure: nothing is written): the window `queue`, then
+        the backfill candidates `extra` around the head's reservation (`placement.backfill`)."""
         # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking
         snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
-        return self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
+        starving = self.config.starvation_rounds or None
+        return place_round(self.policy, snapshot, queue, extra or [], time.time(), self.rng,
+                           time.perf_counter, starving).decisions
 
-    def _conflicted(self, result: CommitResult) -> list[Job]:
-        """The jobs whose placement conflicted, re-read from the queue (a cancel may have taken them)."""
+    def _conflicted(self, result: CommitResult, queue: list[Job], extra: list[Job]) -> tuple[list[Job], list[Job]]:
+        """The jobs whose placement conflicted, re-read from the queue (a cancel may have taken them), as
+        (window jobs, backfill candidates). With backfill candidates among them, the oldest window job
+        still waiting leads the window, so that its reservation is made again on the fresh snapshot."""
         wanted = {job for job, _ in result.conflicts}
-        return [j for j in self.store.queued_jobs(self.config.window) if j.name in wanted]
+        still = {j.name: j for j in self.store.queued_jobs(self.config.window)}
+        window = [still[j.name] for j in queue if j.name in wanted and j.name in still]
+        backfill = [j for j in extra if j.name in wanted]  # a cancel since: the commit skips them
+        head = next((still[j.name] for j in queue if j.name in still), None)
+        if backfill and head is not None and all(j.name != head.name for j in window):
+            window.insert(0, head)
+        return window, backfill
 
     # --- 4. dispatch -----------------------------------------------------------------------
     def dispatch(self) -> None:

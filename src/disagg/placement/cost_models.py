@@ -277,9 +277,9 @@ class DRMaestroCostModel:
             return out
         n = state.n_machines
         carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
-        # Nor more remote devices than the other locations' uplinks can serve at all.
-        supply = _remote_supply(state, t.kinds, t.models, min_gbps)
-        carried = np.maximum(np.minimum(carried, supply.sum() - supply[:n]), 0)
+        # Nor more remote devices than the other locations' uplinks (and, across racks, the racks'
+        # uplinks) can serve at all.
+        carried = np.maximum(np.minimum(carried, _reachable_supply(state, t.kinds, t.models, min_gbps)), 0)
         local = [(_own_free(state, js, k, local_free), t.wants(k)) for k in t.kinds]
         if len(local) == 1:  # one kind (the usual case): a closed form
             (own, want), = local
@@ -493,6 +493,20 @@ def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str
         free += counts[:, names.index(models[k])] if models[k] in names else 0
     carried = np.floor(np.maximum(state.link_cap[:n_loc] - state.link_used[:n_loc] + EPS, 0) / gbps)
     out: FloatArray = np.minimum(free, carried)
+    return out
+
+
+def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
+                      ) -> FloatArray:
+    """Per machine, how many remote devices of `kinds` the other locations could serve it at `gbps`
+    each: those of its own rack, and from the other racks no more than its rack's uplink carries."""
+    supply = _remote_supply(state, kinds, models, gbps)
+    n, n_loc = state.n_machines, len(state.loc_rack)
+    by_rack = np.bincount(state.loc_rack, weights=supply, minlength=state.n_racks)
+    rack = state.loc_rack[:n]
+    rack_carries = np.floor(np.maximum(state.link_cap[n_loc:] - state.link_used[n_loc:] + EPS, 0) / gbps)
+    across = np.minimum(by_rack.sum() - by_rack[rack], rack_carries[rack])
+    out: FloatArray = by_rack[rack] - supply[:n] + across
     return out
 
 

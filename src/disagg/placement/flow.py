@@ -23,6 +23,7 @@ from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Rea
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Asks, Refusal, admit, order_queue
+from disagg.placement.search import search
 from disagg.placement.solver import solve
 from disagg.placement.state import FreeState
 from disagg.profiles import Profile
@@ -127,11 +128,16 @@ class FlowPlacer:
             jobs += fresh
             if fresh or forced:
                 self._table = JobTable.of(jobs)
-            if not survivors and not fresh and not forced:
+            # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
+            # (what the flow gave them is free again).
+            gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
+            if not survivors and not fresh and not forced and not (retry and gave_back):
                 break
             for js in retry:
                 js.failure = None
             pending = sorted(retry + fresh, key=lambda js: js.order)
+        if len(ordered) == 1 and not snapshot.allocations and not placed and jobs:
+            placed += self._last_resort(state, jobs[0])
         decode_start = clock()
         decisions = self._decisions(state, ordered, placed, jobs, refused)
         timings.decode_s += clock() - decode_start
@@ -161,13 +167,30 @@ class FlowPlacer:
                 forced.append(js)
         return forced
 
+    def _last_resort(self, state: FreeState, js: JobState) -> list[JobState]:
+        """The liveness rule's last resort: a lone job on an idle cluster that the phases could not place
+        is looked for exhaustively (`placement.search`, bounded); found, it is placed as found."""
+        found = search(state, js.job, js.gbps, self.costs.local_only)
+        if found is None:
+            return []
+        js.failure = None
+        js.machines = [m for m, _ in found]
+        js.grants = [grants for _, grants in found]
+        js.remote = sum(g.remote for _, grants in found for g in grants)
+        for grants in js.grants:
+            n_remote = sum(g.remote for g in grants)
+            if n_remote:
+                expected = phi(js.job, js.profile, n_remote / len(grants), self.costs.remote_load(state, grants))
+                js.slo_risk |= self.costs.at_risk(js, expected)
+        return [js]
+
     def _second_try(self, state: FreeState, first: list[JobState]) -> list[JobState]:
         """Jobs that phase 1 placed but a device phase could not serve (devices, bandwidth, SLO): phase 1
         cannot see every link a device phase will need, nor what remote devices a round's tasks leave
         each other. Each gets one more try in the next iteration, in a shape of its own: with local
         devices only (`JobState.local_first`: a machine takes only the tasks its own free devices
-        serve) when the machines' own free devices can hold its whole gang, else away from the
-        machines that failed it (`JobState.avoid`)."""
+        serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
+        the machine that failed it (`JobState.avoid`)."""
         out = []
         for js in first:
             if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:

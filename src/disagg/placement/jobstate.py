@@ -66,7 +66,7 @@ class JobState:
     #: Waiting cannot help it (the liveness rule): its unscheduled arcs outbid any placement.
     must_place: bool = False
     #: A device phase could not serve it; it is on its second try this round (once): with local devices
-    #: only (`local_first`), or away from the machines that failed it (`avoid`).
+    #: only (`local_first`), or with one task fewer on the machine that failed it (`avoid`).
     second_try: bool = False
     local_first: bool = False
     avoid: tuple[int, ...] = ()

@@ -24,7 +24,7 @@ import numpy as np
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import ClassRows, CostModel, MachineColumns, local_capacity
+from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns, local_capacity
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
@@ -155,9 +155,10 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         t = rep.job.tasks
         fit = (local_capacity(state, rep, local_free) if rep.local_first else
                costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
-        if rep.avoid:  # its second try, away from the machines that failed it (flow.py)
+        if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
             fit = fit.copy()
-            fit[list(rep.avoid)] = 0
+            np.subtract.at(fit, list(rep.avoid), 1)
+            fit = np.maximum(fit, 0)
         pricing.fit[id(rep.shape)] = fit
         if id(rep.shape) not in pricing.first_fit:
             pricing.first_fit[id(rep.shape)] = int(fit.sum())
@@ -307,11 +308,11 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     net, cls = phase.net, phase.cls
     to_class = flows[net.block("job->class")]
     pref, shared = phase.arcs["preferred"], phase.arcs["shared"]
+    f_pref, f_shared = within_capacity(state.n_machines, cls, phase.pricing, pref, shared,
+                                       flows[net.block("class->machine")], flows[net.block("X->machine")])
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
-    direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3],
-                                                  flows[net.block("class->machine")]).items()}
-    common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3],
-                                                  flows[net.block("X->machine")]).items()}
+    direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
+    common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
     # A class without flow on its own arcs (most) draws from its shape's list only.
     sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
@@ -321,6 +322,7 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
     # arcs and its shape's may both send tasks to one machine, and shapes share a machine's devices).
     claims = LocalClaims(state) if costs.local_only else None
+    allowed: dict[int, tuple[BoolArray, IntArray]] = {}
     # Each task gets a machine from the flow's lists (the class's own, then its shape's), checking the
     # real fit; a repair when the flow over-filled a machine; gang: all tasks or none. (One loop for
     # every job, no call per job: a round at 12,500 machines hands out some 12,000 tasks.)
@@ -339,7 +341,7 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
                     if m >= 0:
                         break
                 else:
-                    m = repair(state, js, costs)
+                    m = repair(state, js, costs, allowed, phase.pricing)
             if m < 0:
                 if claims is not None:
                     claims.release(js)
@@ -352,6 +354,33 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     return survivors
 
 
+def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], shared: tuple[IntArray, ...],
+                    f_pref: IntArray, f_shared: IntArray) -> tuple[IntArray, IntArray]:
+    """The flows of the class → machine and X → machine arcs, cut so that no machine gets more tasks of
+    a shape than the shape's capacity there (`pricing.fit`: cpus, memory, local devices, uplink). Each
+    arc is bounded by it alone, and a class's own arcs, its twins' and its shape's aggregator may all
+    lead to one machine; the flow cannot see that their sum is what the machine must carry. The classes'
+    own arcs keep theirs first (in class order), the aggregator gets what is left."""
+    if not len(f_pref) and not len(f_shared):
+        return f_pref, f_shared
+    class_shape = np.empty(len(cls.representative), dtype=np.int64)
+    for g, members in enumerate(cls.shapes):
+        class_shape[members] = g
+    fit = np.stack([pricing.fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]).ravel()
+    key = class_shape[pref[0]] * n + pref[1]
+    order = np.argsort(key, kind="stable")
+    sk, sf = key[order], f_pref[order]
+    before = np.cumsum(sf) - sf
+    first = np.r_[True, sk[1:] != sk[:-1]]
+    before -= np.maximum.accumulate(np.where(first, before, 0))  # what the same key's earlier arcs took
+    cut = f_pref.copy()
+    cut[order] = np.minimum(sf, np.maximum(fit[sk] - before, 0))
+    direct = np.bincount(key, weights=cut, minlength=len(fit))
+    xkey = shared[0] * n + shared[1]
+    cut_shared = np.minimum(f_shared, np.maximum(fit[xkey] - direct[xkey], 0)).astype(np.int64)
+    return cut, cut_shared
+
+
 def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
     """A job the flow sent machines for that did not get them all: its gang never fitted what was free
     when the round began (the flow over-counted a machine), or jobs ahead of it took them."""
@@ -362,12 +391,22 @@ def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) ->
                                           f"went to jobs ahead of it this round")
 
 
-def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
+def repair(state: FreeState, js: JobState, costs: CostModel, allowed: dict[int, tuple[BoolArray, IntArray]],
+           pricing: Pricing) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task, among those the cost model allows it
-    (server-centric: those whose own free devices cover it; see also `LocalClaims.repair`)."""
+    (server-centric: those whose own free devices cover it; see also `LocalClaims.repair`) and where its
+    shape could go at all (`pricing.fit`: a machine that neither holds nor can reach its devices would
+    fail it in a device phase). `allowed` caches those machines per shape for the round."""
     cpus, memory_gb = js.cpus, js.memory_gb
     has_devices, cand = costs.machines_allowed(state, js)
+    if has_devices is None:
+        found = allowed.get(id(js.shape))
+        if found is None:
+            fit = pricing.fit.get(id(js.shape))
+            mask = np.ones(state.n_machines, dtype=bool) if fit is None else fit > 0
+            found = allowed[id(js.shape)] = (mask, np.nonzero(mask)[0])
+        has_devices, cand = found
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))

@@ -22,6 +22,7 @@ from disagg.placement.commit import EPS, exceeds
 from disagg.placement.cost import phi, profile_of, remote_gbps
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.jobstate import gang_shortfall
+from disagg.placement.search import search
 from disagg.placement.state import FreeState, IntArray, Journal
 
 
@@ -134,9 +135,28 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
             unplaced.append(Unplaced(job.name, exc.reason, exc.message))
             if blocking:
                 blocked_by = job.name
+    if len(queue) == 1 and unplaced and not snapshot.allocations:
+        found = _last_resort(state, queue[0], server_centric)
+        if found is not None:
+            placed, unplaced = [found], []
     elapsed = clock() - start
     return Decisions(policy=name, placed=tuple(placed), unplaced=tuple(unplaced),
                      timings={"build_s": 0.0, "solve_s": 0.0, "decode_s": elapsed, "round_s": elapsed})
+
+
+def _last_resort(state: FreeState, job: Job, server_centric: bool) -> JobPlacement | None:
+    """The liveness rule's last resort: a lone job on an idle cluster that the stages could not place is
+    looked for exhaustively (`placement.search`, bounded)."""
+    profile = profile_of(job)
+    found = search(state, job, remote_gbps(job, profile), server_centric)
+    if found is None:
+        return None
+    machines = state.cluster.machines
+    t = job.tasks
+    return JobPlacement(job.name, tuple(
+        TaskPlacement(f"{job.name}/{ti}", machines[m].name, t.cpus, t.memory_gb, grants,
+                      round(phi(job, profile, sum(g.remote for g in grants) / max(len(grants), 1), 0.0), 3))
+        for ti, (m, grants) in enumerate(found)))
 
 
 def _too_big_now(state: FreeState, job: Job) -> Refused | None:
