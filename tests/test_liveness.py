@@ -120,7 +120,7 @@ def run_rounds(policy: str, cluster: Cluster, jobs: list[tuple[int, Job, int]], 
     return started, drained
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cluster=idle_clusters(), jobs=arrivals())
 def test_once_drained_no_job_that_fits_waits_more_than_a_bound(cluster: Cluster, jobs: list[tuple[int, Job, int]]
                                                                 ) -> None:

@@ -136,8 +136,8 @@ class FlowPlacer:
             for js in retry:
                 js.failure = None
             pending = sorted(retry + fresh, key=lambda js: js.order)
-        if len(ordered) == 1 and not snapshot.allocations and not placed and jobs:
-            placed += self._last_resort(state, jobs[0])
+        if not snapshot.allocations and not placed and jobs:
+            placed += self._last_resort(state, min(jobs, key=lambda js: js.order))
         decode_start = clock()
         decisions = self._decisions(state, ordered, placed, jobs, refused)
         timings.decode_s += clock() - decode_start
@@ -168,8 +168,9 @@ class FlowPlacer:
         return forced
 
     def _last_resort(self, state: FreeState, js: JobState) -> list[JobState]:
-        """The liveness rule's last resort: a lone job on an idle cluster that the phases could not place
-        is looked for exhaustively (`placement.search`, bounded); found, it is placed as found."""
+        """The liveness rule's last resort: where nothing runs and the round placed nothing, waiting cannot
+        help the oldest job the phases could not place, so it is looked for exhaustively
+        (`placement.search`, bounded); found, it is placed as found."""
         found = search(state, js.job, js.gbps, self.costs.local_only)
         if found is None:
             return []

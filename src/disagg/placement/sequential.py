@@ -135,10 +135,11 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
             unplaced.append(Unplaced(job.name, exc.reason, exc.message))
             if blocking:
                 blocked_by = job.name
-    if len(queue) == 1 and unplaced and not snapshot.allocations:
-        found = _last_resort(state, queue[0], server_centric)
-        if found is not None:
-            placed, unplaced = [found], []
+    if unplaced and not placed and not snapshot.allocations:
+        # Nothing runs and nothing was placed: waiting cannot help the first job left waiting.
+        found = _last_resort(state, {j.name: j for j in queue}[unplaced[0].job], server_centric)
+        if found is not None:  # the others keep their reasons (fifo's still wait behind it)
+            placed, unplaced = [found], unplaced[1:]
     elapsed = clock() - start
     return Decisions(policy=name, placed=tuple(placed), unplaced=tuple(unplaced),
                      timings={"build_s": 0.0, "solve_s": 0.0, "decode_s": elapsed, "round_s": elapsed})
