@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -192,3 +193,42 @@ def assert_beside(cluster: Cluster, held: tuple[Allocation, ...], placed: tuple[
                     touched.add(lk)
     for lk in touched:
         assert link[lk] <= caps[lk].gbps + 1e-6, f"link {lk}: {link[lk]} > {caps[lk].gbps}"
+
+
+# -- past the bound, no younger job takes what the oldest waits for -----------------------------------
+
+
+def starving_run(policy: str, starving_after: int | None, rounds: int = 40) -> int | None:
+    """One 4-GPU machine where two 1-GPU jobs run; a 4-GPU job arrives at round 0, and a 1-GPU job every
+    round after it, each running 2 rounds: the round the big job starts, or None."""
+    from tests.builders import make_cluster, make_job
+
+    cluster = make_cluster(machines=1, gpus=4)
+    p = get_policy(policy)
+    queue = [make_job("big", gpu=4, submit_s=0.0, slo_s=1000)]
+    running: dict[str, tuple[int, tuple[Allocation, ...]]] = {
+        f"w{i}": (i + 1, (Allocation(f"w{i}", "m0", 1.0, 1.0, (f"m0/gpu{i}",)),)) for i in range(2)}
+    for r in range(rounds):
+        queue.append(make_job(f"s{r}", gpu=1, cpus=1, submit_s=float(r + 1), slo_s=1000))
+        running = {n: v for n, v in running.items() if v[0] > r}
+        snapshot = holding(cluster, tuple(a for _, allocs in running.values() for a in allocs))
+        ordered = sorted(queue, key=lambda j: (j.submit_s, j.name))
+        done = place_round(p, snapshot, ordered, [], float(r), np.random.default_rng(r), starving_after=starving_after)
+        for placement in done.decisions.placed:
+            if placement.job == "big":
+                return r
+            running[placement.job] = (r + 2, as_allocations([placement]))
+        placed = {x.job for x in done.decisions.placed}
+        queue = [j.waited() for j in queue if j.name not in placed]
+    return None
+
+
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "fifo"])
+def test_a_stream_of_small_jobs_starves_a_big_one_until_its_reservation_holds(policy: str) -> None:
+    assert starving_run(policy, None) is None  # the policies alone: one GPU is always busy
+    started = starving_run(policy, starving_after=5)
+    assert started is not None and started <= 5 + 2  # W reaches 5 at round 5; the last small job ends 2 later
+
+
+def test_fifo_never_starves_its_head() -> None:
+    assert starving_run("fifo", None) == 2  # as soon as the two running jobs end: nothing passes it

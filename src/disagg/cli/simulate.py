@@ -103,10 +103,13 @@ def failure_model(mtbf: float | None, mttr: float) -> FailureModel | None:
 def build_specs(
     scenario: str | None, cluster: Path | None, trace: Path | None, trace_format: str | None,
     policies: str, seeds: str, interval: float, sweep: bool, failures: FailureModel | None = None,
+    starvation_rounds: int | None = None,
 ) -> list[RunSpec]:
     """Validate every input and return the runs to do; raises BadInput or SpecError."""
     if interval <= 0:
         raise BadInput(f"--interval: value {interval:g} is not allowed: must be > 0 seconds")
+    if starvation_rounds is not None and starvation_rounds < 1:
+        raise BadInput(f"--starvation-rounds: value {starvation_rounds} is not allowed: must be >= 1 round")
     names = parse_policies(policies)
     seed_list = parse_seeds(seeds)
     if scenario is not None and (cluster is not None or trace is not None):
@@ -115,11 +118,11 @@ def build_specs(
         scenarios = parse_scenarios(scenario)
         if len(scenarios) > 1 and not sweep:
             raise BadInput("several scenarios need --sweep (or run them one at a time)")
-        return grid(scenarios, names, seed_list, interval, failures=failures)
+        return grid(scenarios, names, seed_list, interval, failures=failures, starvation_rounds=starvation_rounds)
     if cluster is None or trace is None:
         raise BadInput(f"give --scenario NAME (known: {', '.join(SCENARIOS)}) or both --cluster and --trace")
     source = trace_source(cluster, trace, trace_format)
-    return grid([source.name], names, seed_list, interval, source, failures)
+    return grid([source.name], names, seed_list, interval, source, failures, starvation_rounds)
 
 
 def _progress(console: Console) -> Progress:
@@ -173,6 +176,9 @@ def simulate(
     mtbf: Annotated[float | None, typer.Option(
         help="Device failures: mean seconds between failures of each device (default: none).")] = None,
     mttr: Annotated[float, typer.Option(help="Device failures: mean seconds to repair.")] = 600.0,
+    starvation_rounds: Annotated[int | None, typer.Option(
+        "--starvation-rounds",
+        help="Reserve for the oldest job once its W reaches this, against every younger job (as serve does).")] = None,
     allow_stall: Annotated[bool, typer.Option(
         "--allow-stall",
         help="Exit 0 even when a policy leaves jobs waiting for good (the runs still say so).")] = False,
@@ -181,7 +187,7 @@ def simulate(
     console = Console()
     try:
         specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep,
-                            failure_model(mtbf, mttr))
+                            failure_model(mtbf, mttr), starvation_rounds)
     except (BadInput, SpecError) as exc:
         raise fail(str(exc)) from None
     outputs = execute(specs, sweep, ray, workers, console)

@@ -30,6 +30,7 @@ import numpy as np
 
 from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_FAILED
+from disagg.placement.backfill import place_round
 from disagg.placement.base import Policy
 from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
@@ -58,6 +59,9 @@ class SimConfig:
     failures: FailureModel | None = None
     max_time_s: float = 10_000_000.0
     stall_rounds: int = 2000
+    #: W from which the oldest waiting job's reservation holds against every younger job (the
+    #: controller's `starvation_rounds`, placement/backfill.py); None: the policies alone, as the seed's.
+    starvation_rounds: int | None = None
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -383,7 +387,12 @@ class Simulation:
         snapshot = self.state.snapshot()
         queue = list(self.queue.values())
         t0 = self.clock()
-        decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
+        if self.config.starvation_rounds is None:
+            decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
+        else:
+            oldest_first = sorted(queue, key=lambda j: (j.submit_s, j.name))
+            decisions = place_round(self.policy, snapshot, oldest_first, [], now, self.rng, self.clock,
+                                    self.config.starvation_rounds).decisions
         elapsed = self.clock() - t0
         self.latencies.append(float(decisions.timings.get("round_s", elapsed)))
         self.rounds += 1

@@ -41,12 +41,15 @@ class RunSpec:
     interval_s: float = 5.0
     source: TraceSource | None = None
     failures: FailureModel | None = None
+    starvation_rounds: int | None = None
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
-         source: TraceSource | None = None, failures: FailureModel | None = None) -> list[RunSpec]:
+         source: TraceSource | None = None, failures: FailureModel | None = None,
+         starvation_rounds: int | None = None) -> list[RunSpec]:
     """Every combination, scenario-major so results come out grouped as the tables show them."""
-    return [RunSpec(sc, p, s, interval_s, source, failures) for sc in scenarios for p in policies for s in seeds]
+    return [RunSpec(sc, p, s, interval_s, source, failures, starvation_rounds)
+            for sc in scenarios for p in policies for s in seeds]
 
 
 def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunOutput:
@@ -57,7 +60,7 @@ def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> R
         scenario = get_scenario(spec.scenario)
         cluster = scenario.cluster()
         subs = scenario.submissions(spec.seed, cluster)
-    config = SimConfig(interval_s=spec.interval_s, failures=spec.failures)
+    config = SimConfig(interval_s=spec.interval_s, failures=spec.failures, starvation_rounds=spec.starvation_rounds)
     result = simulate(cluster, subs, get_policy(spec.policy), spec.seed, config, progress=progress)
     return run_output(spec.scenario, result, spec.seed)
 
