@@ -35,7 +35,7 @@ from disagg.placement.base import Policy
 from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.profiles import Profile, lookup
-from disagg.sim.execution import REFERENCE_GBPS, task_stretch
+from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS, REMOTE_PCIE_SHARE, task_stretch
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.workload import Submission
 
@@ -154,6 +154,10 @@ class _Grant:
     caps: tuple[float, ...] = ()
     bottleneck_gbps: float = REFERENCE_GBPS
     load: float = 0.0
+    #: The devices that share this one's PCIe link (execution.GPUS_PER_PCIE_LINK), and, set before each
+    #: re-evaluation of a local one, the share of time other jobs move data over that link.
+    peers: tuple[int, ...] = ()
+    pcie: float = 0.0
 
 
 @dataclass(slots=True)
@@ -197,6 +201,11 @@ class SimCluster:
         self.devices: list[Device] = list(cluster.devices)
         self.d_index = {d.id: i for i, d in enumerate(self.devices)}
         self.holder: dict[int, str] = {}
+        #: Per held device, how much of its PCIe link its holder's transfers use: the holder's transfer
+        #: share, times REMOTE_PCIE_SHARE when the device is remote to it (execution.pcie_factor).
+        self.link_share: dict[int, float] = {}
+        #: Per device, the other devices on its PCIe link.
+        self.peers = _pcie_peers(self.devices)
         self.link_cap = {lk.id: lk.gbps for lk in cluster.links}
         self.link_used = dict.fromkeys(self.link_cap, 0.0)
         self.allocations: dict[str, Allocation] = {
@@ -454,7 +463,8 @@ class Simulation:
                 # A grant that does not say what it draws draws its job's, or its profile's.
                 gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
-                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS)))
+                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS),
+                                     peers=() if remote else st.peers.get(d, ())))
             tasks.append(_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
         if over_commit(_as_charged(jp, tasks), st) is not None:
             return None
@@ -475,6 +485,7 @@ class Simulation:
             self.on_machine[t.machine].add(name)
             for g in t.grants:
                 st.holder[g.device] = name
+                st.link_share[g.device] = run.profile.transfer_share * (REMOTE_PCIE_SHARE if g.remote else 1.0)
                 if st.devices[g.device].kind == "gpu":
                     gpus += 1
                     remote_gpus += g.remote
@@ -497,11 +508,20 @@ class Simulation:
         return self._neighbours(run) | {name}
 
     def _neighbours(self, run: _Running) -> set[str]:
+        """The running jobs whose pace this one's start or end may change: on its machines, on its links,
+        and on the PCIe links of its devices."""
         out: set[str] = set()
         for m in run.machines:
             out |= self.on_machine[m]
         for lk in run.own_traffic:
             out |= self.on_link[lk]
+        peers, holder = self.state.peers, self.state.holder
+        if peers:
+            for t in run.tasks:
+                for g in t.grants:
+                    for p in peers.get(g.device, ()):
+                        if p in holder:
+                            out.add(holder[p])
         out.discard(run.job.name)
         return out
 
@@ -527,6 +547,9 @@ class Simulation:
         profile = run.profile
         worst = 1.0
         for t in run.tasks:
+            for g in t.transfer:
+                if g.peers and not g.remote:
+                    g.pcie = sum(st.link_share.get(p, 0.0) for p in g.peers)
             for g in t.remote_transfer:
                 load = 0.0
                 for lk, cap in zip(g.links, g.caps, strict=True):
@@ -569,6 +592,7 @@ class Simulation:
             self.on_machine[t.machine].discard(run.job.name)
             for g in t.grants:
                 st.holder.pop(g.device, None)
+                st.link_share.pop(g.device, None)
                 gpus += st.devices[g.device].kind == "gpu"
                 for lk in g.links:
                     st.link_used[lk] = max(0.0, st.link_used[lk] - g.gbps)
@@ -622,6 +646,17 @@ class Simulation:
                              DeviceFailed(device))
         if self.queue:
             self._want_round()
+
+
+def _pcie_peers(devices: Sequence[Device]) -> dict[int, tuple[int, ...]]:
+    """Per device of a model whose GPUs share a PCIe link (execution.GPUS_PER_PCIE_LINK), the other
+    devices on its link: at the same location, of the same model, paired up by index (0-1, 2-3, …)."""
+    boards: dict[tuple[str, str, int], list[int]] = {}
+    for i, d in enumerate(devices):
+        per_link = GPUS_PER_PCIE_LINK.get(d.model, 1)
+        if d.kind == "gpu" and per_link > 1:
+            boards.setdefault((d.location, d.model, d.index // per_link), []).append(i)
+    return {i: tuple(j for j in members if j != i) for members in boards.values() for i in members}
 
 
 def _task(name: str, machine: int, cpus: float, memory_gb: float, grants: list[_Grant],
