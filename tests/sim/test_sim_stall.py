@@ -62,3 +62,14 @@ def test_simulate_exits_3_naming_the_stuck_jobs_unless_allowed(data: Path, tmp_p
     code, output = invoke(*args, "--allow-stall")
     assert code == 0, output
     assert "stalled: 3 jobs can never be placed by greedy" in output
+
+
+def test_the_starvation_bound_reads_w_whatever_the_policy(data: Path) -> None:
+    import numpy as np
+
+    from disagg.sim.engine import Simulation
+
+    cluster = load_cluster(data / "single_kind_cluster.yaml")
+    plain = Simulation(cluster, [], get_policy("greedy"), np.random.default_rng(0))
+    bounded = Simulation(cluster, [], get_policy("greedy"), np.random.default_rng(0), SimConfig(starvation_rounds=5))
+    assert not plain.track_waits and bounded.track_waits

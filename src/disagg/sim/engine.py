@@ -309,7 +309,8 @@ class Simulation:
         #: Raise every waiting job's W after each round, unless the policy says it never reads W
         #: (`reads_wait_rounds = False`: the sequential baselines); rebuilding the queue's jobs is then
         #: work for nothing, a good part of such a run's time on a long queue.
-        self.track_waits = bool(getattr(policy, "reads_wait_rounds", True))
+        #: (The starvation bound reads W whatever the policy.)
+        self.track_waits = bool(getattr(policy, "reads_wait_rounds", True)) or self.config.starvation_rounds is not None
 
     # -- setup --
 
