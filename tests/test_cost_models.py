@@ -18,7 +18,7 @@ from disagg.placement.cost_models import (
     get_cost_model,
     register_cost_model,
 )
-from disagg.placement.jobstate import JobState, JobTable, profile_arrays
+from disagg.placement.jobstate import JobState, JobTable, SloGuard, profile_arrays
 from disagg.placement.registry import get_policy
 from disagg.placement.state import FreeState
 from tests.builders import make_cluster, make_job
@@ -61,6 +61,7 @@ def machines(share: list[float], load: list[float]) -> MachineColumns:
 def test_network_load_is_priced_only_by_the_na_model_which_drops_what_would_miss_the_slo() -> None:
     # nw with a tight SLO: a remote GPU is within it on an idle network, not on a saturated one.
     js = job_state(make_job("nw", slo_s=212.0))
+    js.guard = SloGuard.ALL  # held back for its SLO (what `slo_guard` says while waiting can help)
     rows = ClassRows.of(profile_arrays([js]), [js])
     columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
     blind = DRMaestroCostModel().task_to_machine(rows, columns)
@@ -72,6 +73,34 @@ def test_network_load_is_priced_only_by_the_na_model_which_drops_what_would_miss
     assert DRMaestroCostModel().remote_to_location(np.array([0.5]), np.array([1.0])) == ([0], [0])
     rack, cross = DRMaestroNACostModel().remote_to_location(np.array([0.5]), np.array([1.0]))
     assert 0 < rack[0] < cross[0]
+
+
+@pytest.mark.parametrize(("slo_s", "guard", "exists"), [
+    # nw remote: 208.5 s on an idle network, more under load.
+    (208.0, SloGuard.TRAFFIC, [True, True, True]),    # misses even idle: waiting cannot help, offered
+    (213.0, SloGuard.TRAFFIC, [True, True, False]),   # only others' traffic makes it miss: held back
+    (208.0, SloGuard.ALL, [True, False, False]),      # a local placement comes once running jobs end
+    (208.0, SloGuard.NONE, [True, True, True]),       # patience spent: offered (and `slo_at_risk`)
+], ids=["misses-idle", "traffic-only", "all", "patience-spent"])
+def test_na_holds_a_job_back_for_its_slo_only_while_waiting_can_help(slo_s: float, guard: SloGuard,
+                                                                      exists: list[bool]) -> None:
+    js = job_state(make_job("nw", slo_s=slo_s))
+    js.guard = guard
+    rows = ClassRows.of(profile_arrays([js]), [js])
+    columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
+    assert DRMaestroNACostModel().task_to_machine(rows, columns).exists.tolist() == [exists]
+
+
+def test_na_guard_follows_the_idle_cluster_and_the_patience() -> None:
+    from disagg.placement.cost import SLO_PATIENCE
+    state = FreeState(make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4))
+    na = DRMaestroNACostModel()
+    one, two = job_state(make_job("one", gpu=1)), job_state(make_job("two", gpu=2))
+    assert na.slo_guard(state, one) == SloGuard.ALL       # a machine holds its GPU: local once idle
+    assert na.slo_guard(state, two) == SloGuard.TRAFFIC   # no machine holds 2: some must be remote
+    late = job_state(make_job("late", gpu=1, wait_rounds=SLO_PATIENCE))
+    assert na.slo_guard(state, late) == SloGuard.NONE
+    assert DRMaestroCostModel().slo_guard(state, one) == SloGuard.NONE
 
 
 def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices() -> None:
@@ -87,6 +116,7 @@ def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices()
     assert firmament.remote_surcharge(rows) is None
     assert (drmaestro.remote_surcharge(rows) or [0])[0] > 0
     assert firmament.machines_allowed(state, js)[1].tolist() == []
-    assert firmament.why_no_machine(js)[0] == "no-devices"
-    assert drmaestro.why_no_machine(js)[0] == "no-capacity"
-    assert DRMaestroNACostModel().why_no_machine(js)[0] == "slo-at-risk"
+    assert firmament.why_no_machine(state, js)[0] == "no-devices"
+    # cpus free on both machines, 2 GPUs wanted: its own GPU and the pool's 4 are within reach
+    assert drmaestro.why_no_machine(state, js)[0] == "no-bandwidth"
+    assert DRMaestroNACostModel().why_no_machine(state, js)[0] == "slo-at-risk"

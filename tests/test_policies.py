@@ -91,8 +91,9 @@ def test_na_prefers_the_quiet_remote_machine() -> None:
 
 
 def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
-    # NW takes 200 s locally; an SLO of 50 s makes any placement cost more than waiting at W=0.
-    cluster = make_cluster(machines=1, gpus=2)
+    # NW takes 200 s locally; an SLO of 50 s makes any placement cost more than waiting at W=0. Something
+    # runs on the machine (4 of its cpus): waiting might help, so W decides.
+    cluster = make_cluster(machines=1, gpus=2, taken_cpus={"m0": 4})
     job = make_job("late", gpu=1, slo_s=50)
     first = PlacementHarness(cluster, [job]).run("drmaestro")
     assert reason(first, "late")[0] == Reason.POSTPONED
@@ -102,6 +103,16 @@ def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
         rounds += 1
         assert rounds < 100, "W must grow until placing wins"
     assert job.wait_rounds == rounds > 0
+
+
+def test_on_an_idle_cluster_a_job_waiting_cannot_help_is_placed_at_once() -> None:
+    # The same job on the same machine with nothing running (issue 14's liveness rule): no placement
+    # gets better by waiting, so the flow policies place it in the first round whatever it costs.
+    cluster = make_cluster(machines=1, gpus=2)
+    for policy in ("drmaestro", "drmaestro-na", "firmament"):
+        decisions = PlacementHarness(cluster, [make_job("late", gpu=1, slo_s=50)]).run(policy)
+        assert "late" in placed(decisions), policy
+        assert decisions.stats["iterations"] == 2  # postponed for its cost, then must be placed
 
 
 def test_gang_is_all_or_nothing_and_gives_back_what_it_took() -> None:
@@ -135,14 +146,15 @@ def test_reason_names_resource_and_shortfall_within_reach() -> None:
     assert message == "needs 4 gpu, 3 free within 10 Gb/s of m0"
 
 
-def test_server_centric_reason_counts_every_task_of_the_job_on_the_machine() -> None:
+def test_server_centric_reason_counts_every_task_of_the_gang() -> None:
     # one machine, 3 GPUs, and a pool (out of a server-centric policy's reach); two tasks of 2 GPUs
-    # each both land on the machine: the shortfall is 4 against 3
+    # each: the machine takes one of them (issue 14: phase 1 bounds a machine's tasks by the local
+    # devices they claim, and the reason names the whole gang, not a device phase's shortfall)
     cluster = make_cluster(machines=1, gpus=3, cpus=20, pools=1)
     decisions = PlacementHarness(cluster, [make_job("pair", count=2, cpus=4, gpu=2)]).run("firmament")
     assert reason(decisions, "pair") == (
-        Reason.NO_DEVICES, "needs 4 gpu on m0 (2 for each of its 2 tasks there), 3 free there "
-                           "(server-centric: no remote devices)")
+        Reason.NO_DEVICES, "needs 2 tasks × (4 cpus, 16 GB, 2 gpu) with its devices on its own machine; "
+                           "the machines take 1 of them now: m0 takes 1 (20 cpus, 3 gpu free)")
 
 
 def test_fifo_blocks_behind_the_head_and_says_so() -> None:

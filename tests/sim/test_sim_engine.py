@@ -293,3 +293,18 @@ def test_placements_that_would_over_commit_are_refused_as_conflicts(
     result = sim.run()
     assert {r.name for r in result.records if r.start_s == r.start_s} == started
     assert result.conflicts == 2 - len(started)
+
+
+@pytest.mark.parametrize(("model", "stretch"), [("K80", (0.83 + 0.17 * 1.17) * 1.025), ("P100", 1.025)],
+                         ids=["k80-board-shared", "p100-links-apart"])
+def test_collocated_gpu_jobs_share_a_k80_boards_pcie_link(model: str, stretch: float) -> None:
+    # Two NW jobs (transfer share 0.17), each on one GPU of one machine and half its cpus: on a K80 board
+    # the two GPUs share one PCIe link, so each transfer part stretches by the other's share of it.
+    spec = {"machines": [{"name": "m0", "rack": "r0", "cpus": 8, "memory_gb": 64, "uplink_gbps": 10,
+                          "devices": {"gpu": {"count": 2, "model": model}}}]}
+    cluster = parse_cluster(spec)
+    subs = [Submission(Job(f"nw{i}", "rodinia/nw", TaskRequest(1, 4.0, 8.0, {"gpu": 1}), slo_s=1000.0), 200.0)
+            for i in range(2)]
+    result = simulate(cluster, subs, get_policy("drmaestro"), seed=1)
+    times = exec_times(result)
+    assert times["nw0"] == pytest.approx(200.0 * stretch) and times["nw1"] == pytest.approx(200.0 * stretch)

@@ -57,3 +57,16 @@ def test_load_slower_paths_and_collocation_each_stretch() -> None:
     assert collocation_factor(0.0) == 1.0 < collocation_factor(0.5) < collocation_factor(1.0)
     assert task_stretch(nw, [], 0.5, memory_cache_share=128 / 921.6) == pytest.approx(
         collocation_factor(0.5) * 1.7)
+
+
+def test_a_shared_pcie_link_stretches_a_local_transfer_by_the_others_share_of_it() -> None:
+    from disagg.sim.execution import GPUS_PER_PCIE_LINK, REMOTE_PCIE_SHARE, pcie_factor
+
+    nw = lookup("nw")  # transfer share 0.17 (seed 001, Experiment 1)
+    assert GPUS_PER_PCIE_LINK["K80"] == 2  # two GK210 behind one PCIe Gen3 x16 link (K80 board spec)
+    assert pytest.approx(1.25 / 15.75) == REMOTE_PCIE_SHARE
+    assert pcie_factor(0.0) == 1.0 and pcie_factor(0.17) == pytest.approx(1.17) and pcie_factor(5.0) == 2.0
+    shared = transfer_stretch(nw, [DeviceUse(False, pcie=0.17)])
+    assert shared == pytest.approx(0.83 + 0.17 * 1.17)
+    # a remote device's transfers are bound by the network, not by the PCIe link at its end
+    assert transfer_stretch(nw, [DeviceUse(True, pcie=0.5)]) == transfer_stretch(nw, [DeviceUse(True)])

@@ -3,6 +3,9 @@
 A plain function with typed options (Typer reads the annotations); `register` adds it. All input is
 checked — policy and scenario names, seeds, the cluster spec, every trace row, jobs that could never
 fit — before anything is simulated; bad input exits with code 2 and a message naming what is wrong.
+A run that ends with jobs still waiting (a policy that can never place them: stalled) is a failure:
+the tables, JSON and plots are still written, then the command exits with code 3 naming the first
+stuck jobs, unless `--allow-stall`.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from disagg.cli.tables import print_table
 from disagg.model import SpecError, load_cluster, never_fits
 from disagg.model.tenants import Tenants, load_tenants
 from disagg.sim.engine import FailureModel
-from disagg.sim.report import RunOutput, tables, write_json, write_plots
+from disagg.sim.report import RunOutput, stall_notes, tables, write_json, write_plots
 from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
 from disagg.sim.sweep import RunSpec, TraceSource, default_workers, grid, run_local, run_one, run_ray
 from disagg.sim.trace import TRACE_FORMATS, read_trace
 
 DEFAULT_POLICIES = "drmaestro,drmaestro-na,firmament,greedy,random-remote,fifo"
+#: Exit code of a simulation in which a policy left jobs waiting for good (see `--allow-stall`).
+EXIT_STALLED = 3
 
 
 class BadInput(ValueError):
@@ -114,11 +119,14 @@ def build_specs(
     scenario: str | None, cluster: Path | None, trace: Path | None, trace_format: str | None,
     policies: str, seeds: str, interval: float, sweep: bool, failures: FailureModel | None = None,
     tenants: str | None = None,
+    starvation_rounds: int | None = None,
 ) -> list[RunSpec]:
     """Validate every input and return the runs to do; raises BadInput or SpecError."""
     spec, fairness = parse_tenants_option(tenants)
     if interval <= 0:
         raise BadInput(f"--interval: value {interval:g} is not allowed: must be > 0 seconds")
+    if starvation_rounds is not None and starvation_rounds < 1:
+        raise BadInput(f"--starvation-rounds: value {starvation_rounds} is not allowed: must be >= 1 round")
     names = parse_policies(policies)
     seed_list = parse_seeds(seeds)
     if scenario is not None and (cluster is not None or trace is not None):
@@ -127,11 +135,12 @@ def build_specs(
         scenarios = parse_scenarios(scenario)
         if len(scenarios) > 1 and not sweep:
             raise BadInput("several scenarios need --sweep (or run them one at a time)")
-        return grid(scenarios, names, seed_list, interval, failures=failures, tenants=spec, fairness=fairness)
+        return grid(scenarios, names, seed_list, interval, failures=failures, tenants=spec, fairness=fairness,
+                    starvation_rounds=starvation_rounds)
     if cluster is None or trace is None:
         raise BadInput(f"give --scenario NAME (known: {', '.join(SCENARIOS)}) or both --cluster and --trace")
     source = trace_source(cluster, trace, trace_format)
-    return grid([source.name], names, seed_list, interval, source, failures, spec, fairness)
+    return grid([source.name], names, seed_list, interval, source, failures, spec, fairness, starvation_rounds)
 
 
 def _progress(console: Console) -> Progress:
@@ -188,12 +197,18 @@ def simulate(
     tenants: Annotated[str | None, typer.Option(
         help="Tenants spec (YAML/JSON): quotas, fair share and preemption for every policy; 'none': the "
              "plain policies (default: the scenario's own spec, if it has one).")] = None,
+    starvation_rounds: Annotated[int | None, typer.Option(
+        "--starvation-rounds",
+        help="Reserve for the oldest job once its W reaches this, against every younger job (as serve does).")] = None,
+    allow_stall: Annotated[bool, typer.Option(
+        "--allow-stall",
+        help="Exit 0 even when a policy leaves jobs waiting for good (the runs still say so).")] = False,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
     try:
         specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep,
-                            failure_model(mtbf, mttr), tenants)
+                            failure_model(mtbf, mttr), tenants, starvation_rounds)
     except (BadInput, SpecError) as exc:
         raise fail(str(exc)) from None
     outputs = execute(specs, sweep, ray, workers, console)
@@ -205,6 +220,12 @@ def simulate(
     if plots is not None:
         for path in write_plots(outputs, plots):
             console.print(f"plot written to {path}")
+    notes = stall_notes(outputs)
+    for line in notes:
+        console.print(f"[bold yellow]{line}[/]", highlight=False, soft_wrap=True)
+    if notes and not allow_stall:
+        raise fail(f"{len(notes)} run(s) ended with jobs still waiting (see above; --allow-stall to accept): "
+                   f"{notes[0]}", EXIT_STALLED)
 
 
 def register(app: typer.Typer) -> None:

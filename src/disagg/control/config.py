@@ -44,6 +44,12 @@ class Config(BaseModel):
     tick_s: float = Field(default=0.25, gt=0.0, description="Period of the scheduling loop, seconds.")
     round_gap_s: float = Field(default=0.5, ge=0.0, description="Least time between placement rounds, seconds.")
     window: int = Field(default=32, ge=1, description="Queued jobs handed to the policy per round (oldest first).")
+    backfill: int = Field(default=64, ge=0, description=(
+        "Jobs beyond the window also considered per round: one per distinct request, oldest first, kept off "
+        "the head's reservation (0: none)."))
+    starvation_rounds: int = Field(default=100, ge=0, description=(
+        "Rounds (W) after which the oldest waiting job's reservation holds against the younger jobs of the "
+        "window too (0: never)."))
     replans: int = Field(default=1, ge=0, le=5,
                          description="Re-plans per round after a commit conflict (Nomad's refresh).")
     workers: int = Field(default=16, ge=1, le=1024, description="Slices composed or torn down at once.")

@@ -6,7 +6,10 @@ One thread runs rounds; each round, in order:
   2. poll      — end the grace periods of preempted slices that are over (`control.preemption`); ask
                  the engine about the other running slices; an ended job sends its slice to teardown;
   3. place     — plan: call the policy (`disagg.placement.registry`, default `drmaestro-na`) on a
-                 snapshot and the oldest queued jobs; commit: the store applies the plan in one
+                 snapshot and the `window` oldest queued jobs, then backfill: one job per distinct
+                 request among the rest of the queue, on the snapshot with the head's reservation held
+                 (`placement.backfill`: a backfilled job never takes what the oldest waiting job is
+                 waiting for); commit: the store applies the plan in one
                  transaction that re-checks that no machine, device or link is over-committed
                  (Nomad's plan / commit). A placement that no longer fits stays queued; the loop then
                  takes a fresh snapshot and plans those jobs again (Nomad's refresh path), at most
@@ -46,6 +49,7 @@ from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.base import FabricDriver, with_fabric_holdings
 from disagg.model import Cluster, Job
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
+from disagg.placement.backfill import place_round
 from disagg.placement.decisions import Decisions, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.registry import get_policy
@@ -190,17 +194,18 @@ class Controller:
         if not queue:
             return None
         t0 = time.perf_counter()
-        decisions, queue = self._plan_round(queue)
-        considered = [j.name for j in queue]
+        extra = self._backfill_candidates(queue)
+        decisions, queue, extra = self._plan_round(queue, extra)
+        considered = [j.name for j in queue] + [j.name for j in extra]
         result = self.store.commit_placements(decisions, considered)
         placed, replans = len(result.placed), 0
         preempted: list[Preemption] = list(decisions.preempted)
         while result.conflicts and replans < self.config.replans:
             replans += 1
-            retry = self._conflicted(result)
-            again = self.plan(retry)
+            retry, retry_extra = self._conflicted(result, queue, extra)
+            again = self.plan(retry, retry_extra)
             preempted += again.preempted
-            result = self.store.commit_placements(again, [j.name for j in retry], count_wait=False)
+            result = self.store.commit_placements(again, [j.name for j in retry + retry_extra], count_wait=False)
             placed += len(result.placed)
         if preempted:
             self.preempter.start(preempted)
@@ -208,13 +213,15 @@ class Controller:
         self.metrics.round_seconds.observe(elapsed)
         self.history.round_done(elapsed)
         self.metrics.replans.inc(replans)
-        self.last_round = {"at": time.time(), JobState.QUEUED: len(queue), "placed": placed,
-                           "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed}
+        self.last_round = {"at": time.time(), JobState.QUEUED: len(queue) + len(extra), "placed": placed,
+                           "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed,
+                           "backfilled": decisions.stats.get("backfilled", 0)}
         return decisions
 
-    def plan(self, queue: list[Job]) -> Decisions:
-        """The policy's decisions on a fresh snapshot (pure: nothing is written)."""
-        return self._place(self.snapshot(queue), queue)
+    def plan(self, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
+        """The policy's decisions on a fresh snapshot (pure: nothing is written): the window `queue`, then
+        the backfill candidates `extra` around the head's reservation (`placement.backfill`)."""
+        return self._place(self.snapshot([*queue, *(extra or [])]), queue, extra or [])
 
     def snapshot(self, queue: list[Job]) -> Cluster:
         """The cluster as the policy sees it now for `queue`."""
@@ -225,26 +232,30 @@ class Controller:
         # with tenants: who holds what, the decayed usage, and the claims whose victims have stopped
         claims = self.preempter.claims({j.name for j in queue})
         return snapshot.with_tenancy(self.tenancy.round(snapshot, claims))
-    def _place(self, snapshot: Cluster, queue: list[Job]) -> Decisions:
-        return self.policy.place(snapshot, queue, time.time(), self.rng, clock=time.perf_counter)
 
-    def _plan_round(self, queue: list[Job]) -> tuple[Decisions, list[Job]]:
-        """Plan the round; if the policy fails on the queue, set aside the jobs it fails on alone
-        (bisecting the queue on the same snapshot) and plan the rest. (decisions, the jobs planned)"""
-        snapshot = self.snapshot(queue)
+    def _place(self, snapshot: Cluster, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
+        starving = self.config.starvation_rounds or None
+        return place_round(self.policy, snapshot, queue, extra or [], time.time(), self.rng, time.perf_counter,
+                           starving).decisions
+
+    def _plan_round(self, queue: list[Job], extra: list[Job]) -> tuple[Decisions, list[Job], list[Job]]:
+        """Plan the round; if the policy fails on it, set aside the jobs it fails on alone (bisecting the
+        queue on the same snapshot, backfill candidates dropped for this round) and plan the rest.
+        (decisions, the window jobs planned, the backfill candidates planned)"""
+        snapshot = self.snapshot([*queue, *extra])
         try:
-            return self._place(snapshot, queue), queue
+            return self._place(snapshot, queue, extra), queue, extra
         except Exception as exc:  # the policy failed on this queue: find the jobs it fails on
             cause = f"{type(exc).__name__}: {exc}"
-            log.warning("placement round failed (%s); bisecting its %d jobs", cause, len(queue))
-        ok, bad = self._split(snapshot, queue)
+            log.warning("placement round failed (%s); bisecting its %d jobs", cause, len(queue) + len(extra))
+        ok, bad = self._split(snapshot, [*queue, *extra])
         if bad:
             why = f"set aside: planning it made the scheduling round fail ({cause[:300]})"
             self.store.set_aside([j.name for j in bad], why)
             self.metrics.set_aside.inc(len(bad))
         self.round_failed(f"a placement round failed on {len(bad)} job(s) ({', '.join(j.name for j in bad[:5])}), "
                           f"set aside: {cause}")
-        return (self._place(snapshot, ok) if ok else Decisions(self.config.policy)), ok
+        return (self._place(snapshot, ok) if ok else Decisions(self.config.policy)), ok, []
 
     def _split(self, snapshot: Cluster, jobs: list[Job]) -> tuple[list[Job], list[Job]]:
         """(jobs the policy plans together, jobs it fails on alone): bisection. Jobs that fail only in
@@ -272,10 +283,29 @@ class Controller:
             return self.store.queued_by_tenant(self.config.window)
         return self.store.queued_jobs(self.config.window)
 
-    def _conflicted(self, result: CommitResult) -> list[Job]:
-        """The jobs whose placement conflicted, re-read from the queue (a cancel may have taken them)."""
+    def _backfill_candidates(self, queue: list[Job]) -> list[Job]:
+        """Beyond a full window: the oldest job of each distinct request (backfill's candidates), none of
+        them already in the round's queue. None with tenants: the round then reads each tenant's own window
+        instead, and quotas are booked over one pass of the policy (a second pass on a snapshot holding the
+        first's placements would not see whose they are)."""
+        window = self.config.window
+        if len(queue) < window or self.tenancy.on:
+            return []
+        names = {j.name for j in queue}
+        return [j for j in self.store.queued_representatives(window, self.config.backfill) if j.name not in names]
+
+    def _conflicted(self, result: CommitResult, queue: list[Job], extra: list[Job]) -> tuple[list[Job], list[Job]]:
+        """The jobs whose placement conflicted, re-read from the queue (a cancel may have taken them), as
+        (window jobs, backfill candidates). With backfill candidates among them, the oldest window job
+        still waiting leads the window, so that its reservation is made again on the fresh snapshot."""
         wanted = {job for job, _ in result.conflicts}
-        return [j for j in self._queue() if j.name in wanted]
+        still = {j.name: j for j in self._queue()}
+        window = [still[j.name] for j in queue if j.name in wanted and j.name in still]
+        backfill = [j for j in extra if j.name in wanted]  # a cancel since: the commit skips them
+        head = next((still[j.name] for j in queue if j.name in still), None)
+        if backfill and head is not None and all(j.name != head.name for j in window):
+            window.insert(0, head)
+        return window, backfill
 
     # --- 4. dispatch -----------------------------------------------------------------------
     def dispatch(self) -> None:

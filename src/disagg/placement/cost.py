@@ -31,6 +31,13 @@ SCALE = 1_000_000
 AGE_TIEBREAK = 1000
 #: What one round of waiting adds to the unscheduled arc (in utility units, before SCALE).
 WAIT_STEP = 0.1
+#: The most rounds (W) a network-aware policy holds a job back for its SLO while waiting can help: once
+#: its W reaches this, its placements that miss the SLO are offered (and marked `slo_at_risk`). A safety
+#: net, not the usual end of a hold: where nothing runs, waiting cannot help and the hold ends at once.
+#: At the simulator's 5 s rounds, 500 rounds are 42 minutes (10-40 Rodinia run times). Not from the seed,
+#: which postpones without a bound; docs/design-decisions.md ("No job waits forever") and
+#: docs/reproduction.md (what smaller values do to the paper's scenarios).
+SLO_PATIENCE = 500
 #: Preferences P: the device on the task's own machine, in its rack, across racks.
 P_LOCAL = 1.0
 P_RACK = 1.05

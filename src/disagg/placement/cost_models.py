@@ -25,7 +25,7 @@ each job's `JobTable.fair` (its tenant's term, from `placement.fairness`; absent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,9 +33,28 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
-from disagg.placement.cost import P_CROSS, P_LOCAL, P_RACK, SCALE, age_bonus, phi, placing_cost, unscheduled_cost
+from disagg.placement.cost import (
+    P_CROSS,
+    P_LOCAL,
+    P_RACK,
+    SCALE,
+    SLO_PATIENCE,
+    age_bonus,
+    phi,
+    placing_cost,
+    unscheduled_cost,
+)
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable, expected_arrays, expected_vec
+from disagg.placement.jobstate import (
+    FloatArray,
+    IntArray,
+    JobState,
+    JobTable,
+    SloGuard,
+    expected_arrays,
+    expected_vec,
+    request,
+)
 from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState
 
@@ -69,6 +88,8 @@ class ClassRows:
     tau: FloatArray
     z: FloatArray
     phi_local: FloatArray
+    #: What the cost model holds each class back for (`jobstate.SloGuard`; a class's jobs share it).
+    guard: IntArray
 
     @classmethod
     def of(cls, params: tuple[FloatArray, ...], reps: Sequence[JobState]) -> ClassRows:
@@ -76,7 +97,8 @@ class ClassRows:
             return np.array(values)[:, None]
 
         return cls(tuple(a[:, None] for a in params), col([js.tau for js in reps]), col([js.z for js in reps]),
-                   col([js.phi_local for js in reps]))
+                   col([js.phi_local for js in reps]),
+                   np.array([js.guard for js in reps], dtype=np.int64)[:, None])
 
 
 class SubtaskColumns(Protocol):
@@ -88,6 +110,10 @@ class SubtaskColumns(Protocol):
     gbps: FloatArray
     phi_local: FloatArray
     params: tuple[FloatArray, ...]
+    guard: IntArray
+    #: Per task, its job's own traffic of this round (Gb/s) on the task's uplink and on its rack's uplink.
+    own_up: FloatArray
+    own_rack: FloatArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +144,9 @@ class CostModel(Protocol):
     read the round's `FreeState` and job numbers and change nothing."""
 
     name: str
+    #: Whether a task's devices must all sit in its own machine (server-centric): phase 1 then bounds
+    #: a machine's tasks by the local devices they claim.
+    local_only: bool
 
     def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
         """The cost of leaving each of `rows` (a job, or a task of it, by its row in `table`) unscheduled."""
@@ -142,7 +171,7 @@ class CostModel(Protocol):
         machine) and those machines, ascending."""
         ...
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
         """Why a job that the model offers no machine at all waits."""
         ...
 
@@ -172,6 +201,15 @@ class CostModel(Protocol):
         """The link load a task's remote devices are priced at, for the expected time its placement reports."""
         ...
 
+    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+        """What the model holds this job back for this round, to keep its SLO (the liveness rule:
+        docs/design-decisions.md, "No job waits forever")."""
+        ...
+
+    def at_risk(self, js: JobState, expected_s: float) -> bool:
+        """Whether a placement expected to take `expected_s` is one the model places knowing it misses the SLO."""
+        ...
+
 
 # -- the models ------------------------------------------------------------------------------------
 
@@ -181,6 +219,7 @@ class DRMaestroCostModel:
     priced at an idle network; every placement is offered, whatever its SLO."""
 
     name = "drmaestro"
+    local_only = False
 
     # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
     # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
@@ -189,9 +228,19 @@ class DRMaestroCostModel:
         """The link load φ is priced at: none."""
         return np.zeros(len(load))
 
-    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float) -> BoolArray:
-        """The placements dropped because they would miss the SLO (φ > τ): none."""
+    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
+                   quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> BoolArray:
+        """The placements dropped because they would miss the SLO (φ > τ) while the job is held back for
+        it (`guard`; `quiet()`: φ of the same placements with no traffic of others on the links;
+        `others()`: with only others' traffic, when `phi_s` also counts the job's own): none."""
         return np.zeros(np.shape(phi_s), dtype=bool)
+
+    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+        """Blind to the SLO: holds no job back."""
+        return SloGuard.NONE
+
+    def at_risk(self, js: JobState, expected_s: float) -> bool:
+        return False
 
     # -- phase 1 --
 
@@ -209,13 +258,17 @@ class DRMaestroCostModel:
         ph = expected_arrays(rows.params, share, self.priced_load(machines.load)[None, :])
         cost = placing_cost(ph, rows.tau, rows.z, machines.pref[None, :])
         # Remote devices that would miss the SLO, and do worse than the job's local time.
-        return MachineArcs(cost, ~((share > 0) & self.misses_slo(ph, rows.tau) & (ph > rows.phi_local)))
+        miss = self.misses_slo(ph, rows.tau, rows.guard,
+                               lambda: expected_arrays(rows.params, share, np.zeros((1, len(machines.load)))))
+        return MachineArcs(cost, ~((share > 0) & miss & (ph > rows.phi_local)))
 
     def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
         ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
         cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
         # Machines where even the shape's first class would miss its SLO remotely are left out.
-        return MachineArcs(cost, ~((machines.share > 0) & self.misses_slo(ph, rep.tau)))
+        miss = self.misses_slo(ph, rep.tau, rep.guard,
+                               lambda: expected_vec(rep.profile, machines.share, np.zeros(len(machines.load)), rep.tau))
+        return MachineArcs(cost, ~((machines.share > 0) & miss))
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
@@ -225,20 +278,47 @@ class DRMaestroCostModel:
         out = task_fit_counts(state, t.cpus, t.memory_gb)
         if not t.kinds or min_gbps <= 0:
             return out
-        local_units = np.zeros(state.n_machines, dtype=np.int64)
-        for k in t.kinds:
-            local_units += _own_free(state, js, k, local_free)
         n = state.n_machines
         carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
-        served = np.floor((np.maximum(carried, 0) + local_units) / sum(t.wants(k) for k in t.kinds))
-        return np.minimum(out, served.astype(np.int64))
+        # Nor more remote devices than the other locations' uplinks (and, across racks, the racks'
+        # uplinks) can serve at all.
+        carried = np.maximum(np.minimum(carried, _reachable_supply(state, t.kinds, t.models, min_gbps)), 0)
+        local = [(_own_free(state, js, k, local_free), t.wants(k)) for k in t.kinds]
+        if len(local) == 1:  # one kind (the usual case): a closed form
+            (own, want), = local
+            one: IntArray = np.minimum(out, np.floor((carried + own) / want).astype(np.int64))
+            return one
+        # Several kinds: each kind's local devices serve only that kind, the uplink carries the rest
+        # of all of them; the most tasks whose remote devices together fit what it carries.
+        served = np.zeros(n, dtype=np.int64)
+        for tasks in range(1, int(out.max(initial=0)) + 1):
+            ok = sum(np.maximum(tasks * want - own, 0) for own, want in local) <= carried
+            if not ok.any():
+                break
+            served[ok] = tasks
+        return np.minimum(out, served)
 
     def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
         return None, np.arange(state.n_machines)
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
+        """No machine has the cpus and memory; or those that have cannot reach the devices: too few
+        free (NO_DEVICES) or too little bandwidth to them (NO_BANDWIDTH), said of the best of them."""
         t = js.job.tasks
-        return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
+        fits = task_fit_counts(state, t.cpus, t.memory_gb) > 0
+        if not t.kinds or not fits.any():
+            return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
+        for kind in t.kinds:
+            model = t.models.get(kind)
+            reach = np.array([state.reachable(kind, int(m), js.gbps, model) for m in np.nonzero(fits)[0][:64]])
+            if reach.max() < t.wants(kind):
+                m = int(np.nonzero(fits)[0][int(np.argmax(reach))])
+                free = state.total_free(kind, model)
+                reason = Reason.NO_DEVICES if free < t.wants(kind) else Reason.NO_BANDWIDTH
+                return reason, (f"needs {t.wants(kind)} {kind}, {int(reach.max())} free within "
+                                f"{state.link_cap[m]:g} Gb/s of {state.cluster.locations[m]}")
+        return Reason.NO_BANDWIDTH, (f"needs {request(js.job)}; no machine with the cpus free can reach all "
+                                     f"its devices at {js.gbps:g} Gb/s each (uplinks full)")
 
     def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
         """A class that would rather wait than go remote (its surcharge is more than its own cost of
@@ -269,8 +349,28 @@ class DRMaestroCostModel:
                                     self.priced_load(np.maximum(load[own], load[own_rack_link])))
         rack_ok = can_send.copy()
         cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
-        miss_rack = self.misses_slo(phi_rack, tasks.tau) & (phi_rack > tasks.phi_local)
-        miss_cross = self.misses_slo(phi_cross, tasks.tau) & (phi_cross > tasks.phi_local)
+        quiet: list[FloatArray] = []
+
+        def phi_quiet() -> FloatArray:  # all-remote φ with no traffic of others: the same in and across racks
+            if not quiet:
+                quiet.append(expected_arrays(tasks.params, np.ones(n), np.zeros(n)))
+            return quiet[0]
+
+        # The link load without the job's own traffic of this round (its devices of an earlier kind).
+        cap = state.link_cap
+        others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
+        others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
+
+        def rack_others() -> FloatArray:
+            return expected_arrays(tasks.params, np.ones(n), self.priced_load(others_up))
+
+        def cross_others() -> FloatArray:
+            return expected_arrays(tasks.params, np.ones(n), self.priced_load(np.maximum(others_up, others_rack)))
+
+        miss_rack = (self.misses_slo(phi_rack, tasks.tau, tasks.guard, phi_quiet, rack_others)
+                     & (phi_rack > tasks.phi_local))
+        miss_cross = (self.misses_slo(phi_cross, tasks.tau, tasks.guard, phi_quiet, cross_others)
+                      & (phi_cross > tasks.phi_local))
         slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
         rack_ok &= ~miss_rack
         cross_ok &= ~miss_cross
@@ -301,18 +401,55 @@ class DRMaestroNACostModel(DRMaestroCostModel):
     def priced_load(self, load: FloatArray) -> FloatArray:
         return load
 
-    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float) -> BoolArray:
-        out: BoolArray = phi_s > tau
+    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
+                   quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> BoolArray:
+        """φ > τ, for a job held back for its SLO: always (`SloGuard.ALL`), or only where the traffic of
+        others makes the miss, i.e. where φ with no such traffic would meet τ (`SloGuard.TRAFFIC`)."""
+        out: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
+        traffic = np.asarray(guard) == SloGuard.TRAFFIC
+        if (out & traffic).any():
+            by_others = phi_s if others is None else others()
+            out &= ~traffic | ((quiet() <= tau) & (by_others > tau))
         return out
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+        """Held back for its SLO while waiting can help, and for at most `SLO_PATIENCE` rounds: ALL while
+        the machines, were nothing running, could hold every task with its devices local (a placement that
+        meets the SLO then comes once running jobs end); TRAFFIC when some devices must be remote anyway
+        (only a miss that others' traffic causes is waited out); NONE once W reaches the patience."""
+        if js.job.wait_rounds >= SLO_PATIENCE:
+            return SloGuard.NONE
+        return SloGuard.ALL if state.idle_local_fit(js.shape) >= js.count else SloGuard.TRAFFIC
+
+    def at_risk(self, js: JobState, expected_s: float) -> bool:
+        """Placed knowing it misses the SLO: φ over τ and over its local time."""
+        return expected_s > js.tau and expected_s > js.phi_local
+
+    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+                                 min_gbps: float) -> IntArray:
+        """As DRMaestro's, but a job held back for any SLO miss (`SloGuard.ALL`) whose remote devices miss it even on
+        idle links gets none: a machine then takes only the tasks its own devices serve."""
+        if js.guard == SloGuard.ALL and self.at_risk(js, phi(js.job, js.profile, 1.0, 0.0)):
+            return local_capacity(state, js, local_free)
+        return super().task_to_machine_capacity(state, js, local_free, min_gbps)
+
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
         t = js.job.tasks
         return Reason.SLO_AT_RISK, (f"every machine with {t.cpus:g} cpus free would need remote devices that miss "
                                     f"the SLO ({js.tau:g} s) under the current network load; postponed")
 
     def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+        """The SLO still holds with this round's traffic on the path, or the job is not held back for
+        it: its patience is spent, or (TRAFFIC) its own traffic alone already makes it miss, so that
+        waiting for others' traffic to end cannot help. A miss it lets through is noted on the job
+        (`slo_risk`): the placement is then `slo_at_risk`."""
         after = phi(js.job, js.profile, 1.0, state.load(path))
-        return not (after > js.tau and after > js.phi_local)
+        if not self.at_risk(js, after):
+            return True
+        holds = js.guard == SloGuard.NONE or (
+            js.guard == SloGuard.TRAFFIC and self.at_risk(js, phi(js.job, js.profile, 1.0, own_load(state, js, path))))
+        js.slo_risk |= holds
+        return holds
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         """The busiest link any of the task's devices crosses."""
@@ -324,24 +461,21 @@ class FirmamentCostModel(DRMaestroCostModel):
     counts its own free devices and there is no remote arc (nor the spill arc that prices one)."""
 
     name = "firmament"
+    local_only = True
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
-        t = js.job.tasks
-        fit = task_fit_counts(state, t.cpus, t.memory_gb)
-        for k in t.kinds:
-            fit = np.minimum(fit, _own_free(state, js, k, local_free) // t.wants(k))
-        return fit
+        return local_capacity(state, js, local_free)
 
     def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
         """Only machines whose own free devices cover the task (ascending, so that argmax still takes
         the first of equals)."""
         return state.machines_with_local(js.shape)
 
-    def why_no_machine(self, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
         t = js.job.tasks
         if not t.kinds:
-            return super().why_no_machine(js)
+            return super().why_no_machine(state, js)
         wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
         return Reason.NO_DEVICES, (f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and {wants} on "
                                    f"the same machine (server-centric); no machine has that free now")
@@ -351,6 +485,56 @@ class FirmamentCostModel(DRMaestroCostModel):
 
     def subtask_to_remote(self, state: FreeState, tasks: SubtaskColumns) -> RemoteArcs | None:
         return None
+
+
+def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float) -> FloatArray:
+    """Per location, how many devices of `kinds` (of the pinned `models`) it could serve remotely at `gbps`
+    each: its free devices, but no more than its uplink's headroom carries."""
+    n_loc = len(state.loc_rack)
+    free = np.zeros(n_loc)
+    for k in kinds:
+        if k not in models:
+            free += state.free_count.get(k, 0)
+            continue
+        names, counts = state.free_by_model(k)
+        free += counts[:, names.index(models[k])] if models[k] in names else 0
+    carried = np.floor(np.maximum(state.link_cap[:n_loc] - state.link_used[:n_loc] + EPS, 0) / gbps)
+    out: FloatArray = np.minimum(free, carried)
+    return out
+
+
+def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
+                      ) -> FloatArray:
+    """Per machine, how many remote devices of `kinds` the other locations could serve it at `gbps`
+    each: those of its own rack, and from the other racks no more than its rack's uplink carries."""
+    supply = _remote_supply(state, kinds, models, gbps)
+    n, n_loc = state.n_machines, len(state.loc_rack)
+    by_rack = np.bincount(state.loc_rack, weights=supply, minlength=state.n_racks)
+    rack = state.loc_rack[:n]
+    rack_carries = np.floor(np.maximum(state.link_cap[n_loc:] - state.link_used[n_loc:] + EPS, 0) / gbps)
+    across = np.minimum(by_rack.sum() - by_rack[rack], rack_carries[rack])
+    out: FloatArray = by_rack[rack] - supply[:n] + across
+    return out
+
+
+def own_load(state: FreeState, js: JobState, path: tuple[int, ...]) -> float:
+    """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round."""
+    own = dict.fromkeys(path, 0.0)
+    for links, gbps in js.taken_traffic:
+        for link in links:
+            if link in own:
+                own[link] += gbps
+    return max((used / state.link_cap[link] for link, used in own.items()), default=0.0)
+
+
+def local_capacity(state: FreeState, js: JobState, local_free: dict[str, IntArray]) -> IntArray:
+    """Per machine, how many tasks its cpus, memory and own free devices serve (no remote device). Also
+    the flow's capacity for a job on its second, local-first try."""
+    t = js.job.tasks
+    fit = task_fit_counts(state, t.cpus, t.memory_gb)
+    for k in t.kinds:
+        fit = np.minimum(fit, _own_free(state, js, k, local_free) // t.wants(k))
+    return fit
 
 
 def _own_free(state: FreeState, js: JobState, kind: str, local_free: dict[str, IntArray]) -> IntArray:

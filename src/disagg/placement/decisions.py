@@ -53,6 +53,9 @@ class TaskPlacement:
 class JobPlacement:
     job: str
     tasks: tuple[TaskPlacement, ...]
+    #: Set when the policy places the job knowing it will likely miss its SLO (the network-aware policy,
+    #: when waiting cannot help or its patience is spent): why, in words. Counted in `Decisions.stats`.
+    slo_at_risk: str | None = None
 
     @property
     def remote_devices(self) -> int:
@@ -86,8 +89,9 @@ class Preemption:
 
 @dataclass(frozen=True)
 class Decisions:
-    """The result of one scheduling round. `timings` holds build_s, solve_s, decode_s, round_s.
-    `preempted`: running jobs to stop for queued ones (only a round with tenants has any)."""
+    """The result of one scheduling round. `timings` holds build_s, solve_s, decode_s, round_s; `stats`
+    what the policy counts (a flow round: `admitted`, `iterations`, `slo_at_risk`). `preempted`: running
+    jobs to stop for queued ones (only a round with tenants has any)."""
 
     policy: str
     placed: tuple[JobPlacement, ...] = ()
@@ -118,6 +122,7 @@ class Decisions:
                         }
                         for t in p.tasks
                     ],
+                    **({"slo_at_risk": p.slo_at_risk} if p.slo_at_risk else {}),
                 }
                 for p in self.placed
             ],

@@ -17,13 +17,14 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
-from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
-from disagg.placement.cost_models import get_cost_model
+from disagg.placement.cost import SLO_PATIENCE, clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
 from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Asks, Refusal, admit, order_queue
+from disagg.placement.search import search
 from disagg.placement.solver import solve
 from disagg.placement.state import FreeState
 from disagg.profiles import Profile
@@ -31,6 +32,10 @@ from disagg.profiles import Profile
 __all__ = ["FlowOptions", "FlowPlacer"]
 
 T = TypeVar("T")
+
+#: What a device phase fails a job for when its remote devices could not be had: no devices or
+#: bandwidth within reach, or (network-aware) they would miss the SLO.
+_REMOTE_SHORT = (Reason.NO_BANDWIDTH, Reason.NO_DEVICES, Reason.SLO_AT_RISK)
 
 
 @dataclass
@@ -54,6 +59,7 @@ class FlowPlacer:
         self._queue_len = 0
         self._table = JobTable.of([])
         self._bonus: dict[str, float] = {}
+        self._first_fit: dict[int, int] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -86,8 +92,10 @@ class FlowPlacer:
         cache = _JobStateCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
+        self._guard(state, jobs)
         self._table = JobTable.of(jobs, self._bonus)
         self._queue_len = len(ordered)
+        self._first_fit = {}
         timings.build_s += clock() - start
         pending = jobs
         placed: list[JobState] = []
@@ -99,7 +107,8 @@ class FlowPlacer:
             if not pending:
                 break
             iterations += 1
-            survivors = self._phase_one(state, pending, timings, clock)
+            first = self._phase_one(state, pending, timings, clock)
+            survivors = first
             for kind in DEVICE_KINDS:
                 wanting = self._wanting(survivors, kind, cache)
                 if wanting:
@@ -107,6 +116,8 @@ class FlowPlacer:
                     survivors = [js for js in survivors if js.failure is None]
             placed += survivors
             retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
+            forced = self._must_place(snapshot, len(ordered), pending) + self._second_try(state, first)
+            retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
             # Jobs refused up front only because the jobs ahead of them claimed what was free get
             # another look, now that those jobs are decided (some of them may not have been placed).
             late = [i for i in late if ordered[i].name in refused
@@ -118,14 +129,20 @@ class FlowPlacer:
                 del refused[ordered[late[k]].name]
             refused.update(still)
             fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
+            self._guard(state, fresh)
             jobs += fresh
-            if fresh:
+            if fresh or forced:
                 self._table = JobTable.of(jobs, self._bonus)
-            if not survivors and not fresh:
+            # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
+            # (what the flow gave them is free again).
+            gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
+            if not survivors and not fresh and not forced and not (retry and gave_back):
                 break
             for js in retry:
                 js.failure = None
             pending = sorted(retry + fresh, key=lambda js: js.order)
+        if not snapshot.allocations and not placed and jobs:
+            placed += self._last_resort(state, min(jobs, key=lambda js: js.order))
         decode_start = clock()
         decisions = self._decisions(state, ordered, placed, jobs, refused)
         timings.decode_s += clock() - decode_start
@@ -134,8 +151,72 @@ class FlowPlacer:
             placed=decisions[0],
             unplaced=decisions[1],
             timings=timings.as_dict(clock() - start),
-            stats={"admitted": len(jobs), "iterations": iterations},
+            stats={"admitted": len(jobs), "iterations": iterations,
+                   "slo_at_risk": sum(1 for p in decisions[0] if p.slo_at_risk)},
         )
+
+    @staticmethod
+    def _must_place(snapshot: Cluster, queue_len: int, pending: list[JobState]) -> list[JobState]:
+        """The liveness rule on an idle cluster: where nothing else runs or waits, no placement gets
+        better by waiting, so a job the flow left waiting (waiting cost less, or what read as contention
+        with nobody else there) is tried again with an unscheduled arc that outbids any placement
+        (`JobState.must_place`). Returns it. (With other jobs waiting, W bounds the wait: they may be
+        placed meanwhile, and waiting for them to end may be worth it.)"""
+        if snapshot.allocations or queue_len != 1:
+            return []
+        forced = []
+        for js in pending:
+            if not js.must_place and js.failure is not None and js.failure[0] in (Reason.POSTPONED,
+                                                                                   Reason.CONTENTION):
+                js.must_place = True
+                forced.append(js)
+        return forced
+
+    def _last_resort(self, state: FreeState, js: JobState) -> list[JobState]:
+        """The liveness rule's last resort: where nothing runs and the round placed nothing, waiting cannot
+        help the oldest job the phases could not place, so it is looked for exhaustively
+        (`placement.search`, bounded); found, it is placed as found."""
+        found = search(state, js.job, js.gbps, self.costs.local_only)
+        if found is None:
+            return []
+        js.failure = None
+        js.machines = [m for m, _ in found]
+        js.grants = [grants for _, grants in found]
+        js.remote = sum(g.remote for _, grants in found for g in grants)
+        for grants in js.grants:
+            n_remote = sum(g.remote for g in grants)
+            if n_remote:
+                expected = phi(js.job, js.profile, n_remote / len(grants), self.costs.remote_load(state, grants))
+                js.slo_risk |= self.costs.at_risk(js, expected)
+        return [js]
+
+    def _second_try(self, state: FreeState, first: list[JobState]) -> list[JobState]:
+        """Jobs that phase 1 placed but a device phase could not serve (devices, bandwidth, SLO): phase 1
+        cannot see every link a device phase will need, nor what remote devices a round's tasks leave
+        each other. Each gets one more try in the next iteration, in a shape of its own: with local
+        devices only (`JobState.local_first`: a machine takes only the tasks its own free devices
+        serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
+        the machine that failed it (`JobState.avoid`)."""
+        out = []
+        for js in first:
+            if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
+                continue
+            js.second_try = True
+            local = {k: state.local_free(k) for k in js.wants}
+            if not self.costs.local_only and int(local_capacity(state, js, local).sum()) >= js.count:
+                js.local_first = True
+            else:
+                js.avoid = js.failed_on
+            js.shape = tuple(list(js.shape))  # a new object: a shape of its own (shapes compare by identity)
+            out.append(js)
+        return out
+
+    def _guard(self, state: FreeState, jobs: list[JobState]) -> None:
+        """What the cost model holds each job back for this round (only a model that guards SLOs
+        looks: the others hold none back, and their classes stay as they were)."""
+        slo_guard = self.costs.slo_guard
+        for js in jobs:
+            js.guard = slo_guard(state, js)
 
     @staticmethod
     def _wanting(jobs: list[JobState], kind: str, cache: _JobStateCache) -> list[JobState]:
@@ -184,7 +265,7 @@ class FlowPlacer:
 
     def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
-            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table))
+            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table, self._first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
@@ -207,6 +288,17 @@ class FlowPlacer:
         return out
 
     # -- decisions ---------------------------------------------------------------------------------
+
+    def _risk(self, js: JobState, tasks: tuple[TaskPlacement, ...]) -> str | None:
+        """Why the job is placed knowing it likely misses its SLO, or None (see `CostModel.at_risk`)."""
+        if not js.slo_risk:
+            return None
+        worst = max(t.expected_s or 0.0 for t in tasks)
+        if js.job.wait_rounds >= SLO_PATIENCE:
+            why = f"held back {js.job.wait_rounds} rounds, the most it waits for a placement that meets it"
+        else:
+            why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
+        return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"
 
     def _remote_task(self, state: FreeState, js: JobState, ti: int, machine: str,
                      grants: tuple[DeviceGrant, ...]) -> TaskPlacement:
@@ -231,6 +323,8 @@ class FlowPlacer:
             if js.remote:
                 tasks = tuple([self._remote_task(state, js, ti, names[m], granted)
                                for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
+                out_placed.append(JobPlacement(name, tasks, self._risk(js, tasks)))
+                continue
             else:
                 local = rounded.get(js.phi_local)
                 if local is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ def _by_priority(queue: Sequence[Job], now: float) -> list[Job]:
     return sorted(queue, key=lambda j: (j.importance, j.submit_s, j.name))
 
 
-def _least_allocated(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
+def _least_allocated(state: FreeState, ask: Ask, rng: np.random.Generator) -> Iterator[int]:
     t = ask.job.tasks
     # Filter: cpu and memory fit, and the machine holds the task's devices itself.
     fits = cpu_fit_mask(state, ask)
@@ -40,7 +40,8 @@ def _least_allocated(state: FreeState, ask: Ask, rng: np.random.Generator) -> in
     # Score: least allocated after placing (mean of free cpu and memory shares); select: the highest.
     score = ((state.cpu - t.cpus) / state.cpu_total + (state.mem - t.memory_gb) / state.mem_total) / 2
     score = np.where(feasible, score, -np.inf)
-    return int(np.argmax(score))
+    # Its devices are local and free, so the chosen machine serves the task: no other to try.
+    return iter([int(np.argmax(score))])
 
 
 def _what(kind: str, model: str | None) -> str:
@@ -62,3 +63,4 @@ class GreedyPolicy(SequentialPolicy):
     order = staticmethod(_by_priority)
     pick_machine = staticmethod(_least_allocated)
     pick_devices = staticmethod(_local_only)
+    server_centric = True

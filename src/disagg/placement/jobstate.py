@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from itertools import repeat
 from operator import attrgetter
 
@@ -18,6 +19,14 @@ from disagg.profiles import Profile
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+
+
+class SloGuard(IntEnum):
+    """What a cost model holds a job back for this round to keep its SLO (the network-aware model only)."""
+
+    NONE = 0     # nothing: placements that miss the SLO are offered (the job is then `slo_at_risk`)
+    TRAFFIC = 1  # a miss that others' traffic on the links causes (their end would lower it)
+    ALL = 2      # any miss: a placement with local devices comes once running jobs end
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,21 @@ class JobState:
     memory_gb: float
     index: int = 0
     remote: int = 0
+    #: What the cost model holds the job back for this round (`SloGuard`).
+    guard: int = 0
+    #: Set when the decoder gave it a remote device that misses the SLO because the job was not held
+    #: back for it (`SloGuard`): the placement is then `slo_at_risk`.
+    slo_risk: bool = False
+    #: Waiting cannot help it (the liveness rule): its unscheduled arcs outbid any placement.
+    must_place: bool = False
+    #: A device phase could not serve it; it is on its second try this round (once): with local devices
+    #: only (`local_first`), or with one task fewer on the machine that failed it (`avoid`).
+    second_try: bool = False
+    local_first: bool = False
+    avoid: tuple[int, ...] = ()
+    #: Where it failed: the machines phase 1 had given it, or the machine whose task a device phase could
+    #: not serve.
+    failed_on: tuple[int, ...] = ()
     #: What the job took this round (`state.Reservations`): kept here rather than in a `Journal` of
     #: its own, one object fewer per job.
     taken_cpu: list[tuple[int, float, float]] = field(default_factory=list)
@@ -62,9 +86,11 @@ class JobState:
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
         state.rollback(self)
+        self.failed_on = tuple(self.machines)
         self.machines = []
         self.grants = []
         self.remote = 0
+        self.slo_risk = False
         self.failure = (reason, message)
 
 
@@ -76,6 +102,21 @@ class Timings:
 
     def as_dict(self, round_s: float) -> dict[str, float]:
         return {"build_s": self.build_s, "solve_s": self.solve_s, "decode_s": self.decode_s, "round_s": round_s}
+
+
+#: The unscheduled arc of a job that must be placed: more than any placement costs (a placement's cost
+#: is `(1 − Ut)·P` in SCALE units: beyond this only for a φ some ten thousand times its SLO), and small
+#: enough that a round's total stays far inside int64.
+MUST_PLACE_COST = 10**10
+
+
+def unscheduled(costs: IntArray, table: JobTable, rows: IntArray) -> IntArray:
+    """The cost model's unscheduled arcs, with those of jobs that must be placed raised to MUST_PLACE_COST."""
+    must = table.must_place[rows]
+    if not must.any():
+        return costs
+    out: IntArray = np.where(must, np.maximum(costs, MUST_PLACE_COST), costs)
+    return out
 
 
 def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
@@ -91,6 +132,24 @@ def request(job: Job) -> str:
     t = job.tasks
     devices = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
     return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{devices}"
+
+
+def gang_shortfall(state: FreeState, job: Job, takes: NDArray[np.float64] | IntArray, server_centric: bool) -> str:
+    """A gang that only partly fits, said of the whole gang: how many of its tasks the machines take now
+    (`takes`, per machine) and the machines that take the most, with what they have free."""
+    t = job.tasks
+    wants = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
+    where = " with its devices on its own machine" if server_centric and t.kinds else ""
+    best = [int(m) for m in np.argsort(-np.asarray(takes), kind="stable")[:3] if takes[m] > 0]
+    names = state.cluster.locations
+
+    def free_at(m: int) -> str:
+        devices = "".join(f", {int(state.local_free(k)[m])} {k}" for k in t.kinds)
+        return f"{state.cpu[m]:g} cpus{devices} free"
+
+    shown = "; ".join(f"{names[m]} takes {int(takes[m])} ({free_at(m)})" for m in best) or "none takes one"
+    return (f"needs {t.count} tasks × ({t.cpus:g} cpus, {t.memory_gb:g} GB{wants}){where}; the machines take "
+            f"{int(np.sum(takes))} of them now: {shown}")
 
 
 def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArray) -> dict[int, list[list[int]]]:
@@ -138,6 +197,8 @@ class JobTable:
     order: FloatArray
     waits: FloatArray
     params: tuple[FloatArray, FloatArray, FloatArray, FloatArray]
+    guard: IntArray
+    must_place: NDArray[np.bool_]
     #: Each job's fair-share term on its unscheduled arc (integer-scaled), or None in a round without
     #: one (no tenants, or one tenant only): `placement.fairness`.
     fair: IntArray | None = None
@@ -160,6 +221,8 @@ class JobTable:
             order=column(jobs, "order"),
             waits=column(jobs, "job.wait_rounds"),
             params=profile_arrays(jobs),
+            guard=column(jobs, "guard", np.int64),
+            must_place=column(jobs, "must_place", np.bool_),
             fair=fair,
         )
 

@@ -26,7 +26,7 @@ from disagg.placement.commit import EPS
 from disagg.placement.cost import SCALE
 from disagg.placement.cost_models import CostModel, RemoteArcs
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable
+from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable, unscheduled
 from disagg.placement.network import FlowNetwork
 from disagg.placement.state import FreeState
 
@@ -53,10 +53,13 @@ class Tasks:
     u_cost: IntArray
     pinned: IntArray
     params: tuple[FloatArray, ...]
+    guard: IntArray
+    own_up: FloatArray
+    own_rack: FloatArray
 
 
-def _tasks(jobs: list[JobState], kind: str, models: list[str], costs: CostModel, queue_len: int,
-           table: JobTable) -> Tasks:
+def _tasks(state: FreeState, jobs: list[JobState], kind: str, models: list[str], costs: CostModel,
+           queue_len: int, table: JobTable) -> Tasks:
     n_jobs = len(jobs)
     machines = list(map(attrgetter("machines"), jobs))
     per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
@@ -72,17 +75,31 @@ def _tasks(jobs: list[JobState], kind: str, models: list[str], costs: CostModel,
         pinned = jobs[i].job.tasks.models
         if kind in pinned:
             pinned_job[i] = model_of.get(pinned[kind], -2)
+    # Each task's job's own traffic of this round on the task's uplink and its rack's (devices of an
+    # earlier kind): what the network-aware model tells apart from others' traffic.
+    own = np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n)
+    own_up, own_rack = np.zeros(n), np.zeros(n)
+    starts = np.cumsum(per_task) - per_task
+    for j in np.nonzero([bool(js.taken_traffic) for js in jobs])[0].tolist():
+        for i in range(int(starts[j]), int(starts[j] + per_task[j])):
+            up, rack = int(own[i]), len(state.loc_rack) + int(state.loc_rack[own[i]])
+            for links, gbps in jobs[j].taken_traffic:
+                own_up[i] += gbps * (up in links)
+                own_rack[i] += gbps * (rack in links)
     return Tasks(
         jobs=jobs,
         job_at=job_at.tolist(),
         task_index=(np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(per_task) - per_task, per_task)).tolist(),
-        own=np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n),
+        own=own,
         want=np.repeat(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64,
                                    count=n_jobs), per_task),
         tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
-        u_cost=costs.task_to_unscheduled(table, rows, queue_len),
+        u_cost=unscheduled(costs.task_to_unscheduled(table, rows, queue_len), table, rows),
         pinned=np.repeat(pinned_job, per_task),
         params=tuple(a[rows] for a in table.params),
+        guard=table.guard[rows],
+        own_up=own_up,
+        own_rack=own_rack,
     )
 
 
@@ -97,6 +114,8 @@ class DevicePhase:
     #: The remote arcs; None when the cost model offers none (server-centric).
     remote: RemoteArcs | None
     best_cost: IntArray
+    #: Per task, its cheapest remote arc (NEVER when none): what a device beyond its local ones costs.
+    best_remote: IntArray
     local_sel: list[IntArray] = field(default_factory=list)
     rack_sel: list[IntArray] = field(default_factory=list)
     cross_sel: list[IntArray] = field(default_factory=list)
@@ -109,7 +128,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, costs: CostModel, q
     of that model; with one model per kind (the usual case) this is one node per location."""
     models, free = state.free_by_model(kind)
     n_models, n_loc = len(models), len(state.loc_rack)
-    tasks = _tasks(jobs, kind, models, costs, queue_len, table)
+    tasks = _tasks(state, jobs, kind, models, costs, queue_len, table)
     remote = costs.subtask_to_remote(state, tasks)
     own, want, n_tasks = tasks.own, tasks.want, len(tasks.job_at)
     net = FlowNetwork()
@@ -127,7 +146,7 @@ def build(state: FreeState, jobs: list[JobState], kind: str, costs: CostModel, q
     local_cost = costs.subtask_to_local(tasks)
     best = np.full(n_tasks, NEVER, dtype=np.int64) if remote is None else np.minimum(
         np.where(remote.rack_ok, remote.rack_cost, NEVER), np.where(remote.cross_ok, remote.cross_cost, NEVER))
-    phase = DevicePhase(kind, net, tasks, models, remote, best)
+    phase = DevicePhase(kind, net, tasks, models, remote, best, best.copy())
     load = state.link_load()
     headroom = state.link_cap - state.link_used
     min_gbps = float(tasks.gbps.min()) if n_tasks else 0.0
@@ -204,12 +223,14 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
             continue
         if f_unsched[i] > 0:
             explain(state, phase, i, js)
-            continue
-        rack = int(state.loc_rack[own[i]])
-        wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
-                   remote_lists.get((src, rack if src == "rack" else 0, mi), []))
-                  for src, mi, count in given.get(i, [])]
-        grant(state, js, ti, kind, int(own[i]), wanted, costs)
+        else:
+            rack = int(state.loc_rack[own[i]])
+            wanted = [(phase.models[mi] if n_models > 1 else None, count, None if src == "local" else
+                       remote_lists.get((src, rack if src == "rack" else 0, mi), []))
+                      for src, mi, count in given.get(i, [])]
+            grant(state, js, ti, kind, int(own[i]), wanted, costs)
+        if js.failure is not None:
+            js.failed_on = (int(own[i]),)  # the machine whose task could not be served
 
 
 def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bool_]) -> None:
@@ -293,7 +314,8 @@ def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str 
             entry[1] -= 1
             return got, ""
         why = reason or why
-    got, reason = take_within_reach(state, js, kind, own, model, costs)
+    # Within reach, any model the job accepts (the flow's model stands for its choice, not the job's ask).
+    got, reason = take_within_reach(state, js, kind, own, js.job.tasks.models.get(kind), costs)
     return got, reason or why
 
 
@@ -355,12 +377,14 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: JobState) -> None:
             f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
             f"the SLO ({js.tau:g} s) under the current network load; postponed"))
         return
-    reach = state.reachable(kind, own, js.gbps)
+    reach = state.reachable(kind, own, js.gbps, js.job.tasks.models.get(kind))
     if reach < want:
         everywhere = state.total_free(kind)
         reason = Reason.NO_DEVICES if everywhere < want or reach == everywhere else Reason.NO_BANDWIDTH
         js.fail(state, reason, f"needs {want} {kind}, {reach} free within {state.link_cap[own]:g} Gb/s of {where}")
         return
+    if local < want:
+        best = int(phase.best_remote[i])  # the devices it went without would have been remote
     if best >= u_cost:
         js.fail(state, Reason.POSTPONED, (
             f"waiting costs less than its best {kind} placement (cost {best / SCALE:.3f} ≥ "

@@ -18,15 +18,26 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import ClassRows, CostModel, MachineColumns
+from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns, local_capacity
 from disagg.placement.decisions import Reason
-from disagg.placement.jobstate import IntArray, JobState, JobTable, flow_lists, profile_arrays, request
+from disagg.placement.jobstate import (
+    IntArray,
+    JobState,
+    JobTable,
+    flow_lists,
+    gang_shortfall,
+    profile_arrays,
+    request,
+    unscheduled,
+)
 from disagg.placement.network import FlowNetwork
+from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
@@ -83,6 +94,11 @@ class Pricing:
     to_shape: ArcBuffer = field(default_factory=ArcBuffer)
     surcharges: list[int] = field(default_factory=list)
     min_cost: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Per shape (by `id` of the round's shape object): how many of its tasks each machine can take.
+    fit: dict[int, IntArray] = field(default_factory=dict)
+    #: Per shape, how many of its tasks the machines could take in the round's first iteration (before
+    #: any job of the round took anything): shared by the round's iterations.
+    first_fit: dict[int, int] = field(default_factory=dict)
 
 
 def classify(jobs: list[JobState]) -> Classes:
@@ -92,7 +108,7 @@ def classify(jobs: list[JobState]) -> Classes:
     of: list[int] = []
     reps: list[JobState] = []  # the first job of each class (classes are numbered as they first appear)
     for js in jobs:
-        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps), len(classes))
+        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps, js.guard), len(classes))
         if c == len(reps):
             reps.append(js)
         of.append(c)
@@ -125,20 +141,30 @@ class Candidates:
                           self.proxy[at])
 
 
-def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int) -> Pricing:
+def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
+          first_fit: dict[int, int] | None = None) -> Pricing:
     """Arcs from classes to machines, directly and through one aggregator per shape."""
     n_machines = state.n_machines
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
     up_load = state.link_load()[:n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
-    pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64))
+    pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
+                      first_fit={} if first_fit is None else first_fit)
     for g, members in enumerate(cls.shapes):
         # The shape's machines are priced for its loosest goal: a class whose SLO no machine meets (a
         # tenant's τ of one second) must not take the machines away from the shape's other classes;
         # each class's own arcs keep to the machines that meet its goal.
         rep = cls.representative[max(members, key=lambda c: (cls.representative[c].tau, -c))]
         t = rep.job.tasks
-        fit = costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members))
+        fit = (local_capacity(state, rep, local_free) if rep.local_first else
+               costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
+        if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
+            fit = fit.copy()
+            np.subtract.at(fit, list(rep.avoid), 1)
+            fit = np.maximum(fit, 0)
+        pricing.fit[id(rep.shape)] = fit
+        if id(rep.shape) not in pricing.first_fit:
+            pricing.first_fit[id(rep.shape)] = int(fit.sum())
         cand = np.nonzero(fit > 0)[0]
         want_total = sum(rep.wants.values())
         # The share of the task's devices that would have to be remote on each machine.
@@ -146,7 +172,8 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int)
         if want_total:
             local = np.zeros(len(cand))
             for k, n in rep.wants.items():
-                local += np.minimum(local_free[k][cand], n)
+                model = t.models.get(k)  # a pinned model: only its devices are local to the task
+                local += np.minimum((local_free[k] if model is None else state.local_free(k, model))[cand], n)
             share = (want_total - local) / want_total
         pref = P_LOCAL + SPREAD * used_frac[cand]
         for k in state.kinds:
@@ -214,9 +241,11 @@ class PhaseOne:
 
 
 def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidates: int, queue_len: int,
-          table: JobTable) -> PhaseOne:
+          table: JobTable, first_fit: dict[int, int] | None = None) -> PhaseOne:
+    """The network of phase 1 for `jobs`. `first_fit`: the round's per-shape fit in its first iteration
+    (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
     cls = classify(jobs)
-    pricing = price(state, cls, costs, min_candidates)
+    pricing = price(state, cls, costs, min_candidates, first_fit)
     n_machines, n_jobs, n_classes = state.n_machines, len(jobs), len(cls.representative)
     net = FlowNetwork()
     job0 = net.add_nodes(n_jobs)
@@ -229,7 +258,7 @@ def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidat
     net.supplies[job0:job0 + n_jobs] = cls.counts
     net.supplies[sink] = -total
     rows = JobTable.indices(jobs)
-    u_cost = costs.task_to_unscheduled(table, rows, queue_len)
+    u_cost = unscheduled(costs.task_to_unscheduled(table, rows, queue_len), table, rows)
     idx = np.arange(n_jobs, dtype=np.int64)
     net.add_arcs("job->class", job0 + idx, class0 + cls.of_job, cls.counts, 0)
     net.add_arcs("job->U", job0 + idx, unsched, cls.counts, u_cost)
@@ -251,13 +280,18 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
                      used: IntArray, mach0: int, sink: int, total: int) -> None:
     """A machine's cpu and memory bound how many of the smallest tasks it takes (the decoder checks
     each task's real fit). Local devices are shared by every class that lands on a machine: tasks up
-    to its free local devices go free, the rest pay what going remote costs a typical job."""
+    to its free local devices go free, the rest pay what going remote costs a typical job. Nor does a
+    machine take more tasks than the shape that fits it best could put there (the cost model's capacity:
+    local devices, uplink): a class's own arc and its shape's aggregator may both lead to a machine,
+    and each is bounded by that capacity alone."""
     # Every job of a class has its representative's request: the classes stand for the jobs here.
     reps = cls.representative
     min_cpu = min(js.cpus for js in reps)
     min_mem = min(js.memory_gb for js in reps)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+    if pricing.fit:
+        cap = np.minimum(cap, np.max(list(pricing.fit.values()), axis=0))
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
@@ -277,37 +311,45 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     net, cls = phase.net, phase.cls
     to_class = flows[net.block("job->class")]
     pref, shared = phase.arcs["preferred"], phase.arcs["shared"]
+    f_pref, f_shared = within_capacity(state.n_machines, cls, phase.pricing, pref, shared,
+                                       flows[net.block("class->machine")], flows[net.block("X->machine")])
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
-    direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3],
-                                                  flows[net.block("class->machine")]).items()}
-    common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3],
-                                                  flows[net.block("X->machine")]).items()}
+    direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
+    common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
     # A class without flow on its own arcs (most) draws from its shape's list only.
     sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
                for c in range(len(cls.representative))]
     survivors: list[JobState] = []
     take = state.take_cpu_along
+    # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
+    # arcs and its shape's may both send tasks to one machine, and shapes share a machine's devices).
+    claims = LocalClaims(state) if costs.local_only else None
+    allowed: dict[int, tuple[BoolArray, IntArray]] = {}
     # Each task gets a machine from the flow's lists (the class's own, then its shape's), checking the
     # real fit; a repair when the flow over-filled a machine; gang: all tasks or none. (One loop for
     # every job, no call per job: a round at 12,500 machines hands out some 12,000 tasks.)
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs)
+            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs, phase.pricing)
             continue
         cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
         for _ in range(count):
-            for offers in offered:
-                m = take(offers, cpus, memory_gb, js, SCAN_LIMIT)
-                if m >= 0:
-                    break
+            if claims is not None:
+                m = claims.take(offered, js, costs)
             else:
-                m = repair(state, js, costs)
-                if m < 0:
-                    js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit "
-                                                      f"went to jobs ahead of it this round")
-                    break
+                for offers in offered:
+                    m = take(offers, cpus, memory_gb, js, SCAN_LIMIT)
+                    if m >= 0:
+                        break
+                else:
+                    m = repair(state, js, costs, allowed, phase.pricing)
+            if m < 0:
+                if claims is not None:
+                    claims.release(js)
+                _lost(state, js, phase.pricing, costs)
+                break
             machines.append(m)
         else:
             js.grants = [()] * count
@@ -315,12 +357,59 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     return survivors
 
 
-def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
+def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], shared: tuple[IntArray, ...],
+                    f_pref: IntArray, f_shared: IntArray) -> tuple[IntArray, IntArray]:
+    """The flows of the class → machine and X → machine arcs, cut so that no machine gets more tasks of
+    a shape than the shape's capacity there (`pricing.fit`: cpus, memory, local devices, uplink). Each
+    arc is bounded by it alone, and a class's own arcs, its twins' and its shape's aggregator may all
+    lead to one machine; the flow cannot see that their sum is what the machine must carry. The classes'
+    own arcs keep theirs first (in class order), the aggregator gets what is left."""
+    if not len(f_pref) and not len(f_shared):
+        return f_pref, f_shared
+    class_shape = np.empty(len(cls.representative), dtype=np.int64)
+    for g, members in enumerate(cls.shapes):
+        class_shape[members] = g
+    fit = np.stack([pricing.fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]).ravel()
+    key = class_shape[pref[0]] * n + pref[1]
+    order = np.argsort(key, kind="stable")
+    sk, sf = key[order], f_pref[order]
+    before = np.cumsum(sf) - sf
+    first = np.r_[True, sk[1:] != sk[:-1]]
+    before -= np.maximum.accumulate(np.where(first, before, 0))  # what the same key's earlier arcs took
+    cut = f_pref.copy()
+    cut[order] = np.minimum(sf, np.maximum(fit[sk] - before, 0))
+    direct = np.bincount(key, weights=cut, minlength=len(fit))
+    xkey = shared[0] * n + shared[1]
+    cut_shared = np.minimum(f_shared, np.maximum(fit[xkey] - direct[xkey], 0)).astype(np.int64)
+    return cut, cut_shared
+
+
+def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+    """A job the flow sent machines for that did not get them all: its gang never fitted what was free
+    when the round began (the flow over-counted a machine), or jobs ahead of it took them."""
+    if pricing.first_fit.get(id(js.shape), js.count) < js.count:
+        _gang_short(state, js, pricing, costs)
+    else:
+        js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit "
+                                          f"went to jobs ahead of it this round")
+
+
+def repair(state: FreeState, js: JobState, costs: CostModel, allowed: dict[int, tuple[BoolArray, IntArray]],
+           pricing: Pricing) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task, among those the cost model allows it
-    (server-centric: those whose own free devices cover it)."""
+    (server-centric: those whose own free devices cover it; see also `LocalClaims.repair`) and where its
+    shape could go at all (`pricing.fit`: a machine that neither holds nor can reach its devices would
+    fail it in a device phase). `allowed` caches those machines per shape for the round."""
     cpus, memory_gb = js.cpus, js.memory_gb
     has_devices, cand = costs.machines_allowed(state, js)
+    if has_devices is None:
+        found = allowed.get(id(js.shape))
+        if found is None:
+            fit = pricing.fit.get(id(js.shape))
+            mask = np.ones(state.n_machines, dtype=bool) if fit is None else fit > 0
+            found = allowed[id(js.shape)] = (mask, np.nonzero(mask)[0])
+        has_devices, cand = found
     # Usually the machine with the most free cpus fits: then it is the answer (argmax takes the first
     # of equals either way) without a mask over every machine.
     m = int(np.argmax(state.cpu))
@@ -334,14 +423,115 @@ def repair(state: FreeState, js: JobState, costs: CostModel) -> int:
     return m if state.take_cpu(m, cpus, memory_gb, js) else -1
 
 
-def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel) -> None:
+class LocalClaims:
+    """Server-centric rounds: the local devices that the tasks handed a machine in this phase 1 will take
+    there in the device phases, per kind. A task only gets a machine whose free local devices, less
+    those claimed, still cover it."""
+
+    def __init__(self, state: FreeState) -> None:
+        self.state = state
+        self.claimed: dict[str, IntArray] = {}
+        self._free: dict[tuple[str, str | None], IntArray] = {}
+        self._walks: dict[int, list[Any]] = {}
+
+    def _local(self, kind: str, model: str | None) -> IntArray:
+        found = self._free.get((kind, model))
+        if found is None:
+            found = self._free[(kind, model)] = self.state.local_free(kind, model)
+        return found
+
+    def fits(self, m: int, js: JobState) -> bool:
+        models = js.job.tasks.models
+        for kind, n in js.wants.items():
+            claimed = self.claimed.get(kind)
+            if self._local(kind, models.get(kind))[m] - (0 if claimed is None else claimed[m]) < n:
+                return False
+        return True
+
+    def repair(self, js: JobState, costs: CostModel) -> int:
+        """`repair` for a server-centric round: the machine the cost model allows with the most free cpus
+        when the request first needed a repair this round whose cpus and unclaimed devices still fit the
+        task. Each request walks its list once (a machine that no longer fits never will again this
+        round: cpus and devices only fill up), so a round of thousands of repairs stays linear."""
+        state = self.state
+        walk = self._walks.get(id(js.shape))
+        if walk is None:
+            _, cand = costs.machines_allowed(state, js)
+            walk = self._walks[id(js.shape)] = [cand[np.argsort(-state.cpu[cand], kind="stable")].tolist(), 0]
+        order = walk[0]
+        while walk[1] < len(order):
+            m = order[walk[1]]
+            if self.fits(m, js) and state.take_cpu(m, js.cpus, js.memory_gb, js):
+                return int(m)
+            walk[1] += 1
+        return -1
+
+    def take(self, offered: tuple[Offers, ...], js: JobState, costs: CostModel) -> int:
+        """A machine for one task of `js` along the flow's offers (then the repair), with its cpus taken and
+        its local devices claimed; -1 when none has both."""
+        state = self.state
+        m = -1
+        for offers in offered:
+            entries = offers.entries
+            while offers.start < len(entries) and entries[offers.start][1] == 0:
+                offers.start += 1
+            for offer in entries[offers.start:offers.start + SCAN_LIMIT]:
+                if offer[1] == 0:
+                    continue
+                # Offers are per request: a machine too full (of cpus, or of unclaimed devices) for this
+                # task is too full for the rest of its offers this round (they only fill up).
+                if not self.fits(offer[0], js) or not state.take_cpu(offer[0], js.cpus, js.memory_gb, js):
+                    offer[1] = 0
+                    continue
+                offer[1] -= 1
+                m = offer[0]
+                break
+            if m >= 0:
+                break
+        else:
+            m = self.repair(js, costs)
+        if m >= 0:
+            for kind, n in js.wants.items():
+                claimed = self.claimed.get(kind)
+                if claimed is None:
+                    claimed = self.claimed[kind] = np.zeros(state.n_machines, dtype=np.int64)
+                claimed[m] += n
+        return m
+
+    def release(self, js: JobState) -> None:
+        """A job that failed its gang gives back the devices its tasks claimed."""
+        for m in js.machines:
+            for kind, n in js.wants.items():
+                self.claimed[kind][m] -= n
+
+
+def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel,
+            pricing: Pricing | None = None) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
-    was cheaper, or jobs ahead of it took what fits."""
+    was cheaper, its gang does not fit in what was free when the round began, or jobs ahead of it took
+    what fits."""
     if best == NEVER:
-        js.fail(state, *costs.why_no_machine(js))
+        js.fail(state, *costs.why_no_machine(state, js))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
                                          f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed")
+    elif pricing is not None and pricing.first_fit.get(id(js.shape), js.count) < js.count:
+        # Not contention: the machines could not take the whole gang before any job of the round took anything.
+        _gang_short(state, js, pricing, costs)
     else:
         js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; what fits went to jobs ahead of it in the "
                                           f"queue this round")
+
+
+def _gang_short(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+    """Fail a job whose gang only partly fits what is free, naming how many of its tasks the machines
+    take and where; short of cpus and memory, or (server-centric: where the devices are) of devices."""
+    state.rollback(js)  # what its first tasks took is not what the machines have free
+    fit = pricing.fit[id(js.shape)]
+    by_cpu = task_fit_counts(state, js.cpus, js.memory_gb)
+    reason = Reason.NO_DEVICES if int(by_cpu.sum()) >= js.count else Reason.NO_CAPACITY
+    if costs.local_only and js.wants:
+        by_devices = np.min([state.local_free(k, js.job.tasks.models.get(k)) // n for k, n in js.wants.items()],
+                            axis=0)
+        reason = Reason.NO_CAPACITY if int(by_devices.sum()) >= js.count else Reason.NO_DEVICES
+    js.fail(state, reason, gang_shortfall(state, js.job, fit, costs.local_only))

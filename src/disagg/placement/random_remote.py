@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from disagg.placement.decisions import DeviceGrant
@@ -10,24 +12,28 @@ from disagg.placement.sequential import (
     SequentialPolicy,
     by_submit,
     cpu_fit_mask,
-    first_reachable,
+    first_fits,
     local_fit_mask,
     no_machine,
     short_of_devices,
+    spare_first,
     take_local,
     take_remote_from,
 )
 from disagg.placement.state import FreeState
 
 
-def _prefer_local(state: FreeState, ask: Ask, rng: np.random.Generator) -> int:
-    """The first machine that holds the task's devices; else the first with cpu and memory from which
-    they can be had remotely."""
+def _prefer_local(state: FreeState, ask: Ask, rng: np.random.Generator) -> Iterator[int]:
+    """The first machine that holds the task's devices; else those with cpu and memory that could serve
+    the whole task remotely (all its devices and their summed bandwidth), in inventory order: the
+    random draw of remote devices is then only among machines that can take the whole task."""
     fits = cpu_fit_mask(state, ask)
     if not fits.any():
         raise no_machine(state, ask)
     local = fits & local_fit_mask(state, ask)
-    return int(np.argmax(local)) if local.any() else first_reachable(state, ask, fits)
+    if local.any() and not ask.careful:
+        return iter([int(np.argmax(local))])
+    return first_fits(state, ask, fits)
 
 
 def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
@@ -37,7 +43,8 @@ def _local_then_random(state: FreeState, ask: Ask, m: int, kind: str, n: int,
         # Only where a device is free and every link of the path can carry one more.
         candidates = np.nonzero((state.free_count[kind] > 0) & state.remote_reach(m, ask.gbps))[0]
         grant = None
-        for loc in rng.permutation(candidates):
+        drawn = rng.permutation(candidates)
+        for loc in spare_first(state, ask, kind, drawn):
             grant = take_remote_from(state, ask, m, kind, int(loc))
             if grant is not None:
                 break

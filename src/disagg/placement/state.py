@@ -122,6 +122,7 @@ class FreeState:
         health = list(map(attrgetter("health"), devices))
         usable = (np.ones(n_dev, dtype=bool) if set(health) <= {"healthy"} else
                   np.fromiter(map("healthy".__eq__, health), dtype=bool, count=n_dev))
+        self._healthy = usable.copy()
         if held:
             usable &= ~np.fromiter(map(held.__contains__, map(attrgetter("id"), devices)), dtype=bool, count=n_dev)
         self.slots: dict[str, IntArray] = {}
@@ -141,8 +142,9 @@ class FreeState:
         #: cached under one version stays valid (cpu and memory do not enter them).
         self.version = 0
         self._cached_version = -1
-        self._reach: dict[tuple[str, int, float], int] = {}
+        self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
+        self._idle_fit: dict[tuple[object, ...], int] = {}
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -347,13 +349,13 @@ class FreeState:
         return sum(1 for loc in np.nonzero(self.free_count[kind])[0]
                    for d in self.free_devices(kind, int(loc)) if devices[d].model == model)
 
-    def reachable(self, kind: str, own: int, gbps: float) -> int:
-        """Free devices of `kind` a task on location `own` could use: its own, plus remote ones whose
-        path has `gbps` of headroom on every link."""
+    def reachable(self, kind: str, own: int, gbps: float, model: str | None = None) -> int:
+        """Free devices of `kind` (of `model`, if given) a task on location `own` could use: its own,
+        plus remote ones whose path has `gbps` of headroom on every link."""
         self._drop_stale_caches()
-        key = (kind, own, gbps)
+        key = (kind, own, gbps, model)
         if key not in self._reach:
-            self._reach[key] = self._reachable(kind, own, gbps)
+            self._reach[key] = self._reachable(kind, own, gbps, model)
         return self._reach[key]
 
     def _drop_stale_caches(self) -> None:
@@ -363,10 +365,13 @@ class FreeState:
             self._local.clear()
             self._cached_version = self.version
 
-    def _reachable(self, kind: str, own: int, gbps: float) -> int:
+    def _reachable(self, kind: str, own: int, gbps: float, model: str | None) -> int:
         free = self.free_count.get(kind)
         if free is None:
             return 0
+        if model is not None:
+            models, counts = self.free_by_model(kind)
+            free = counts[:, models.index(model)] if model in models else np.zeros_like(free)
         return int(free[own]) + int(free[self.remote_reach(own, gbps)].sum())
 
     def remote_reach(self, own: int, gbps: float) -> NDArray[np.bool_]:
@@ -399,6 +404,31 @@ class FreeState:
                 ok &= self.local_free(kind, models.get(kind)) >= count
             found = self._local[key] = (ok, np.nonzero(ok)[0])
         return found
+
+    def idle_local_fit(self, shape: tuple[object, ...]) -> int:
+        """How many tasks of a request shape `(cpus, memory_gb, ((kind, count), ...), ((kind, model), ...))`
+        the machines could take were nothing running: by their total cpus and memory, and with every
+        device the task wants among the machine's own healthy devices (held or free). Cached per shape."""
+        found = self._idle_fit.get(shape)
+        if found is None:
+            cpus, memory_gb = cast(float, shape[0]), cast(float, shape[1])
+            models = dict(cast(tuple[tuple[str, str], ...], shape[3]))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fit = np.minimum(np.floor((self.cpu_total + EPS) / cpus), np.floor((self.mem_total + EPS) / memory_gb))
+            for kind, count in cast(tuple[tuple[str, int], ...], shape[2]):
+                fit = np.minimum(fit, self._healthy_local(kind, models.get(kind)) // count)
+            found = self._idle_fit[shape] = int(np.maximum(fit, 0).sum())
+        return found
+
+    def _healthy_local(self, kind: str, model: str | None) -> IntArray:
+        """Per machine, its own healthy devices of `kind` (of `model`), held or free."""
+        mask = self._healthy & (self._kind_codes == self.kinds.index(cast(DeviceKind, kind)))
+        if model is not None:
+            devices = self.cluster.devices
+            mask &= np.fromiter((devices[i].model == model for i in range(len(devices))), dtype=bool,
+                                count=len(devices))
+        counts: IntArray = np.bincount(self.dev_loc[mask], minlength=len(self.loc_rack))[: self.n_machines]
+        return counts
 
     def local_free(self, kind: str, model: str | None = None) -> IntArray:
         """Free devices of `kind` (of `model`, if given) that sit in each machine (not pools)."""

@@ -33,13 +33,14 @@ from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_FAILED
 from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S
 from disagg.model.tenants import Tenants
+from disagg.placement.backfill import place_round
 from disagg.placement.base import Policy
 from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
 from disagg.profiles import Profile, lookup
-from disagg.sim.execution import REFERENCE_GBPS, task_stretch
+from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS, REMOTE_PCIE_SHARE, task_stretch
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.tenants import TenantLedger, held
 from disagg.sim.workload import Submission
@@ -73,6 +74,9 @@ class SimConfig:
     report_tenants: bool = False
     half_life_s: float = DEFAULT_HALF_LIFE_S
     grace_s: float = DEFAULT_GRACE_S
+    #: W from which the oldest waiting job's reservation holds against every younger job (the
+    #: controller's `starvation_rounds`, placement/backfill.py); None: the policies alone, as the seed's.
+    starvation_rounds: int | None = None
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -155,6 +159,9 @@ class SimResult:
     #: Per tenant (`sim.tenants.TenantLedger.report`) and each tenant's share over time; None when the
     #: run reports no tenants.
     tenants: dict[str, Any] | None = None
+    #: The jobs still waiting when the run stopped (stalled, or out of time), in queue order, each with
+    #: the policy's last reason for it: the jobs this policy can never place on this cluster.
+    stalled_jobs: list[tuple[str, str]] = field(default_factory=list)
 
 
 # -- the simulated cluster -----------------------------------------------------------------------------
@@ -174,6 +181,10 @@ class _Grant:
     caps: tuple[float, ...] = ()
     bottleneck_gbps: float = REFERENCE_GBPS
     load: float = 0.0
+    #: The devices that share this one's PCIe link (execution.GPUS_PER_PCIE_LINK), and, set before each
+    #: re-evaluation of a local one, the share of time other jobs move data over that link.
+    peers: tuple[int, ...] = ()
+    pcie: float = 0.0
 
 
 @dataclass(slots=True)
@@ -217,6 +228,11 @@ class SimCluster:
         self.devices: list[Device] = list(cluster.devices)
         self.d_index = {d.id: i for i, d in enumerate(self.devices)}
         self.holder: dict[int, str] = {}
+        #: Per held device, how much of its PCIe link its holder's transfers use: the holder's transfer
+        #: share, times REMOTE_PCIE_SHARE when the device is remote to it (execution.pcie_factor).
+        self.link_share: dict[int, float] = {}
+        #: Per device, the other devices on its PCIe link.
+        self.peers = _pcie_peers(self.devices)
         self.link_cap = {lk.id: lk.gbps for lk in cluster.links}
         self.link_used = dict.fromkeys(self.link_cap, 0.0)
         self.allocations: dict[str, Allocation] = {
@@ -319,12 +335,14 @@ class Simulation:
         self.finished_counted = 0
         self.idle_rounds = 0
         self.stalled = False
-        self.counters = {"placed": 0, "restarts": 0, "failures": 0, "preempted": 0}
+        self.last_decisions: Decisions | None = None
+        self.counters = {"placed": 0, "restarts": 0, "failures": 0, "preempted": 0, "slo_at_risk": 0}
         self.progress: Callable[[float], None] | None = None
         #: Raise every waiting job's W after each round, unless the policy says it never reads W
         #: (`reads_wait_rounds = False`: the sequential baselines); rebuilding the queue's jobs is then
         #: work for nothing, a good part of such a run's time on a long queue.
-        self.track_waits = bool(getattr(policy, "reads_wait_rounds", True))
+        #: (The starvation bound reads W whatever the policy.)
+        self.track_waits = bool(getattr(policy, "reads_wait_rounds", True)) or self.config.starvation_rounds is not None
 
     # -- setup --
 
@@ -369,6 +387,7 @@ class Simulation:
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
             rounds=self.rounds, conflicts=self.conflicts, sim_end_s=k.now, wall_s=self.clock() - wall0,
             stalled=self.stalled, events=k.popped, counters=dict(self.counters), tenants=self._tenant_report(k.now),
+            stalled_jobs=self._stuck(),
         )
 
     def _tenant_report(self, end_s: float) -> dict[str, Any] | None:
@@ -377,6 +396,14 @@ class Simulation:
         out = self.tenants.report(list(self.records.values()), end_s)
         out["series"] = {"times": list(self.tenants.sample_times), "shares": dict(self.tenants.shares)}
         return out
+
+    def _stuck(self) -> list[tuple[str, str]]:
+        """The jobs still queued, oldest first, with the policy's reason from the last round."""
+        if not self.queue:
+            return []
+        why = {u.job: u.message for u in self.last_decisions.unplaced} if self.last_decisions else {}
+        waiting = sorted(self.queue.values(), key=lambda j: (j.submit_s, j.name))
+        return [(j.name, why.get(j.name, "never considered by a round")) for j in waiting]
 
     # -- arrivals and rounds --
 
@@ -414,10 +441,16 @@ class Simulation:
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
         queue = list(self.queue.values())
         t0 = self.clock()
-        decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
+        if self.config.starvation_rounds is None:
+            decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
+        else:
+            oldest_first = sorted(queue, key=lambda j: (j.submit_s, j.name))
+            decisions = place_round(self.policy, snapshot, oldest_first, [], now, self.rng, self.clock,
+                                    self.config.starvation_rounds).decisions
         elapsed = self.clock() - t0
         self.latencies.append(float(decisions.timings.get("round_s", elapsed)))
         self.rounds += 1
+        self.last_decisions = decisions
         placed = self._apply(decisions, now)
         self._preempt(decisions.preempted, now)
         if self.tenants is not None:
@@ -450,6 +483,7 @@ class Simulation:
                 self.conflicts += 1
                 continue
             dirty |= self._start(jp.job, tasks, now)
+            self.counters["slo_at_risk"] += jp.slo_at_risk is not None
             placed += 1
         self._reevaluate(dirty, now)
         return placed
@@ -477,7 +511,8 @@ class Simulation:
                 # A grant that does not say what it draws draws its job's, or its profile's.
                 gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
-                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS)))
+                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS),
+                                     peers=() if remote else st.peers.get(d, ())))
             tasks.append(_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
         if over_commit(_as_charged(jp, tasks), st) is not None:
             return None
@@ -498,6 +533,7 @@ class Simulation:
             self.on_machine[t.machine].add(name)
             for g in t.grants:
                 st.holder[g.device] = name
+                st.link_share[g.device] = run.profile.transfer_share * (REMOTE_PCIE_SHARE if g.remote else 1.0)
                 if st.devices[g.device].kind == "gpu":
                     gpus += 1
                     remote_gpus += g.remote
@@ -522,11 +558,20 @@ class Simulation:
         return self._neighbours(run) | {name}
 
     def _neighbours(self, run: _Running) -> set[str]:
+        """The running jobs whose pace this one's start or end may change: on its machines, on its links,
+        and on the PCIe links of its devices."""
         out: set[str] = set()
         for m in run.machines:
             out |= self.on_machine[m]
         for lk in run.own_traffic:
             out |= self.on_link[lk]
+        peers, holder = self.state.peers, self.state.holder
+        if peers:
+            for t in run.tasks:
+                for g in t.grants:
+                    for p in peers.get(g.device, ()):
+                        if p in holder:
+                            out.add(holder[p])
         out.discard(run.job.name)
         return out
 
@@ -552,6 +597,9 @@ class Simulation:
         profile = run.profile
         worst = 1.0
         for t in run.tasks:
+            for g in t.transfer:
+                if g.peers and not g.remote:
+                    g.pcie = sum(st.link_share.get(p, 0.0) for p in g.peers)
             for g in t.remote_transfer:
                 load = 0.0
                 for lk, cap in zip(g.links, g.caps, strict=True):
@@ -596,6 +644,7 @@ class Simulation:
             self.on_machine[t.machine].discard(run.job.name)
             for g in t.grants:
                 st.holder.pop(g.device, None)
+                st.link_share.pop(g.device, None)
                 gpus += st.devices[g.device].kind == "gpu"
                 for lk in g.links:
                     st.link_used[lk] = max(0.0, st.link_used[lk] - g.gbps)
@@ -678,6 +727,17 @@ class Simulation:
                              DeviceFailed(device))
         if self.queue:
             self._want_round()
+
+
+def _pcie_peers(devices: Sequence[Device]) -> dict[int, tuple[int, ...]]:
+    """Per device of a model whose GPUs share a PCIe link (execution.GPUS_PER_PCIE_LINK), the other
+    devices on its link: at the same location, of the same model, paired up by index (0-1, 2-3, …)."""
+    boards: dict[tuple[str, str, int], list[int]] = {}
+    for i, d in enumerate(devices):
+        per_link = GPUS_PER_PCIE_LINK.get(d.model, 1)
+        if d.kind == "gpu" and per_link > 1:
+            boards.setdefault((d.location, d.model, d.index // per_link), []).append(i)
+    return {i: tuple(j for j in members if j != i) for members in boards.values() for i in members}
 
 
 def _task(name: str, machine: int, cpus: float, memory_gb: float, grants: list[_Grant],

@@ -12,7 +12,10 @@ four independent effects (docs/simulator.md states them with their sources):
    `load` being the busiest link's use by *other* traffic (0..1) on the device's path;
 3. collocation: `1 + κ · (share of the machine's CPUs used by other tasks)`;
 4. remote memory (LegoOS): `1 + a · (1 − c)^b`, `c` the local cache share of the working set, fitted
-   to LegoOS's 1.7x at 128 MB and 1.3x at 512 MB ExCache for a 0.9 GB working set.
+   to LegoOS's 1.7x at 128 MB and 1.3x at 512 MB ExCache for a 0.9 GB working set;
+5. a shared PCIe link (issue 14): GPUs on one board share the board's host link (a Tesla K80 is two
+   GK210 GPUs behind one PCIe Gen3 x16 link); a local device's transfer part stretches by
+   `1 + (time share the sibling's other job moves data over that link)`.
 
 Everything here is a pure function of numbers, so tests can check each effect alone.
 """
@@ -30,6 +33,16 @@ from disagg.profiles import Profile
 REFERENCE_GBPS = 10.0
 #: Collocation penalty at a fully used machine (5%): Rodinia kernels are GPU-bound, host work is small.
 COLLOCATION_KAPPA = 0.05
+
+#: GPUs that share one PCIe host link, by model. NVIDIA Tesla K80 board specification (BD-07317-001_v05,
+#: January 2015): the board carries two GK210 GPUs behind an on-board PCIe switch and one PCI Express
+#: Gen3 x16 system interface. The seed's Firestone servers hold K80s (seed 001, "Testing environment").
+#: Models not listed have a link of their own. Devices of a shared model pair up by index (0-1, 2-3, …).
+GPUS_PER_PCIE_LINK: dict[str, int] = {"K80": 2}
+#: What share of a PCIe Gen3 x16 link a remote device's transfers can use: its data arrive over the
+#: 10 Gb/s reference network (1.25 GB/s), against the link's 15.75 GB/s per direction (8 GT/s per lane,
+#: 128b/130b encoding, 16 lanes: PCI Express Base Specification 3.0): about 8%.
+REMOTE_PCIE_SHARE = (REFERENCE_GBPS / 8.0) / 15.75
 
 #: LegoOS anchor points (seed 002, "Performance Evaluation"): TensorFlow CIFAR-10, 0.9 GB working set,
 #: slowdown 1.7x with a 128 MB ExCache and 1.3x with 512 MB.
@@ -77,6 +90,14 @@ def link_load_factor(profile: Profile, load: float) -> float:
     return 1.0 + profile.load_sensitivity * min(max(load, 0.0), 1.0)
 
 
+def pcie_factor(others_share: float) -> float:
+    """A local device's transfer part when other jobs use its PCIe link `others_share` of the time (their
+    transfer shares; a remote user's times REMOTE_PCIE_SHARE): two transfers at once each get half the
+    link, so the overlapping part takes twice as long; assuming the jobs' transfers fall independently
+    in time, the expected stretch is `1 + others_share` (at most 2: a K80's link has one other GPU)."""
+    return 1.0 + min(max(others_share, 0.0), 1.0)
+
+
 def collocation_factor(others_cpu_share: float, kappa: float = COLLOCATION_KAPPA) -> float:
     """Slowdown from sharing a machine: `others_cpu_share` is the share of its CPUs other tasks hold."""
     return 1.0 + kappa * min(max(others_cpu_share, 0.0), 1.0)
@@ -86,12 +107,14 @@ def collocation_factor(others_cpu_share: float, kappa: float = COLLOCATION_KAPPA
 class DeviceUse:
     """One transfer-bearing device of a task as the model sees it: local, or remote over a path.
 
-    `bottleneck_gbps` is the slowest link of the path; `load` the busiest link's use by other traffic.
+    `bottleneck_gbps` is the slowest link of the path; `load` the busiest link's use by other traffic;
+    `pcie` (local devices) the share of time other jobs move data over the device's PCIe link.
     """
 
     remote: bool
     bottleneck_gbps: float = REFERENCE_GBPS
     load: float = 0.0
+    pcie: float = 0.0
 
 
 class DeviceView(Protocol):
@@ -107,11 +130,16 @@ class DeviceView(Protocol):
     @property
     def load(self) -> float: ...
 
+    @property
+    def pcie(self) -> float: ...
+
 
 def transfer_stretch(profile: Profile, devices: Sequence[DeviceView]) -> float:
     """Stretch from where a task's devices sit: `(1 − ts) + ts · mean_d(f_d)`.
 
-    `f_d` is 1 for a local device and `path_factor · link_load_factor` for a remote one. With no devices
+    `f_d` is `1 + pcie` for a local device (`pcie_factor`: others' use of its PCIe link) and
+    `path_factor · link_load_factor` for a remote one (its transfers are bound by the network, not the
+    PCIe link). With no devices
     the task has no transfer part to stretch. For one remote device on the reference path this is
     exactly `profiles.expected_s(...) / base_s`, so the policies' φ and the simulator agree when the
     network is as the policy saw it.
@@ -124,7 +152,7 @@ def transfer_stretch(profile: Profile, devices: Sequence[DeviceView]) -> float:
         if d.remote:
             total += path_factor(profile, d.bottleneck_gbps) * link_load_factor(profile, d.load)
         else:
-            total += 1.0
+            total += pcie_factor(d.pcie)
     return (1.0 - ts) + ts * total / len(devices)
 
 

@@ -79,6 +79,10 @@ def summarize(result: SimResult, seed: int) -> dict[str, Any]:
         "conflicts": result.conflicts,
         "restarts": result.counters.get("restarts", 0),
         "stalled": result.stalled,
+        # Placed knowing they would likely miss their SLO (the network-aware policy), and the jobs the
+        # run ended with still waiting, each with the policy's last reason (issue 14).
+        "slo_at_risk": result.counters.get("slo_at_risk", 0),
+        "stalled_jobs": [{"job": job, "reason": why} for job, why in result.stalled_jobs],
         "sim_end_s": round(result.sim_end_s, 3),
         "sim_s_per_wall_s": round(result.sim_end_s / wall, 1) if wall > 0 else 0.0,
         "rounds_per_wall_s": round(result.rounds / wall, 1) if wall > 0 else 0.0,

@@ -132,6 +132,8 @@ def tables(outputs: Sequence[RunOutput]) -> list[Table]:
             table.add_column("Jain", justify="right", no_wrap=True)
         for policy, rows in by_policy.items():
             done = f"{sum(r[JobState.COMPLETED] for r in rows) / len(rows):.0f}/{rows[0]['jobs']}"
+            if any(r.get("stalled_jobs") for r in rows):
+                done += " stalled" if any(r.get("stalled") for r in rows) else " unfinished"
             cells = []
             for key, _, fmt in COLUMNS:
                 scale = 1000.0 if key.startswith("sched_latency") else 1.0
@@ -142,6 +144,25 @@ def tables(outputs: Sequence[RunOutput]) -> list[Table]:
             table.add_row(policy, done, *cells)
         result.append(table)
     return result
+
+
+def stall_notes(outputs: Sequence[RunOutput], shown: int = 3) -> list[str]:
+    """One line per run that ended with jobs still waiting: a failure, said as such (issue 14), e.g.
+    `paper-4m-128j/fifo/seed 1: done 89/120 — stalled: 31 jobs can never be placed by fifo; first:
+    t089 (why), …`. A job one policy can never place while another can is the comparison itself."""
+    lines = []
+    for o in outputs:
+        r = o.summary
+        stuck = r.get("stalled_jobs") or []
+        if not stuck:
+            continue
+        what = (f"stalled: {len(stuck)} jobs can never be placed by {r['policy']}" if r.get("stalled") else
+                f"unfinished: {len(stuck)} jobs still waiting when the run stopped at {r['sim_end_s']:g} s")
+        first = ", ".join(f"{x['job']} ({x['reason']})" for x in stuck[:shown])
+        more = " …" if len(stuck) > shown else ""
+        lines.append(f"{o.scenario}/{r['policy']}/seed {r['seed']}: done {r[JobState.COMPLETED]}/{r['jobs']} — "
+                     f"{what}; first: {first}{more}")
+    return lines
 
 
 # -- plots ----------------------------------------------------------------------------------------------

@@ -47,13 +47,14 @@ class RunSpec:
     failures: FailureModel | None = None
     tenants: Tenants | None = None
     fairness: bool = True
+    starvation_rounds: int | None = None
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
          source: TraceSource | None = None, failures: FailureModel | None = None, tenants: Tenants | None = None,
-         fairness: bool = True) -> list[RunSpec]:
+         fairness: bool = True, starvation_rounds: int | None = None) -> list[RunSpec]:
     """Every combination, scenario-major so results come out grouped as the tables show them."""
-    return [RunSpec(sc, p, s, interval_s, source, failures, tenants, fairness)
+    return [RunSpec(sc, p, s, interval_s, source, failures, tenants, fairness, starvation_rounds)
             for sc in scenarios for p in policies for s in seeds]
 
 
@@ -69,7 +70,8 @@ def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> R
         tenants = tenants if tenants is not None else scenario.tenants()
     several = len({s.job.tenant for s in subs}) > 1
     config = SimConfig(interval_s=spec.interval_s, failures=spec.failures,
-                       tenants=tenants if spec.fairness else None, report_tenants=several or tenants is not None)
+                       tenants=tenants if spec.fairness else None, report_tenants=several or tenants is not None,
+                       starvation_rounds=spec.starvation_rounds)
     result = simulate(cluster, subs, get_policy(spec.policy), spec.seed, config, progress=progress)
     return run_output(spec.scenario, result, spec.seed)
 

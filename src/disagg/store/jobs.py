@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, func, select
+from sqlalchemy import Table, Text, bindparam, cast, delete, func, select
 
 from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
@@ -113,6 +113,33 @@ class JobOps(StoreBase):
         query = select(_jobs).where(_jobs.c.state == JobState.QUEUED).order_by(_jobs.c.seq).limit(window)
         with self.read_core() as conn:
             return [model_job(r) for r in conn.execute(query)]
+
+    def queued_representatives(self, window: int, limit: int) -> list[Job]:
+        """Backfill's candidates (control/loop.py, placement/backfill.py): among the queued jobs after
+        the `window` oldest, the oldest of each distinct request (`tasks`: what it asks for), oldest
+        first, at most `limit`. One GROUP BY over the queue (a 10,000-job queue asks a few dozen distinct
+        things), then those rows. Jobs asking the same in another spelling of the JSON count as two."""
+        if limit <= 0:
+            return []
+        queued = _jobs.c.state == JobState.QUEUED
+        # The last job of the window: the representatives come after it (none when the window holds all).
+        edge = select(_jobs.c.seq).where(queued).order_by(_jobs.c.seq).offset(window - 1).limit(1).scalar_subquery()
+        asks = cast(_jobs.c.tasks, Text)
+        firsts = (select(func.min(_jobs.c.seq).label("seq")).where(queued, _jobs.c.seq > edge).group_by(asks)
+                  .order_by(func.min(_jobs.c.seq)).limit(limit))
+        with self.read_core() as conn:
+            seqs = [r.seq for r in conn.execute(firsts)]
+            if not seqs:
+                return []
+            rows = conn.execute(select(_jobs).where(queued, _jobs.c.seq.in_(seqs)).order_by(_jobs.c.seq, _jobs.c.id))
+            seen: set[str] = set()
+            out = []
+            for r in rows:  # two jobs with the same seq and request: the first stands for both
+                ask = str(sorted(r.tasks.items()))
+                if ask not in seen:
+                    seen.add(ask)
+                    out.append(model_job(r))
+        return out
 
     def job_by_key(self, tenant: str, key: str, digest: str) -> dict[str, Any] | None:
         """The job `tenant` submitted with Idempotency-Key `key`, if any; IdempotencyConflict when that

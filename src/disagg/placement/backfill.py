@@ -1,0 +1,120 @@
+"""Backfill past the window, with a reservation for the head (Slurm's backfill, without run times).
+
+The controller hands a policy the `window` oldest queued jobs each round and, for the rest of the
+queue, one representative per distinct request, so that a small job behind a wall of big ones starts
+when what it asks for is idle. Backfilling must not delay the queue's head, the oldest job that waits:
+
+    pass 1   the policy on the window, exactly as without backfill
+    head     the oldest window job pass 1 left waiting
+    reserve  the head's target: where the policy would put it on the idle cluster (every running job
+             and this round's placements gone) — the cpus and memory of its tasks' machines, its
+             devices, the bandwidth of its remote devices' paths
+    pass 2   the policy on the representatives, on the snapshot with pass 1's placements and the
+             reservation held as if they ran
+
+So no backfilled job ever holds what the head's reservation names: the head starts at the latest
+when the jobs holding its reservation now (running, or placed by pass 1: older than it) end.
+Slurm computes that moment from time limits and lets a job backfill only if it ends before it; our
+jobs have no time limits, so a backfilled job simply stays off the reserved resources.
+
+Starving heads: a head that has waited `starving_after` rounds (W) or more gets the same reservation
+against the younger jobs of the window too (pass 1 then places only the jobs up to the head, and pass
+2 the rest of the window and the representatives): once W passes the bound, no job submitted after
+it takes what it waits for (the liveness rule, docs/design-decisions.md).
+
+Pure: the policy is pure, and so is this. `rng` is the round's; the reservation draws from a child of
+it so that pass 1 sees the stream it saw before backfill existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from disagg.model import Allocation, Cluster, Job
+from disagg.placement.base import Clock, Policy, no_clock
+from disagg.placement.decisions import Decisions, JobPlacement, Unplaced
+
+#: The job name a reservation's allocations carry (what `FreeState` sees as running there).
+RESERVED = "reserved-for-"
+
+
+@dataclass(frozen=True)
+class Round:
+    """A round with backfill: the merged decisions, the head and its reservation (if any)."""
+
+    decisions: Decisions
+    head: str | None = None
+    reservation: JobPlacement | None = None
+    backfill: tuple[str, ...] = field(default_factory=tuple)
+
+
+def as_allocations(placed: Sequence[JobPlacement], prefix: str = "") -> tuple[Allocation, ...]:
+    """Placements as running allocations (one per task, its remote devices' traffic on its uplink), so
+    that a policy's snapshot holds them the way it holds a running job."""
+    return tuple(
+        Allocation(prefix + p.job, t.machine, t.cpus, t.memory_gb, tuple(d.id for d in t.devices),
+                   sum(d.network_gbps for d in t.devices if d.remote))
+        for p in placed for t in p.tasks)
+
+
+def holding(snapshot: Cluster, extra: tuple[Allocation, ...]) -> Cluster:
+    """The snapshot with `extra` held as if it ran."""
+    return replace(snapshot, allocations=snapshot.allocations + extra) if extra else snapshot
+
+
+def reservation(policy: Policy, snapshot: Cluster, head: Job, now: float, rng: np.random.Generator,
+                clock: Clock = no_clock) -> JobPlacement | None:
+    """Where `policy` would put `head` on the idle cluster (nothing running, nothing else placed); None
+    when it could not place it even then (it cannot fit at all: nothing to reserve)."""
+    decided = policy.place(replace(snapshot, allocations=()), [head], now, rng, clock)
+    return decided.placed[0] if decided.placed else None
+
+
+def place_round(policy: Policy, snapshot: Cluster, window: Sequence[Job], extra: Sequence[Job], now: float,
+                rng: np.random.Generator, clock: Clock = no_clock, starving_after: int | None = None) -> Round:
+    """One round with backfill (module docstring). `window`: the oldest queued jobs, oldest first;
+    `extra`: the representatives of the rest of the queue (placed only where the head's reservation is
+    not); `starving_after`: the W from which the head's reservation holds against the window too."""
+    first = policy.place(snapshot, window, now, rng, clock)
+    waiting = {u.job for u in first.unplaced}
+    head = next((j for j in window if j.name in waiting), None)
+    if not extra and (head is None or starving_after is None or head.wait_rounds < starving_after):
+        return Round(first)
+    if head is None:  # the whole window placed: nothing to reserve, the rest backfills beside it
+        second = policy.place(holding(snapshot, as_allocations(first.placed)), extra, now, rng, clock)
+        return Round(_merge(policy.name, first, second, tuple(j.name for j in extra)), None, None,
+                     tuple(j.name for j in extra))
+    younger: list[Job] = []
+    if starving_after is not None and head.wait_rounds >= starving_after:
+        # The head has starved long enough: the younger jobs of the window backfill around it too.
+        at = next(i for i, j in enumerate(window) if j.name == head.name)
+        younger = list(window[at + 1:])
+        first = policy.place(snapshot, window[:at + 1], now, rng, clock)
+        if head.name not in {u.job for u in first.unplaced}:
+            younger_first = policy.place(holding(snapshot, as_allocations(first.placed)), younger, now, rng, clock)
+            return Round(_merge(policy.name, first, younger_first, ()))
+    child = np.random.default_rng(rng.integers(2**63))
+    target = reservation(policy, snapshot, head, now, child, clock)
+    held = as_allocations(first.placed) + (as_allocations([target], RESERVED) if target else ())
+    backfill = [*younger, *extra]
+    second = policy.place(holding(snapshot, held), backfill, now, rng, clock)
+    return Round(_merge(policy.name, first, second, tuple(j.name for j in extra), head.name if target else None),
+                 head.name, target, tuple(j.name for j in backfill))
+
+
+def _merge(name: str, first: Decisions, second: Decisions, extra: tuple[str, ...], head: str | None = None
+           ) -> Decisions:
+    """Both passes as one round's decisions; a backfill candidate left waiting says it was one."""
+    behind = f" (backfill: the resources reserved for {head} were held)" if head else ""
+    unplaced = tuple(Unplaced(u.job, u.reason, u.message + behind) if u.job in extra else u
+                     for u in second.unplaced)
+    timings = {k: first.timings.get(k, 0.0) + second.timings.get(k, 0.0) for k in first.timings.keys()
+               | second.timings.keys()}
+    stats = {k: first.stats.get(k, 0) + second.stats.get(k, 0) for k in first.stats.keys() | second.stats.keys()}
+    stats["backfilled"] = sum(1 for p in second.placed if p.job in extra)
+    seen = {p.job for p in first.preempted}
+    preempted = first.preempted + tuple(p for p in second.preempted if p.job not in seen)
+    return Decisions(name, first.placed + second.placed, first.unplaced + unplaced, timings, stats, preempted)
