@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
+from typing import Protocol
 
 import numpy as np
 
@@ -49,10 +50,35 @@ def request_usage(job: Job) -> Usage:
     return out
 
 
-def placement_usage(p: JobPlacement) -> Usage:
-    """What a placement holds: its tasks' cpus and memory, its devices by kind, its remote devices'
-    bandwidth."""
-    out: Usage = {"cpus": 0.0, "memory_gb": 0.0}
+class _Device(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def remote(self) -> bool: ...
+    @property
+    def network_gbps(self) -> float: ...
+
+
+class _Task(Protocol):
+    @property
+    def cpus(self) -> float: ...
+    @property
+    def memory_gb(self) -> float: ...
+    @property
+    def devices(self) -> Sequence[_Device]: ...
+
+
+class _Placed(Protocol):
+    @property
+    def tasks(self) -> Sequence[_Task]: ...
+
+
+def placement_usage(p: JobPlacement | _Placed, into: Usage | None = None) -> Usage:
+    """What a placement holds — a round's `JobPlacement` or a live slice's `SlicePlacement`: its tasks'
+    cpus and memory, its devices by kind, its remote devices' bandwidth (added to `into`, when given)."""
+    out: Usage = into if into is not None else {}
+    out.setdefault("cpus", 0.0)
+    out.setdefault("memory_gb", 0.0)
     for t in p.tasks:
         out["cpus"] += t.cpus
         out["memory_gb"] += t.memory_gb

@@ -18,6 +18,7 @@ from sqlalchemy import Table, delete, func, insert, select
 from disagg.model import Job
 from disagg.model.states import LIVE_SLICE_STATES, Health, JobState, SliceState
 from disagg.model.tenancy import Holder
+from disagg.placement.usage import placement_usage
 from disagg.store.base import StoreBase
 from disagg.store.jobs import model_job
 from disagg.store.lifecycle import note_job
@@ -105,14 +106,7 @@ class TenantOps(StoreBase):
                 select(_jobs.c.id, _jobs.c.tenant).where(_jobs.c.id.in_([j for _, j, _ in placed])))}
         out: dict[str, dict[str, float]] = {}
         for _, job, p in placed:
-            mine = out.setdefault(str(owners.get(job, "?")), {"cpus": 0.0, "memory_gb": 0.0})
-            for t in p.tasks:
-                mine["cpus"] += t.cpus
-                mine["memory_gb"] += t.memory_gb
-                for d in t.devices:
-                    mine[d.kind] = mine.get(d.kind, 0.0) + 1.0
-                    if d.remote and d.network_gbps > 0:
-                        mine["network_gbps"] = mine.get("network_gbps", 0.0) + d.network_gbps
+            placement_usage(p, out.setdefault(str(owners.get(job, "?")), {}))
         return out
 
     def capacity(self) -> dict[str, float]:

@@ -10,7 +10,7 @@ Listings read columns, not ORM objects, where they read every device (52,500 dev
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select
@@ -152,6 +152,18 @@ def _split_page(rows: list[Any], limit: int | None) -> tuple[bool, list[Any]]:
     return len(rows) > limit, rows[:limit]
 
 
+def _newest_first(s: Session, q: Any, order: Any, ident: Any, after: Key | None, limit: int,
+                  kind: Callable[[Any], Any]) -> tuple[list[Any], Key | None]:
+    """One page of `q`'s rows, newest first by (`order`, `ident`), after the key `after` (keyset paging:
+    a page stays right while rows come and go); the rows and the next page's key (None: the last page)."""
+    if after is not None:
+        at, key = kind(after[0]), str(after[1])
+        q = q.where(or_(order < at, and_(order == at, ident < key)))
+    rows = list(s.scalars(q.order_by(order.desc(), ident.desc()).limit(limit + 1)))
+    more, rows = rows[limit:], rows[:limit]
+    return rows, ([getattr(rows[-1], order.key), getattr(rows[-1], ident.key)] if more else None)
+
+
 class ViewOps(StoreBase):
     """The named reads the API, the dashboard and the metrics show (a tenant sees only its own jobs)."""
 
@@ -179,13 +191,8 @@ class ViewOps(StoreBase):
                 q = q.where(JobRow.tenant == who.tenant)
             if state is not None:
                 q = q.where(JobRow.state == state)
-            if after is not None:
-                seq, ident = int(after[0]), str(after[1])
-                q = q.where(or_(JobRow.seq < seq, and_(JobRow.seq == seq, JobRow.id < ident)))
-            rows = list(s.scalars(q.order_by(JobRow.seq.desc(), JobRow.id.desc()).limit(limit + 1)))
-            more = rows[limit:]
-            rows = rows[:limit]
-            return [_job_out(s, r) for r in rows], ([rows[-1].seq, rows[-1].id] if more else None)
+            rows, key = _newest_first(s, q, JobRow.seq, JobRow.id, after, limit, int)
+            return [_job_out(s, r) for r in rows], key
 
     def slices_list(self, who: Principal, state: str | None = None, steps: bool = False, limit: int = 1000
     ) -> list[dict[str, Any]]:
@@ -201,14 +208,8 @@ class ViewOps(StoreBase):
                 q = q.join(JobRow, JobRow.id == SliceRow.job_id).where(JobRow.tenant == who.tenant)
             if state is not None:
                 q = q.where(SliceRow.state == state)
-            if after is not None:
-                at, ident = float(after[0]), str(after[1])
-                q = q.where(or_(SliceRow.created_at < at, and_(SliceRow.created_at == at, SliceRow.id < ident)))
-            rows = list(s.scalars(q.order_by(SliceRow.created_at.desc(), SliceRow.id.desc()).limit(limit + 1)))
-            more = rows[limit:]
-            rows = rows[:limit]
-            out = [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows]
-            return out, ([rows[-1].created_at, rows[-1].id] if more else None)
+            rows, key = _newest_first(s, q, SliceRow.created_at, SliceRow.id, after, limit, float)
+            return [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows], key
 
     def job_slices(self, job_id: str) -> list[dict[str, Any]]:
         """Every slice of a job (one per attempt), newest first, with its step records (the job page's
