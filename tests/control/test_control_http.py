@@ -10,6 +10,7 @@ also checks that the others are still served, and the API process's RSS is read 
 from __future__ import annotations
 
 import json
+import re
 import select
 import shutil
 import socket
@@ -323,3 +324,27 @@ def test_huge_or_many_headers_are_a_431_and_the_api_stays_small(api: Api) -> Non
     grew, peaked = api.rss_mb() - before, api.rss_mb(peak=True) - peak
     print(f"API RSS {before:.1f} MB before the header attacks, grew {grew:.1f} MB, its peak by {peaked:.1f} MB")
     assert grew < 20 and peaked < 20
+
+
+PIPELINED = {  # what follows a GET /healthz sent in the same write, and the answers due to both
+    "a-get": (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", [200, 200]),
+    "a-body-over-the-limit": (f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n"
+                              .encode(), [200, 413]),
+    "a-stalled-body": (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{", [200, 408]),
+}
+
+
+@pytest.mark.parametrize(("second", "want"), PIPELINED.values(), ids=PIPELINED.keys())
+def test_a_refused_pipelined_request_is_answered_after_the_one_before_it(api: Api, second: bytes,
+                                                                         want: list[int]) -> None:
+    """A refusal is never written into the middle of an earlier request's answer: it follows it."""
+    with api.connect() as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + second)
+        s.settimeout(BODY_TIMEOUT_S + IDLE_TIMEOUT_S + 2)
+        data = b""
+        try:
+            while len(re.findall(rb"HTTP/1\.1 \d{3} ", data)) < 2 and (chunk := s.recv(65536)):
+                data += chunk
+        except TimeoutError:
+            pass
+        assert [int(x) for x in re.findall(rb"HTTP/1\.1 (\d{3}) ", data)] == want, data[:300]

@@ -28,6 +28,8 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
@@ -70,130 +72,158 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
     return 0
 
 
-def guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol with the limits of the module docstring."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class Guarded(HttpToolsProtocol):
-        _timer: asyncio.TimerHandle | None = None
-        _in_head = True  # waiting for (the rest of) a request's line and headers
-        _head_bytes = 0  # bytes of the request's line and headers parsed
-        _head_waiting = 0  # bytes received since the request began, while its head is not whole
-        _body_bytes = 0
-        _refused = False
-        _app_cycle: Any = None  # the app's request/answer of the request being read, once it has one
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of the module docstring (`limits`, set by
+    `guarded_protocol` on a subclass per server: uvicorn makes one protocol object per connection)."""
 
-        def _deadline(self, seconds: float, status: int | None, detail: str) -> None:
-            """Refuse the request with `status` unless `_clear` is called within `seconds`."""
-            self._clear()
-            self._timer = self.loop.call_later(seconds, self._refuse, status, detail)
+    limits = HttpLimits()
+    _timer: asyncio.TimerHandle | None = None
+    _in_head = True  # waiting for (the rest of) a request's line and headers
+    _head_bytes = 0  # bytes of the request's line and headers parsed
+    _head_waiting = 0  # bytes received since the request began, while its head is not whole
+    _body_bytes = 0
+    _refused = False
+    _owed = b""  # a refusal to write once the answers to earlier pipelined requests are written
+    _app_cycle: Any = None  # the app's request/answer of the request being read, once it has one
 
-        def _clear(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+    def _deadline(self, seconds: float, status: int | None, detail: str) -> None:
+        """Refuse the request with `status` unless `_clear` is called within `seconds`."""
+        self._clear()
+        self._timer = self.loop.call_later(seconds, self._refuse, status, detail)
 
-        def _refuse(self, status: int | None, detail: str) -> None:
-            """Answer `status` (None: close without a word) unless the app has begun its answer, end the
-            app's request, close."""
-            self._clear()
+    def _clear(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _refuse(self, status: int | None, detail: str) -> None:
+        """Answer `status` (None, or an answer under way: close without a word), end the app's request,
+        close."""
+        self._clear()
+        self._refused = True
+        transport, cycle = self.transport, self._app_cycle
+        if transport.is_closing():
+            return
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app's receive() says so, and its answer is dropped
+            cycle.message_event.set()
+        if status is not None and cycle is None and not self._may_answer():
+            # A pipelined request refused in its head: answer once the earlier ones are (or close then).
+            self._owed = refusal(status, detail)
+            self._timer = self.loop.call_later(self.limits.body_timeout_s, transport.close)
+        elif status is None or not self._may_answer():
+            transport.close()
+        else:
+            self._answer(refusal(status, detail))
+
+    def _answer(self, answer: bytes) -> None:
+        """Write a refusal, send the end of the connection, drop what still comes for LINGER_S, close."""
+        transport = self.transport
+        transport.write(answer)
+        self.flow.resume_reading()  # to drop what the client still sends (data_received)
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._timer = self.loop.call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
+
+    def _may_answer(self) -> bool:
+        """Whether a refusal may be written now: no answer to an earlier (pipelined) request is owed or
+        under way, and the app has not begun one to this request."""
+        cycle = self._app_cycle
+        if cycle is None:  # still in the head: the previous request must have been answered in full
+            return self.cycle is None or bool(self.cycle.response_complete)
+        return not cycle.response_started and all(queued is not cycle for queued, _ in self.pipeline)
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
             self._refused = True
-            transport, cycle = self.transport, self._app_cycle
-            if transport.is_closing():
-                return
-            if cycle is not None and not cycle.response_complete:
-                cycle.disconnected = True  # the app's receive() says so, and its answer is dropped
-                cycle.message_event.set()
-            if status is None:
-                transport.close()
-                return
-            if cycle is None or not cycle.response_started:
-                transport.write(refusal(status, detail))
-            self.flow.resume_reading()  # to drop what the client still sends (data_received)
-            if transport.can_write_eof():
-                transport.write_eof()
-                self._timer = self.loop.call_later(LINGER_S, transport.close)
-            else:
-                transport.close()
+            transport.write(refusal(503, f"more than {self.limits.max_connections} connections at once"))
+            transport.close()
+            return
+        self._begin_head()
 
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            if len(self.connections) > limits.max_connections:
-                self._refused = True
-                transport.write(refusal(503, f"more than {limits.max_connections} connections at once"))
-                transport.close()
-                return
-            self._begin_head()
+    def _begin_head(self) -> None:
+        self._in_head, self._app_cycle = True, None
+        self._head_bytes = self._head_waiting = self._body_bytes = 0
+        if self._timer is None:  # a silent or slow client is dropped without an answer, as before
+            self._deadline(self.limits.header_timeout_s, None, "")
 
-        def _begin_head(self) -> None:
-            self._in_head, self._app_cycle = True, None
-            self._head_bytes = self._head_waiting = self._body_bytes = 0
-            if self._timer is None:  # a silent or slow client is dropped without an answer, as before
-                self._deadline(limits.header_timeout_s, None, "")
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+        if self._in_head and not self._refused:  # the parser keeps a header until it is whole
+            self._head_waiting += len(data)
+            if self._head_waiting > self.limits.max_header_bytes:
+                self._refuse(431, f"the request's line and headers pass {self.limits.max_header_bytes} bytes")
 
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            super().data_received(data)
-            if self._in_head and not self._refused:  # the parser keeps a header until it is whole
-                self._head_waiting += len(data)
-                if self._head_waiting > limits.max_header_bytes:
-                    self._refuse(431, f"the request's line and headers pass {limits.max_header_bytes} bytes")
+    def _count_head(self, n: int) -> None:
+        """Refuse (431) a head longer than the limit, parsed already (`n` more bytes) or still coming."""
+        self._head_bytes += n
+        if self._head_bytes > self.limits.max_header_bytes:
+            self._refuse(431, f"the request's line and headers pass {self.limits.max_header_bytes} bytes")
 
-        def _count_head(self, n: int) -> None:
-            """Refuse (431) a head longer than the limit, parsed already (`n` more bytes) or still coming."""
-            self._head_bytes += n
-            if self._head_bytes > limits.max_header_bytes:
-                self._refuse(431, f"the request's line and headers pass {limits.max_header_bytes} bytes")
+    def on_url(self, url: bytes) -> None:
+        if not self._refused:
+            super().on_url(url)
+            self._count_head(len(url))
 
-        def on_url(self, url: bytes) -> None:
-            if not self._refused:
-                super().on_url(url)
-                self._count_head(len(url))
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._refused:
+            super().on_header(name, value)
+            self._count_head(len(name) + len(value) + 4)
 
-        def on_header(self, name: bytes, value: bytes) -> None:
-            if not self._refused:
-                super().on_header(name, value)
-                self._count_head(len(name) + len(value) + 4)
+    def on_message_begin(self) -> None:
+        if self._refused:  # the rest of a chunk the refusal came in
+            return
+        super().on_message_begin()
+        self._begin_head()
 
-        def on_message_begin(self) -> None:
-            if self._refused:  # the rest of a chunk the refusal came in
-                return
-            super().on_message_begin()
-            self._begin_head()
+    def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        self._in_head = False
+        self._clear()
+        if _content_length(self.headers) > self.limits.max_body_bytes:
+            self._refuse(413, f"the body passes {self.limits.max_body_bytes} bytes")
+            return
+        super().on_headers_complete()
+        self._app_cycle = self.cycle
+        self._deadline(self.limits.body_timeout_s, 408, f"the body did not come within {self.limits.body_timeout_s} s")
 
-        def on_headers_complete(self) -> None:
-            if self._refused:
-                return
-            self._in_head = False
+    def on_body(self, body: bytes) -> None:
+        if self._refused:
+            return
+        self._body_bytes += len(body)
+        if self._body_bytes > self.limits.max_body_bytes:  # chunked: counted as it comes
+            self._refuse(413, f"the body passes {self.limits.max_body_bytes} bytes")
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._clear()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._owed and not self.transport.is_closing() and self._may_answer():
             self._clear()
-            if _content_length(self.headers) > limits.max_body_bytes:
-                self._refuse(413, f"the body passes {limits.max_body_bytes} bytes")
-                return
-            super().on_headers_complete()
-            self._app_cycle = self.cycle
-            self._deadline(limits.body_timeout_s, 408, f"the body did not come within {limits.body_timeout_s} s")
+            self._unset_keepalive_if_required()
+            self._answer(self._owed)
 
-        def on_body(self, body: bytes) -> None:
-            if self._refused:
-                return
-            self._body_bytes += len(body)
-            if self._body_bytes > limits.max_body_bytes:  # chunked: counted as it comes
-                self._refuse(413, f"the body passes {limits.max_body_bytes} bytes")
-                return
-            super().on_body(body)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._clear()
+        super().connection_lost(exc)
 
-        def on_message_complete(self) -> None:
-            if self._refused:
-                return
-            self._clear()
-            super().on_message_complete()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._clear()
-            super().connection_lost(exc)
-
-    return Guarded
+def guarded_protocol(limits: HttpLimits) -> type[GuardedProtocol]:
+    """The protocol class uvicorn is given: GuardedProtocol with `limits`."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
 
 
 def serve_http(app: FastAPI, settings: Config, sock: socket.socket) -> None:
@@ -205,7 +235,7 @@ def serve_http(app: FastAPI, settings: Config, sock: socket.socket) -> None:
         app,
         http=guarded_protocol(HttpLimits.of(settings)),
         timeout_keep_alive=settings.http_idle_timeout_s,
-        # A connection past the limit is refused when it opens (Guarded.connection_made); requests
+        # A connection past the limit is refused when it opens (GuardedProtocol.connection_made); requests
         # cannot outnumber the connections, so uvicorn's own check (503 once the *open connections*
         # reach it, counting the asking one) is set where it never refuses one that was let in.
         limit_concurrency=settings.http_max_connections + 1,
@@ -215,4 +245,4 @@ def serve_http(app: FastAPI, settings: Config, sock: socket.socket) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-__all__ = ["HttpLimits", "guarded_protocol", "refusal", "serve_http"]
+__all__ = ["GuardedProtocol", "HttpLimits", "guarded_protocol", "refusal", "serve_http"]
