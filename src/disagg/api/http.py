@@ -17,7 +17,9 @@ Every size and every wait a client controls is bounded (docs/security.md, "The H
 
 A refusal is answered like the API's errors (`{"detail", "problems"}`) with `Connection: close`; the
 server then stops reading, sends its end of the connection and drops what still comes for
-`LINGER_S` at most, so that a client still sending its body reads the answer instead of a reset.
+`LINGER_S` at most, so that a client still sending its body reads the answer instead of a reset. A
+refusal is never written into an answer under way: a pipelined request refused in its head is answered
+after the requests before it (or the connection is closed without a word when that cannot be).
 """
 
 from __future__ import annotations
