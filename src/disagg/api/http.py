@@ -28,7 +28,7 @@ import asyncio
 import json
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -47,11 +47,11 @@ _REASONS = {408: "Request Timeout", 413: "Content Too Large", 431: "Request Head
 class HttpLimits:
     """The server's limits (see the module docstring), from the `http_*` settings of the Config."""
 
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    max_header_bytes: int = 16_384
-    max_body_bytes: int = 1_048_576
-    max_connections: int = 256
+    header_timeout_s: float
+    body_timeout_s: float
+    max_header_bytes: int
+    max_body_bytes: int
+    max_connections: int
 
     @classmethod
     def of(cls, settings: Config) -> HttpLimits:
@@ -79,7 +79,7 @@ class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of the module docstring (`limits`, set by
     `guarded_protocol` on a subclass per server: uvicorn makes one protocol object per connection)."""
 
-    limits = HttpLimits()
+    limits: ClassVar[HttpLimits]
     _timer: asyncio.TimerHandle | None = None
     _in_head = True  # waiting for (the rest of) a request's line and headers
     _head_bytes = 0  # bytes of the request's line and headers parsed
