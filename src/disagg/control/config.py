@@ -94,9 +94,15 @@ class Config(BaseModel):
     metrics_public: bool = Field(default=False, description="Serve /metrics without a token (for a scraper).")
     http_header_timeout_s: float = Field(default=10.0, gt=0, le=3600,
                                          description="Time a client has to send a request's headers, seconds.")
+    http_body_timeout_s: float = Field(default=30.0, gt=0, le=3600,
+                                       description="Time a client has to send a request's body, seconds (then 408).")
     http_idle_timeout_s: int = Field(default=5, ge=1, le=3600, description="Idle keep-alive connections close, s.")
     http_max_connections: int = Field(default=256, ge=1, le=100_000,
-                                      description="Connections and requests at once; more get 503.")
+                                      description="Connections open at once; more are answered 503 and closed.")
+    http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576,
+                                       description="Bytes of a request's line and headers (more: 431).")
+    http_max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824,
+                                     description="Bytes of a request's body (more: 413, before it is read).")
 
     def resolved_state_dir(self) -> Path:
         """Where the fabric's state and the jobs' files live: beside an SQLite file, else ./disagg.d."""
