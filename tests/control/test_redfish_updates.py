@@ -152,6 +152,25 @@ def test_the_invariants_of_composing_hold_for_an_update(served) -> None:
                                         "iobox0/gpu1": svc.store.live_slices()[1].id}
 
 
+def test_an_update_whose_attach_fails_is_undone_and_the_system_stays_as_it_was(served) -> None:
+    svc, clients = served
+    alice = clients["alice"]
+    system = compose(alice, "mine", "node0", "iobox0/gpu0")
+    slice_id = svc.store.live_slices()[0].id
+    svc.fabric.inject_attach_timeouts(3)  # every try of the attach step times out
+    with pytest.raises(RedfishFault, match="the update did not take place: update failed: attach-device "
+                                           "iobox0/gpu1 failed") as info:
+        alice.change("POST", f"{system}/{ADD}", json={"ResourceBlock": block("iobox0/gpu1")})
+    assert info.value.status == 409
+    assert blocks_of(alice, system) == ["node0", "iobox0:gpu0"]
+    assert svc.store.any_slice(slice_id).state == SliceState.COMPOSED  # type: ignore[union-attr]
+    assert svc.store.held_devices() == {"iobox0/gpu0": slice_id}
+    assert [(a.device, a.machine) for a in svc.fabric.attachments()] == [("iobox0/gpu0", "node0")]
+    # the next update is made (and its task completes)
+    assert alice.change("POST", f"{system}/{ADD}", json={"ResourceBlock": block("iobox0/gpu1")}).status_code == 204
+    assert blocks_of(alice, system) == ["node0", "iobox0:gpu0", "iobox0:gpu1"]
+
+
 def test_a_job_slice_cannot_be_updated(served) -> None:
     svc, clients = served
     admin = RedfishClient(clients["alice"].base, "admin", svc.store.create_token("admin", admin=True),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskRefused
 from disagg.fabric.base import FabricDriver, FabricError, Mechanism
-from disagg.model.states import SliceOutcome, SliceState
+from disagg.model.states import SliceOutcome, SliceState, StepStatus
 from disagg.store import (
     DropDevice,
     KeepHandle,
@@ -44,6 +44,7 @@ from disagg.store import (
     StepEffect,
     Store,
 )
+from disagg.store.compositions import UPDATE_FAILED
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +188,25 @@ class SliceRunner:
         except SliceAborted:
             return
         except StepFailed as exc:
+            if record.job_id is None and exc.op == "attach-device" and self._undo_update(record, exc):
+                return
             # an engine that refuses the job (no user it may run as) refuses every retry too: it fails
             outcome = SliceOutcome.FAILED if isinstance(exc.cause, TaskRefused) else SliceOutcome.REQUEUE
             self.abort(slice_id, outcome, str(exc), failed_device=_failed_device(exc, self.fabric))
+
+    def _undo_update(self, record: SliceRecord, exc: StepFailed) -> bool:
+        """An attach of an update of a composed composition failed: detach and drop every device whose attach
+        is not done, and compose it again as it was, its detail saying why (the update's task then ends in an
+        exception). False for a composition that was never composed (it fails whole, as a job's slice does)."""
+        machine = plan_of(record).machines[0]
+        if ("launch-machine", machine.name) not in self.store.begun_steps(record.id):
+            return False
+        done = {s.target for s in self.store.slice_steps(record.id) if s.op == "attach-device"
+                and s.status == StepStatus.DONE}
+        self._all([self._detach(record.id, d, machine, SliceState.COMPOSING) for d in machine.devices
+                   if d not in done])
+        log.warning("composition %s: update undone: %s", record.id, exc)
+        return self.store.slice_composed(record.id, f"{UPDATE_FAILED}: {exc}")
 
     def _machine_chain(self, plan: SlicePlan, record: SliceRecord, machine: SliceMachine,
                        leaving: set[str]) -> Callable[[], None]:

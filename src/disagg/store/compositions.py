@@ -15,7 +15,8 @@ same state machine — an attach-device for a device added; a detach-device for 
 the update writes `started` (asked for, not yet tried: tries 0) so that a crash before or during it
 resumes it — and moves it `composing → composed` again. A removed device stays held (and in the
 placement) until its detach is done; the detach's effect (`DropDevice`) releases it and drops it from
-the placement in one transaction.
+the placement in one transaction. An attach of an update that fails is undone (the device detached and
+dropped) and the composition is composed again as it was, its detail saying the update failed.
 
 The Redfish service's read side is here too (`redfish_inventory`): the inventory and every live slice
 (a job's or a composition), from which it draws its blocks, zones and composed systems.
@@ -51,6 +52,8 @@ _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _steps: Table = StepRow.__table__  # type: ignore[assignment]
 #: The steps an update of a composed system runs for a device: attach it, or detach it.
 ATTACH, DETACH = "attach-device", "detach-device"
+#: How a composition whose last update failed (and was undone) says so (its slice's detail).
+UPDATE_FAILED = "update failed"
 
 
 class CompositionRefused(ValueError):
@@ -184,7 +187,7 @@ class CompositionOps(StoreBase):
             why = "; ".join([f"adding {', '.join(d.id for d in added)}"] * bool(added) +
                             [f"removing {', '.join(new)}"] * bool(new))
             move_slice(conn, slice_id, SliceState.COMPOSING, why, (SliceState.COMPOSED,), now,
-                       placement=placement.to_json())
+                       placement=placement.to_json(), detail=None)
             _ask_steps(conn, slice_id, [d.id for d in added], new, now)
             if added:
                 conn.execute(update(_devices).where(_devices.c.id.in_([d.id for d in added])).values(slice_id=slice_id))
@@ -304,4 +307,4 @@ def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]
     return tuple(out)
 
 
-__all__ = ["CompositionOps", "CompositionRefused", "DeviceInfo", "Inventory", "LiveSlice", "NodeRow"]
+__all__ = ["UPDATE_FAILED", "CompositionOps", "CompositionRefused", "DeviceInfo", "Inventory", "LiveSlice", "NodeRow"]

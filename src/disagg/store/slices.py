@@ -227,11 +227,13 @@ class SliceOps(StoreBase):
             return {(str(op), str(target)) for op, target in conn.execute(query)}
 
     # --- moves -------------------------------------------------------------------------------
-    def slice_composed(self, slice_id: str) -> bool:
-        """A composition's machines and devices are all there: composing → composed. False if it left."""
+    def slice_composed(self, slice_id: str, detail: str | None = None) -> bool:
+        """A composition's machines and devices are all there: composing → composed. False if it left.
+        `detail`: why it is composed otherwise than asked (an update that failed and was undone)."""
+        why = "its machine and devices are composed" if detail is None else detail
         with self.write_core() as conn:
-            return move_slice(conn, slice_id, SliceState.COMPOSED, "its machine and devices are composed",
-                              (SliceState.COMPOSING,), time.time()) is not None
+            return move_slice(conn, slice_id, SliceState.COMPOSED, why, (SliceState.COMPOSING,), time.time(),
+                              detail=None if detail is None else detail[:WHY_MAX]) is not None
 
     def abort_slice(self, slice_id: str, outcome: SliceOutcome, detail: str, failed_device: str | None = None) -> bool:
         """Send a composing or running slice to teardown with `outcome`. False if it already left.

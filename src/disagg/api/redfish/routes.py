@@ -377,8 +377,8 @@ def monitor(request: Request, ident: str, who: Caller) -> Response:
     if state == "Running":
         return RedfishResponse(Y.task(s, suffix), 202, {"Location": f"{R.MONITORS}/{ident}"})
     if suffix == Y.UPDATE and state == "Exception":
-        raise RedfishError(409, "GeneralError", f"the update failed: the composition was torn down ({s.detail})",
-                           [s.detail or ""])
+        why = s.detail if s.state == SliceState.COMPOSED else f"the composition was torn down ({s.detail})"
+        raise RedfishError(409, "GeneralError", f"the update did not take place: {why}", [s.detail or ""])
     if suffix:
         return Response(status_code=204)
     if state == "Exception":

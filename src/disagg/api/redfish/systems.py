@@ -41,6 +41,7 @@ from disagg.api.redfish.resources import (
 )
 from disagg.model.states import SliceState
 from disagg.store import LiveSlice
+from disagg.store.compositions import UPDATE_FAILED
 
 T_TASK = "#Task.v1_7_4.Task"
 #: The properties a composition request may carry (anything else is refused, naming it).
@@ -225,15 +226,15 @@ DECOMPOSED = "decomposed by its owner"
 
 def task_state(s: LiveSlice, suffix: str = "") -> str:
     """Running, Completed or Exception: where a composition (`suffix` "": its composing; DECOMPOSE: its
-    decomposition; UPDATE: its last update) stands. An update is done when it is composed again; one whose
-    composition was torn down meanwhile ended in an exception."""
+    decomposition; UPDATE: its last update) stands. An update is done when it is composed again; one that
+    was undone (an attach failed), or whose composition was torn down meanwhile, ended in an exception."""
     gone = s.state in (SliceState.TEARING_DOWN, SliceState.DONE)
     if suffix == DECOMPOSE:
         return "Completed" if s.state == SliceState.DONE else "Running"
     if s.state == SliceState.COMPOSING:
         return "Running"
     if suffix == UPDATE:
-        return "Exception" if gone else "Completed"
+        return "Exception" if gone or (s.detail or "").startswith(UPDATE_FAILED) else "Completed"
     return "Exception" if gone and not (s.detail or "").startswith(DECOMPOSED) else "Completed"
 
 
