@@ -107,6 +107,7 @@ def test_b_runs_a_2_gpu_job_composed_on_a_and_leaves_nothing(federation, runs: P
     seen = []  # the block counts of B's system on A, as A's Redfish service showed them while B composed
     while job(b.url, b_admin, j)["state"] in ("queued", "composing"):
         seen += [len(x["Links"]["ResourceBlocks"]) for x in ours(a.url, tokens["admin"])]
+        time.sleep(0.01)
     assert job(b.url, b_admin, j)["state"] == "running"
     composed = ours(a.url, tokens["admin"])
     assert len(composed) == 1

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from control_helpers import make_service, wait_for
+from control_helpers import make_service, submit, wait_for
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -175,10 +175,9 @@ def test_a_job_slice_cannot_be_updated(served) -> None:
     svc, clients = served
     admin = RedfishClient(clients["alice"].base, "admin", svc.store.create_token("admin", admin=True),
                           transport=clients["alice"].http._transport)
-    from control_helpers import submit
-
-    submit(svc, gpu=1, command=["sh", "-c", "sleep 5"])
-    wait_for(lambda: any(s.state == SliceState.RUNNING for s in svc.store.live_slices()), what="the job's slice")
+    submit(svc, gpu=1, command=["sh", "-c", "sleep 60"])
+    wait_for(lambda: any(s.state == SliceState.RUNNING for s in svc.store.live_slices()), timeout=60,
+             what="the job's slice")
     name = svc.store.live_slices()[0].placement.machines[0].name
     assert "Actions" not in admin.get(f"{SYSTEMS}/{name}")
     with pytest.raises(RedfishFault, match="its blocks are the job's") as info:
