@@ -18,11 +18,14 @@ FAST = ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"]
 SHARED_CSDL = Path(__file__).resolve().parents[3] / "shared" / "redfish" / "csdl"
 
 
-def start_a(root: Path, cluster: Path | None = None) -> tuple[Server, dict[str, str]]:
-    """Disagg A: `disagg serve` on the emulated fabric (the testbed, or `cluster`); tokens admin, alice, bob."""
+def start_a(root: Path, cluster: Path | None = None, updatable: bool = True) -> tuple[Server, dict[str, str]]:
+    """Disagg A: `disagg serve` on the emulated fabric (the testbed, or `cluster`); tokens admin, alice, bob.
+    `updatable`: its composed systems take AddResourceBlock / RemoveResourceBlock (`redfish_updatable`)."""
     root.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{root / 'a.db'}"
-    server = Server(root, db, [*FAST, *(["--cluster", str(cluster)] if cluster else [])])
+    (root / "a.yaml").write_text(yaml.safe_dump({"redfish_updatable": updatable}))
+    server = Server(root, db, [*FAST, "--config", str(root / "a.yaml"),
+                               *(["--cluster", str(cluster)] if cluster else [])])
     server.start()
     server.ready()
     store = Store(db)

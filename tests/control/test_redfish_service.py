@@ -61,6 +61,10 @@ def test_the_service_validator_passes_every_resource(service) -> None:
     for uri in ("/redfish/v1/Systems/Capabilities", f"{BLOCKS}/iobox0:gpu0", f"{BLOCKS}/node1",
                 "/redfish/v1/CompositionService/ResourceZones/pool:iobox0", "/redfish/v1/TaskService/Tasks/"):
         assert f"Validating {uri}" in out.stdout
+    # the walked composition is updatable: its actions were checked against ComputerSystem's CSDL
+    log = next((root / "val").glob("*/RedfishServiceValidatorDebug_*.log")).read_text()
+    for action in ("AddResourceBlock", "RemoveResourceBlock"):
+        assert f"PASS - /Actions/#ComputerSystem.{action}/target" in log
 
 
 def test_the_protocol_validator_fails_only_what_the_docs_explain(service) -> None:
@@ -107,6 +111,18 @@ def test_sushy_lists_blocks_and_zones_and_composes_and_decomposes(service) -> No
     assert str(system.system_type).lower().endswith("composed")
     assert str(blocks.get_member(f"{BLOCKS}/iobox0:gpu1").composition_status.composition_state).lower() \
         .endswith("composed")
+    # sushy 5.14 has no call for AddResourceBlock / RemoveResourceBlock (its ComputerSystem knows only the
+    # Reset action): its connection POSTs to the targets the system advertises
+    actions = root._conn.get(done.headers["Location"]).json()["Actions"]
+    for action, state in (("AddResourceBlock", "composed"), ("RemoveResourceBlock", "unused")):
+        r = root._conn.post(actions[f"#ComputerSystem.{action}"]["target"],
+                            data={"ResourceBlock": {"@odata.id": f"{BLOCKS}/iobox0:gpu2"}})
+        assert r.status_code == 202
+        monitor = r.headers["Location"]
+        wait(lambda m=monitor: root._conn.get(m).status_code == 204, what=action)
+        blocks.refresh()
+        assert str(blocks.get_member(f"{BLOCKS}/iobox0:gpu2").composition_status.composition_state).lower() \
+            .endswith(state)
     r = root._conn.delete(done.headers["Location"])
     assert r.status_code == 202
     wait(lambda: root._conn.get(r.headers["Location"]).status_code == 204, what="the decomposition")

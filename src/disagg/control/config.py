@@ -67,6 +67,9 @@ class Config(BaseModel):
                                        description="How long samples are kept, seconds (default one day).")
     redfish: bool = Field(default=True, description="Serve the inventory as a Redfish CompositionService at "
                                                    "/redfish/v1.")
+    redfish_updatable: bool = Field(default=True, description=(
+        "Let Redfish clients add and remove blocks of a composed system (AddResourceBlock, RemoveResourceBlock, "
+        "PATCH); false: a system is composed at once and only decomposed."))
     preempt_grace_s: float = Field(default=30.0, ge=0.0, le=86_400.0,
                                    description="Seconds a preempted job gets between SIGTERM and the kill.")
     usage_half_life_s: float = Field(default=3600.0, ge=0.0, le=365 * 86_400.0,

@@ -6,7 +6,9 @@
     tearing-down:  stop-task → detach-device (all at once) → destroy-machine (all at once)
     done:          the job gets the slice's outcome (completed, failed, cancelled, or re-queued)
     composed:      a composition (a slice with no job, a Redfish client's system) stops after launch-machine
-                   and holds its machine and devices until its owner decomposes it (then tearing-down)
+                   and holds its machine and devices until its owner decomposes it (then tearing-down);
+                   an update by its owner sends it back to composing: the devices added are attached and
+                   those removed detached (each with its own step), then it is composed again
 
 launch-machine and destroy-machine each have a fabric half (`FabricDriver.compose` / `decompose`): a
 fabric of composable hardware composes the slice machine there (Redfish); others need nothing.
@@ -31,8 +33,9 @@ from dataclasses import dataclass
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskRefused
 from disagg.fabric.base import FabricDriver, FabricError, Mechanism
-from disagg.model.states import SliceOutcome, SliceState
+from disagg.model.states import SliceOutcome, SliceState, StepStatus
 from disagg.store import (
+    DropDevice,
     KeepHandle,
     ReleaseDevice,
     SliceAborted,
@@ -41,6 +44,7 @@ from disagg.store import (
     StepEffect,
     Store,
 )
+from disagg.store.compositions import UPDATE_FAILED
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +171,8 @@ class SliceRunner:
         plan = plan_of(record)
         composing = SliceState.COMPOSING
         try:
-            self._all([self._machine_chain(plan, record, m) for m in plan.machines])
+            leaving = self.store.removals(slice_id) if record.job_id is None else set()
+            self._all([self._machine_chain(plan, record, m, leaving) for m in plan.machines])
             if record.job_id is None:  # a composition: its machine and devices are all it is made of
                 self.store.slice_composed(slice_id)
                 return
@@ -183,19 +188,40 @@ class SliceRunner:
         except SliceAborted:
             return
         except StepFailed as exc:
+            if record.job_id is None and exc.op == "attach-device" and self._undo_update(record, exc):
+                return
             # an engine that refuses the job (no user it may run as) refuses every retry too: it fails
             outcome = SliceOutcome.FAILED if isinstance(exc.cause, TaskRefused) else SliceOutcome.REQUEUE
             self.abort(slice_id, outcome, str(exc), failed_device=_failed_device(exc, self.fabric))
 
-    def _machine_chain(self, plan: SlicePlan, record: SliceRecord, machine: SliceMachine) -> Callable[[], None]:
-        """Attach the machine's devices (at once), then launch it: one chain per slice machine."""
+    def _undo_update(self, record: SliceRecord, exc: StepFailed) -> bool:
+        """An attach of an update of a composed composition failed: detach and drop every device whose attach
+        is not done, and compose it again as it was, its detail saying why (the update's task then ends in an
+        exception). False for a composition that was never composed (it fails whole, as a job's slice does)."""
+        machine = plan_of(record).machines[0]
+        if ("launch-machine", machine.name) not in self.store.begun_steps(record.id):
+            return False
+        done = {s.target for s in self.store.slice_steps(record.id) if s.op == "attach-device"
+                and s.status == StepStatus.DONE}
+        self._all([self._detach(record.id, d, machine, SliceState.COMPOSING) for d in machine.devices
+                   if d not in done])
+        log.warning("composition %s: update undone: %s", record.id, exc)
+        return self.store.slice_composed(record.id, f"{UPDATE_FAILED}: {exc}")
+
+    def _machine_chain(self, plan: SlicePlan, record: SliceRecord, machine: SliceMachine,
+                       leaving: set[str]) -> Callable[[], None]:
+        """Attach the machine's devices (at once), then launch it: one chain per slice machine. `leaving`: the
+        devices an update of a composition removes: detached instead (their release drops them from it)."""
 
         def chain() -> None:
             attaches = []
             for dev in machine.devices:
                 placed = record.placement.device(dev)
                 gbps = placed.network_gbps if placed is not None else 0.0
-                attaches.append(self._attach(plan.slice_id, dev, machine, dev in machine.remote, gbps))
+                if dev in leaving:
+                    attaches.append(self._detach(plan.slice_id, dev, machine, SliceState.COMPOSING))
+                else:
+                    attaches.append(self._attach(plan.slice_id, dev, machine, dev in machine.remote, gbps))
             self._all(attaches)
 
             def launch() -> None:
@@ -251,11 +277,14 @@ class SliceRunner:
         self._all([self._destroy(plan, m) for m in plan.machines if ("launch-machine", m.name) in begun])
         self.store.settle_slice(slice_id)
 
-    def _detach(self, slice_id: str, device: str, machine: SliceMachine) -> Callable[[], None]:
+    def _detach(self, slice_id: str, device: str, machine: SliceMachine, guard: SliceState | None = None
+                ) -> Callable[[], None]:
+        """Detach one device: at teardown (released), or composing, an update's removal (dropped as well)."""
+
         def detach() -> None:
             self.step(slice_id, "detach-device", device,
                       lambda: self.fabric.detach(device, machine.host, slice_machine=machine),
-                      lambda: ReleaseDevice(device))
+                      lambda: DropDevice(device) if guard is not None else ReleaseDevice(device), guard)
 
         return detach
 

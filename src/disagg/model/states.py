@@ -14,6 +14,7 @@ every move it makes is recorded as an event (from, to, when, why) — the histor
             queued | composing | running → cancelled | failed
     slice:  composing → running → tearing-down → done;  composing → tearing-down
             composing → composed → tearing-down   (a composition with no job: a Redfish client's system)
+            composed → composing                   (its owner adds or removes a device: composed again after)
     step:   started → done | failed;  started | failed → started   (run again after a crash or a retry)
 """
 
@@ -50,7 +51,8 @@ class SliceState(StrEnum):
     COMPOSING = "composing"
     RUNNING = "running"
     #: A slice with no job (a Redfish client composed it): it holds its machine and devices, composed,
-    #: until its owner decomposes it (`DELETE /redfish/v1/Systems/{id}`).
+    #: until its owner decomposes it (`DELETE /redfish/v1/Systems/{id}`); an update (a device added or
+    #: removed) sends it back to composing for the steps it needs.
     COMPOSED = "composed"
     TEARING_DOWN = "tearing-down"
     DONE = "done"
@@ -162,7 +164,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 SLICE_TRANSITIONS: dict[SliceState, frozenset[SliceState]] = {
     SliceState.COMPOSING: frozenset({SliceState.RUNNING, SliceState.COMPOSED, SliceState.TEARING_DOWN}),
     SliceState.RUNNING: frozenset({SliceState.TEARING_DOWN}),
-    SliceState.COMPOSED: frozenset({SliceState.TEARING_DOWN}),
+    SliceState.COMPOSED: frozenset({SliceState.TEARING_DOWN, SliceState.COMPOSING}),
     SliceState.TEARING_DOWN: frozenset({SliceState.DONE}),
     SliceState.DONE: frozenset(),
 }

@@ -12,6 +12,7 @@ from disagg.store.jobs import IdempotencyConflict, JobLive, JobSummary, job_dict
 from disagg.store.plans import CommitResult, slice_placement
 from disagg.store.repository import Store
 from disagg.store.slices import (
+    DropDevice,
     KeepHandle,
     ReleaseDevice,
     SliceAborted,
@@ -29,6 +30,7 @@ __all__ = [
     "LIVE_SLICE_STATES",
     "CommitResult",
     "CompositionRefused",
+    "DropDevice",
     "DuplicateKey",
     "FabricHealth",
     "IdempotencyConflict",

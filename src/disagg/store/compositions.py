@@ -7,6 +7,17 @@ no slice — and creates a slice `composing` that holds them, owned by the tenan
 loop composes it through the same six-operation state machine as a job's slice (attach-device,
 launch-machine), and it stays `composed` until its owner decomposes it (`decompose`: to teardown).
 
+A composed system is updatable (Redfish `AddResourceBlock` / `RemoveResourceBlock`, or a PATCH of its
+blocks): `update_composition` checks, in one transaction, what `compose` checks for the devices added
+(each free; a remove names a device the system holds, never its machine), writes the new placement and
+sends the slice back `composed → composing`; the loop then runs the steps the update needs through the
+same state machine — an attach-device for a device added; a detach-device for one removed, whose row
+the update writes `started` (asked for, not yet tried: tries 0) so that a crash before or during it
+resumes it — and moves it `composing → composed` again. A removed device stays held (and in the
+placement) until its detach is done; the detach's effect (`DropDevice`) releases it and drops it from
+the placement in one transaction. An attach of an update that fails is undone (the device detached and
+dropped) and the composition is composed again as it was, its detail saying the update failed.
+
 The Redfish service's read side is here too (`redfish_inventory`): the inventory and every live slice
 (a job's or a composition), from which it draws its blocks, zones and composed systems.
 """
@@ -14,9 +25,9 @@ The Redfish service's read side is here too (`redfish_inventory`): the inventory
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection, Table, select, update
+from sqlalchemy import Connection, Table, delete, insert, select, update
 
 from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
 from disagg.model.states import (
@@ -25,11 +36,12 @@ from disagg.model.states import (
     Health,
     SliceOutcome,
     SliceState,
+    StepStatus,
 )
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import move_slice, new_slices
-from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow
+from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow, StepRow
 from disagg.store.snapshot import room_left
 
 _machines: Table = MachineRow.__table__  # type: ignore[assignment]
@@ -37,6 +49,11 @@ _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 _links: Table = LinkRow.__table__  # type: ignore[assignment]
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
+_steps: Table = StepRow.__table__  # type: ignore[assignment]
+#: The steps an update of a composed system runs for a device: attach it, or detach it.
+ATTACH, DETACH = "attach-device", "detach-device"
+#: How a composition whose last update failed (and was undone) says so (its slice's detail).
+UPDATE_FAILED = "update failed"
 
 
 class CompositionRefused(ValueError):
@@ -140,6 +157,49 @@ class CompositionOps(StoreBase):
             return move_slice(conn, slice_id, SliceState.TEARING_DOWN, why, DECOMPOSABLE_SLICE_STATES, time.time(),
                               outcome=SliceOutcome.CANCELLED, detail=why) is not None
 
+    def update_composition(self, slice_id: str, add: list[str], remove: list[str]) -> bool:
+        """Add devices to and remove devices from a composed composition (module docstring): the slice goes
+        back to `composing` until the loop has attached and detached them.
+
+        CompositionRefused: `in_use` for a device added that is not free, or for a composition that is not
+        `composed` (it is composing, or being torn down: an update waits for the last one to end);
+        `unknown` for a device added that does not exist or one removed that the composition does not hold,
+        or for its machine (a composition is its machine: decompose it instead). False: nothing to change
+        (a repeat of an update that was made).
+        """
+        now = time.time()
+        with self.write_core(urgent=True) as conn:
+            row = conn.execute(select(_slices.c.state, _slices.c.job_id, _slices.c.placement)
+                               .where(_slices.c.id == slice_id)).first()
+            if row is None or row.job_id is not None:
+                raise CompositionRefused(f"no composition {slice_id!r}", unknown=(slice_id,))
+            if row.state != SliceState.COMPOSED:
+                raise CompositionRefused(f"composition {slice_id} is {row.state}: it can be updated once it is "
+                                         "composed", in_use=(slice_id,))
+            placement = SlicePlacement.from_json(slice_id, row.placement)
+            task = placement.tasks[0]
+            new = _removable(task, remove)
+            host_rack = conn.execute(select(_machines.c.rack).where(_machines.c.name == task.machine)).scalar_one()
+            added = _devices_for(conn, task.machine, host_rack, [d for d in add if placement.device(d) is None])
+            if not added and not new:
+                return False
+            placement = SlicePlacement(slice_id, (replace(task, devices=task.devices + added), *placement.tasks[1:]))
+            why = "; ".join([f"adding {', '.join(d.id for d in added)}"] * bool(added) +
+                            [f"removing {', '.join(new)}"] * bool(new))
+            move_slice(conn, slice_id, SliceState.COMPOSING, why, (SliceState.COMPOSED,), now,
+                       placement=placement.to_json(), detail=None)
+            _ask_steps(conn, slice_id, [d.id for d in added], new, now)
+            if added:
+                conn.execute(update(_devices).where(_devices.c.id.in_([d.id for d in added])).values(slice_id=slice_id))
+        return True
+
+    def removals(self, slice_id: str) -> set[str]:
+        """The devices an update asked to detach from a composition that are not detached yet."""
+        s = _steps.c
+        query = select(s.target).where(s.slice_id == slice_id, s.op == DETACH, s.status != StepStatus.DONE)
+        with self.read_core() as conn:
+            return {str(t) for t in conn.execute(query).scalars()}
+
     def any_slice(self, slice_id: str) -> LiveSlice | None:
         """One slice, live or not (None when it never was)."""
         with self.read_core() as conn:
@@ -157,6 +217,31 @@ class CompositionOps(StoreBase):
             devices = tuple(DeviceInfo(*row) for row in conn.execute(query.order_by(d.position)))
             down = frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
             return Inventory(nodes, devices, tuple(_slices_read(conn)), down)
+
+
+def _removable(task: PlacedTask, remove: list[str]) -> list[str]:
+    """The devices to remove that the composition holds; CompositionRefused naming one it does not hold."""
+    held = {d.id for d in task.devices}
+    if task.machine in remove:
+        raise CompositionRefused(f"{task.machine} is the composition's machine: it cannot be removed (decompose the "
+                                 "composition instead)", unknown=(task.machine,))
+    stray = tuple(d for d in remove if d not in held)
+    if stray:
+        raise CompositionRefused(f"device {stray[0]!r} is not part of the composition", unknown=stray)
+    return list(dict.fromkeys(remove))
+
+
+def _ask_steps(conn: Connection, slice_id: str, added: list[str], removed: list[str], now: float) -> None:
+    """The steps an update asks for: a device added gets a fresh attach (its old attach and detach, from an
+    earlier time it was part of the composition, are forgotten); a device removed a detach, `started` with
+    no try yet, which the loop runs (and a restart resumes)."""
+    s = _steps.c
+    if added:
+        conn.execute(delete(_steps).where(s.slice_id == slice_id, s.op.in_((ATTACH, DETACH)), s.target.in_(added)))
+    if removed:
+        conn.execute(delete(_steps).where(s.slice_id == slice_id, s.op == DETACH, s.target.in_(removed)))
+        conn.execute(insert(_steps), [{"slice_id": slice_id, "op": DETACH, "target": d, "status": StepStatus.STARTED,
+                                       "tries": 0, "started_at": now} for d in removed])
 
 
 def _share(have_cpus: float, have_mem: float, cpus: float | None, memory_gb: float | None) -> tuple[float, float]:
@@ -222,4 +307,4 @@ def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]
     return tuple(out)
 
 
-__all__ = ["CompositionOps", "CompositionRefused", "DeviceInfo", "Inventory", "LiveSlice", "NodeRow"]
+__all__ = ["UPDATE_FAILED", "CompositionOps", "CompositionRefused", "DeviceInfo", "Inventory", "LiveSlice", "NodeRow"]

@@ -9,7 +9,7 @@ Every state change goes through `disagg.store.lifecycle`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, bindparam, func, insert, select, update
@@ -117,7 +117,15 @@ class ReleaseDevice:
     device: str
 
 
-StepEffect = KeepHandle | SliceRunning | ReleaseDevice
+@dataclass(frozen=True)
+class DropDevice:
+    """After the detach-device an update of a composition asked for: the device no longer belongs to the
+    slice, nor to its placement (the composed system no longer lists it)."""
+
+    device: str
+
+
+StepEffect = KeepHandle | SliceRunning | ReleaseDevice | DropDevice
 
 
 def _record(row: Any) -> SliceRecord:
@@ -219,11 +227,13 @@ class SliceOps(StoreBase):
             return {(str(op), str(target)) for op, target in conn.execute(query)}
 
     # --- moves -------------------------------------------------------------------------------
-    def slice_composed(self, slice_id: str) -> bool:
-        """A composition's machines and devices are all there: composing → composed. False if it left."""
+    def slice_composed(self, slice_id: str, detail: str | None = None) -> bool:
+        """A composition's machines and devices are all there: composing → composed. False if it left.
+        `detail`: why it is composed otherwise than asked (an update that failed and was undone)."""
+        why = "its machine and devices are composed" if detail is None else detail
         with self.write_core() as conn:
-            return move_slice(conn, slice_id, SliceState.COMPOSED, "its machine and devices are composed",
-                              (SliceState.COMPOSING,), time.time()) is not None
+            return move_slice(conn, slice_id, SliceState.COMPOSED, why, (SliceState.COMPOSING,), time.time(),
+                              detail=None if detail is None else detail[:WHY_MAX]) is not None
 
     def abort_slice(self, slice_id: str, outcome: SliceOutcome, detail: str, failed_device: str | None = None) -> bool:
         """Send a composing or running slice to teardown with `outcome`. False if it already left.
@@ -291,13 +301,23 @@ def _apply_effect(conn: Connection, slice_id: str, effect: StepEffect) -> None:
     now = time.time()
     if isinstance(effect, KeepHandle):
         conn.execute(update(_slices).where(_slices.c.id == slice_id).values(handle=effect.handle))
-    elif isinstance(effect, ReleaseDevice):
+    elif isinstance(effect, ReleaseDevice | DropDevice):
         conn.execute(update(_devices).where(_devices.c.id == effect.device, _devices.c.slice_id == slice_id)
                      .values(slice_id=None))
+        if isinstance(effect, DropDevice):
+            _drop_from_placement(conn, slice_id, effect.device)
     elif move_slice(conn, slice_id, SliceState.RUNNING, "launched", (SliceState.COMPOSING,), now) is not None:
         job_id = conn.execute(select(_slices.c.job_id).where(_slices.c.id == slice_id)).scalar_one()
         move_job(conn, job_id, JobState.RUNNING, "launched", (JobState.COMPOSING,), now, reason=None,
                  reason_code=None)
+
+
+def _drop_from_placement(conn: Connection, slice_id: str, device: str) -> None:
+    raw = conn.execute(select(_slices.c.placement).where(_slices.c.id == slice_id)).scalar_one()
+    placement = SlicePlacement.from_json(slice_id, raw)
+    tasks = tuple(replace(t, devices=tuple(d for d in t.devices if d.id != device)) for t in placement.tasks)
+    conn.execute(update(_slices).where(_slices.c.id == slice_id)
+                 .values(placement=SlicePlacement(slice_id, tasks).to_json()))
 
 
 def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
@@ -323,6 +343,7 @@ def _settle_job(conn: Connection, job: Any, sl: Any, now: float) -> None:
 
 
 __all__ = [
+    "DropDevice",
     "KeepHandle",
     "ReleaseDevice",
     "SliceAborted",

@@ -3,7 +3,9 @@ turns it off).
 
 Machines and devices are ResourceBlocks in ResourceZones (one per rack and per pool); live slice
 machines are composed ComputerSystems; `POST /redfish/v1/Systems` composes a slice with no job through
-the same slice state machine, owned by the caller's tenant until `DELETE` decomposes it. So a Redfish
+the same slice state machine, owned by the caller's tenant until `DELETE` decomposes it; unless
+`redfish_updatable: false`, its owner adds and removes blocks (`#ComputerSystem.AddResourceBlock`,
+`RemoveResourceBlock`, a PATCH of its blocks), each update a move `composed → composing → composed`. So a Redfish
 tool, or another disagg (`fabric: {driver: redfish}`), can drive disagg's pools. A sub-application of
 its own: Redfish's errors, headers and authentication differ from the REST API's (`protocol`, `auth`).
 

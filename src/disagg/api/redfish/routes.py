@@ -1,6 +1,7 @@
 """The Redfish service's routes: reads of the inventory as resources, and the writes a Redfish client
-makes — log in and out, compose a system (`POST Systems`), decompose it (`DELETE Systems/{id}`) — each
-following its task monitor. Unauthenticated: `/redfish`, the service root, `$metadata`, `odata` and the
+makes — log in and out, compose a system (`POST Systems`), add and remove its blocks (its actions, or a
+PATCH of its blocks, where the service lets compositions be updated), decompose it (`DELETE Systems/{id}`)
+— each following its task monitor. Unauthenticated: `/redfish`, the service root, `$metadata`, `odata` and the
 login itself; everything else needs a session, Basic credentials or a bearer token (`auth.caller`)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from disagg.api.redfish import resources as R
 from disagg.api.redfish import services as S
 from disagg.api.redfish import systems as Y
 from disagg.api.redfish.auth import Sessions, caller, login
-from disagg.api.redfish.protocol import RedfishError, RedfishResponse, check_if_match
+from disagg.api.redfish.protocol import RedfishError, RedfishResponse, check_if_match, etag
 from disagg.control.jobs import JobService
 from disagg.model.states import DECOMPOSABLE_SLICE_STATES, SliceState
 from disagg.store import CompositionRefused, LiveSlice, Principal, Store
@@ -32,6 +33,11 @@ def _store(request: Request) -> Store:
 def _view(request: Request, who: Principal) -> R.View:
     """The inventory as `who` sees it: every block and zone, the systems of its own slices (all: an admin)."""
     return R.View(_store(request).redfish_inventory(), lambda s: who.admin or s.tenant == who.tenant)
+
+
+def _updatable(request: Request) -> bool:
+    """Whether compositions may be updated (`redfish_updatable`, on by default)."""
+    return bool(getattr(request.app.state.jobs.config, "redfish_updatable", True))
 
 
 def _found(payload: dict[str, Any] | None, what: str) -> RedfishResponse:
@@ -194,13 +200,13 @@ def systems(request: Request, who: Caller) -> RedfishResponse:
 
 
 @router.api_route("/v1/Systems/Capabilities", methods=GET)
-def capabilities(_who: Caller) -> RedfishResponse:
-    return RedfishResponse(Y.capabilities())
+def capabilities(request: Request, _who: Caller) -> RedfishResponse:
+    return RedfishResponse(Y.capabilities(_updatable(request)))
 
 
 @router.api_route("/v1/Systems/{ident}", methods=GET)
 def system(request: Request, ident: str, who: Caller) -> RedfishResponse:
-    return _found(Y.system(_view(request, who), ident), f"system {ident}")
+    return _found(Y.system(_view(request, who), ident, _updatable(request)), f"system {ident}")
 
 
 @router.post("/v1/Systems")
@@ -242,24 +248,105 @@ def decompose(request: Request, ident: str, who: Caller) -> RedfishResponse:
     if s.job_id is not None:
         raise RedfishError(405, "ResourceCannotBeDeleted", f"system {ident} is the slice of job {s.job_id}: "
                            f"cancel the job (DELETE /v1/jobs/{s.job_id})", [ident])
-    payload = Y.system(view, ident)
+    payload = Y.system(view, ident, _updatable(request))
     check_if_match(request, payload or {})
     store = _store(request)
     if s.state in DECOMPOSABLE_SLICE_STATES:
         store.decompose(s.id, Y.DECOMPOSED)
         request.app.state.jobs.wake()
     now = store.any_slice(s.id) or s
-    return RedfishResponse(Y.task(now, decompose=True), 202, {"Location": f"{R.MONITORS}/{s.id}{Y.DECOMPOSE}"})
+    return RedfishResponse(Y.task(now, Y.DECOMPOSE), 202, {"Location": f"{R.MONITORS}/{s.id}{Y.DECOMPOSE}"})
+
+
+# --- systems: updating (AddResourceBlock, RemoveResourceBlock, PATCH) ------------------------------
+def _updating(request: Request, who: Principal, ident: str) -> tuple[R.View, LiveSlice, dict[str, Any]]:
+    """The composition an update names, the caller's view and its payload; 404, or 400 when it cannot be
+    updated (a job's slice; a service configured with `redfish_updatable: false`)."""
+    view = _view(request, who)
+    found = view.machines_of_slices().get(ident)
+    payload = Y.system(view, ident, _updatable(request))
+    if found is None or payload is None:
+        raise RedfishError(404, "ResourceNotFound", f"system {ident} does not exist", [ident])
+    s, _ = found
+    if s.job_id is not None or not _updatable(request):
+        why = (f"system {ident} is the slice of job {s.job_id}: its blocks are the job's" if s.job_id is not None
+               else "this service composes systems at once (redfish_updatable: false)")
+        raise RedfishError(400, "ActionNotSupported", why, [ident])
+    check_if_match(request, payload)
+    return view, s, payload
+
+
+def _update(request: Request, s: LiveSlice, ident: str, add: list[str], remove: list[str], what: str) -> Response:
+    """Update the composition (`Store.update_composition`): 202 and the update's task monitor; 204 when
+    there was nothing to change. 409 ResourceInUse for a block in use (or a system not composed yet), 400
+    naming a block that cannot be added or removed."""
+    store = _store(request)
+    try:
+        changed = store.update_composition(s.id, add, remove)
+    except CompositionRefused as exc:
+        if exc.in_use == (s.id,):
+            raise RedfishError(409, "ResourceInUse", str(exc), [f"{R.SYSTEMS}/{ident}"]) from None
+        if exc.in_use:
+            _refused(exc)
+        uris = [f"{R.BLOCKS}/{R.block_id(x)}" for x in exc.unknown]
+        raise RedfishError(400, "ActionParameterValueNotInList", str(exc), [uris[0], "ResourceBlock", what]) from None
+    if not changed:
+        return Response(status_code=204)
+    request.app.state.jobs.wake()
+    now = store.any_slice(s.id) or s
+    return RedfishResponse(Y.task(now, Y.UPDATE), 202, {"Location": f"{R.MONITORS}/{s.id}{Y.UPDATE}"})
+
+
+@router.post("/v1/Systems/{ident}/Actions/ComputerSystem.{action}")
+async def system_action(request: Request, ident: str, action: str, who: Caller) -> Response:
+    """`#ComputerSystem.AddResourceBlock` / `RemoveResourceBlock`: one block added to or removed from a
+    composition, through its slice's state machine (module docstring of `disagg.store.compositions`)."""
+    if action not in Y.ACTIONS:
+        raise RedfishError(404, "ResourceNotFound", f"system {ident} has no action {action}", [action])
+    body = await _json(request)
+    view, s, payload = await run_in_threadpool(_updating, request, who, ident)
+    req = Y.parse_action(body, action)
+    if req.system_etag is not None and req.system_etag != etag(payload):
+        raise RedfishError(412, "PreconditionFailed", "ComputerSystemETag is not the system's current ETag")
+    block = R.block(view, R.block_id(req.block))
+    if block is None:
+        uri = f"{R.BLOCKS}/{R.block_id(req.block)}"
+        raise RedfishError(400, "ActionParameterValueNotInList", f"resource block {uri} does not exist",
+                           [uri, "ResourceBlock", action])
+    if req.block_etag is not None and req.block_etag != etag(block):
+        raise RedfishError(412, "PreconditionFailed", "ResourceBlockETag is not the block's current ETag")
+    node = view.nodes.get(req.block)
+    if action == "AddResourceBlock" and node is not None and node.kind == "machine":
+        raise RedfishError(400, "ActionParameterValueNotInList", f"a composed system has exactly one Compute "
+                           f"block; {req.block} is another one", [f"{R.BLOCKS}/{R.block_id(req.block)}",
+                                                                   "ResourceBlock", action])
+    add, remove = ([req.block], []) if action == "AddResourceBlock" else ([], [req.block])
+    return await run_in_threadpool(_update, request, s, ident, add, remove, action)
+
+
+@router.patch("/v1/Systems/{ident}")
+async def system_patch(request: Request, ident: str, who: Caller) -> Response:
+    """A new `Links.ResourceBlocks`: the blocks it adds and removes, as the actions would."""
+    body = await _json(request)
+    view, s, _ = await run_in_threadpool(_updating, request, who, ident)
+    m = next(m for m in s.placement.machines if m.name == ident)
+    add, remove = Y.parse_patch(body, [m.host, *m.devices])
+    hosts = [b for b in add if b in view.nodes and view.nodes[b].kind == "machine"]
+    if hosts:
+        raise RedfishError(400, "PropertyValueConflict", f"a composed system has exactly one Compute block; "
+                           f"{hosts[0]} is another one", ["Links.ResourceBlocks", hosts[0]])
+    return await run_in_threadpool(_update, request, s, ident, add, remove, "PATCH")
 
 
 # --- tasks -------------------------------------------------------------------------------------------
-def _composition(request: Request, who: Principal, ident: str) -> tuple[LiveSlice, bool]:
-    """The composition a task id names (and whether it is its decomposition's); 404 if not the caller's."""
-    decompose = ident.endswith(Y.DECOMPOSE)
-    s = _store(request).any_slice(ident.removesuffix(Y.DECOMPOSE))
+def _composition(request: Request, who: Principal, ident: str) -> tuple[LiveSlice, str]:
+    """The composition a task id names and the task's suffix (its decomposition's, its update's, or none);
+    404 if not the caller's."""
+    suffix = next((x for x in (Y.DECOMPOSE, Y.UPDATE) if ident.endswith(x)), "")
+    s = _store(request).any_slice(ident.removesuffix(suffix) if suffix else ident)
     if s is None or s.job_id is not None or not (who.admin or s.tenant == who.tenant):
         raise RedfishError(404, "ResourceNotFound", f"task {ident} does not exist", [ident])
-    return s, decompose
+    return s, suffix
 
 
 @router.api_route("/v1/TaskService", methods=GET)
@@ -277,23 +364,27 @@ def tasks(request: Request, who: Caller) -> RedfishResponse:
 
 @router.api_route("/v1/TaskService/Tasks/{ident}", methods=GET)
 def task(request: Request, ident: str, who: Caller) -> RedfishResponse:
-    s, decompose = _composition(request, who, ident)
-    return RedfishResponse(Y.task(s, decompose))
+    s, suffix = _composition(request, who, ident)
+    return RedfishResponse(Y.task(s, suffix))
 
 
 @router.api_route("/v1/TaskService/TaskMonitors/{ident}", methods=GET)
 def monitor(request: Request, ident: str, who: Caller) -> Response:
-    """202 while the task runs; then the operation's answer: 201 and the system, 204 (decomposed), or the error."""
-    s, decompose = _composition(request, who, ident)
-    state = Y.task_state(s, decompose)
+    """202 while the task runs; then the operation's answer: 201 and the system (composed), 204 (decomposed,
+    or updated), or the error."""
+    s, suffix = _composition(request, who, ident)
+    state = Y.task_state(s, suffix)
     if state == "Running":
-        return RedfishResponse(Y.task(s, decompose), 202, {"Location": f"{R.MONITORS}/{ident}"})
-    if decompose:
+        return RedfishResponse(Y.task(s, suffix), 202, {"Location": f"{R.MONITORS}/{ident}"})
+    if suffix == Y.UPDATE and state == "Exception":
+        why = s.detail if s.state == SliceState.COMPOSED else f"the composition was torn down ({s.detail})"
+        raise RedfishError(409, "GeneralError", f"the update did not take place: {why}", [s.detail or ""])
+    if suffix:
         return Response(status_code=204)
     if state == "Exception":
         raise RedfishError(409, "GeneralError", f"the composition failed: {s.detail}", [s.detail or ""])
     name = s.placement.machines[0].name
-    payload = Y.system(_view(request, who), name)
+    payload = Y.system(_view(request, who), name, _updatable(request))
     if payload is None or s.state != SliceState.COMPOSED:
         raise RedfishError(404, "ResourceNotFound", f"system {name} was decomposed", [name])
     return RedfishResponse(payload, 201, {"Location": f"{R.SYSTEMS}/{name}"})

@@ -6,6 +6,14 @@ A composition request (`POST /redfish/v1/Systems`, specific composition) names o
 any device blocks in `Links.ResourceBlocks`, and may size its share of the machine with
 `ProcessorSummary.CoreCount` and `MemorySummary.TotalSystemMemoryGiB` (without them it takes the
 whole machine, which must be free). `parse_compose` turns it into what `Store.compose` takes.
+
+A composition (not a job's slice) is updatable unless the service is configured otherwise
+(`redfish_updatable: false`): the capabilities object says so (`Links.ResourceBlocks@Redfish.
+UpdatableAfterCreate`), the system carries the `#ComputerSystem.AddResourceBlock` and
+`#ComputerSystem.RemoveResourceBlock` actions (parameters `ResourceBlock`, and the optional
+`ResourceBlockETag` and `ComputerSystemETag`), and a PATCH of `Links.ResourceBlocks` is taken as the
+adds and removes it implies. `parse_action` and `parse_patch` turn them into what
+`Store.update_composition` takes; the update's task is the system's slice id with `:update`.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from disagg.api.redfish.resources import (
 )
 from disagg.model.states import SliceState
 from disagg.store import LiveSlice
+from disagg.store.compositions import UPDATE_FAILED
 
 T_TASK = "#Task.v1_7_4.Task"
 #: The properties a composition request may carry (anything else is refused, naming it).
@@ -41,14 +50,25 @@ _STATE = {SliceState.COMPOSING: "Starting", SliceState.RUNNING: "Enabled", Slice
           SliceState.TEARING_DOWN: "Disabled", SliceState.DONE: "Disabled"}
 
 
-def system(view: View, name: str) -> dict[str, Any] | None:
-    """The slice machine `name` as a composed system (None when no visible live slice has it)."""
+#: The actions of an updatable composed system, as its payload names them.
+ACTIONS = ("AddResourceBlock", "RemoveResourceBlock")
+#: The parameters those actions take (ComputerSystem_v1.xml, v1_6_0).
+ACTION_PARAMETERS = frozenset({"ResourceBlock", "ResourceBlockETag", "ComputerSystemETag"})
+#: The suffix of an update's task id.
+UPDATE = ":update"
+
+
+def system(view: View, name: str, updatable: bool = False) -> dict[str, Any] | None:
+    """The slice machine `name` as a composed system (None when no visible live slice has it); with
+    `updatable`, a composition carries the actions that add and remove its blocks."""
     found = view.machines_of_slices().get(name)
     if found is None:
         return None
     s, i = found
     m = s.placement.machines[i]
     what = f"slice {s.id} of job {s.job_id}" if s.job_id else f"composition {s.id} of {s.tenant}"
+    actions = {f"#ComputerSystem.{a}": {"target": f"{SYSTEMS}/{m.name}/Actions/ComputerSystem.{a}"}
+               for a in ACTIONS} if updatable and s.job_id is None else None
     return {
         "@odata.id": f"{SYSTEMS}/{m.name}", "@odata.type": T_SYSTEM, "Id": m.name,
         "Name": s.name if s.job_id is None and s.name else m.name,
@@ -59,6 +79,7 @@ def system(view: View, name: str) -> dict[str, Any] | None:
         "ProcessorSummary": {"CoreCount": math.ceil(m.cpus), "Count": 1},
         "MemorySummary": {"TotalSystemMemoryGiB": m.memory_gb},
         "Links": {"ResourceBlocks": [ref(f"{BLOCKS}/{block_id(x)}") for x in (m.host, *m.devices)]},
+        **({"Actions": actions} if actions else {}),
     }
 
 
@@ -72,8 +93,9 @@ def systems(view: View) -> dict[str, Any]:
                       members, **{"@Redfish.CollectionCapabilities": caps})
 
 
-def capabilities() -> dict[str, Any]:
-    """The capabilities object: what a composition request must, may and may later carry."""
+def capabilities(updatable: bool = False) -> dict[str, Any]:
+    """The capabilities object: what a composition request must, may and may later carry (its blocks, when
+    the service lets compositions be updated)."""
     return {
         "@odata.id": CAPABILITIES, "@odata.type": T_SYSTEM, "Id": "Capabilities",
         "Name": "Capabilities for composing a system", "Name@Redfish.RequiredOnCreate": True,
@@ -82,7 +104,7 @@ def capabilities() -> dict[str, Any]:
         "ProcessorSummary": {"CoreCount@Redfish.OptionalOnCreate": True},
         "MemorySummary": {"TotalSystemMemoryGiB@Redfish.OptionalOnCreate": True},
         "Links": {"ResourceBlocks@Redfish.RequiredOnCreate": True,
-                  "ResourceBlocks@Redfish.UpdatableAfterCreate": False},
+                  "ResourceBlocks@Redfish.UpdatableAfterCreate": updatable},
         "@Redfish.ResourceBlockLimits": {"@odata.type": "#ResourceBlock.v1_4_3.ResourceBlockLimits",
                                          "MinCompute": 1, "MaxCompute": 1},
     }
@@ -128,13 +150,7 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
     if not isinstance(members, list) or not members:
         raise RedfishError(400, "PropertyMissing", "Links.ResourceBlocks is required: the blocks to compose",
                            ["Links.ResourceBlocks"])
-    names = []
-    for m in members:
-        uri = m.get("@odata.id") if isinstance(m, dict) else None
-        if not isinstance(uri, str) or not uri.rstrip("/").startswith(BLOCKS + "/"):
-            raise RedfishError(400, "PropertyValueFormatError", f"{m!r} is not a link to a resource block",
-                               [repr(m), "Links.ResourceBlocks"])
-        names.append(block_name(uri.rstrip("/").rsplit("/", 1)[1]))
+    names = [_block(m, "Links.ResourceBlocks") for m in members]
     nodes = view.nodes
     hosts = [n for n in names if n in nodes and nodes[n].kind == "machine"]
     if len(hosts) != 1:
@@ -143,6 +159,59 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
     devices = [n for n in names if n != hosts[0]]
     return ComposeRequest(name.strip(), hosts[0], devices, _number(body, "ProcessorSummary", "CoreCount"),
                           _number(body, "MemorySummary", "TotalSystemMemoryGiB"))
+
+
+def _block(link: Any, where: str, error: str = "PropertyValueFormatError") -> str:
+    """The machine or device a link to a resource block names; 400 naming `where` when it is none."""
+    uri = link.get("@odata.id") if isinstance(link, dict) else None
+    if not isinstance(uri, str) or not uri.rstrip("/").startswith(BLOCKS + "/"):
+        raise RedfishError(400, error, f"{link!r} is not a link to a resource block", [repr(link), where])
+    return block_name(uri.rstrip("/").rsplit("/", 1)[1])
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    """An AddResourceBlock or RemoveResourceBlock: the block's machine or device, and the ETags it names."""
+
+    block: str
+    block_etag: str | None
+    system_etag: str | None
+
+
+def parse_action(body: Any, action: str) -> ActionRequest:
+    """The parameters of `#ComputerSystem.<action>`; 400 naming the parameter at fault."""
+    if not isinstance(body, dict):
+        raise RedfishError(400, "MalformedJSON", "the body must be a JSON object")
+    unknown = sorted(set(body) - ACTION_PARAMETERS)
+    if unknown:
+        raise RedfishError(400, "ActionParameterUnknown", f"{action} takes no parameter {unknown[0]} (it takes "
+                           f"{', '.join(sorted(ACTION_PARAMETERS))})", [action, unknown[0]])
+    if "ResourceBlock" not in body:
+        raise RedfishError(400, "ActionParameterMissing", f"{action} requires the parameter ResourceBlock "
+                           "(a link to the resource block)", [action, "ResourceBlock"])
+    etags = []
+    for key in ("ResourceBlockETag", "ComputerSystemETag"):
+        value = body.get(key)
+        if value is not None and not isinstance(value, str):
+            raise RedfishError(400, "ActionParameterValueTypeError", f"{key} must be a string, not {value!r}",
+                               [repr(value), key, action])
+        etags.append(value)
+    block = _block(body["ResourceBlock"], "ResourceBlock", "ActionParameterValueFormatError")
+    return ActionRequest(block, etags[0], etags[1])
+
+
+def parse_patch(body: Any, current: list[str]) -> tuple[list[str], list[str]]:
+    """A PATCH of a composed system's `Links.ResourceBlocks` as (added, removed); 400 for anything else."""
+    if not isinstance(body, dict):
+        raise RedfishError(400, "MalformedJSON", "the body must be a JSON object")
+    links = body.get("Links")
+    members = links.get("ResourceBlocks") if isinstance(links, dict) else None
+    if set(body) != {"Links"} or not isinstance(links, dict) or set(links) != {"ResourceBlocks"} \
+            or not isinstance(members, list):
+        raise RedfishError(400, "PropertyNotWritable", "of a composed system only Links.ResourceBlocks (a list of "
+                           "links to resource blocks) may be changed", ["Links.ResourceBlocks"])
+    wanted = [_block(m, "Links.ResourceBlocks") for m in members]
+    return [b for b in wanted if b not in current], [b for b in current if b not in wanted]
 
 
 def _iso(t: float) -> str:
@@ -155,23 +224,31 @@ DECOMPOSE = ":decompose"
 DECOMPOSED = "decomposed by its owner"
 
 
-def task_state(s: LiveSlice, decompose: bool) -> str:
-    """Running, Completed or Exception: where a composition (or its decomposition) stands."""
+def task_state(s: LiveSlice, suffix: str = "") -> str:
+    """Running, Completed or Exception: where a composition (`suffix` "": its composing; DECOMPOSE: its
+    decomposition; UPDATE: its last update) stands. An update is done when it is composed again; one that
+    was undone (an attach failed), or whose composition was torn down meanwhile, ended in an exception."""
     gone = s.state in (SliceState.TEARING_DOWN, SliceState.DONE)
-    if decompose:
+    if suffix == DECOMPOSE:
         return "Completed" if s.state == SliceState.DONE else "Running"
     if s.state == SliceState.COMPOSING:
         return "Running"
+    if suffix == UPDATE:
+        return "Exception" if gone or (s.detail or "").startswith(UPDATE_FAILED) else "Completed"
     return "Exception" if gone and not (s.detail or "").startswith(DECOMPOSED) else "Completed"
 
 
-def task(s: LiveSlice, decompose: bool = False) -> dict[str, Any]:
-    """The Task that follows a composition until it is composed (or a decomposition until it is done)."""
-    ident = s.id + (DECOMPOSE if decompose else "")
-    state = task_state(s, decompose)
+_TASK_NAME = {"": "compose", DECOMPOSE: "decompose", UPDATE: "update"}
+
+
+def task(s: LiveSlice, suffix: str = "") -> dict[str, Any]:
+    """The Task that follows a composition until it is composed (a decomposition until it is done, an update
+    until the composition is composed again): `suffix` as for `task_state`."""
+    ident = s.id + suffix
+    state = task_state(s, suffix)
     out: dict[str, Any] = {
         "@odata.id": f"{TASKS}/{ident}", "@odata.type": T_TASK, "Id": ident,
-        "Name": f"{'decompose' if decompose else 'compose'} {s.name or s.id}",
+        "Name": f"{_TASK_NAME[suffix]} {s.name or s.id}",
         "TaskState": state, "TaskStatus": "Critical" if state == "Exception" else "OK",
         "StartTime": _iso(s.created_at), "TaskMonitor": f"{MONITORS}/{ident}",
     }
@@ -181,5 +258,5 @@ def task(s: LiveSlice, decompose: bool = False) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DECOMPOSE", "DECOMPOSED", "ComposeRequest", "capabilities", "parse_compose", "system", "systems", "task",
-           "task_state"]
+__all__ = ["ACTIONS", "DECOMPOSE", "DECOMPOSED", "UPDATE", "ActionRequest", "ComposeRequest", "capabilities",
+           "parse_action", "parse_compose", "parse_patch", "system", "systems", "task", "task_state"]
