@@ -17,7 +17,7 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
-from disagg.placement.cost import SLO_PATIENCE, clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
@@ -294,8 +294,9 @@ class FlowPlacer:
         if not js.slo_risk:
             return None
         worst = max(t.expected_s or 0.0 for t in tasks)
-        if js.job.wait_rounds >= SLO_PATIENCE:
-            why = f"held back {js.job.wait_rounds} rounds, the most it waits for a placement that meets it"
+        if js.slo_held:
+            why = (f"held back {js.job.wait_rounds} rounds; waiting now costs more than a miss of "
+                   f"{100 * (worst - js.tau) / js.tau:.0f}% of it (docs/design-decisions.md, \"No job waits forever\")")
         else:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
         return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"

@@ -24,9 +24,9 @@ FloatArray = NDArray[np.float64]
 class SloGuard(IntEnum):
     """What a cost model holds a job back for this round to keep its SLO (the network-aware model only)."""
 
-    NONE = 0     # nothing: placements that miss the SLO are offered (the job is then `slo_at_risk`)
-    TRAFFIC = 1  # a miss that others' traffic on the links causes (their end would lower it)
-    ALL = 2      # any miss: a placement with local devices comes once running jobs end
+    NONE = 0     # nothing: placements that miss the SLO cost what Eq. 7 says (the job is then `slo_at_risk`)
+    TRAFFIC = 1  # a miss that others' traffic on the links causes (their end would lower it) pays the hold
+    ALL = 2      # any miss pays the hold: a placement with local devices comes once running jobs end
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,11 @@ class JobState:
     remote: int = 0
     #: What the cost model holds the job back for this round (`SloGuard`).
     guard: int = 0
-    #: Set when the decoder gave it a remote device that misses the SLO because the job was not held
-    #: back for it (`SloGuard`): the placement is then `slo_at_risk`.
+    #: Set when the decoder gave it a remote device that misses the SLO (waiting could not help, or no
+    #: longer outweighed the miss): the placement is then `slo_at_risk`.
     slo_risk: bool = False
+    #: Of those, set when waiting could have helped: the job's W outgrew its postponement.
+    slo_held: bool = False
     #: Waiting cannot help it (the liveness rule): its unscheduled arcs outbid any placement.
     must_place: bool = False
     #: A device phase could not serve it; it is on its second try this round (once): with local devices
@@ -91,6 +93,7 @@ class JobState:
         self.grants = []
         self.remote = 0
         self.slo_risk = False
+        self.slo_held = False
         self.failure = (reason, message)
 
 
