@@ -202,6 +202,8 @@ class FlowPlacer:
             if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
                 continue
             js.second_try = True
+            if js.failure[0] == Reason.SLO_AT_RISK:
+                js.held_failure = js.failure
             local = {k: state.local_free(k) for k in js.wants}
             if not self.costs.local_only and int(local_capacity(state, js, local).sum()) >= js.count:
                 js.local_first = True
@@ -349,7 +351,8 @@ class FlowPlacer:
                 out.append(Unplaced(job.name, r.reason, r.message))
                 continue
             js = by_name[job.name]
-            reason, message = js.failure or (Reason.CONTENTION, f"needs {request(job)}; still contended after "
-                                                                f"{self.options.max_iterations} tries this round")
+            reason, message = js.held_failure or js.failure or (
+                Reason.CONTENTION, f"needs {request(job)}; still contended after {self.options.max_iterations} tries "
+                                   f"this round")
             out.append(Unplaced(job.name, reason, message))
         return tuple(out)

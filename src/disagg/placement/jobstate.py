@@ -85,6 +85,9 @@ class JobState:
     machines: list[int] = field(default_factory=list)
     grants: list[tuple[DeviceGrant, ...]] = field(default_factory=list)  # per task, as they will be output
     failure: tuple[Reason, str] | None = None
+    #: Why its first try failed when that was its SLO (NA's hold): a second try that then finds no machine
+    #: at all (its shape is narrowed) does not say why the job waits; this does.
+    held_failure: tuple[Reason, str] | None = None
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
         state.rollback(self)
