@@ -7,8 +7,10 @@ c_U   = (1 − Ut(φ_U)) · P + W           the unscheduled arc (Eq. 8)
 
 φ_U, the "expected time" of waiting, is taken as 2τ: waiting is worse than any placement that
 finishes within twice the goal, and worse for important jobs (their utility falls faster). W grows
-by `WAIT_STEP` each round the job waits, so no job starves. Costs are multiplied by `SCALE` and
-rounded, because the solver works on integers.
+by `WAIT_STEP` each round the job waits, so no job starves. The network-aware policy adds
+`postponement` (π = WAIT_STEP · SLO_PATIENCE · min((φ − τ)/τ, 1)) to a placing arc that misses the SLO
+while waiting can help, which W outgrows. Costs are multiplied by `SCALE` and rounded, because the
+solver works on integers.
 
 No input makes a cost non-finite or out of the solver's range: τ is kept within [TAU_MIN_S, TAU_MAX_S]
 and z within [1, 10] (`clamp_goal`, `clamp_importance`; NaN counts as the least favourable value),
