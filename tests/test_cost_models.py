@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from disagg.model import Job
-from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import goal_s, phi, placing_cost, postponement, profile_of, remote_gbps
 from disagg.placement.cost_models import (
     COST_MODELS,
     ClassRows,
@@ -58,7 +58,7 @@ def machines(share: list[float], load: list[float]) -> MachineColumns:
     return MachineColumns(np.array(share), np.array(load), np.ones(len(share)))
 
 
-def test_network_load_is_priced_only_by_the_na_model_which_drops_what_would_miss_the_slo() -> None:
+def test_network_load_is_priced_only_by_the_na_model_which_postpones_what_would_miss_the_slo() -> None:
     # nw with a tight SLO: a remote GPU is within it on an idle network, not on a saturated one.
     js = job_state(make_job("nw", slo_s=212.0))
     js.guard = SloGuard.ALL  # held back for its SLO (what `slo_guard` says while waiting can help)
@@ -66,40 +66,49 @@ def test_network_load_is_priced_only_by_the_na_model_which_drops_what_would_miss
     columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
     blind = DRMaestroCostModel().task_to_machine(rows, columns)
     aware = DRMaestroNACostModel().task_to_machine(rows, columns)
-    assert blind.cost[0, 1] == blind.cost[0, 2] and blind.exists.all()
+    assert blind.cost[0, 1] == blind.cost[0, 2] and blind.exists.all() and blind.hold is None
     assert aware.cost[0, 2] > aware.cost[0, 1] == blind.cost[0, 1]
-    assert aware.exists.tolist() == [[True, True, False]]
-    assert DRMaestroNACostModel().shape_to_machine(js, columns).exists.tolist() == [True, True, False]
+    # Every arc is offered; the loaded one carries the postponement of its miss on top of Eq. 7.
+    assert aware.exists.all() and aware.hold is not None
+    ph = phi(js.job, js.profile, 1.0, 1.0)
+    assert aware.hold.tolist() == [[0, 0, int(postponement(ph, js.tau))]]
+    assert aware.cost[0, 2] - aware.hold[0, 2] == placing_cost(ph, js.tau, js.z, 1.0)
+    shape = DRMaestroNACostModel().shape_to_machine(js, columns)
+    assert shape.exists.all() and shape.cost[2] - DRMaestroCostModel().shape_to_machine(js, columns).cost[2] > 0
     assert DRMaestroCostModel().remote_to_location(np.array([0.5]), np.array([1.0])) == ([0], [0])
     rack, cross = DRMaestroNACostModel().remote_to_location(np.array([0.5]), np.array([1.0]))
     assert 0 < rack[0] < cross[0]
 
 
-@pytest.mark.parametrize(("slo_s", "guard", "exists"), [
+@pytest.mark.parametrize(("slo_s", "guard", "held"), [
     # nw remote: 208.5 s on an idle network, more under load.
-    (208.0, SloGuard.TRAFFIC, [True, True, True]),    # misses even idle: waiting cannot help, offered
-    (213.0, SloGuard.TRAFFIC, [True, True, False]),   # only others' traffic makes it miss: held back
-    (208.0, SloGuard.ALL, [True, False, False]),      # a local placement comes once running jobs end
-    (208.0, SloGuard.NONE, [True, True, True]),       # patience spent: offered (and `slo_at_risk`)
-], ids=["misses-idle", "traffic-only", "all", "patience-spent"])
+    (208.0, SloGuard.TRAFFIC, [False, False, False]),  # misses even idle: waiting cannot help, no hold
+    (213.0, SloGuard.TRAFFIC, [False, False, True]),   # only others' traffic makes it miss: held back
+    (208.0, SloGuard.ALL, [False, True, True]),        # a local placement comes once running jobs end
+    (208.0, SloGuard.NONE, [False, False, False]),     # a model blind to the SLO holds nothing back
+], ids=["misses-idle", "traffic-only", "all", "none"])
 def test_na_holds_a_job_back_for_its_slo_only_while_waiting_can_help(slo_s: float, guard: SloGuard,
-                                                                      exists: list[bool]) -> None:
+                                                                      held: list[bool]) -> None:
     js = job_state(make_job("nw", slo_s=slo_s))
     js.guard = guard
     rows = ClassRows.of(profile_arrays([js]), [js])
     columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
-    assert DRMaestroNACostModel().task_to_machine(rows, columns).exists.tolist() == [exists]
+    arcs = DRMaestroNACostModel().task_to_machine(rows, columns)
+    assert arcs.exists.all()
+    hold = np.zeros((1, 3), dtype=np.int64) if arcs.hold is None else arcs.hold
+    assert (hold > 0).tolist() == [held]
 
 
-def test_na_guard_follows_the_idle_cluster_and_the_patience() -> None:
+def test_na_guard_follows_the_idle_cluster_whatever_the_wait() -> None:
     from disagg.placement.cost import SLO_PATIENCE
     state = FreeState(make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4))
     na = DRMaestroNACostModel()
     one, two = job_state(make_job("one", gpu=1)), job_state(make_job("two", gpu=2))
     assert na.slo_guard(state, one) == SloGuard.ALL       # a machine holds its GPU: local once idle
     assert na.slo_guard(state, two) == SloGuard.TRAFFIC   # no machine holds 2: some must be remote
+    # No cliff at SLO_PATIENCE: the hold is a cost that W outgrows, not a guard that ends.
     late = job_state(make_job("late", gpu=1, wait_rounds=SLO_PATIENCE))
-    assert na.slo_guard(state, late) == SloGuard.NONE
+    assert na.slo_guard(state, late) == SloGuard.ALL
     assert DRMaestroCostModel().slo_guard(state, one) == SloGuard.NONE
 
 
@@ -119,4 +128,5 @@ def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices()
     assert firmament.why_no_machine(state, js)[0] == "no-devices"
     # cpus free on both machines, 2 GPUs wanted: its own GPU and the pool's 4 are within reach
     assert drmaestro.why_no_machine(state, js)[0] == "no-bandwidth"
-    assert DRMaestroNACostModel().why_no_machine(state, js)[0] == "slo-at-risk"
+    # NA offers every arc (a miss is a cost, not a missing arc): no machine means what it means for DRMaestro
+    assert DRMaestroNACostModel().why_no_machine(state, js) == drmaestro.why_no_machine(state, js)

@@ -85,8 +85,8 @@ def arrivals(draw: st.DrawFn) -> list[tuple[int, Job, int]]:
 
 
 #: Rounds a job that fits may wait once the cluster has drained: W makes waiting dearer than any
-#: placement within some tens of rounds (SLO_PATIENCE = 60 for NA's SLO hold), and each job ahead of it
-#: runs at most 3 rounds.
+#: placement within some tens of rounds (NA's SLO hold has no traffic to wait out once drained), and
+#: each job ahead of it runs at most 3 rounds.
 DRAINED_BOUND = 120
 
 

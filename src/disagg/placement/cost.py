@@ -7,8 +7,10 @@ c_U   = (1 − Ut(φ_U)) · P + W           the unscheduled arc (Eq. 8)
 
 φ_U, the "expected time" of waiting, is taken as 2τ: waiting is worse than any placement that
 finishes within twice the goal, and worse for important jobs (their utility falls faster). W grows
-by `WAIT_STEP` each round the job waits, so no job starves. Costs are multiplied by `SCALE` and
-rounded, because the solver works on integers.
+by `WAIT_STEP` each round the job waits, so no job starves. The network-aware policy adds
+`postponement` (π = WAIT_STEP · SLO_PATIENCE · min((φ − τ)/τ, 1)) to a placing arc that misses the SLO
+while waiting can help, which W outgrows. Costs are multiplied by `SCALE` and rounded, because the
+solver works on integers.
 
 No input makes a cost non-finite or out of the solver's range: τ is kept within [TAU_MIN_S, TAU_MAX_S]
 and z within [1, 10] (`clamp_goal`, `clamp_importance`; NaN counts as the least favourable value),
@@ -31,12 +33,13 @@ SCALE = 1_000_000
 AGE_TIEBREAK = 1000
 #: What one round of waiting adds to the unscheduled arc (in utility units, before SCALE).
 WAIT_STEP = 0.1
-#: The most rounds (W) a network-aware policy holds a job back for its SLO while waiting can help: once
-#: its W reaches this, its placements that miss the SLO are offered (and marked `slo_at_risk`). A safety
-#: net, not the usual end of a hold: where nothing runs, waiting cannot help and the hold ends at once.
-#: At the simulator's 5 s rounds, 500 rounds are 42 minutes (10-40 Rodinia run times). Not from the seed,
-#: which postpones without a bound; docs/design-decisions.md ("No job waits forever") and
-#: docs/reproduction.md (what smaller values do to the paper's scenarios).
+#: How many rounds (W) a network-aware policy holds a job back for a placement that misses its SLO by
+#: as much as waiting itself is priced at (φ = 2τ, Eq. 8's φ_U) while waiting can help; a smaller miss
+#: is held proportionally fewer rounds (`postponement`). Not a hard limit: the hold is a cost on the
+#: placing arc that the unscheduled arc's W term outgrows, so no job is held for ever (the bound:
+#: `cost_models.hold_bound`). At the simulator's 5 s rounds, 500 rounds are 42 minutes (10-40 Rodinia
+#: run times). Not from the seed, which postpones without a bound; docs/design-decisions.md ("No job
+#: waits forever") and docs/reproduction.md (what it does to the paper's scenarios).
 SLO_PATIENCE = 500
 #: Preferences P: the device on the task's own machine, in its rack, across racks.
 P_LOCAL = 1.0
@@ -86,6 +89,27 @@ def unscheduled_cost(tau: ArrayLike, z: ArrayLike, wait_rounds: ArrayLike) -> ND
     tau_a = np.asarray(tau, dtype=np.float64)
     c = (1.0 - utility(2.0 * tau_a, tau_a, z)) * P_LOCAL + WAIT_STEP * np.asarray(wait_rounds, np.float64)
     return np.rint(c * SCALE).astype(np.int64) + 1
+
+
+def relative_miss(phi: ArrayLike, tau: ArrayLike) -> NDArray[np.float64]:
+    """m = (φ − τ)/τ where φ > τ, else 0: by how much of its goal a placement misses the SLO."""
+    phi_a = np.asarray(phi, dtype=np.float64)
+    tau_a = np.asarray(tau, dtype=np.float64)
+    out: NDArray[np.float64] = np.clip(np.nan_to_num((phi_a - tau_a) / tau_a, nan=UT_FLOOR), 0.0, UT_FLOOR)
+    return out
+
+
+def postponement(phi: ArrayLike, tau: ArrayLike) -> NDArray[np.int64]:
+    """The network-aware policy's postponement: what a placement that misses the SLO costs on top of
+    Eq. 7 while waiting could help, `WAIT_STEP · SLO_PATIENCE · min(m, 1)` scaled (m: `relative_miss`).
+    The unscheduled arc grows by WAIT_STEP a round, so a job held for a miss m is outwaited after about
+    `SLO_PATIENCE · min(m, 1)` rounds of W: the larger the expected miss, the longer the flow prefers
+    waiting; the longer the job has waited, the smaller a miss it then accepts. Capped at a miss of 1
+    (φ = 2τ, what Eq. 8 prices waiting at): a placement worse than that is one Eq. 7 itself prices
+    above waiting, so the cap keeps every hold finite without changing which placements are held."""
+    m = np.minimum(relative_miss(phi, tau), 1.0)
+    out: NDArray[np.int64] = np.rint(WAIT_STEP * SLO_PATIENCE * m * SCALE).astype(np.int64)
+    return out
 
 
 def age_bonus(order: ArrayLike, n: int) -> NDArray[np.int64]:

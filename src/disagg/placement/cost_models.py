@@ -14,8 +14,9 @@ phase modules do: graph lifecycle stays out of it). The three flow policies diff
 
 - `drmaestro`: devices may be remote; blind to network load (it prices φ at zero load and never
   refuses a placement for its SLO);
-- `drmaestro-na`: the same, pricing the links' current load into φ and dropping the arcs (and, once
-  this round's traffic is on the links, the grants) that would miss the SLO;
+- `drmaestro-na`: the same, pricing the links' current load into φ and adding a postponement to the
+  arcs that would miss the SLO while waiting can help (`cost.postponement`), which the unscheduled
+  arc's W term outgrows (and, once this round's traffic is on the links, re-checking the grants);
 - `firmament`: server-centric: a task's devices come from its own machine, so no remote arc exists.
 
 The formulas (Eq. 6–8, preferences, integer scaling) are `cost.py`'s; the models only apply them.
@@ -32,17 +33,22 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from disagg.model import DEVICE_KINDS
 from disagg.placement.commit import EPS
 from disagg.placement.cost import (
     P_CROSS,
     P_LOCAL,
     P_RACK,
+    P_SPARE_DEVICES,
     SCALE,
-    SLO_PATIENCE,
+    SPREAD,
+    WAIT_STEP,
     age_bonus,
     phi,
     placing_cost,
+    postponement,
     unscheduled_cost,
+    utility,
 )
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.jobstate import (
@@ -62,6 +68,9 @@ BoolArray = NDArray[np.bool_]
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
+#: The largest preference P an arc to a machine or a remote device carries (phase 1: P_LOCAL plus the
+#: spread and the spare-devices terms; phase k: P_CROSS): what `hold_bound` prices a placement at.
+P_MAX = max(P_CROSS, P_LOCAL + SPREAD + P_SPARE_DEVICES * (len(DEVICE_KINDS) - 1))
 
 
 # -- what the models are asked about ---------------------------------------------------------------
@@ -118,16 +127,18 @@ class SubtaskColumns(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class MachineArcs:
-    """Costs of arcs to machines, and which of them exist (the rest are not offered at all)."""
+    """Costs of arcs to machines, and which of them exist (the rest are not offered at all); `hold`: the
+    part of each cost that is the SLO's postponement (None: none), for the explanation."""
 
     cost: IntArray
     exists: BoolArray
+    hold: IntArray | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteArcs:
     """Per task: whether a remote arc in its rack (`rack_ok`) or across racks exists, at what cost, and
-    whether the SLO alone kept one from it (`slo_blocked`, for the explanation)."""
+    whether that cost carries a hold for the SLO (`slo_blocked`, for the explanation)."""
 
     rack_ok: BoolArray
     cross_ok: BoolArray
@@ -194,7 +205,8 @@ class CostModel(Protocol):
         ...
 
     def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
-        """Once the decoder has put this device's traffic on `path`, is the remote arc still offered?"""
+        """Once the decoder has put this device's traffic on `path`, is the remote arc still cheaper
+        than waiting?"""
         ...
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
@@ -228,12 +240,12 @@ class DRMaestroCostModel:
         """The link load φ is priced at: none."""
         return np.zeros(len(load))
 
-    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
-                   quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> BoolArray:
-        """The placements dropped because they would miss the SLO (φ > τ) while the job is held back for
-        it (`guard`; `quiet()`: φ of the same placements with no traffic of others on the links;
-        `others()`: with only others' traffic, when `phi_s` also counts the job's own): none."""
-        return np.zeros(np.shape(phi_s), dtype=bool)
+    def postponement(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
+                     quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> IntArray:
+        """What each placement costs on top of Eq. 7 because it would miss the SLO (φ > τ) while the job
+        is held back for it (`guard`; `quiet()`: φ of the same placements with no traffic of others on
+        the links; `others()`: with only others' traffic, when `phi_s` also counts the job's own): nothing."""
+        return np.zeros(np.shape(phi_s), dtype=np.int64)
 
     def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
         """Blind to the SLO: holds no job back."""
@@ -257,18 +269,21 @@ class DRMaestroCostModel:
         share = machines.share[None, :]
         ph = expected_arrays(rows.params, share, self.priced_load(machines.load)[None, :])
         cost = placing_cost(ph, rows.tau, rows.z, machines.pref[None, :])
-        # Remote devices that would miss the SLO, and do worse than the job's local time.
-        miss = self.misses_slo(ph, rows.tau, rows.guard,
-                               lambda: expected_arrays(rows.params, share, np.zeros((1, len(machines.load)))))
-        return MachineArcs(cost, ~((share > 0) & miss & (ph > rows.phi_local)))
+        # Remote devices that would miss the SLO, and do worse than the job's local time, pay the hold.
+        hold = self.postponement(ph, rows.tau, rows.guard,
+                                 lambda: expected_arrays(rows.params, share, np.zeros((1, len(machines.load)))))
+        hold = np.where((share > 0) & (ph > rows.phi_local), hold, 0)
+        return MachineArcs(cost + hold, np.ones(cost.shape, dtype=bool), hold if hold.any() else None)
 
     def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
         ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
         cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
-        # Machines where even the shape's first class would miss its SLO remotely are left out.
-        miss = self.misses_slo(ph, rep.tau, rep.guard,
-                               lambda: expected_vec(rep.profile, machines.share, np.zeros(len(machines.load)), rep.tau))
-        return MachineArcs(cost, ~((machines.share > 0) & miss))
+        # Machines where the shape's first class would miss its SLO remotely pay its hold.
+        idle = np.zeros(len(machines.load))
+        hold = self.postponement(ph, rep.tau, rep.guard,
+                                 lambda: expected_vec(rep.profile, machines.share, idle, rep.tau))
+        cost = cost + np.where(machines.share > 0, hold, 0)
+        return MachineArcs(cost, np.ones(cost.shape, dtype=bool))
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
@@ -337,7 +352,8 @@ class DRMaestroCostModel:
 
     def subtask_to_remote(self, state: FreeState, tasks: SubtaskColumns) -> RemoteArcs | None:
         """A remote arc exists where the task's uplink (and, across racks, its rack's) has the headroom
-        for its traffic and the SLO allows it; it costs `(1 − Ut(φ))·P` with φ all-remote."""
+        for its traffic; it costs `(1 − Ut(φ))·P` with φ all-remote, plus the hold where it misses the SLO
+        while waiting can help (`slo_blocked`)."""
         own, gbps = tasks.own, tasks.gbps
         n = len(own)
         load = state.link_load()
@@ -367,15 +383,13 @@ class DRMaestroCostModel:
         def cross_others() -> FloatArray:
             return expected_arrays(tasks.params, np.ones(n), self.priced_load(np.maximum(others_up, others_rack)))
 
-        miss_rack = (self.misses_slo(phi_rack, tasks.tau, tasks.guard, phi_quiet, rack_others)
-                     & (phi_rack > tasks.phi_local))
-        miss_cross = (self.misses_slo(phi_cross, tasks.tau, tasks.guard, phi_quiet, cross_others)
-                      & (phi_cross > tasks.phi_local))
-        slo_blocked = (rack_ok & miss_rack) | (cross_ok & miss_cross)
-        rack_ok &= ~miss_rack
-        cross_ok &= ~miss_cross
-        return RemoteArcs(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK),
-                          placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS), slo_blocked)
+        hold_rack = np.where(phi_rack > tasks.phi_local,
+                             self.postponement(phi_rack, tasks.tau, tasks.guard, phi_quiet, rack_others), 0)
+        hold_cross = np.where(phi_cross > tasks.phi_local,
+                              self.postponement(phi_cross, tasks.tau, tasks.guard, phi_quiet, cross_others), 0)
+        slo_blocked = (rack_ok & (hold_rack > 0)) | (cross_ok & (hold_cross > 0))
+        return RemoteArcs(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK) + hold_rack,
+                          placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS) + hold_cross, slo_blocked)
 
     def remote_to_location(self, uplink_load: FloatArray, rack_load: FloatArray) -> tuple[IntArray, IntArray]:
         """Each unit of priced load on the location's uplink costs `LOAD_COST` (and across racks, its
@@ -393,67 +407,89 @@ class DRMaestroCostModel:
 
 
 class DRMaestroNACostModel(DRMaestroCostModel):
-    """DRMaestro NA: φ includes the slowdown the profile predicts under the current link load, and a
-    remote device that would then miss the SLO (and do worse than local) is not offered: postponed."""
+    """DRMaestro NA: φ includes the slowdown the profile predicts under the current link load (the
+    seed's sensitivity factor), and a remote device that would then miss the SLO (and do worse than
+    local) while waiting can help costs a postponement on top (`cost.postponement`): the flow waits
+    while the expected miss is large against the job's W, and places it once waiting costs more."""
 
     name = "drmaestro-na"
 
     def priced_load(self, load: FloatArray) -> FloatArray:
         return load
 
-    def misses_slo(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
-                   quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> BoolArray:
-        """φ > τ, for a job held back for its SLO: always (`SloGuard.ALL`), or only where the traffic of
-        others makes the miss, i.e. where φ with no such traffic would meet τ (`SloGuard.TRAFFIC`)."""
-        out: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
+    def postponement(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
+                     quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> IntArray:
+        """`cost.postponement(φ, τ)` where φ > τ and the job is held back for it: for any miss
+        (`SloGuard.ALL`), or only where the traffic of others makes the miss, i.e. where φ with no such
+        traffic would meet τ (`SloGuard.TRAFFIC`); nothing elsewhere (waiting cannot help there)."""
+        held: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
         traffic = np.asarray(guard) == SloGuard.TRAFFIC
-        if (out & traffic).any():
+        if (held & traffic).any():
             by_others = phi_s if others is None else others()
-            out &= ~traffic | ((quiet() <= tau) & (by_others > tau))
+            held &= ~traffic | ((quiet() <= tau) & (by_others > tau))
+        out: IntArray = np.where(held, postponement(phi_s, tau), 0)
         return out
 
     def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
-        """Held back for its SLO while waiting can help, and for at most `SLO_PATIENCE` rounds: ALL while
-        the machines, were nothing running, could hold every task with its devices local (a placement that
-        meets the SLO then comes once running jobs end); TRAFFIC when some devices must be remote anyway
-        (only a miss that others' traffic causes is waited out); NONE once W reaches the patience."""
-        if js.job.wait_rounds >= SLO_PATIENCE:
-            return SloGuard.NONE
+        """What waiting can help with: ALL while the machines, were nothing running, could hold every
+        task with its devices local (a placement that meets the SLO then comes once running jobs end);
+        TRAFFIC when some devices must be remote anyway (only a miss that others' traffic causes is
+        waited out). How long it is held is the postponement's business, not the guard's."""
         return SloGuard.ALL if state.idle_local_fit(js.shape) >= js.count else SloGuard.TRAFFIC
 
     def at_risk(self, js: JobState, expected_s: float) -> bool:
         """Placed knowing it misses the SLO: φ over τ and over its local time."""
         return expected_s > js.tau and expected_s > js.phi_local
 
-    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
-                                 min_gbps: float) -> IntArray:
-        """As DRMaestro's, but a job held back for any SLO miss (`SloGuard.ALL`) whose remote devices miss it even on
-        idle links gets none: a machine then takes only the tasks its own devices serve."""
-        if js.guard == SloGuard.ALL and self.at_risk(js, phi(js.job, js.profile, 1.0, 0.0)):
-            return local_capacity(state, js, local_free)
-        return super().task_to_machine_capacity(state, js, local_free, min_gbps)
-
-    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
-        t = js.job.tasks
-        return Reason.SLO_AT_RISK, (f"every machine with {t.cpus:g} cpus free would need remote devices that miss "
-                                    f"the SLO ({js.tau:g} s) under the current network load; postponed")
-
     def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
-        """The SLO still holds with this round's traffic on the path, or the job is not held back for
-        it: its patience is spent, or (TRAFFIC) its own traffic alone already makes it miss, so that
-        waiting for others' traffic to end cannot help. A miss it lets through is noted on the job
-        (`slo_risk`): the placement is then `slo_at_risk`."""
+        """With this round's traffic on the path, the placement meets the SLO; or waiting cannot help
+        (TRAFFIC: its own traffic alone already makes it miss); or it still costs less than waiting
+        (`outwaited`). A miss it lets through is noted on the job (`slo_risk`; `slo_held` when the job
+        had been held for it): the placement is then `slo_at_risk`."""
         after = phi(js.job, js.profile, 1.0, state.load(path))
         if not self.at_risk(js, after):
             return True
-        holds = js.guard == SloGuard.NONE or (
-            js.guard == SloGuard.TRAFFIC and self.at_risk(js, phi(js.job, js.profile, 1.0, own_load(state, js, path))))
-        js.slo_risk |= holds
-        return holds
+        helps = js.guard == SloGuard.ALL or (
+            js.guard == SloGuard.TRAFFIC
+            and not self.at_risk(js, phi(js.job, js.profile, 1.0, own_load(state, js, path))))
+        if helps and not outwaited(js, after):
+            return False
+        js.slo_risk = True
+        js.slo_held |= helps
+        return True
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         """The busiest link any of the task's devices crosses."""
         return state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
+
+
+def outwaited(js: JobState, expected_s: float) -> bool:
+    """Whether waiting costs the job more than a remote placement expected to take `expected_s` with
+    its postponement, priced as its dearest remote arc (P_CROSS, two loaded uplinks): the decoder's
+    re-check once this round's traffic is on the links. A job that must be placed always is."""
+    if js.must_place:
+        return True
+    place = (placing_cost(expected_s, js.tau, js.z, P_CROSS) + postponement(expected_s, js.tau)
+             + round(2 * LOAD_COST * SCALE))
+    return bool(place < unscheduled_cost(js.tau, js.z, js.job.wait_rounds))
+
+
+def hold_bound(expected_s: float, tau: float, z: float, phi_local: float, phi_idle: float) -> int:
+    """The most rounds of W a job waits for its SLO under `drmaestro-na` when its placement, expected to
+    take `expected_s`, is free for it every round: from this W on, the placement with its postponement
+    costs less than the unscheduled arc however it is priced (preference up to P_MAX, two loaded uplinks
+    at LOAD_COST, the phase-1 spill arc at what going remote on idle links costs it: `phi_idle` against
+    `phi_local`). With m the relative miss and k = (10 − z)/9 (Eq. 6 past the goal):
+
+        W ≥ SLO_PATIENCE·min(m, 1) + ((1 + k·m)·P_MAX + 2·LOAD_COST + spill − (1 + k)) / WAIT_STEP
+
+    i.e. about SLO_PATIENCE·min(m, 1) rounds plus a few (docs/design-decisions.md, "No job waits
+    forever"). Monotone in `expected_s`: a larger miss is held at least as long."""
+    ut = utility([expected_s, 2.0 * tau, phi_local, phi_idle], tau, z)
+    spill = max(0.0, float(ut[2] - ut[3]))
+    hold = float(postponement(expected_s, tau)) / SCALE
+    over = (1.0 - ut[0]) * P_MAX + 2 * LOAD_COST + spill + hold - (1.0 - ut[1])
+    return max(0, int(np.floor(over / WAIT_STEP + 1e-6)) + 1)
 
 
 class FirmamentCostModel(DRMaestroCostModel):

@@ -17,7 +17,7 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, collector_paused, no_clock
-from disagg.placement.cost import SLO_PATIENCE, clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
@@ -202,6 +202,8 @@ class FlowPlacer:
             if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
                 continue
             js.second_try = True
+            if js.failure[0] == Reason.SLO_AT_RISK:
+                js.held_failure = js.failure
             local = {k: state.local_free(k) for k in js.wants}
             if not self.costs.local_only and int(local_capacity(state, js, local).sum()) >= js.count:
                 js.local_first = True
@@ -294,8 +296,9 @@ class FlowPlacer:
         if not js.slo_risk:
             return None
         worst = max(t.expected_s or 0.0 for t in tasks)
-        if js.job.wait_rounds >= SLO_PATIENCE:
-            why = f"held back {js.job.wait_rounds} rounds, the most it waits for a placement that meets it"
+        if js.slo_held:
+            why = (f"held back {js.job.wait_rounds} rounds; waiting now costs more than a miss of "
+                   f"{100 * (worst - js.tau) / js.tau:.0f}% of it (docs/design-decisions.md, \"No job waits forever\")")
         else:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
         return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"
@@ -348,7 +351,8 @@ class FlowPlacer:
                 out.append(Unplaced(job.name, r.reason, r.message))
                 continue
             js = by_name[job.name]
-            reason, message = js.failure or (Reason.CONTENTION, f"needs {request(job)}; still contended after "
-                                                                f"{self.options.max_iterations} tries this round")
+            reason, message = js.held_failure or js.failure or (
+                Reason.CONTENTION, f"needs {request(job)}; still contended after {self.options.max_iterations} tries "
+                                   f"this round")
             out.append(Unplaced(job.name, reason, message))
         return tuple(out)

@@ -24,9 +24,9 @@ FloatArray = NDArray[np.float64]
 class SloGuard(IntEnum):
     """What a cost model holds a job back for this round to keep its SLO (the network-aware model only)."""
 
-    NONE = 0     # nothing: placements that miss the SLO are offered (the job is then `slo_at_risk`)
-    TRAFFIC = 1  # a miss that others' traffic on the links causes (their end would lower it)
-    ALL = 2      # any miss: a placement with local devices comes once running jobs end
+    NONE = 0     # nothing: placements that miss the SLO cost what Eq. 7 says (the job is then `slo_at_risk`)
+    TRAFFIC = 1  # a miss that others' traffic on the links causes (their end would lower it) pays the hold
+    ALL = 2      # any miss pays the hold: a placement with local devices comes once running jobs end
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,11 @@ class JobState:
     remote: int = 0
     #: What the cost model holds the job back for this round (`SloGuard`).
     guard: int = 0
-    #: Set when the decoder gave it a remote device that misses the SLO because the job was not held
-    #: back for it (`SloGuard`): the placement is then `slo_at_risk`.
+    #: Set when the decoder gave it a remote device that misses the SLO (waiting could not help, or no
+    #: longer outweighed the miss): the placement is then `slo_at_risk`.
     slo_risk: bool = False
+    #: Of those, set when waiting could have helped: the job's W outgrew its postponement.
+    slo_held: bool = False
     #: Waiting cannot help it (the liveness rule): its unscheduled arcs outbid any placement.
     must_place: bool = False
     #: A device phase could not serve it; it is on its second try this round (once): with local devices
@@ -83,6 +85,9 @@ class JobState:
     machines: list[int] = field(default_factory=list)
     grants: list[tuple[DeviceGrant, ...]] = field(default_factory=list)  # per task, as they will be output
     failure: tuple[Reason, str] | None = None
+    #: Why its first try failed when that was its SLO (NA's hold): a second try that then finds no machine
+    #: at all (its shape is narrowed) does not say why the job waits; this does.
+    held_failure: tuple[Reason, str] | None = None
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
         state.rollback(self)
@@ -91,6 +96,7 @@ class JobState:
         self.grants = []
         self.remote = 0
         self.slo_risk = False
+        self.slo_held = False
         self.failure = (reason, message)
 
 

@@ -288,7 +288,8 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
     if why == "slo":
         js.fail(state, Reason.SLO_AT_RISK, (
             f"remote {kind} for {js.job.name}/{ti} on {locations[own]} would miss the SLO "
-            f"({js.tau:g} s) once this round's traffic is on the links; postponed"))
+            f"({js.tau:g} s) once this round's traffic is on the links, by more than waiting costs at "
+            f"W={js.job.wait_rounds}; postponed"))
     elif why == "bandwidth":
         js.fail(state, Reason.NO_BANDWIDTH, (
             f"needs {js.job.tasks.wants(kind)} {kind} for task {js.job.name}/{ti} on {locations[own]}; "
@@ -375,7 +376,8 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: JobState) -> None:
     if remote.slo_blocked[i] and (best == np.iinfo(np.int64).max or best >= u_cost):
         js.fail(state, Reason.SLO_AT_RISK, (
             f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
-            f"the SLO ({js.tau:g} s) under the current network load; postponed"))
+            f"the SLO ({js.tau:g} s) under the current network load by more than waiting costs at "
+            f"W={js.job.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
         return
     reach = state.reachable(kind, own, js.gbps, js.job.tasks.models.get(kind))
     if reach < want:

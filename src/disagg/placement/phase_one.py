@@ -94,6 +94,9 @@ class Pricing:
     to_shape: ArcBuffer = field(default_factory=ArcBuffer)
     surcharges: list[int] = field(default_factory=list)
     min_cost: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: Per class, its cheapest arc without the SLO's postponement (NA; NEVER where no arc carries one):
+    #: a class that waits only because of it is held back for its SLO, not for its cost.
+    min_unheld: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     #: Per shape (by `id` of the round's shape object): how many of its tasks each machine can take.
     fit: dict[int, IntArray] = field(default_factory=dict)
     #: Per shape, how many of its tasks the machines could take in the round's first iteration (before
@@ -149,6 +152,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     up_load = state.link_load()[:n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
+                      min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
     for g, members in enumerate(cls.shapes):
         # The shape's machines are priced for its loosest goal: a class whose SLO no machine meets (a
@@ -227,6 +231,9 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     heads = head.machines[top[keep]]
     pricing.preferred.add(rows_at, heads, np.minimum(cand.fit[heads], cls.tasks[rows_at]), top_cost[keep])
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
+    if arcs.hold is not None:
+        held = (arcs.hold > 0).any(axis=1) & has
+        pricing.min_unheld[ids[held]] = np.where(allowed, cost - arcs.hold, NEVER)[held].min(axis=1)
 
 
 @dataclass
@@ -332,7 +339,8 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs, phase.pricing)
+            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs, phase.pricing,
+                    int(phase.pricing.min_unheld[c]))
             continue
         cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
         for _ in range(count):
@@ -506,12 +514,16 @@ class LocalClaims:
 
 
 def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel,
-            pricing: Pricing | None = None) -> None:
+            pricing: Pricing | None = None, unheld: int = NEVER) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
-    was cheaper, its gang does not fit in what was free when the round began, or jobs ahead of it took
-    what fits."""
+    was cheaper (only because of the SLO's postponement: `unheld`, its best cost without it), its gang
+    does not fit in what was free when the round began, or jobs ahead of it took what fits."""
     if best == NEVER:
         js.fail(state, *costs.why_no_machine(state, js))
+    elif best >= u_cost > unheld:
+        js.fail(state, Reason.SLO_AT_RISK, (
+            f"its placements would miss the SLO ({js.tau:g} s) under the current network load by more than "
+            f"waiting costs at W={js.job.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
                                          f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed")
