@@ -190,6 +190,7 @@ class DynamicNodes:
             if line.strip().lower().startswith("slurmdspooldir="):
                 spool = Path(line.split("=", 1)[1].strip().replace("%n", spec.name))
                 spool.mkdir(parents=True, exist_ok=True)
+                spool.chmod(0o755)   # jobs run their batch script from here, as their tenant's user
         lines = []
         for i in range(len(spec.devices)):
             _make_device_file(d / "dev" / f"gpu{i}")
