@@ -13,7 +13,8 @@ Slice operations on Slurm (FlowOS-RM's Table 1, with Slurm in Mesos's place):
 - status: `squeue --json` (no accounting database is needed): job state and exit code, which the
   engine writes down when it first sees the job end (Slurm forgets finished jobs after `MinJobAge`);
 - terminate (preemption): `scancel --signal=TERM` reaches the job's tasks (its `srun` step), not the
-  batch script, which waits for them; cancel after that grace is `scancel --signal=KILL --full`;
+  batch script, which waits for them; at the end of the grace the teardown's cancel and
+  destroy-machine kill what is left;
 - destroy-machine: the node's processes are stopped, the node is deleted from Slurm, its
   device files go away — the GPUs are back in the pool.
 
@@ -405,6 +406,9 @@ class SlurmEngine(Engine):
             mapped = RunState.FAILED
         if mapped == RunState.RUNNING and state == "COMPLETING" and exit_code is not None:
             mapped = RunState.COMPLETED if exit_code == 0 else RunState.FAILED
+        elif mapped == RunState.RUNNING and state == "COMPLETING" and (d / RunState.CANCELLED).exists():
+            # disagg cancelled it and Slurm is making sure its processes are gone (seconds, at times)
+            mapped = RunState.CANCELLED
         return TaskStatus(mapped, exit_code if mapped in (RunState.COMPLETED, RunState.FAILED) else None, detail)
 
     @staticmethod
@@ -424,19 +428,15 @@ class SlurmEngine(Engine):
             tmp.replace(d / "exit")
 
     def cancel(self, handle: str) -> None:
-        """Stop the job (running or held). Safe to repeat and on finished jobs.
-
-        A job that was asked to stop (`terminate`) has had its grace period: its tasks and its batch
-        script are killed (SIGKILL) at once. Otherwise `scancel` as Slurm does it: SIGTERM, then
-        SIGKILL after the site's `KillWait` (the controller's teardown kills what is left when the
-        slice machine leaves)."""
+        """Stop the job (running or held): `scancel`, which Slurm carries out as SIGTERM to every process
+        of the job, then SIGKILL after the site's `KillWait`. The controller's teardown does not wait for
+        that: destroy-machine kills every process of the slice machine (at the end of a preemption's
+        grace, too). Safe to repeat and on finished jobs."""
         job_id, key = self._split(handle)
         d = self._job_dir(key)
         if d.exists():
             (d / RunState.CANCELLED).touch()
         if job_id is not None:
-            if (d / "terminated").exists():
-                self.site.run(["scancel", "--signal=KILL", "--full", job_id], check=False)
             self.site.run(["scancel", job_id], check=False)
             self._changed()
 
@@ -444,12 +444,9 @@ class SlurmEngine(Engine):
         """SIGTERM to the job's tasks (`scancel --signal=TERM`: its steps), which keep running for their
         grace period if they catch it. Not `--full`: the batch script and the `srun` in it would get it
         too, and srun ends the step at once, killing the tasks before they see the signal (measured)."""
-        job_id, key = self._split(handle)
+        job_id, _ = self._split(handle)
         if job_id is None:
             return False
-        d = self._job_dir(key)
-        if d.is_dir():
-            (d / "terminated").touch()
         self.site.run(["scancel", "--signal=TERM", job_id], check=False)
         return True
 

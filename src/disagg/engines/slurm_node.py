@@ -76,6 +76,7 @@ def _make_device_file(path: Path) -> None:
     """A character device (like /dev/null) that Slurm can hand out as one GPU."""
     if not path.exists():
         os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        path.chmod(0o666)  # whatever the umask, as /dev/nvidia* are
 
 
 class DynamicNodes:
@@ -186,6 +187,9 @@ class DynamicNodes:
         d = self.node_dir(spec.name)
         text = self.site.conf.read_text()
         (d / "slurm.conf").write_text(text)
+        # slurmd hands this copy to the node's jobs (SLURM_CONF): their `srun`, as the tenant's user, reads it
+        d.chmod(0o711)
+        (d / "slurm.conf").chmod(0o644)
         for line in text.splitlines():   # slurmd does not create its spool directory itself
             if line.strip().lower().startswith("slurmdspooldir="):
                 spool = Path(line.split("=", 1)[1].strip().replace("%n", spec.name))
@@ -196,6 +200,7 @@ class DynamicNodes:
             _make_device_file(d / "dev" / f"gpu{i}")
             lines.append(f"Name=gpu File={d / 'dev' / f'gpu{i}'}")
         (d / "gres.conf").write_text("AutoDetect=off\n" + "\n".join(lines) + "\n")
+        (d / "gres.conf").chmod(0o644)
 
     def _make_netns(self, rec: JoinedNode) -> None:
         """A fresh namespace for the machine (called only while its slurmd is not running).
