@@ -138,8 +138,9 @@ def test_a_slurm_job_runs_as_its_tenants_user_and_sees_none_of_the_servers_varia
     assert two.wait("alice", job, "completed", "failed")["state"] == "completed", two.logs("alice", job)
     logs = two.logs("alice", job)
     uid, groups, *env_lines = logs.splitlines()
+    assert int(uid) == pwd.getpwnam("disagg-alice").pw_uid != os.geteuid()
     account = two.engine.accounts.of("alice")
-    assert int(uid) == account.uid == pwd.getpwnam("disagg-alice").pw_uid != os.geteuid()
+    assert account.uid == int(uid)
     assert groups.strip() == "1"                      # no supplementary group
     assert CANARY not in logs and "d.db" not in logs
     env = dict(line.split("=", 1) for line in env_lines if "=" in line)
@@ -163,7 +164,7 @@ def test_a_slurm_job_runs_as_its_tenants_user_and_sees_none_of_the_servers_varia
 def test_a_slurm_job_can_open_neither_the_controllers_files_nor_another_tenants(two: TwoOnSlurm) -> None:
     """It opened the store, the state, slurmctld's state (every job's script), disagg's records of its own
     and of bob's job (to write an exit code), bob's working directory and bob's output."""
-    bob = two.submit("bob", ["sh", "-c", "echo secret > mine; echo WORK $DISAGG_WORKDIR; sleep 60"])
+    bob = two.submit("bob", ["sh", "-c", "echo secret > mine; echo WORK $(pwd); sleep 60"])
     two.wait("bob", bob, "running")
     deadline = time.monotonic() + 30
     while "WORK " not in two.logs("bob", bob):
