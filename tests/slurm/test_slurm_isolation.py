@@ -30,6 +30,7 @@ from disagg.control.service import Service, open_service
 from disagg.engines.base import SliceMachine, SliceSpec, TaskRefused
 from disagg.engines.slurm import SlurmEngine
 from disagg.engines.slurm_cluster import SlurmCluster
+from disagg.store.models import JobRow
 
 pytestmark = pytest.mark.slurm
 
@@ -211,12 +212,10 @@ def test_a_preempted_job_sees_sigterm_keeps_its_grace_then_is_killed(engine: Slu
     _until(lambda: "TERM" in marks.read_text(), "SIGTERM to reach the task")
     time.sleep(2.0)                                       # its grace: it caught the signal and goes on
     assert engine.status(handle).state == "running"
-    # the grace is over: the controller's teardown (stop-task, destroy-machine) kills it now, without
-    # waiting for Slurm's KillWait (30 s)
-    engine.cancel(handle)
-    engine.destroy_machine(spec, spec.machines[0])
-    _until(lambda: not _processes_of(marks), "the task's processes to be killed", timeout_s=10)
+    engine.cancel(handle)        # the grace is over: killed now, not after Slurm's KillWait (30 s)
+    _until(lambda: not _processes_of(marks), "the task's processes to be killed", timeout_s=5)
     assert engine.status(handle).state == "cancelled", engine.status(handle)
+    engine.destroy_machine(spec, spec.machines[0])
     seen = marks.read_text().split()
     assert seen[:2] == ["started", "TERM"] and "end" not in seen, seen   # (scancel's own SIGTERM may follow)
 
@@ -258,3 +257,74 @@ def _isolation(*tenants: dict[str, Any]) -> Any:
     from disagg.model.tenants import parse_tenants
 
     return Isolation(parse_tenants(list(tenants), "tenants"))
+
+
+#: Issue 15's cohort: alice may hold 2 + 3 borrowed GPUs of the 5 the controller composes from.
+COHORT = [
+    {"name": "alice", "weight": 1, "cohort": "lab", "quota": {"gpu": 2}, "borrow": {"gpu": 3}},
+    {"name": "bob", "weight": 1, "cohort": "lab", "quota": {"gpu": 3}, "borrow": {"gpu": 2}},
+]
+GRACE_S = 1.5
+#: A job that notes SIGTERM (and carries on: the kill at the end of the grace stops it), runs for its
+#: duration and then appends its attempt to done-<job>.
+PATIENT = """
+import os, signal, sys, time
+d, duration = sys.argv[1], float(sys.argv[2])
+job, attempt = os.environ["DISAGG_JOB"], os.environ.get("DISAGG_ATTEMPT", "?")
+signal.signal(signal.SIGTERM, lambda *_: open(f"{d}/term-{job}-{attempt}", "w").write(repr(time.time())))
+open(f"{d}/up-{job}-{attempt}", "w").close()
+end = time.time() + duration
+while time.time() < end:
+    time.sleep(0.02)
+open(f"{d}/done-{job}", "a").write(attempt + "\\n")
+"""
+
+
+def test_preemption_on_slurm_gives_sigterm_and_the_grace_then_requeues(
+    slurm_cluster: SlurmCluster, tmp_path: Path, drop_dir: Path
+) -> None:
+    """Issue 15 end to end on Slurm: alice borrows, bob reclaims; alice's victims see SIGTERM, keep their
+    grace, are killed, and complete once in a later attempt."""
+    machines = [{"name": "m0", "rack": "r0", "cpus": 16, "memory_gb": 64, "uplink_gbps": 40,
+                 "devices": {"gpu": {"model": "P100", "count": 4}}},
+                {"name": "m1", "rack": "r0", "cpus": 16, "memory_gb": 64, "uplink_gbps": 40,
+                 "devices": {"gpu": {"model": "P100", "count": 1}}}]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({"machines": machines}))
+    settings = Config(db=f"sqlite:///{tmp_path / 'd.db'}", cluster=str(tmp_path / "cluster.yaml"),
+                      state_dir=str(tmp_path / "state"), latency_scale=0.002, tick_s=0.05, engine="slurm",
+                      slurm_site=str(slurm_cluster.site.save()), tenants=COHORT, preempt_grace_s=GRACE_S)
+    svc = open_service(settings)
+    svc.controller.start()
+    try:
+        def submit(tenant: str, name: str, duration: float) -> str:
+            body = {"name": name, "image": "rodinia/nw", "slo_s": 600.0, "importance": 1.0, "max_retries": 2,
+                    "command": ["python3", "-c", PATIENT, str(drop_dir), str(duration)],
+                    "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0, "gpu": 1, "nvme": 0, "fpga": 0,
+                              "memory": 0}}
+            return str(svc.jobs.submit(tenant, body)[0]["id"])
+
+        def state(job_id: str) -> str:
+            with svc.store.read() as s:
+                row = s.get(JobRow, job_id)
+                assert row is not None
+                return str(row.state)
+
+        alice = [submit("alice", f"a{i}", 6.0) for i in range(6)]
+        _until(lambda: sum(state(j) == "running" for j in alice) == 5, "alice to hold 5 GPUs", 60)
+        _until(lambda: len(list(drop_dir.glob("up-*"))) == 5, "alice's jobs to be up", 60)
+        bob = [submit("bob", f"b{i}", 1.0) for i in range(2)]
+        _until(lambda: all(state(j) == "completed" for j in alice + bob), "every job to end", 150)
+        preempted = [j for j in alice if any("preempted by" in (e["why"] or "") for e in svc.store.job_events(j))]
+        assert len(preempted) == 2, "bob's two jobs reclaim two of alice's three borrowed GPUs"
+        for j in preempted:
+            events = svc.store.job_events(j)
+            signalled = next(e for e in events if (e["why"] or "").startswith("preempted by"))
+            stopped = next(e for e in events if e["subject"] == "slice" and e["to"] == "tearing-down"
+                           and "preempted by" in (e["why"] or ""))
+            assert stopped["at"] - signalled["at"] >= GRACE_S - 0.05, "the grace period was observed"
+            assert (drop_dir / f"term-{j}-1").exists(), f"{j} saw SIGTERM in its first attempt"
+            assert (drop_dir / f"done-{j}").read_text().split() == ["2"]
+        for j in alice + bob:
+            assert len((drop_dir / f"done-{j}").read_text().split()) == 1, f"{j} completed exactly once"
+    finally:
+        svc.close()

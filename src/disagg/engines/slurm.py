@@ -13,8 +13,8 @@ Slice operations on Slurm (FlowOS-RM's Table 1, with Slurm in Mesos's place):
 - status: `squeue --json` (no accounting database is needed): job state and exit code, which the
   engine writes down when it first sees the job end (Slurm forgets finished jobs after `MinJobAge`);
 - terminate (preemption): `scancel --signal=TERM` reaches the job's tasks (its `srun` step), not the
-  batch script, which waits for them; at the end of the grace the teardown's cancel and
-  destroy-machine kill what is left;
+  batch script, which waits for them; cancel at the end of the grace SIGKILLs the job's processes on
+  its slice machines (the tenant's uid in their namespaces) at once;
 - destroy-machine: the node's processes are stopped, the node is deleted from Slurm, its
   device files go away — the GPUs are back in the pool.
 
@@ -262,6 +262,8 @@ class SlurmEngine(Engine):
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         area = self._stage(spec, key, account)
         (d / "nodes").write_text("\n".join(m.name for m in spec.machines) + "\n")
+        if account.drop:
+            (d / "uid").write_text(f"{account.uid}\n")   # whose processes the kill after a grace is for
         (d / "job.sh").write_text(self._job_script(spec, account, area))
         args = ["sbatch", "--parsable", "--hold", f"--job-name={name}",
                 f"--comment={COMMENT_PREFIX}{spec.job_id} slice={spec.slice_id}",
@@ -429,9 +431,9 @@ class SlurmEngine(Engine):
 
     def cancel(self, handle: str) -> None:
         """Stop the job (running or held): `scancel`, which Slurm carries out as SIGTERM to every process
-        of the job, then SIGKILL after the site's `KillWait`. The controller's teardown does not wait for
-        that: destroy-machine kills every process of the slice machine (at the end of a preemption's
-        grace, too). Safe to repeat and on finished jobs."""
+        of the job, then SIGKILL after the site's `KillWait`. A job asked to stop before (`terminate`,
+        a preemption) has had its grace: its processes on its slice machines are killed at once (Slurm's
+        `scancel --signal=KILL` goes through `KillWait` too: measured). Safe to repeat and on finished jobs."""
         job_id, key = self._split(handle)
         d = self._job_dir(key)
         if d.exists():
@@ -439,14 +441,20 @@ class SlurmEngine(Engine):
         if job_id is not None:
             self.site.run(["scancel", job_id], check=False)
             self._changed()
+            uid = _read_int(d / "uid")
+            if (d / "terminated").exists() and uid:
+                for name in self._slice_nodes(key):
+                    self.nodes.kill_user_processes(name, uid)
 
     def terminate(self, handle: str) -> bool:
         """SIGTERM to the job's tasks (`scancel --signal=TERM`: its steps), which keep running for their
         grace period if they catch it. Not `--full`: the batch script and the `srun` in it would get it
         too, and srun ends the step at once, killing the tasks before they see the signal (measured)."""
-        job_id, _ = self._split(handle)
+        job_id, key = self._split(handle)
         if job_id is None:
             return False
+        if self._job_dir(key).is_dir():
+            (self._job_dir(key) / "terminated").touch()
         self.site.run(["scancel", "--signal=TERM", job_id], check=False)
         return True
 
@@ -594,6 +602,13 @@ class SlurmEngine(Engine):
             if name:
                 out[name] = gres.strip()
         return out
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _wait_status_code(raw: object) -> int | None:

@@ -332,6 +332,25 @@ class DynamicNodes:
                     os.kill(int(pid), signal.SIGKILL)
             time.sleep(0.02)
 
+    def kill_user_processes(self, name: str, uid: int) -> int:
+        """SIGKILL every process of user `uid` on the slice machine (its namespace): a job's tasks and its
+        batch script, at once — Slurm's own kill waits for `KillWait` after its SIGTERM. slurmd and
+        slurmstepd (root's) stay, and see the job end. Returns how many were signalled. uid 0 refused."""
+        rec = self.record(name)
+        if uid == 0:
+            raise ValueError("kill_user_processes: uid 0 would kill the node's own daemons")
+        if rec is None or not Path(f"/run/netns/{rec.netns}").exists():
+            return 0
+        killed = 0
+        pids = subprocess.run(["ip", "netns", "pids", rec.netns], capture_output=True, text=True,
+                              check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(psutil.Error, ProcessLookupError, ValueError):
+                if psutil.Process(int(pid)).uids().real == uid:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed += 1
+        return killed
+
     def _busy(self, name: str) -> bool:
         state = self.node_state(name) or []
         return any(s in ("ALLOCATED", "MIXED", "COMPLETING") for s in state)
