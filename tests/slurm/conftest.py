@@ -8,7 +8,10 @@ impossible (not root, or apt failed).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +55,13 @@ def engine(slurm_cluster: SlurmCluster) -> Iterator[SlurmEngine]:
     for job in eng._squeue():
         if str(job.get("job_state")) in ("PENDING", "RUNNING"):
             slurm_cluster.site.run(["scancel", str(job["job_id"])], check=False)
+
+
+@pytest.fixture
+def drop_dir() -> Iterator[Path]:
+    """A directory every tenant's user may write to (1777, like /tmp): where test jobs leave marks that
+    the test reads (jobs run as their tenant's user, who cannot write into pytest's 0700 tmp_path)."""
+    d = Path(tempfile.mkdtemp(prefix="disagg-drop-"))
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

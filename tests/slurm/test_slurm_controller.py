@@ -127,7 +127,7 @@ def test_rest_jobs_run_on_slurm_slices_beside_users_own_jobs(
 
 @pytest.mark.parametrize("fault", ["kill-slurmd", "job-vanishes"])
 def test_a_lost_slurm_job_is_requeued_and_its_devices_return(
-    fault: str, slurm_cluster: SlurmCluster, slurm_service: Service
+    fault: str, slurm_cluster: SlurmCluster, slurm_service: Service, drop_dir: Path
 ) -> None:
     """The slice machine's slurmd dies, or the Slurm job is cancelled behind disagg's back (gone from
     Slurm): either way the slice is torn down, its devices return, and the job runs again."""
@@ -137,7 +137,7 @@ def test_a_lost_slurm_job_is_requeued_and_its_devices_return(
     engine = slurm_service.engine
     assert isinstance(engine, SlurmEngine)
     before = engine.node_gres()
-    marker = slurm_cluster.site.root / f"attempts-{time.monotonic_ns()}"
+    marker = drop_dir / f"attempts-{time.monotonic_ns()}"
     # the first attempt runs long (it gets killed); the second one ends quickly
     command = ["bash", "-c", f'echo "$DISAGG_ATTEMPT" >> {marker}; '
                'if [ "$DISAGG_ATTEMPT" = 1 ]; then sleep 120; fi; echo "done on $SLURMD_NODENAME"']

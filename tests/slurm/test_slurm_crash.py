@@ -103,12 +103,12 @@ def wait(cond: Callable[[], bool], what: str | Callable[[], str], timeout_s: flo
 
 @pytest.mark.parametrize("moment", ["attaching", "node-joined", "job-queued"])
 def test_kill_9_mid_composition_runs_the_job_exactly_once(
-    moment: str, serve: Serve, slurm_cluster: SlurmCluster, tmp_path: Path
+    moment: str, serve: Serve, slurm_cluster: SlurmCluster, tmp_path: Path, drop_dir: Path
 ) -> None:
     site = slurm_cluster.site
     engine = SlurmEngine(site)
     before = engine.node_gres()
-    runs = tmp_path / "runs"
+    runs = drop_dir / "runs"   # the job runs as its tenant's user: somewhere that user may write
     # The slices' partition is down until the server is killed: Slurm takes the job (held or released)
     # but cannot start it, so "killed before the job ran" holds whatever the server did in between
     # (a released job starts in ≈ 0.5 s, which a loaded machine can beat the kill by).

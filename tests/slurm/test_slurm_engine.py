@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from disagg.engines.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+TENANT = "alice"   # jobs run as her Unix user (disagg-alice, made on first use)
 REPORT = ("bash", "-c", 'echo "rank=$SLURM_PROCID node=$SLURMD_NODENAME devices=$DISAGG_DEVICES '
           'cvd=$CUDA_VISIBLE_DEVICES nodes=$SLURM_JOB_NODELIST"')
 
@@ -66,7 +68,8 @@ def parse_lines(logs: str) -> dict[str, dict[str, str]]:
 
 def test_one_task_two_gpus_sees_exactly_its_slice(engine: SlurmEngine, slurm_cluster: SlurmCluster) -> None:
     before = engine.node_gres()
-    spec = SliceSpec("s1", "job1", REPORT, (SliceMachine("s1-m0", "m0", 2, 4, ("m0/gpu1", "pool0/gpu3")),))
+    spec = SliceSpec("s1", "job1", REPORT, (SliceMachine("s1-m0", "m0", 2, 4, ("m0/gpu1", "pool0/gpu3")),),
+                     tenant=TENANT)
     status, logs = run_slice(engine, spec)
     assert status == TaskStatus("completed", 0, status.detail), logs
     lines = parse_lines(logs)
@@ -84,7 +87,7 @@ def test_two_tasks_two_gpus_each_srun_sees_both_nodes(engine: SlurmEngine) -> No
     spec = SliceSpec("s2", "job2", REPORT, (
         SliceMachine("s2-m0", "m0", 2, 4, ("m0/gpu2", "m0/gpu3")),
         SliceMachine("s2-m1", "m1", 2, 4, ("m1/gpu0", "pool0/gpu1")),   # one of them remote
-    ), tasks=2)
+    ), tasks=2, tenant=TENANT)
     status, logs = run_slice(engine, spec)
     assert status.state == "completed", logs
     lines = parse_lines(logs)
@@ -102,7 +105,7 @@ def test_uneven_gpu_counts_get_all_their_node_gpus(engine: SlurmEngine) -> None:
     spec = SliceSpec("s3", "job3", REPORT, (
         SliceMachine("s3-m0", "m2", 1, 2, ("m2/gpu0",)),
         SliceMachine("s3-m1", "m3", 1, 2, ("m3/gpu0", "m3/gpu1", "pool0/gpu2")),
-    ), tasks=2)
+    ), tasks=2, tenant=TENANT)
     status, logs = run_slice(engine, spec)
     assert status.state == "completed", logs
     by_node = {f["node"]: f["devices"] for f in parse_lines(logs).values()}
@@ -111,14 +114,14 @@ def test_uneven_gpu_counts_get_all_their_node_gpus(engine: SlurmEngine) -> None:
 
 def test_failing_command_reports_its_exit_code_and_output(engine: SlurmEngine) -> None:
     spec = SliceSpec("s4", "job4", ("bash", "-c", "echo boom >&2; exit 3"),
-                     (SliceMachine("s4-m0", "m0", 1, 1, ("m0/gpu0",)),))
+                     (SliceMachine("s4-m0", "m0", 1, 1, ("m0/gpu0",)),), tenant=TENANT)
     status, logs = run_slice(engine, spec)
     assert (status.state, status.exit_code) == ("failed", 3)
     assert "boom" in logs
 
 
 def test_prepare_is_idempotent_and_cancel_of_a_held_job(engine: SlurmEngine) -> None:
-    spec = SliceSpec("s5", "job5", ("true",), (SliceMachine("s5-m0", "m1", 1, 1, ("m1/gpu3",)),))
+    spec = SliceSpec("s5", "job5", ("true",), (SliceMachine("s5-m0", "m1", 1, 1, ("m1/gpu3",)),), tenant=TENANT)
     engine.launch_machine(spec, spec.machines[0])
     engine.launch_machine(spec, spec.machines[0])          # joining twice is a no-op
     handle = engine.prepare_task(spec)
@@ -145,7 +148,7 @@ def test_foreign_sbatch_is_reported_as_holding_its_node_and_gpus(
     third = site.run(["sbatch", "--parsable", "-p", "static", "-w", "n3", "--gres=gpu:1", "-o", "/dev/null",
                       "-J", f"{JOB_PREFIX}sneaky", "--wrap", "sleep 60"]).stdout.strip()
     # a disagg job running at the same time is not foreign
-    spec = SliceSpec("s6", "job6", ("sleep", "60"), (SliceMachine("s6-m0", "m2", 1, 1, ("m2/gpu0",)),))
+    spec = SliceSpec("s6", "job6", ("sleep", "60"), (SliceMachine("s6-m0", "m2", 1, 1, ("m2/gpu0",)),), tenant=TENANT)
     engine.launch_machine(spec, spec.machines[0])
     handle = engine.prepare_task(spec)
     engine.launch_task(handle)
@@ -178,7 +181,7 @@ def test_killed_slurmd_yields_lost(engine: SlurmEngine) -> None:
     import signal
 
     before = engine.node_gres()
-    spec = SliceSpec("s7", "job7", ("sleep", "120"), (SliceMachine("s7-m0", "m3", 1, 1, ("m3/gpu2",)),))
+    spec = SliceSpec("s7", "job7", ("sleep", "120"), (SliceMachine("s7-m0", "m3", 1, 1, ("m3/gpu2",)),), tenant=TENANT)
     engine.launch_machine(spec, spec.machines[0])
     handle = engine.prepare_task(spec)
     engine.launch_task(handle)
@@ -195,11 +198,11 @@ def test_killed_slurmd_yields_lost(engine: SlurmEngine) -> None:
 
 
 def test_a_restarted_engine_adopts_the_running_job_and_does_not_rerun_it(
-    engine: SlurmEngine, slurm_cluster: SlurmCluster
+    engine: SlurmEngine, slurm_cluster: SlurmCluster, drop_dir: Path
 ) -> None:
-    runs = slurm_cluster.site.root / "s8-runs"
+    runs = drop_dir / "s8-runs"
     spec = SliceSpec("s8", "job8", ("bash", "-c", f"echo run >> {runs}; sleep 3"),
-                     (SliceMachine("s8-m0", "m0", 1, 1, ("m0/gpu3",)),))
+                     (SliceMachine("s8-m0", "m0", 1, 1, ("m0/gpu3",)),), tenant=TENANT)
     engine.launch_machine(spec, spec.machines[0])
     handle = engine.prepare_task(spec)
     engine.launch_task(handle)
@@ -216,12 +219,13 @@ def test_a_restarted_engine_adopts_the_running_job_and_does_not_rerun_it(
     assert wait_done(restarted, handle).state == "completed"
     assert runs.read_text() == "run\n"                     # ran exactly once
     restarted.destroy_machine(spec, spec.machines[0])
-    assert restarted.job_of(SliceSpec("never", "j", ("true",), spec.machines)) is None
+    assert restarted.job_of(SliceSpec("never", "j", ("true",), spec.machines, tenant=TENANT)) is None
 
 
 def test_clean_orphans_cancels_unknown_jobs_and_makes_unknown_machines_leave(engine: SlurmEngine) -> None:
-    keep = SliceSpec("s9", "job9", ("true",), (SliceMachine("s9-m0", "m2", 1, 1, ("m2/gpu3",)),))
-    orphan = SliceSpec("s10", "job10", ("sleep", "60"), (SliceMachine("s10-m0", "m2", 1, 1, ("m2/gpu2",)),))
+    keep = SliceSpec("s9", "job9", ("true",), (SliceMachine("s9-m0", "m2", 1, 1, ("m2/gpu3",)),), tenant=TENANT)
+    orphan = SliceSpec("s10", "job10", ("sleep", "60"), (SliceMachine("s10-m0", "m2", 1, 1, ("m2/gpu2",)),),
+                       tenant=TENANT)
     for spec in (keep, orphan):
         engine.launch_machine(spec, spec.machines[0])
     kept = engine.prepare_task(keep)

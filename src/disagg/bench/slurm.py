@@ -74,7 +74,7 @@ def disagg_trial(engine: SlurmEngine, shape: str, trial: int) -> tuple[dict[str,
                      tuple(f"m{i}/gpu{j}" for j in range(gpus)))
         for i in range(machines_n)
     )
-    spec = SliceSpec(sid, sid, ("sleep", "300"), machines, tasks=machines_n)
+    spec = SliceSpec(sid, sid, ("sleep", "300"), machines, tasks=machines_n, tenant="bench")
     steps: dict[str, float] = {}
     with ThreadPoolExecutor(max_workers=len(machines)) as pool:
         steps["launch_machine"] = _timed(

@@ -9,9 +9,11 @@ the controller persists, so a restarted controller can ask the engine about them
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
+from typing import BinaryIO
 
 from disagg.model import Allocation, Cluster, SliceMachine
 from disagg.model.states import RunState
@@ -179,6 +181,16 @@ def page_of(data: bytes, offset: int, limit: int) -> LogPage:
     return LogPage(chunk.decode("utf-8", errors="replace"), start, start + len(chunk), len(data))
 
 
+def file_page(f: BinaryIO, offset: int, limit: int) -> LogPage:
+    """`page_of` for an open file: reads only the page, not the whole file (a log may be large)."""
+    size = os.fstat(f.fileno()).st_size
+    start = min(max(offset, 0), size)
+    f.seek(start)
+    chunk = f.read(max(limit, 0))
+    page = page_of(chunk, 0, len(chunk))
+    return LogPage(page.text, start, start + page.next_offset, max(size, start + len(chunk)))
+
+
 def _utf8_whole(chunk: bytes) -> int:
     """The length of `chunk` without a UTF-8 character cut off at its end."""
     for back in range(1, min(4, len(chunk)) + 1):
@@ -198,6 +210,7 @@ __all__ = [
     "TaskRefused",
     "TaskState",
     "TaskStatus",
+    "file_page",
     "page_of",
     "with_foreign_holdings",
 ]

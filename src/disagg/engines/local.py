@@ -39,7 +39,7 @@ from typing import Any
 
 import disagg
 from disagg.engines.accounts import Account, Accounts
-from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus
+from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus, file_page
 from disagg.engines.cgroups import Confinement, detect
 from disagg.engines.local_runner import BOOT, claim, start_ticks, write_atomic
 from disagg.fabric.emulated import OperationLatencies
@@ -94,7 +94,7 @@ class LocalEngine(Engine):
         self.latencies = latencies or OperationLatencies().scaled(0.0)
         self.accounts = Accounts(self.isolation.tenants, self.isolation.allow_same_user)
         self.jobs_dir = (self.isolation.jobs_dir or default_jobs_dir(self.root.parent)).absolute()
-        _jobs_root(self.jobs_dir, self.root.parent)
+        make_jobs_root(self.jobs_dir, self.root.parent)
         parent = self.isolation.cgroup_parent
         self.confinement = detect(parent) if parent and os.geteuid() == 0 else Confinement(
             notes=("not root: no cgroups can be made",) if parent else ("cgroups are off (cgroup_parent unset)",))
@@ -146,11 +146,8 @@ class LocalEngine(Engine):
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         work = self.workdir(spec.slice_id)
         hostfile = work / "hostfile"
-        _make_workdir(work, account, {"hostfile": "".join(f"{m.name} slots=1\n" for m in spec.machines)})
-        base = {"PATH": TASK_PATH, "HOME": str(work), "USER": account.user, "LANG": "C.UTF-8",
-                "DISAGG_JOB": spec.job_id, "DISAGG_SLICE": spec.slice_id, "DISAGG_TASK_COUNT": str(spec.tasks),
-                "DISAGG_HOSTFILE": str(hostfile), "DISAGG_WORKDIR": str(work),
-                **{k: v for k, v in spec.env.items() if k.startswith("DISAGG_")}}
+        make_workdir(work, account, {"hostfile": hostfile_text(spec)})
+        base = job_environment(spec, account, work, hostfile)
         tasks: list[dict[str, Any]] = []
         for i, (machine, devices) in enumerate(layout):
             gpus = [str(k) for k, dev in enumerate(devices) if "/gpu" in dev]
@@ -291,19 +288,12 @@ class LocalEngine(Engine):
 
     def log_page(self, handle: str, offset: int, limit: int) -> LogPage:
         """At most `limit` bytes of the output from byte `offset`, read from the file (not whole)."""
-        from disagg.engines.base import page_of
-
         path = self._dir(handle) / "output"
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                start = min(max(offset, 0), size)
-                f.seek(start)
-                chunk = f.read(max(limit, 0))
+                return file_page(f, offset, limit)
         except FileNotFoundError:
             return LogPage("", 0, 0, 0)
-        page = page_of(chunk, 0, len(chunk))
-        return LogPage(page.text, start, start + page.next_offset, max(size, start + len(chunk)))
 
     def handles(self) -> list[str]:
         """Every job directory the engine knows."""
@@ -352,7 +342,7 @@ def _private_dir(path: Path) -> None:
         path.chmod(0o700)
 
 
-def _jobs_root(path: Path, state_dir: Path) -> None:
+def make_jobs_root(path: Path, state_dir: Path) -> None:
     """Make the root of the jobs' working directories: the controller's, 0711 (every tenant's user can pass
     to its own directory, none can list the others); as root, every directory above it must let them pass.
     ValueError naming the directory otherwise."""
@@ -378,7 +368,22 @@ def _jobs_root(path: Path, state_dir: Path) -> None:
         write_atomic(mark, f"{state_dir}\n", mode=0o644)
 
 
-def _make_workdir(work: Path, account: Account, files: dict[str, str]) -> None:
+def job_environment(spec: SliceSpec, account: Account, work: Path, hostfile: Path) -> dict[str, str]:
+    """The variables every task of a job gets, whatever the engine (module docstring; docs/security.md):
+    nothing of the controller's environment. Each engine adds the per-task ones: `CUDA_VISIBLE_DEVICES`,
+    `DISAGG_DEVICES`, `DISAGG_TASK_INDEX`, `DISAGG_MACHINE` (the slice machine), `DISAGG_HOST` (its machine)."""
+    return {"PATH": TASK_PATH, "HOME": str(work), "USER": account.user, "LANG": "C.UTF-8",
+            "DISAGG_JOB": spec.job_id, "DISAGG_SLICE": spec.slice_id, "DISAGG_TASK_COUNT": str(spec.tasks),
+            "DISAGG_HOSTFILE": str(hostfile), "DISAGG_WORKDIR": str(work),
+            **{k: v for k, v in spec.env.items() if k.startswith("DISAGG_")}}
+
+
+def hostfile_text(spec: SliceSpec) -> str:
+    """The job's hostfile: one line per slice machine with its slots (OpenMPI style)."""
+    return "".join(f"{m.name} slots=1\n" for m in spec.machines)
+
+
+def make_workdir(work: Path, account: Account, files: dict[str, str]) -> None:
     """The job's working directory, made afresh (nothing a task of an earlier try left in it is kept),
     with `files` in it, written before it is handed to the job's user."""
     shutil.rmtree(work, ignore_errors=True)
@@ -437,4 +442,5 @@ def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:
     return [(m, m.devices) for m in spec.machines]
 
 
-__all__ = ["Isolation", "LocalEngine", "default_jobs_dir"]
+__all__ = ["TASK_PATH", "Isolation", "LocalEngine", "default_jobs_dir", "hostfile_text",
+           "job_environment", "make_jobs_root", "make_workdir"]

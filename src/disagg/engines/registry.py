@@ -36,7 +36,7 @@ class EngineOptions:
     state_dir: Path
     latencies: OperationLatencies
     slurm_site: str | None = None
-    isolation: Isolation | None = None  # the local engine's: users, working directories, cgroups, log cap
+    isolation: Isolation | None = None  # users and working directories (both engines); cgroups, log cap (local)
 
 
 def _local(opts: EngineOptions) -> Engine:
@@ -50,6 +50,7 @@ def _local(opts: EngineOptions) -> Engine:
 
 def _slurm(opts: EngineOptions) -> Engine:
     from disagg.engines.slurm import SlurmEngine
+    from disagg.engines.slurm_site import SlurmSite
 
     if not opts.slurm_site:
         raise UnknownEngineError("slurm_site: required with engine 'slurm' (the path of a Slurm site.json)")
@@ -57,9 +58,13 @@ def _slurm(opts: EngineOptions) -> Engine:
     if not path.is_file():
         raise UnknownEngineError(f"slurm_site: {opts.slurm_site!r} is not a file (expected a Slurm site.json)")
     try:
-        return SlurmEngine.from_config(path)
+        site = SlurmSite.load(path)
     except (ValueError, KeyError, OSError) as exc:
         raise UnknownEngineError(f"slurm_site: {opts.slurm_site!r} cannot be read: {exc}") from None
+    try:
+        return SlurmEngine(site, isolation=opts.isolation)  # tenants' users, as with the local engine
+    except ValueError as exc:
+        raise UnknownEngineError(str(exc)) from None
 
 
 ENGINES: dict[str, Callable[[EngineOptions], Engine]] = {"local": _local, "slurm": _slurm}

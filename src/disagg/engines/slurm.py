@@ -6,17 +6,28 @@ Slice operations on Slurm (FlowOS-RM's Table 1, with Slurm in Mesos's place):
 - launch-machine: the slice machine joins Slurm as a dynamic node whose GRES `gpu:N` are device
   files standing for the slice's attached devices (`slurm_node.DynamicNodes`);
 - prepare-task: `sbatch --hold` pinned to the slice's nodes (`--nodelist`, `--nodes`, `--ntasks`,
-  `--gres=gpu:N`); the handle is the slice key (the slice id made file-safe), like the local
-  engine's, and the Slurm job id is kept in the slice's job directory;
+  `--gres=gpu:N`), as the tenant's Unix user (`--uid`/`--gid`, resolved by `accounts` as the local
+  engine does), with `--export=NONE` and an `sbatch` that itself gets no variable of the controller;
+  the handle is the slice key (the slice id made file-safe), like the local engine's;
 - launch-task: `scontrol release`;
-- status: `squeue --json` (no accounting database is needed): job state and, once it ended, the
-  exit code that the job script itself wrote next to its output (Slurm forgets finished jobs
-  after `MinJobAge`; the file does not);
+- status: `squeue --json` (no accounting database is needed): job state and exit code, which the
+  engine writes down when it first sees the job end (Slurm forgets finished jobs after `MinJobAge`);
+- terminate (preemption): `scancel --signal=TERM` reaches the job's tasks (its `srun` step), not the
+  batch script, which waits for them; cancel at the end of the grace SIGKILLs the job's processes on
+  its slice machines (the tenant's uid in their namespaces) at once;
 - destroy-machine: the node's processes are stopped, the node is deleted from Slurm, its
   device files go away — the GPUs are back in the pool.
 
-Every task sees `DISAGG_DEVICES` (the disagg device ids behind its `CUDA_VISIBLE_DEVICES`, in the
-same order), `DISAGG_SLICE`, `DISAGG_JOB` and Slurm's own `SLURMD_NODENAME`.
+Two directories per job, each of its own owner (as the local engine's):
+  - `<site.jobs_dir>/<key>/`, the controller's (0700): `slurm_job_id`, `nodes`, `job.sh` (what was
+    submitted), `exit` (written by the engine from Slurm's record, never by the job), `cancelled`;
+  - `<work_root>/<key>/`, root's (0711) on a filesystem every node sees: `task.sh` (0444), `output.log`
+    (the job's stdout and stderr: made beforehand and owned by the tenant's user, who cannot replace it
+    in a directory that is not theirs) and `work/` (0700, the tenant's: cwd, HOME, `hostfile`).
+
+Every task gets the local engine's variables (`local.job_environment`, plus `CUDA_VISIBLE_DEVICES`,
+`DISAGG_DEVICES` — the disagg device ids behind it, in the same order — `DISAGG_TASK_INDEX`,
+`DISAGG_MACHINE`, `DISAGG_HOST`) and Slurm's own (`SLURM_*`, `SLURMD_NODENAME`, `TMPDIR`), nothing else.
 Jobs that users submit directly are reported by `foreign_holdings` so the controller keeps their
 nodes' CPUs and GPUs away from the policy.
 """
@@ -25,8 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import shlex
+import shutil
+import stat
 import threading
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -34,7 +48,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from disagg.engines.base import Engine, ForeignHolding, SliceMachine, SliceSpec, TaskState, TaskStatus
+from disagg.engines.accounts import Account, Accounts
+from disagg.engines.base import (
+    Engine,
+    ForeignHolding,
+    LogPage,
+    SliceMachine,
+    SliceSpec,
+    TaskRefused,
+    TaskState,
+    TaskStatus,
+    file_page,
+)
+from disagg.engines.local import (
+    TASK_PATH,
+    Isolation,
+    default_jobs_dir,
+    hostfile_text,
+    job_environment,
+    make_jobs_root,
+    make_workdir,
+)
 from disagg.engines.slurm_node import DynamicNodes, NodeSpec
 from disagg.engines.slurm_site import SlurmError, SlurmSite
 from disagg.model.states import RunState
@@ -103,18 +137,32 @@ class SlurmEngine(Engine):
 
     name = "slurm"
 
-    def __init__(self, site: SlurmSite, nodes: DynamicNodes | None = None, squeue_ttl_s: float = 0.1) -> None:
+    def __init__(self, site: SlurmSite, nodes: DynamicNodes | None = None, squeue_ttl_s: float = 0.1,
+                 isolation: Isolation | None = None) -> None:
+        """`isolation`: the controller's tenants (their users), `allow_same_user` and `jobs_dir` (where
+        the working directories go; else the site's `workdirs`, else `local.default_jobs_dir` of the
+        site's root). ValueError naming `jobs_dir` when the tenants' users could not reach it."""
         self.site = site
         self.nodes = nodes or DynamicNodes(site)
         self.squeue_ttl_s = squeue_ttl_s
         self._cache: tuple[float, list[dict[str, Any]]] | None = None
         self._cache_lock = threading.Lock()
-        site.jobs_dir.mkdir(parents=True, exist_ok=True)
+        isolation = isolation or Isolation()
+        self.accounts = Accounts(isolation.tenants, isolation.allow_same_user)
+        self.work_root = (isolation.jobs_dir or site.workdirs or default_jobs_dir(site.root)).absolute()
+        make_jobs_root(self.work_root, site.root)
+        site.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        site.jobs_dir.chmod(0o700)
 
     @classmethod
-    def from_config(cls, site_json: str | Path) -> SlurmEngine:
+    def from_config(cls, site_json: str | Path, isolation: Isolation | None = None) -> SlurmEngine:
         """Build from a site file (`engine: slurm`, `slurm_site: <path>` in the controller config)."""
-        return cls(SlurmSite.load(Path(site_json)))
+        return cls(SlurmSite.load(Path(site_json)), isolation=isolation)
+
+    def notes(self) -> list[str]:
+        return [*self.accounts.notes(),
+                f"jobs' working directories under {self.work_root} (every Slurm node must see it); "
+                "cpu, memory and process limits are Slurm's (its cgroup plugins, where the site sets them)"]
 
     # -- machines ----------------------------------------------------------------------------
     def launch_machine(self, spec: SliceSpec, machine: SliceMachine) -> None:
@@ -130,13 +178,28 @@ class SlurmEngine(Engine):
 
     # -- jobs --------------------------------------------------------------------------------
     def _job_dir(self, key: str) -> Path:
+        """The controller's record of a job (0700): no task can open it."""
         return self.site.jobs_dir / key
+
+    def _area(self, key: str) -> Path:
+        """The job's files that its tasks use (root's, 0711): `task.sh`, `output.log`, `work/`."""
+        return self.work_root / key
+
+    def workdir(self, handle: str) -> Path:
+        """The job's working directory (its HOME), owned by its tenant's user."""
+        return self._area(self._key(handle)) / "work"
 
     def _split(self, handle: str) -> tuple[str | None, str]:
         """handle → (Slurm job id or None when never submitted, slice key)."""
+        key = self._key(handle)
+        return self._job_id(key), key
+
+    @staticmethod
+    def _key(handle: str) -> str:
+        """The slice key a handle is; ValueError when it is not one."""
         if not handle or handle != slice_key(handle) or handle.startswith("."):
             raise ValueError(f"not a Slurm engine handle: {handle!r} (a slice key)")
-        return self._job_id(handle), handle
+        return handle
 
     def slurm_job_id(self, handle: str) -> str | None:
         """The Slurm job id behind a handle, None when the job was never submitted."""
@@ -151,7 +214,7 @@ class SlurmEngine(Engine):
         name = JOB_PREFIX + key
         for job in self._squeue():
             if job.get("name") == name and is_disagg_job(job):
-                recorded.parent.mkdir(parents=True, exist_ok=True)
+                recorded.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 recorded.write_text(str(job["job_id"]))
                 return str(job["job_id"])
         return None
@@ -184,7 +247,8 @@ class SlurmEngine(Engine):
         return None
 
     def prepare_task(self, spec: SliceSpec) -> str:
-        """Submit the job held, pinned to the slice's nodes. Same slice → same handle, never a second job."""
+        """Submit the job held, pinned to the slice's nodes, as its tenant's user. Same slice → same
+        handle, never a second job. TaskRefused when the job has no user it may run as."""
         key = slice_key(spec.slice_id)
         d = self._job_dir(key)
         if self._job_id(key) is not None:
@@ -192,25 +256,55 @@ class SlurmEngine(Engine):
         name = JOB_PREFIX + key
         if not spec.machines:
             raise ValueError(f"slice {spec.slice_id}: no machines to run on")
-        d.mkdir(parents=True, exist_ok=True)
+        if not spec.tenant:
+            raise TaskRefused(f"job {spec.job_id}: no tenant, so no Unix user to run it as")
+        account = self.accounts.of(spec.tenant)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        area = self._stage(spec, key, account)
         (d / "nodes").write_text("\n".join(m.name for m in spec.machines) + "\n")
-        (d / "task.sh").write_text(self._task_script(spec))
-        (d / "job.sh").write_text(self._job_script(spec, d))
+        if account.drop:
+            (d / "uid").write_text(f"{account.uid}\n")   # whose processes the kill after a grace is for
+        (d / "job.sh").write_text(self._job_script(spec, account, area))
         args = ["sbatch", "--parsable", "--hold", f"--job-name={name}",
                 f"--comment={COMMENT_PREFIX}{spec.job_id} slice={spec.slice_id}",
                 f"--partition={self.site.partition}",
                 f"--nodelist={','.join(m.name for m in spec.machines)}",
                 f"--nodes={len(spec.machines)}", f"--ntasks={max(spec.tasks, len(spec.machines))}",
-                f"--output={d / 'output.log'}", f"--error={d / 'output.log'}", f"--chdir={d}"]
+                "--export=NONE", f"--output={area / 'output.log'}", f"--error={area / 'output.log'}",
+                f"--chdir={area / 'work'}"]
+        if account.drop:
+            args += [f"--uid={account.uid}", f"--gid={account.gid}"]
         counts = {sum(device_kind(x) == "gpu" for x in m.devices) for m in spec.machines}
         if len(counts) == 1 and (n := counts.pop()) > 0:
             args.append(f"--gres=gpu:{n}")
         elif len(counts) > 1:
             args.append("--exclusive")   # uneven GPU counts: the whole node (all its GPUs) is the job's
-        out = self.site.run([*args, str(d / "job.sh")]).stdout.strip()
+        # sbatch gets none of the controller's variables (with --export=NONE it would still pass SLURM_*
+        # ones on) and runs in the job's directory (Slurm tells the job where it was submitted from)
+        out = self.site.run([*args, str(d / "job.sh")], env={"PATH": TASK_PATH, "LANG": "C.UTF-8"},
+                            cwd=area / "work").stdout.strip()
         self._changed()
         (d / "slurm_job_id").write_text(out.split(";")[0])
         return key
+
+    def _stage(self, spec: SliceSpec, key: str, account: Account) -> Path:
+        """The job's area, made afresh (module docstring): root's `task.sh`, an empty `output.log` of
+        the tenant's user (Slurm opens it as that user), the working directory with the hostfile."""
+        area = self._area(key)
+        shutil.rmtree(area, ignore_errors=True)
+        area.mkdir(mode=0o700)
+        fd = os.open(area / "task.sh", os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o444)
+        os.fchmod(fd, 0o444)
+        with os.fdopen(fd, "w") as f:
+            f.write(self._task_script(spec))
+        fd = os.open(area / "output.log", os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        if account.drop:
+            os.fchown(fd, account.uid, account.gid)
+        os.close(fd)
+        make_workdir(area / "work", account, {"hostfile": hostfile_text(spec)})
+        if account.drop:
+            area.chmod(0o711)   # its user passes through to its files; it cannot add, remove or rename any
+        return area
 
     def _task_script(self, spec: SliceSpec) -> str:
         """Per-task wrapper: maps the node's CUDA_VISIBLE_DEVICES to disagg device ids, runs the command."""
@@ -219,7 +313,7 @@ class SlurmEngine(Engine):
             gpus = " ".join(shlex.quote(x) for x in m.devices if device_kind(x) == "gpu")
             other = " ".join(shlex.quote(x) for x in m.devices if device_kind(x) != "gpu")
             cases.append(f"  {shlex.quote(m.name)}) gpus=({gpus}); other=({other}); "
-                         f"export DISAGG_MACHINE={shlex.quote(m.host)};;")
+                         f"export DISAGG_HOST={shlex.quote(m.host)};;")
         return "\n".join([
             "#!/bin/bash",
             "# disagg task wrapper: generated by the Slurm engine.",
@@ -236,25 +330,25 @@ class SlurmEngine(Engine):
             'for i in "${idx[@]}"; do ids+=("${gpus[$i]}"); done',
             'ids+=("${other[@]}")',
             'DISAGG_DEVICES=$(IFS=,; echo "${ids[*]}"); export DISAGG_DEVICES',
-            'export DISAGG_NODE="${SLURMD_NODENAME:-}"',
+            'export DISAGG_NODE="${SLURMD_NODENAME:-}" DISAGG_MACHINE="${SLURMD_NODENAME:-}"',
+            'export DISAGG_TASK_INDEX="${SLURM_PROCID:-0}"',
             'exec "$@"',
             "",
         ])
 
-    def _job_script(self, spec: SliceSpec, d: Path) -> str:
-        """Batch script: env, one `srun` over every task, exit code written where status finds it later."""
-        env = {**spec.env, "DISAGG_SLICE": spec.slice_id, "DISAGG_JOB": spec.job_id}
+    def _job_script(self, spec: SliceSpec, account: Account, area: Path) -> str:
+        """Batch script: the job's variables (the local engine's list, nothing else: it starts with
+        `--export=NONE`), then one `srun` over every task, which passes them on to the tasks."""
+        work = area / "work"
+        env = job_environment(spec, account, work, work / "hostfile")
         exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items() if re.fullmatch(r"[A-Za-z_]\w*", k)]
         cmd = " ".join(shlex.quote(c) for c in spec.command)
         return "\n".join([
             "#!/bin/bash",
-            f"# disagg job {spec.job_id} on slice {spec.slice_id}: generated by the Slurm engine.",
+            f"# disagg job {spec.job_id} on slice {spec.slice_id} as {account.user}: generated by the Slurm engine.",
+            "umask 077",
             *exports,
-            f"srun --kill-on-bad-exit=1 bash {shlex.quote(str(d / 'task.sh'))} {cmd}",
-            "rc=$?",
-            f'echo "$rc" > {shlex.quote(str(d / "exit.tmp"))} && mv {shlex.quote(str(d / "exit.tmp"))} '
-            f'{shlex.quote(str(d / "exit"))}',
-            'exit "$rc"',
+            f"exec srun --export=ALL --kill-on-bad-exit=1 /bin/bash {shlex.quote(str(area / 'task.sh'))} {cmd}",
             "",
         ])
 
@@ -308,10 +402,15 @@ class SlurmEngine(Engine):
         mapped = _STATES.get(state, RunState.LOST)
         if mapped in (RunState.COMPLETED, RunState.FAILED) and exit_code is None:
             exit_code = _wait_status_code(job.get("exit_code"))
+            if exit_code is not None:
+                self._record_exit(d, exit_code)
         if mapped == RunState.COMPLETED and exit_code not in (None, 0):
             mapped = RunState.FAILED
         if mapped == RunState.RUNNING and state == "COMPLETING" and exit_code is not None:
             mapped = RunState.COMPLETED if exit_code == 0 else RunState.FAILED
+        elif mapped == RunState.RUNNING and state == "COMPLETING" and (d / RunState.CANCELLED).exists():
+            # disagg cancelled it and Slurm is making sure its processes are gone (seconds, at times)
+            mapped = RunState.CANCELLED
         return TaskStatus(mapped, exit_code if mapped in (RunState.COMPLETED, RunState.FAILED) else None, detail)
 
     @staticmethod
@@ -321,8 +420,20 @@ class SlurmEngine(Engine):
         except (OSError, ValueError):
             return None
 
+    @staticmethod
+    def _record_exit(d: Path, code: int) -> None:
+        """Write down the exit code Slurm reports for an ended job, so it outlives Slurm's memory of the
+        job (`MinJobAge`). Only the engine writes it, in the controller's directory: no job can."""
+        if d.is_dir():
+            tmp = d / "exit.tmp"
+            tmp.write_text(f"{code}\n")
+            tmp.replace(d / "exit")
+
     def cancel(self, handle: str) -> None:
-        """scancel the job (running or held). Safe to repeat and on finished jobs."""
+        """Stop the job (running or held): `scancel`, which Slurm carries out as SIGTERM to every process
+        of the job, then SIGKILL after the site's `KillWait`. A job asked to stop before (`terminate`,
+        a preemption) has had its grace: its processes on its slice machines are killed at once (Slurm's
+        `scancel --signal=KILL` goes through `KillWait` too: measured). Safe to repeat and on finished jobs."""
         job_id, key = self._split(handle)
         d = self._job_dir(key)
         if d.exists():
@@ -330,18 +441,59 @@ class SlurmEngine(Engine):
         if job_id is not None:
             self.site.run(["scancel", job_id], check=False)
             self._changed()
+            uid = _read_int(d / "uid")
+            if (d / "terminated").exists() and uid:
+                for name in self._slice_nodes(key):
+                    self.nodes.kill_user_processes(name, uid)
 
     def terminate(self, handle: str) -> bool:
-        """`scancel --signal=TERM`: the job's steps get SIGTERM and keep their grace period."""
-        job_id, _ = self._split(handle)
+        """SIGTERM to the job's tasks (`scancel --signal=TERM`: its steps), which keep running for their
+        grace period if they catch it. Not `--full`: the batch script and the `srun` in it would get it
+        too, and srun ends the step at once, killing the tasks before they see the signal (measured)."""
+        job_id, key = self._split(handle)
         if job_id is None:
             return False
-        self.site.run(["scancel", "--signal=TERM", "--full", job_id], check=False)
+        if self._job_dir(key).is_dir():
+            (self._job_dir(key) / "terminated").touch()
+        self.site.run(["scancel", "--signal=TERM", job_id], check=False)
         return True
 
+    def _open_output(self, handle: str) -> int | None:
+        """The job's output file opened for reading, or None. Never through a link, never anything but a
+        regular file (a FIFO would block the reader): its tenant's user owns it, though not its directory."""
+        path = self._area(self._key(handle)) / "output.log"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
+
     def logs(self, handle: str) -> str:
-        path = self._job_dir(slice_key(handle)) / "output.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        fd = self._open_output(handle)
+        if fd is None:
+            return ""
+        with os.fdopen(fd, "rb") as f:
+            return f.read().decode("utf-8", errors="replace")
+
+    def log_page(self, handle: str, offset: int, limit: int) -> LogPage:
+        """At most `limit` bytes of the output from byte `offset`, read from the file (not whole)."""
+        fd = self._open_output(handle)
+        if fd is None:
+            return LogPage("", 0, 0, 0)
+        with os.fdopen(fd, "rb") as f:
+            return file_page(f, offset, limit)
+
+    def forget(self, handle: str) -> None:
+        """Remove an ended job's files: its area (output, working directory) and the controller's record.
+        A job that has not ended is cancelled first. Safe to repeat."""
+        key = self._key(handle)
+        if self._job_dir(key).exists() and not self.status(handle).state.ended:
+            self.cancel(handle)
+        shutil.rmtree(self._area(key), ignore_errors=True)
+        shutil.rmtree(self._job_dir(key), ignore_errors=True)
 
     # -- jobs outside disagg -----------------------------------------------------------------
     def foreign_holdings(self) -> list[ForeignHolding]:
@@ -450,6 +602,13 @@ class SlurmEngine(Engine):
             if name:
                 out[name] = gres.strip()
         return out
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _wait_status_code(raw: object) -> int | None:

@@ -37,6 +37,9 @@ _BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "s
 CTL_PORT = 6817      # inside the private namespace, so always free
 SLURMD_PORT = 6818   # the port every dynamic node listens on (one per namespace)
 STATIC_PORT0 = 7001  # static node i listens on STATIC_PORT0 + i
+#: The cluster's directories and their modes (`SlurmCluster._write_files` says why).
+_MODES = {"etc": 0o755, "munge": 0o711, "spool": 0o711, "nodes": 0o711, "dev": 0o711, "run": 0o700,
+          "state": 0o700, "log": 0o700, "jobs": 0o700}
 
 
 def missing_binaries() -> list[str]:
@@ -84,7 +87,7 @@ class SlurmCluster:
         tag = secrets.token_hex(3)
         self.site = SlurmSite(
             root=self.root, conf=self.root / "etc" / "slurm.conf", netns=f"disagg-s{tag}",
-            bridge="dbr0", subnet="10.77.0", static_nodes=self.nodes,
+            bridge="dbr0", subnet="10.77.0", static_nodes=self.nodes, workdirs=self.root / "work",
         )
         self.max_dynamic_nodes = max_dynamic_nodes
         self.slurmd_timeout_s = slurmd_timeout_s
@@ -156,20 +159,28 @@ class SlurmCluster:
         return "\n".join(out) + "\n"
 
     def _write_files(self) -> None:
-        for sub in ("etc", "state", "spool", "run", "log", "munge", "dev", "nodes", "jobs"):
+        """The cluster's directory, each part as open as tenants' jobs need it and no more (as on a real
+        site): jobs (as their tenant's user) pass through the root, read slurm.conf, reach munged's socket
+        (`srun` inside a job authenticates through it) and the node spool holding their batch script;
+        slurmctld's state (every job's script and environment), the logs and disagg's records are root's."""
+        for sub, mode in _MODES.items():
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root / "munge", 0o700)
+            os.chmod(self.root / sub, mode)
+        os.chmod(self.root, 0o711)
         key = self.root / "munge" / "munge.key"
         if not key.exists():
             key.write_bytes(secrets.token_bytes(1024))
             os.chmod(key, 0o400)
         for n in self.nodes:
             (self.root / "spool" / n.name).mkdir(exist_ok=True)
+            os.chmod(self.root / "spool" / n.name, 0o755)
             (self.root / "dev" / n.name).mkdir(exist_ok=True)
             for i in range(len(n.gpus)):
                 _make_device_file(self.root / "dev" / n.name / f"gpu{i}")
         self.site.conf.write_text(self.slurm_conf())
         (self.root / "etc" / "gres.conf").write_text(self.gres_conf())
+        for conf in (self.site.conf, self.root / "etc" / "gres.conf"):
+            os.chmod(conf, 0o644)
         self.site.save()
 
     # -- processes ---------------------------------------------------------------------------

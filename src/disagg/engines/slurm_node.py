@@ -76,6 +76,7 @@ def _make_device_file(path: Path) -> None:
     """A character device (like /dev/null) that Slurm can hand out as one GPU."""
     if not path.exists():
         os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        path.chmod(0o666)  # whatever the umask, as /dev/nvidia* are
 
 
 class DynamicNodes:
@@ -186,15 +187,20 @@ class DynamicNodes:
         d = self.node_dir(spec.name)
         text = self.site.conf.read_text()
         (d / "slurm.conf").write_text(text)
+        # slurmd hands this copy to the node's jobs (SLURM_CONF): their `srun`, as the tenant's user, reads it
+        d.chmod(0o711)
+        (d / "slurm.conf").chmod(0o644)
         for line in text.splitlines():   # slurmd does not create its spool directory itself
             if line.strip().lower().startswith("slurmdspooldir="):
                 spool = Path(line.split("=", 1)[1].strip().replace("%n", spec.name))
                 spool.mkdir(parents=True, exist_ok=True)
+                spool.chmod(0o755)   # jobs run their batch script from here, as their tenant's user
         lines = []
         for i in range(len(spec.devices)):
             _make_device_file(d / "dev" / f"gpu{i}")
             lines.append(f"Name=gpu File={d / 'dev' / f'gpu{i}'}")
         (d / "gres.conf").write_text("AutoDetect=off\n" + "\n".join(lines) + "\n")
+        (d / "gres.conf").chmod(0o644)
 
     def _make_netns(self, rec: JoinedNode) -> None:
         """A fresh namespace for the machine (called only while its slurmd is not running).
@@ -325,6 +331,25 @@ class DynamicNodes:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
             time.sleep(0.02)
+
+    def kill_user_processes(self, name: str, uid: int) -> int:
+        """SIGKILL every process of user `uid` on the slice machine (its namespace): a job's tasks and its
+        batch script, at once — Slurm's own kill waits for `KillWait` after its SIGTERM. slurmd and
+        slurmstepd (root's) stay, and see the job end. Returns how many were signalled. uid 0 refused."""
+        rec = self.record(name)
+        if uid == 0:
+            raise ValueError("kill_user_processes: uid 0 would kill the node's own daemons")
+        if rec is None or not Path(f"/run/netns/{rec.netns}").exists():
+            return 0
+        killed = 0
+        pids = subprocess.run(["ip", "netns", "pids", rec.netns], capture_output=True, text=True,
+                              check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(psutil.Error, ProcessLookupError, ValueError):
+                if psutil.Process(int(pid)).uids().real == uid:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed += 1
+        return killed
 
     def _busy(self, name: str) -> bool:
         state = self.node_state(name) or []

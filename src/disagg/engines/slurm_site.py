@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,9 @@ class SlurmSite:
     partition: str = "disagg"       # partition made of the dynamic node set
     feature: str = "dyn"            # feature that puts a registering dynamic node into `partition`
     static_nodes: tuple[StaticNode, ...] = field(default_factory=tuple)
+    #: where the jobs' working directories go, on a filesystem every node sees (None: the engine's
+    #: default, `/var/lib/disagg/jobs/<hash of root>` as root); the controller's `jobs_dir` wins
+    workdirs: Path | None = None
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: Path | None = None) -> Path:
@@ -53,6 +56,7 @@ class SlurmSite:
         target = path or self.root / "site.json"
         data = asdict(self)
         data["root"], data["conf"] = str(self.root), str(self.conf)
+        data["workdirs"] = str(self.workdirs) if self.workdirs is not None else None
         target.write_text(json.dumps(data, indent=2))
         return target
 
@@ -76,6 +80,7 @@ class SlurmSite:
             partition=data.get("partition", "disagg"),
             feature=data.get("feature", "dyn"),
             static_nodes=nodes,
+            workdirs=Path(data["workdirs"]) if data.get("workdirs") else None,
         )
 
     # -- paths -------------------------------------------------------------------------------
@@ -111,12 +116,15 @@ class SlurmSite:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def run(
-        self, args: Sequence[str], check: bool = True, timeout: float = 30.0
+        self, args: Sequence[str], check: bool = True, timeout: float = 30.0,
+        env: Mapping[str, str] | None = None, cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm client command (`scontrol`, `sbatch`, …) against this site."""
+        """Run a Slurm client command (`scontrol`, `sbatch`, …) against this site: with the controller's
+        environment, or with only `env` and `SLURM_CONF` (what a tenant's `sbatch` gets), in `cwd`."""
         cmd = [*self.prefix(), *args]
-        proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        environ = self.env() if env is None else {**env, "SLURM_CONF": str(self.conf)}
+        proc = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=timeout,
+                              check=False, cwd=cwd)
         if check and proc.returncode != 0:
             said = (proc.stderr or proc.stdout).strip()
             raise SlurmError(f"{' '.join(args)} exited {proc.returncode}: {said}")
