@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, fail, get_all, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, fail, print_json
 from disagg.cli.tables import Col, console, make_table
 from disagg.model.states import JobState
 from disagg.model.tenants import RESOURCES
@@ -69,7 +69,7 @@ def tenants(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_
     """List tenants: quota, borrowing limit, usage, shares, queued and running jobs."""
     if ctx.invoked_subcommand is not None:
         return
-    found = get_all(url, "/v1/tenants", token, "tenants")
+    found = call_api("GET", url, "/v1/tenants", token)["tenants"]  # one answer: tenants are few, not paged
     if as_json or output == "json":
         print_json({"tenants": found})
         return
