@@ -114,7 +114,8 @@ def _act(url: str, token: str | None, as_json: bool, kind: str, item: str, actio
     if as_json:
         print_json(out)
     else:
-        Console().print(f"{kind} [bold]{out['id']}[/] is {out['state']}", highlight=False)
+        drained = " (drained: no new slice gets it)" if out.get("drained") else ""
+        Console().print(f"{kind} [bold]{out['id']}[/] is {out['state']}{drained}", highlight=False)
 
 
 @devices_app.command("drain")
