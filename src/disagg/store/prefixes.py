@@ -3,8 +3,8 @@ with git or docker. One rule for every kind: an id typed whole comes back alone 
 begins another, as `node1` begins `node10`); else every id that begins with what was typed.
 
 Jobs and slices are tenant-scoped: another tenant's ids are never matched, so they neither resolve
-nor make a prefix ambiguous. The inventory (devices, links, machines) is the same for everyone.
-Tenant names are not a table of their own (the spec, the jobs and the tokens name them), so their
+nor make a prefix ambiguous. The inventory (devices, links) is the same for everyone. (No route or
+command takes a machine's name: none is resolved here.) Tenant names are not a table of their own (the spec, the jobs and the tokens name them), so their
 caller hands the names to `matching`, the same rule on a list.
 """
 
@@ -16,16 +16,15 @@ from typing import Any, Literal
 from sqlalchemy import Select, select
 
 from disagg.store.base import StoreBase
-from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow
+from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
 from disagg.store.tokens import Principal
 
 #: How many matches an ambiguous prefix reports (enough to pick from; the rest are counted).
 SHOWN_MATCHES = 10
 
 #: What a user may name by a prefix of its id, and the column that holds the ids.
-IdKind = Literal["job", "slice", "device", "link", "machine"]
-_ID_COLUMNS: dict[str, Any] = {"job": JobRow.id, "slice": SliceRow.id, "device": DeviceRow.id, "link": LinkRow.id,
-                               "machine": MachineRow.name}
+IdKind = Literal["job", "slice", "device", "link"]
+_ID_COLUMNS: dict[str, Any] = {"job": JobRow.id, "slice": SliceRow.id, "device": DeviceRow.id, "link": LinkRow.id}
 
 
 def _escape_like(text: str) -> str:
