@@ -3,9 +3,10 @@ with git or docker. One rule for every kind: an id typed whole comes back alone 
 begins another, as `node1` begins `node10`); else every id that begins with what was typed.
 
 Jobs and slices are tenant-scoped: another tenant's ids are never matched, so they neither resolve
-nor make a prefix ambiguous. The inventory (devices, links) is the same for everyone. (No route or
-command takes a machine's name: none is resolved here.) Tenant names are not a table of their own (the spec, the jobs and the tokens name them), so their
-caller hands the names to `matching`, the same rule on a list.
+nor make a prefix ambiguous. The inventory (devices, links) is the same for everyone; no route or
+command takes a machine's name, so none is resolved here. Tenant names are not a table of their own
+(the spec, the jobs and the tokens name them): their caller hands the names to `matching`, the same
+rule on a list.
 """
 
 from __future__ import annotations
