@@ -199,6 +199,21 @@ def test_a_chart_has_data_points(browser: Any, dash: Dashboard, jobs: dict[str, 
     dash.urls += requested_urls(browser)
 
 
+def test_an_unknown_job_is_a_page_with_a_link_back(browser: Any, dash: Dashboard) -> None:
+    """A browser that asks for a job that is not there sees the dashboard's layout, the message and a
+    way back, not the API's JSON."""
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, dash)
+    browser.get(dash.url + "/ui/jobs/j-nope")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Not found"
+    assert "no job 'j-nope'" in browser.find_element(By.CSS_SELECTOR, ".error").text
+    assert "admin" in browser.find_element(By.CSS_SELECTOR, "header .who").text
+    browser.find_element(By.ID, "back").click()
+    dash.until(lambda: browser.current_url == dash.url + "/ui/queue", "the queue after the link back")
+    dash.urls += requested_urls(browser)
+
+
 def test_the_api_docs_render_offline(browser: Any, dash: Dashboard) -> None:
     browser.get(dash.url + "/docs")  # no sign-in: the API's documentation is public, as /openapi.json is
     assert "disagg" in _wait_text(browser, ".swagger-ui .info", "disagg")
@@ -214,7 +229,8 @@ def test_no_request_left_the_origin(browser: Any, dash: Dashboard, jobs: dict[st
     URLs are not requests to anyone.) Each page is given time for its scripts' own requests."""
     sign_in(browser, dash)
     requested_urls(browser)
-    for page in ("/ui/queue", f"/ui/jobs/{jobs['hog']}", "/ui/fabric", "/ui/history", "/docs", "/redoc"):
+    for page in ("/ui/queue", f"/ui/jobs/{jobs['hog']}", "/ui/fabric", "/ui/history", "/ui/jobs/j-nope", "/docs",
+                 "/redoc"):
         browser.get(dash.url + page)
         time.sleep(2.5)  # the log tail's first fetches, Swagger UI's and ReDoc's spec and workers
         dash.urls += requested_urls(browser)

@@ -216,11 +216,11 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
         "delete_job_v1_jobs__job_id__delete", "cancel_job_v1_jobs__job_id__cancel_post",
         "job_logs_v1_jobs__job_id__logs_get",
         "job_events_v1_jobs__job_id__events_get", "list_slices_v1_slices_get",
-        "list_machines_v1_machines_get", "list_devices_v1_devices_get",
+        "get_slice_v1_slices__slice_id__get", "list_machines_v1_machines_get", "list_devices_v1_devices_get",
         "drain_device_v1_devices__device_id__drain_post", "fail_device_v1_devices__device_id__fail_post",
         "repair_device_v1_devices__device_id__repair_post", "list_links_v1_links_get",
         "fail_link_v1_links__link_id__fail_post", "repair_link_v1_links__link_id__repair_post",
-        "list_tenants_v1_tenants_get", "set_tenant_v1_tenants__name__put",
+        "list_tenants_v1_tenants_get", "get_tenant_v1_tenants__name__get", "set_tenant_v1_tenants__name__put",
         "create_token_v1_tokens_post", "list_tokens_v1_tokens_get", "revoke_token_v1_tokens__token_id__delete",
         "get_history_v1_history_get", "healthz_healthz_get",
     ]

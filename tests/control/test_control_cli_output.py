@@ -113,3 +113,117 @@ def test_simulate_tables_fit_a_narrow_terminal_without_cutting_numbers() -> None
     lines = out.stdout.splitlines()
     assert "…" not in out.stdout and max(len(line) for line in lines if "│" in line) <= 80
     assert "(1/2)" in out.stdout and "wall s" in out.stdout and "makespan s" in out.stdout
+
+
+def test_every_id_a_command_takes_may_be_a_unique_beginning(server: tuple[Server, str]) -> None:
+    """Devices, links, slices and tenants as jobs: unique → that one; shared → exit 2 naming each
+    match; unknown → exit 2 naming what was typed."""
+    code, out, err = cli(server, "devices", "drain", "iobox1/nvme3", "--json")
+    assert code == 0 and json.loads(out)["id"] == "iobox1/nvme3" and json.loads(out)["drained"], err
+    for args, whole in ((("devices", "repair", "iobox1/nvme3"), "device iobox1/nvme3 is "),
+                        (("links", "fail", "rack"), "link rack:r0 is down"),
+                        (("links", "repair", "rack"), "link rack:r0 is up")):
+        code, out, err = cli(server, *args)
+        assert code == 0 and whole in out, err
+    for args, named in ((("devices", "fail", "iobox1/nvme"), [f"iobox1/nvme{i}" for i in range(4)]),
+                        (("links", "fail", "up:iobox"), ["up:iobox0", "up:iobox1"])):
+        code, _, err = cli(server, *args)
+        assert code == 2 and "ambiguous" in err and all(n in err for n in named), err
+    for args in (("devices", "drain", "nope9"), ("links", "repair", "nope9"), ("slices", "nope9"),
+                 ("tenants", "show", "nope9")):
+        code, _, err = cli(server, *args)
+        assert code == 2 and "404" in err and "'nope9'" in err, (args, err)
+    sid = json.loads(cli(server, "submit", "sl", "--json", "--", "true")[1])["id"]
+    wait_for(lambda: json.loads(cli(server, "jobs", sid, "--json")[1])["slice"] is not None, what="a slice")
+    whole = json.loads(cli(server, "jobs", sid, "--json")[1])["slice"]
+    others = [s["id"] for s in json.loads(cli(server, "slices", "--json")[1])["slices"] if s["id"] != whole]
+    short = next(whole[:n] for n in range(3, 15) if not any(o.startswith(whole[:n]) for o in others))
+    code, out, err = cli(server, "slices", short)
+    assert code == 0 and whole in out and "launch-machine" in out and "steps" in out, err
+    assert json.loads(cli(server, "slices", short, "--json")[1])["id"] == whole
+    if others:
+        code, _, err = cli(server, "slices", "s-")
+        assert code == 2 and "ambiguous" in err and whole in err and others[0] in err
+    code, out, _ = cli(server, "tenants", "show", "adm")
+    assert code == 0 and "admin" in out and "unix user" in out
+
+
+def test_token_revoke_takes_the_id_whole_and_names_an_unknown_one(server: tuple[Server, str]) -> None:
+    code, _, err = cli(server, "token", "revoke", "999999")
+    assert code == 2 and "no token 999999" in err
+
+
+@pytest.mark.parametrize(("args", "wide_header"), [
+    (("slices",), "created (UTC)"), (("machines",), "devices"), (("devices",), "reachable"),
+    (("links",), "use %"), (("tenants",), "unix user"), (("token", "list"), "expires (UTC)")],
+    ids=["slices", "machines", "devices", "links", "tenants", "tokens"])
+def test_every_listing_prints_whole_ids_piped_wide_and_as_json(server: tuple[Server, str], args: tuple[str, ...],
+                                                               wide_header: str) -> None:
+    key = "tokens" if args[0] == "token" else args[0]
+    code, out, err = cli(server, *args, "--json")
+    assert code == 0, err
+    items = json.loads(out)[key]
+    assert items and json.loads(cli(server, *args, "-o", "json")[1])[key] == items
+    ident = "name" if key == "tenants" else "id"
+    for extra in ((), ("-o", "wide")):
+        code, out, _ = cli(server, *args, *extra)
+        assert code == 0 and "…" not in out
+        assert all(str(i[ident]) in out for i in items), out
+    assert wide_header in cli(server, *args, "-o", "wide")[1]
+    for narrow in (cli(server, *args, columns=60)[1],):  # a narrow terminal folds text, never an id
+        assert all(str(i[ident]) in narrow for i in items if len(str(i[ident])) < 30), narrow
+
+
+def test_listings_follow_every_page_and_get_each_item_once(server: tuple[Server, str]) -> None:
+    """More than one page of 500 (tokens written straight into the store), and small pages
+    (DISAGG_PAGE_SIZE) of every other listing: each item exactly once, in the API's order."""
+    from disagg.store import Store
+
+    srv, token = server
+    store = Store(srv.db)
+    try:
+        for i in range(520):
+            store.issue_token(f"page{i}")
+    finally:
+        store.close()
+    direct = [t["id"] for t in _api_pages(srv.url, token, "/v1/tokens", "tokens")]
+    assert len(direct) > 520
+    code, out, err = cli(server, "token", "list", "--json")
+    assert code == 0, err
+    assert [t["id"] for t in json.loads(out)["tokens"]] == direct  # every page, each once
+    table = cli(server, "token", "list")[1]
+    assert all(f"page{i} " in table for i in range(520))
+    for args, key in ((("jobs",), "jobs"), (("slices",), "slices"), (("devices",), "devices"),
+                      (("links",), "links"), (("machines",), "machines"), (("token", "list"), "tokens")):
+        whole = json.loads(cli(server, *args, "--json")[1])[key]
+        small = json.loads(_cli_env(server, {"DISAGG_PAGE_SIZE": "2"}, *args, "--json"))[key]
+        assert len(whole) > 2 and [i["id"] for i in small] == [i["id"] for i in whole], args
+    code, _, err = _cli_env_full(server, {"DISAGG_PAGE_SIZE": "0"}, "devices")
+    assert code == 2 and "DISAGG_PAGE_SIZE" in err
+
+
+def _api_pages(url: str, token: str, path: str, key: str) -> list[dict[str, object]]:
+    """Every item of a listing, asked of the API directly (pages of 100)."""
+    import httpx
+
+    items: list[dict[str, object]] = []
+    nxt: str | None = f"{path}?limit=100"
+    while nxt:
+        page = httpx.get(url + nxt, headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+        items += page[key]
+        nxt = page.get("next")
+    return items
+
+
+def _cli_env_full(server: tuple[Server, str], env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    srv, token = server
+    full = {"DISAGG_URL": srv.url, "DISAGG_TOKEN": token, "PATH": "/usr/bin:/bin", **env}
+    out = subprocess.run([sys.executable, "-m", "disagg.cli", *args], capture_output=True, text=True, env=full,
+                         timeout=60)
+    return out.returncode, out.stdout, out.stderr
+
+
+def _cli_env(server: tuple[Server, str], env: dict[str, str], *args: str) -> str:
+    code, out, err = _cli_env_full(server, env, *args)
+    assert code == 0, err
+    return out

@@ -38,7 +38,8 @@ def create_app(jobs: JobService) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     dashboard.install(app)
-    install_handlers(app, [route for router in (*ROUTERS, *dashboard.ROUTERS) for route in router.routes])
+    install_handlers(app, [route for router in (*ROUTERS, *dashboard.ROUTERS) for route in router.routes],
+                     dashboard.error_page)
     if jobs.config.redfish:  # the inventory as a DMTF Redfish CompositionService, at /redfish/v1
         from disagg.api.redfish import mount_redfish
 

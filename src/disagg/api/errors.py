@@ -2,18 +2,21 @@
 
 Every error answers `{"detail": <a sentence>, "problems": [{"field", "message"}, ...]}` (schema
 `ErrorOut`): bad input names each field at fault and what is allowed; 401 carries
-`WWW-Authenticate: Bearer`; 405 names in `Allow` every method the path has.
+`WWW-Authenticate: Bearer`; 405 names in `Allow` every method the path has. The one exception is a
+request for a page of the dashboard: `install_handlers` takes a `pages` hook that answers those with
+an HTML page instead (the same status, headers and message), so a browser never shows raw JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
@@ -82,12 +85,38 @@ async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
     )
 
 
-def install_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
-    """Give every error of `app` the API's error body. `routes` are the API's routes, for the `Allow`
-    header of a 405 (FastAPI keeps an included router's routes to itself, not in `app.routes`)."""
-    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, partial(_http_error, tuple(routes)))
-    app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
+#: The dashboard's hook: an HTML page for an error of a request for one of its pages (the status and
+#: the error body as the API would answer), or None to answer with the JSON body.
+ErrorPages = Callable[[Request, int, dict[str, Any]], Awaitable[Response | None]]
+Handler = Callable[[Request, Any], Awaitable[JSONResponse]]
 
 
-__all__ = ["R400", "R401", "R403", "R404", "R409", "R422", "R429", "ApiError", "Responses", "install_handlers"]
+def _or_page(handler: Handler, pages: ErrorPages) -> Handler | Callable[[Request, Any], Awaitable[Response]]:
+    """`handler`, whose answer `pages` may replace by an HTML page (keeping the status and headers such
+    as `Allow`); the JSON body is made once, by the API's own handler, and the page shows it."""
+    async def answer(req: Request, exc: Any) -> Response:
+        out = await handler(req, exc)
+        page = await pages(req, out.status_code, json.loads(bytes(out.body)))
+        if page is None:
+            return out
+        for name, value in out.headers.items():
+            if name.lower() not in ("content-length", "content-type"):
+                page.headers[name] = value
+        return page
+
+    return answer
+
+
+def install_handlers(app: FastAPI, routes: Sequence[BaseRoute], pages: ErrorPages | None = None) -> None:
+    """Give every error of `app` the API's error body, or the page `pages` makes for it. `routes` are the
+    API's routes, for the `Allow` header of a 405 (FastAPI keeps an included router's routes to itself,
+    not in `app.routes`)."""
+    handlers: list[tuple[type[Exception], Handler]] = [
+        (RequestValidationError, _invalid), (StarletteHTTPException, partial(_http_error, tuple(routes))),
+        (ApiError, _api_error)]
+    for kind, handler in handlers:
+        app.add_exception_handler(kind, _or_page(handler, pages) if pages else handler)
+
+
+__all__ = ["R400", "R401", "R403", "R404", "R409", "R422", "R429", "ApiError", "ErrorPages", "Responses",
+           "install_handlers"]

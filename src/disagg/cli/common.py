@@ -8,8 +8,9 @@ validate, an unknown name, a 4xx answer).
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -25,6 +26,11 @@ err = Console(stderr=True)
 Url = Annotated[str, typer.Option("--url", envvar="DISAGG_URL", help="The controller's API.")]
 Token = Annotated[str | None, typer.Option("--token", envvar="DISAGG_TOKEN", help="A bearer token.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+#: `-o` of every listing: the table, the table with every column the API gives, or the API's JSON.
+Output = Annotated[Literal["table", "wide", "json"], typer.Option(
+    "--output", "-o", help="table, wide (every column) or json (as --json).")]
+#: Items asked for per page of a listing: the API's most (DISAGG_PAGE_SIZE, 1 to 500, makes pages smaller).
+PAGE_SIZE_MAX = 500
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -84,13 +90,24 @@ def get_all(url: str, path: str, token: str | None, key: str, params: dict[str, 
             most: int = 1_000_000) -> list[Any]:
     """Every item of a paged listing (`key` of each page), following the pages' `next` links."""
     items: list[Any] = []
-    page = call_api("GET", url, path, token, params={**(params or {}), "limit": "500"})
+    page = call_api("GET", url, path, token, params={**(params or {}), "limit": str(page_size())})
     while True:
         items.extend(page[key])
         nxt = page.get("next")
         if not nxt or len(items) >= most:
             return items
         page = call_api("GET", url, nxt, token)
+
+
+def page_size() -> int:
+    """How many items `get_all` asks for a page: PAGE_SIZE_MAX, or DISAGG_PAGE_SIZE when set (smaller pages
+    for a slow link, and for tests of paging)."""
+    text = os.environ.get("DISAGG_PAGE_SIZE", "")
+    if not text:
+        return PAGE_SIZE_MAX
+    if not text.isdigit() or not 1 <= int(text) <= PAGE_SIZE_MAX:
+        raise fail(f"DISAGG_PAGE_SIZE: {text!r} is not allowed; use a whole number from 1 to {PAGE_SIZE_MAX}")
+    return int(text)
 
 
 def escape_controls(text: str, keep: str = "\n\t") -> str:

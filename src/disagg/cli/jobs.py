@@ -11,20 +11,17 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, escape_controls, get_all, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, escape_controls, get_all, print_json
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
 from disagg.model.states import JobState
 
-#: `-o`: the table, the table with more columns, or the API's JSON.
-Output = Annotated[Literal["table", "wide", "json"], typer.Option(
-    "--output", "-o", help="table, wide (more columns) or json (as --json).")]
 #: How often `disagg logs --follow` asks for more, seconds.
 FOLLOW_EVERY_S = 0.5
 

@@ -1,8 +1,10 @@
-"""`disagg tenants [set]`: the tenants' quotas, usage and fair share; an admin sets a tenant.
+"""`disagg tenants [show | set]`: the tenants' quotas, usage and fair share; an admin sets a tenant.
 
 `disagg tenants` is GET /v1/tenants (a tenant's token shows that tenant; an admin's, every one) as a
-table or JSON; `disagg tenants set NAME --quota gpu=8,cpus=64 --borrow gpu=8 --weight 2 --cohort lab`
-is PUT /v1/tenants/NAME (admin).
+table (`-o wide`: also the Unix user, limit, decayed usage and entitled share) or JSON;
+`disagg tenants show NAME` is one tenant (any unique beginning of its name);
+`disagg tenants set NAME --quota gpu=8,cpus=64 --borrow gpu=8 --weight 2 --cohort lab` is
+PUT /v1/tenants/NAME (admin; the name whole: it may be a new tenant).
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Token, Url, call_api, fail, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, fail, print_json
+from disagg.cli.tables import Col, console, make_table
 from disagg.model.states import JobState
 from disagg.model.tenants import RESOURCES
 
@@ -45,28 +47,49 @@ def _amounts(values: dict[str, float]) -> str:
     return ", ".join(f"{v:g} {r}" for r, v in values.items()) or "-"
 
 
-def _table(data: dict[str, Any]) -> Table:
-    table = Table(title="tenants")
-    for col in ("tenant", "weight", "cohort", "quota", "borrow", "usage", "borrowed", "share", "fair share",
-                JobState.QUEUED, JobState.RUNNING):
-        table.add_column(col)
-    for t in data["tenants"]:
-        table.add_row(t["name"], f"{t['weight']:g}", t["cohort"] or "", _amounts(t["quota"]), _amounts(t["borrow"]),
-                      _amounts(t["usage"]), _amounts(t["borrowed"]), f"{t['dominant_share']:.1%}",
-                      f"{t['fair_share']:.3f}", str(t[JobState.QUEUED]), str(t[JobState.RUNNING]))
-    return table
+def _table(tenants: list[dict[str, Any]], wide: bool = False) -> Table:
+    """Tenants, one a row (names whole: `disagg.cli.tables`); `wide` adds what the API gives besides."""
+    cols = [Col("tenant", "id"), Col("weight", "num"), Col("cohort", "id"), Col("quota"), Col("borrow"),
+            Col("usage"), Col("borrowed"), Col("share", "num"), Col("fair share", "num"),
+            Col(JobState.QUEUED, "num"), Col(JobState.RUNNING, "num")]
+    rows = [[t["name"], f"{t['weight']:g}", t["cohort"] or "", _amounts(t["quota"]), _amounts(t["borrow"]),
+             _amounts(t["usage"]), _amounts(t["borrowed"]), f"{t['dominant_share']:.1%}", f"{t['fair_share']:.3f}",
+             t[JobState.QUEUED], t[JobState.RUNNING]] for t in tenants]
+    if wide:
+        cols += [Col("unix user", "id"), Col("limit"), Col("decayed usage"), Col("entitled share", "num")]
+        for row, t in zip(rows, tenants, strict=True):
+            row += [t["unix_user"] or "", _amounts(t["limit"]), _amounts(t["decayed_usage"]),
+                    f"{t['entitled_share']:.1%}"]
+    return make_table("tenants", cols, rows)
 
 
 @tenants_app.callback()
-def tenants(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+def tenants(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False,
+            output: Output = "table") -> None:
     """List tenants: quota, borrowing limit, usage, shares, queued and running jobs."""
     if ctx.invoked_subcommand is not None:
         return
-    data = call_api("GET", url, "/v1/tenants", token)
-    if as_json:
+    found = call_api("GET", url, "/v1/tenants", token)["tenants"]  # one answer: tenants are few, not paged
+    if as_json or output == "json":
+        print_json({"tenants": found})
+        return
+    console().print(_table(found, output == "wide"))
+
+
+@tenants_app.command("show")
+def tenants_show(
+    name: Annotated[str, typer.Argument(help="The tenant (any unique beginning of its name).")],
+    url: Url = DEFAULT_API,
+    token: Token = None,
+    as_json: AsJson = False,
+    output: Output = "wide",
+) -> None:
+    """One tenant, with every column (a tenant's token shows only itself)."""
+    data = call_api("GET", url, f"/v1/tenants/{name}", token)
+    if as_json or output == "json":
         print_json(data)
         return
-    Console().print(_table(data))
+    console().print(_table([data], output == "wide"))
 
 
 @tenants_app.command("set")
@@ -92,7 +115,7 @@ def tenants_set(
     if as_json:
         print_json(data)
         return
-    Console().print(_table({"tenants": [data]}))
+    console().print(_table([data]))
 
 
 def register(app: typer.Typer) -> None:

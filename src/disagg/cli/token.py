@@ -4,7 +4,9 @@ Through the REST API with an admin token (`--url`/DISAGG_URL, `--token`/DISAGG_T
 `create` only, straight into the store with `--db` (on the controller's host, for a first admin
 token when the file the first start wrote is gone): `--db` never makes a new store, it refuses a
 store that `disagg serve` has not set up. A new token's secret is printed alone on stdout, once;
-`list` shows ids, tenants and expiry, never a secret.
+`list` shows ids, tenants and expiry, never a secret (every column already: `-o wide` is the same
+table). `revoke` takes a token's id whole, never a beginning of it: ids are small integers that a
+revocation deletes, and repeating `revoke 1` must not revoke token 12.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, EXIT_FAILED, AsJson, Token, Url, call_api, fail, get_all, print_json
+from disagg.cli.common import DEFAULT_API, EXIT_FAILED, AsJson, Output, Token, Url, call_api, fail, get_all, print_json
+from disagg.cli.tables import Col, console, make_table
 
 token_app = typer.Typer(help="Bearer tokens of the controller.", no_args_is_help=True)
 
@@ -81,24 +83,23 @@ def _when(at: float | None) -> str:
 
 
 @token_app.command("list")
-def token_list(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+def token_list(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False,
+               output: Output = "table") -> None:
     """List the tokens that work (admin): ids, tenants, admin or not, expiry; never a secret."""
     tokens = get_all(url, "/v1/tokens", token, "tokens")
-    if as_json:
+    if as_json or output == "json":
         print_json({"tokens": tokens})
         return
-    table = Table(title="tokens")
-    for col in ("id", "tenant", "admin", "created", "expires"):
-        table.add_column(col)
-    for t in tokens:
-        table.add_row(str(t["id"]), t["tenant"], "yes" if t["admin"] else "", _when(t["created_at"]),
-                      _when(t["expires_at"]))
-    Console().print(table)
+    cols = (Col("id", "num"), Col("tenant", "id"), Col("admin"), Col("created (UTC)", "num"),
+            Col("expires (UTC)", "num"))
+    rows = [[t["id"], t["tenant"], "yes" if t["admin"] else "", _when(t["created_at"]), _when(t["expires_at"])]
+            for t in tokens]
+    console().print(make_table("tokens", cols, rows))
 
 
 @token_app.command("revoke")
 def token_revoke(
-    token_id: Annotated[int, typer.Argument(min=1, help="The token's id (from `disagg token list`).")],
+    token_id: Annotated[int, typer.Argument(min=1, help="The token's id, whole (from `disagg token list`).")],
     url: Url = DEFAULT_API,
     token: Token = None,
 ) -> None:

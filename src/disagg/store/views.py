@@ -211,6 +211,15 @@ class ViewOps(StoreBase):
             rows, key = _newest_first(s, q, SliceRow.created_at, SliceRow.id, after, limit, float)
             return [slice_dict(r, _steps(s, r.id) if steps else None) for r in rows], key
 
+    def slice_view(self, slice_id: str, who: Principal) -> dict[str, Any] | None:
+        """One slice with its step records, if `who` may see it (its job's tenant, or an admin); else None,
+        as for an unknown one."""
+        with self.read() as s:
+            row = s.get(SliceRow, slice_id)
+            if row is None or (not who.admin and (row.job_id is None or _own_job(s, row.job_id, who) is None)):
+                return None
+            return slice_dict(row, _steps(s, row.id))
+
     def job_slices(self, job_id: str) -> list[dict[str, Any]]:
         """Every slice of a job (one per attempt), newest first, with its step records (the job page's
         timeline). The caller has checked that the job may be seen."""

@@ -17,17 +17,15 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from disagg.api import schemas as S
 from disagg.api.deps import Jobs, StoreDep, Who
 from disagg.api.errors import R400, R401, R404, R409, R422, R429, ApiError, Responses
+from disagg.api.ids import R409_AMBIGUOUS, resolve
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 from disagg.control.jobs import JobRejected, QueueFull
 from disagg.store import IdempotencyConflict, JobLive, Principal, Store
-from disagg.store.prefixes import SHOWN_MATCHES
 
 router = APIRouter()
 
 JobId = Annotated[str, Path(min_length=1, max_length=64,
                             description="A job id, e.g. j-0123456789ab, or any unique beginning of it (j-0123).")]
-R409_AMBIGUOUS: Responses = {409: {"model": S.ErrorOut,
-                                   "description": "The id prefix matches several of your jobs (they are listed)."}}
 R422_NEVER_FITS: Responses = {422: {
     "model": S.ErrorOut,
     "description": "Bad input: the fields at fault and what is allowed; or a job that can never fit on this "
@@ -58,15 +56,8 @@ IdempotencyKey = Annotated[
 
 def resolve_job(store: Store, job_id: str, who: Principal) -> str:
     """The whole id of the one job of `who` that `job_id` is or begins; 404 for none (another tenant's
-    job too), 409 naming the matches when several share the beginning."""
-    found = store.ids_by_prefix("job", job_id, who)
-    if not found:
-        raise ApiError(404, f"no job {job_id!r}")
-    if len(found) > 1:
-        shown = ", ".join(found[:SHOWN_MATCHES]) + (", …" if len(found) > SHOWN_MATCHES else "")
-        raise ApiError(409, f"job id {job_id!r} is ambiguous: it begins {shown}; give more of it",
-                       [{"field": "job_id", "message": f"matches {m}"} for m in found[:SHOWN_MATCHES]])
-    return found[0]
+    job too), 409 naming the matches when several share the beginning (`disagg.api.ids`)."""
+    return resolve(store, "job", job_id, who)
 
 
 def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:

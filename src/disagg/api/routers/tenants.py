@@ -1,8 +1,11 @@
 """/v1/tenants: each tenant's quota, usage, borrowing, fair share and jobs; an admin sets a tenant.
 
 A tenant sees only itself; an admin sees every tenant the controller knows (from the spec, the
-jobs and the tokens). `PUT /v1/tenants/{name}` (admin) replaces that tenant's entry of the tenants
-spec from the next round on; it is kept in the store, over the config's entry.
+jobs and the tokens); `GET /v1/tenants/{name}` shows one, by its name or any unique beginning of it
+among those the caller sees (`disagg.api.ids`). `PUT /v1/tenants/{name}` (admin) replaces that
+tenant's entry of the tenants spec from the next round on; it is kept in the store, over the
+config's entry. PUT takes the name whole: it may name a tenant that does not exist yet, so a
+beginning would be ambiguous with a new one.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from fastapi import APIRouter, Path
 
 from disagg.api import schemas as S
 from disagg.api.deps import Admin, Jobs, Who
-from disagg.api.errors import R400, R401, R403, R422, ApiError
+from disagg.api.errors import R400, R401, R403, R404, R422, ApiError
+from disagg.api.ids import R409_AMBIGUOUS, one_match
 from disagg.control.tenants import TenantDirectory
 from disagg.model import SpecError
 from disagg.model.tenants import tenant_name_problem
+from disagg.store.prefixes import matching
 
 router = APIRouter()
 
@@ -28,6 +33,16 @@ TenantName = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9
 def list_tenants(who: Who, jobs: Jobs) -> dict[str, Any]:
     """Tenants with their quota, usage and fair share (a tenant sees only itself)."""
     return {"tenants": TenantDirectory(jobs.store, jobs.config).views(who)}
+
+
+@router.get("/v1/tenants/{name}", response_model=S.TenantOut, tags=["tenants"],
+            responses={**R401, **R404, **R409_AMBIGUOUS, **R422})
+def get_tenant(name: Annotated[str, Path(min_length=1, max_length=64, description=(
+        "A tenant's name, or any unique beginning of it."))], who: Who, jobs: Jobs) -> dict[str, Any]:
+    """One tenant (a tenant sees only itself): quota, usage, fair share, jobs."""
+    views = TenantDirectory(jobs.store, jobs.config).views(who)
+    whole = one_match("tenant", name, matching(name, (v["name"] for v in views)), "name")
+    return next(v for v in views if v["name"] == whole)
 
 
 @router.put("/v1/tenants/{name}", response_model=S.TenantOut, tags=["tenants"],
