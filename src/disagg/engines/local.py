@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import marshal
 import os
 import shutil
 import signal
@@ -41,7 +42,7 @@ import disagg
 from disagg.engines.accounts import Account, Accounts
 from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus
 from disagg.engines.cgroups import Confinement, detect
-from disagg.engines.local_runner import BOOT, claim, start_ticks, write_atomic
+from disagg.engines.local_runner import BOOT, RUNNER_SPEC, claim, start_ticks, write_atomic
 from disagg.fabric.emulated import OperationLatencies
 from disagg.model.states import RunState
 from disagg.model.tenants import Tenants
@@ -162,6 +163,7 @@ class LocalEngine(Engine):
                "account": {"user": account.user, "uid": account.uid, "gid": account.gid, "drop": account.drop},
                "confinement": self.confinement.to_json() if self.confinement.usable else None,
                "log_cap": self.isolation.log_cap, "pids_max": self.isolation.pids_max}
+        write_atomic(d / RUNNER_SPEC, marshal.dumps(job))  # first: `spec.json` says the job is prepared
         write_atomic(d / "spec.json", json.dumps(job))
         return spec.slice_id
 
