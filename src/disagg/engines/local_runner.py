@@ -186,9 +186,10 @@ class JobLog:
 
 class Task:
     """One running task: its process, the pipes it writes to (read end → stream: 1 stdout, 2 stderr), its
-    group; its exit code and when it ended, once it has."""
+    group; its exit code and when it ended, once it has. `exit_fd`: a pidfd of its process, readable
+    once it has exited (None: not asked for yet, or the kernel has no pidfd)."""
 
-    __slots__ = ("index", "pid", "group", "pipes", "code", "ended_at")  # noqa: RUF023 - as __init__
+    __slots__ = ("index", "pid", "group", "pipes", "code", "ended_at", "exit_fd")  # noqa: RUF023 - as __init__
 
     def __init__(self, index: int, pid: int, group: TaskGroup | None, pipes: dict[int, int] | None = None,
                  code: int | None = None, ended_at: float = 0.0) -> None:
@@ -198,6 +199,7 @@ class Task:
         self.pipes = pipes if pipes is not None else {}
         self.code = code
         self.ended_at = ended_at
+        self.exit_fd: int | None = None
 
 
 def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | None, out: int, err: int) -> None:
@@ -211,6 +213,10 @@ def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | No
         os.dup2(err, 2)
         os.closerange(3, 65536)
         _no_new_privileges()
+        # os.execvpe imports warnings: import it while the standard library can be read (the tenant's
+        # user may not reach the interpreter's directory, e.g. under /root)
+        import warnings  # noqa: F401
+
         account = spec["account"]
         if account.get("drop"):
             os.setgroups([])
@@ -226,6 +232,14 @@ def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | No
         except OSError:
             pass
         os._exit(CANNOT_START)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of child `pid` (readable once it has exited), or None where the kernel has none (< 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 def _no_new_privileges() -> None:
@@ -245,7 +259,7 @@ class Runner:
         self.confinement = Confinement.from_json(spec.get("confinement")) if spec.get("confinement") else None
         self.log = JobLog(os.path.join(directory, "output"), len(spec["tasks"]), int(spec["log_cap"]))
         self.poll = select.poll()
-        self.reading: dict[int, Task] = {}  # every pipe still open → its task
+        self.watching: dict[int, Task] = {}  # every pipe still open, and every exit not yet seen → its task
 
     def group(self, i: int) -> TaskGroup | None:
         if self.confinement is None or not self.confinement.usable:
@@ -270,16 +284,30 @@ class Runner:
         os.close(w_err)
         t = Task(i, pid, group, {r_out: 1, r_err: 2})
         for fd in t.pipes:
-            self.poll.register(fd, select.POLLIN)
-            self.reading[fd] = t
+            self._watch(fd, t)
+        t.exit_fd = _pidfd(pid)
+        if t.exit_fd is not None:
+            self._watch(t.exit_fd, t)
         return t
+
+    def _watch(self, fd: int, t: Task) -> None:
+        self.poll.register(fd, select.POLLIN)
+        self.watching[fd] = t
 
     def run(self) -> int:
         """Start every task, copy their output until they end, clean up their groups; the job's code."""
         tasks = [self.start(i, t) for i, t in enumerate(self.spec["tasks"])]
         while any(t.code is None or t.pipes for t in tasks):
-            for fd, _ in self.poll.poll(200):  # ms; an end of file or a hang-up reads as b""
-                self._read(self.reading[fd], fd)
+            # Wakes at output, at a pipe's end (read as b""), at a task's exit (its pidfd: without one, a
+            # task whose pipes closed just before it became a zombie would wait out the timeout), or
+            # after 200 ms, to stop waiting for the pipes of a task that ended DRAIN_S ago.
+            for fd, _ in self.poll.poll(200):
+                t = self.watching[fd]
+                if fd == t.exit_fd:
+                    self._forget(fd)  # reaped just below
+                    t.exit_fd = None
+                else:
+                    self._read(t, fd)
             for t in tasks:
                 self._reap(t)
         for t in tasks:
@@ -300,9 +328,9 @@ class Runner:
         self._forget(fd)
 
     def _forget(self, fd: int) -> None:
-        """Stop reading pipe `fd` and close it."""
+        """Stop watching `fd` (a pipe or a pidfd) and close it."""
         self.poll.unregister(fd)
-        del self.reading[fd]
+        del self.watching[fd]
         os.close(fd)
 
     def _reap(self, t: Task) -> None:
@@ -314,6 +342,9 @@ class Runner:
             code = os.waitstatus_to_exitcode(status)
             t.code = 128 - code if code < 0 else code
             t.ended_at = time.monotonic()
+            if t.exit_fd is not None:
+                self._forget(t.exit_fd)
+                t.exit_fd = None
             if t.group is not None:
                 t.group.kill()  # what the task started dies with it (and its pipes close)
         if t.pipes and time.monotonic() - t.ended_at > DRAIN_S:
