@@ -2,7 +2,8 @@
 
 Two directories per job attempt (slice), each of its own owner:
   - `<root>/<handle>/`, the controller's (0700, in its state directory): `spec.json` (what
-    prepare-task staged: command, per-task environment and limits, the account), `machines/<name>`
+    prepare-task staged: command, per-task environment and limits, the account; `spec.marshal`, the
+    same for the runner, which starts quicker without json), `machines/<name>`
     (one marker per launched slice machine), `launched`, `started` (the runner's claim, or a cancel's),
     `exit` (the job's exit code), `output` (what the tasks wrote, capped), `runner.log`. No task can
     open any of them: the exit code a job reports is the runner's, never a file the job could write;

@@ -21,8 +21,10 @@ SIGKILL to that group stops the runner and its tasks at once (the engine's cance
 kill catches whatever left it.
 
 The runner runs in its own session, apart from the controller, so a controller killed with SIGKILL
-leaves it running and a restarted controller finds it by the pid it wrote. It imports only the
-standard library and `cgroups` (it starts with `python -I -S`, in about 30 ms).
+leaves it running and a restarted controller finds it by the pid it wrote. It starts once per job
+with `python -I -S` and imports only built-in modules, `select` and `cgroups`: about 13 ms of CPU for a
+one-task job, of which 6 ms are the interpreter's own start and 2.5 ms the task's `ctypes` (for
+prctl); with json, dataclasses, pathlib and selectors it was 35 ms.
 """
 
 from __future__ import annotations
