@@ -59,6 +59,7 @@ def _put(path: str, value: str) -> None:
 
 
 def _read(path: str) -> str:
+    """The text of the (control) file `path`, as `Path.read_text` reads it."""
     with open(path) as f:
         return f.read()
 
