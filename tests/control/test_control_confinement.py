@@ -1,17 +1,23 @@
 """The parts of the local engine's isolation, one by one: which cgroups a host offers, a tenant's default
-Unix user, the runner's capped and labelled log, a log page that never cuts a character."""
+Unix user, the runner's capped and labelled log, a log page that never cuts a character, and the runner's
+light start (what it imports, what it reads and writes)."""
 
 from __future__ import annotations
 
+import json
+import marshal
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from disagg.engines.accounts import Accounts, default_unix_user
 from disagg.engines.base import TaskRefused, page_of
-from disagg.engines.cgroups import Confinement, cgroup_mounts, detect
-from disagg.engines.local_runner import JobLog
+from disagg.engines.cgroups import Confinement, Limits, cgroup_mounts, detect
+from disagg.engines.local import _PACKAGE_ROOT
+from disagg.engines.local_runner import BOOT, RUNNER_SPEC, JobLog, flat_json, read_spec
 from disagg.model.tenants import parse_tenants
 
 HYBRID = """cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0
@@ -111,3 +117,45 @@ def test_a_log_page_ends_on_a_whole_character() -> None:
     second = page_of(data, first.next_offset, 5)
     assert second.text == "ñb" and page_of(data, second.next_offset, 100).text == "€c"
     assert page_of(data, 2, 1).text == "\ufffd"  # a page that would be empty takes the byte as it is
+
+
+def test_a_confinement_is_a_value_that_cannot_change() -> None:
+    c = Confinement("/sys/fs/cgroup/unified/disagg", (), {"cpu": "/sys/fs/cgroup/cpu/disagg"}, ("no pids",))
+    assert c == Confinement.from_json(c.to_json()) and c != Confinement(None, (), {"cpu": "/sys/fs/cgroup/cpu/disagg"})
+    assert Confinement().v1 == {} and Confinement().v1 is not Confinement().v1
+    assert repr(Limits(0.5, 2**30, 64)) == "Limits(cpus=0.5, memory_bytes=1073741824, pids=64)"
+    with pytest.raises(AttributeError, match="cannot assign to field 'v2'"):
+        c.v2 = None  # type: ignore[misc]
+
+
+#: What the runner's start may not import: each costs it CPU at every job's start (json's re alone 6 ms).
+HEAVY = {"json", "re", "dataclasses", "inspect", "pathlib", "typing", "selectors", "threading", "contextlib"}
+
+
+def test_the_runner_starts_without_the_heavy_modules() -> None:
+    boot = BOOT.replace("sys.exit(main(sys.argv[2:]))", "print(' '.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", boot, _PACKAGE_ROOT], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert "disagg.engines.local_runner" in out and "disagg.engines.cgroups" in out
+    assert HEAVY.isdisjoint(out), sorted(HEAVY.intersection(out))
+
+
+@pytest.mark.parametrize("fields", [
+    {"pid": 4242, "start": "9876543"}, {"pid": 1, "start": None}, {"code": 0, "at": 1795539564.9383392},
+    {"code": 137, "at": 1e-07}, {"code": -9, "at": 1795539565.0},
+], ids=["claim", "claim-gone", "exit", "exit-tiny-time", "exit-negative"])
+def test_the_runners_records_are_what_json_writes(fields: dict[str, int | float | str | None]) -> None:
+    assert flat_json(fields) == json.dumps(fields)
+
+
+def test_a_record_json_would_have_to_escape_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"start='1\"}': only strings of digits"):
+        flat_json({"start": '1"}'})
+
+
+def test_the_runner_reads_its_job_in_marshal_or_from_an_older_controllers_json(tmp_path: Path) -> None:
+    job = {"handle": "s-1", "command": ["true"], "tasks": [{"env": {"PATH": "/bin"}, "cpus": 0.5}], "confinement": None}
+    (tmp_path / "spec.json").write_text(json.dumps(job))
+    assert read_spec(str(tmp_path)) == job  # prepared before spec.marshal existed
+    (tmp_path / RUNNER_SPEC).write_bytes(marshal.dumps({**job, "handle": "s-2"}))
+    assert read_spec(str(tmp_path)) == {**job, "handle": "s-2"}

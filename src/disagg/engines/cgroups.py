@@ -14,20 +14,24 @@ Hosts mount cgroups differently, so `detect()` looks at what is mounted and uses
 What it could not use is said in `Confinement.notes` (the controller prints them at start); with
 no usable hierarchy at all the engine falls back to process groups and says so.
 
-Standard library only: the runner (`local_runner`) imports this module in an interpreter started
-without site packages, to be quick.
+Standard library only, and little of it: the runner (`local_runner`) imports this module at each
+job's start, in an interpreter started without site packages. So what the runner uses (`Confinement`,
+`TaskGroup`, `Limits`) works on path strings with `os` alone, its records are plain classes (no
+`dataclasses`, which would import `inspect`), and what only the controller does at its start
+(`detect`) imports `pathlib` when it runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+
+#: `typing.TYPE_CHECKING` without importing typing (mypy reads a constant of this name the same way).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+    from typing import Any
 
 #: The limits disagg sets, by controller.
 LIMITED = ("cpu", "memory", "pids")
@@ -41,15 +45,29 @@ class CgroupError(OSError):
     """A group could not be made, limited or joined; says which file and why."""
 
 
-def _write(path: Path, value: str) -> None:
+def _write(path: str, value: str) -> None:
     try:
-        path.write_text(value)
+        _put(path, value)
     except OSError as exc:
         raise CgroupError(f"cannot write {value!r} to {path}: {exc.strerror or exc}") from None
 
 
+def _put(path: str, value: str) -> None:
+    """Write `value` to the (control) file `path`, as `Path.write_text` does."""
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _read(path: str) -> str:
+    """The text of the (control) file `path`, as `Path.read_text` reads it."""
+    with open(path) as f:
+        return f.read()
+
+
 def cgroup_mounts(mounts: str | None = None) -> tuple[Path | None, dict[str, Path]]:
     """(the v2 hierarchy's mount point or None, {v1 controller: its hierarchy's mount point}) from /proc/self/mounts."""
+    from pathlib import Path  # the controller's start only (see the module's docstring)
+
     if mounts is None:
         try:
             mounts = Path("/proc/self/mounts").read_text()
@@ -71,18 +89,54 @@ def cgroup_mounts(mounts: str | None = None) -> tuple[Path | None, dict[str, Pat
     return v2, v1
 
 
-@dataclass(frozen=True)
-class Confinement:
+class _Record:
+    """A record of named fields that compares by value and cannot be changed: what
+    `dataclass(frozen=True)` gives, written out so that the runner does not import `dataclasses`.
+    A subclass names its fields in `__slots__`, in the order of its `__init__`'s arguments."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: object) -> None:
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, _Record)
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable fields (a dict), as the dataclass had
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self.__slots__, self._values(), strict=True))
+        return f"{type(self).__name__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of {type(self).__name__}")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+
+class Confinement(_Record):
     """Where this host lets disagg make task groups: the parent group in each usable hierarchy.
 
     `v2`: the parent group in the v2 hierarchy (None: not usable); `v2_controllers`: the limits
     enabled there for the tasks' groups; `v1`: {controller: parent group} in v1 hierarchies.
     """
 
-    v2: str | None = None
-    v2_controllers: tuple[str, ...] = ()
-    v1: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
+    __slots__ = ("v2", "v2_controllers", "v1", "notes")  # noqa: RUF023 - in the order of __init__
+    v2: str | None
+    v2_controllers: tuple[str, ...]
+    v1: dict[str, str]
+    notes: tuple[str, ...]
+
+    def __init__(self, v2: str | None = None, v2_controllers: tuple[str, ...] = (),
+                 v1: dict[str, str] | None = None, notes: tuple[str, ...] = ()) -> None:
+        super().__init__(v2, v2_controllers, {} if v1 is None else v1, notes)
 
     @property
     def usable(self) -> bool:
@@ -192,13 +246,16 @@ def _enable(root: Path, parent: Path) -> tuple[str, ...]:
     return tuple(enabled)
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(_Record):
     """What a task may use: cpus (bandwidth, may be fractional), memory in bytes, processes."""
 
+    __slots__ = ("cpus", "memory_bytes", "pids")  # in the order of __init__
     cpus: float
     memory_bytes: int
     pids: int
+
+    def __init__(self, cpus: float, memory_bytes: int, pids: int) -> None:
+        super().__init__(cpus, memory_bytes, pids)
 
 
 class TaskGroup:
@@ -207,57 +264,59 @@ class TaskGroup:
     def __init__(self, confinement: Confinement, name: str) -> None:
         self.confinement = confinement
         self.name = name
-        paths: dict[str, Path] = {}
+        paths: dict[str, str] = {}
         if confinement.v2 is not None:
-            paths["v2"] = Path(confinement.v2) / name
+            paths["v2"] = os.path.join(confinement.v2, name)
         for c, parent in confinement.v1.items():
-            paths[c] = Path(parent) / name
+            paths[c] = os.path.join(parent, name)
         self.paths = paths
 
     def create(self, limits: Limits) -> None:
         """Make the group with its limits (CgroupError naming the file otherwise). Safe to repeat."""
         for path in self.paths.values():
             try:
-                path.mkdir(exist_ok=True)
+                _make_dir(path)
             except OSError as exc:
                 raise CgroupError(f"cannot make {path}: {exc.strerror or exc}") from None
         v2 = self.paths.get("v2")
         if v2 is not None:
             enabled = self.confinement.v2_controllers
             if "cpu" in enabled:
-                _write(v2 / "cpu.max", f"{_quota(limits.cpus)} {CPU_PERIOD_US}")
+                _write(f"{v2}/cpu.max", f"{_quota(limits.cpus)} {CPU_PERIOD_US}")
             if "memory" in enabled:
-                _write(v2 / "memory.max", str(limits.memory_bytes))
-                if (v2 / "memory.swap.max").exists():
-                    _write(v2 / "memory.swap.max", "0")
+                _write(f"{v2}/memory.max", str(limits.memory_bytes))
+                if os.path.exists(f"{v2}/memory.swap.max"):
+                    _write(f"{v2}/memory.swap.max", "0")
             if "pids" in enabled:
-                _write(v2 / "pids.max", str(limits.pids))
+                _write(f"{v2}/pids.max", str(limits.pids))
         if "cpu" in self.paths and "cpu" in self.confinement.v1:
-            _write(self.paths["cpu"] / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-            _write(self.paths["cpu"] / "cpu.cfs_quota_us", str(_quota(limits.cpus)))
+            _write(f"{self.paths['cpu']}/cpu.cfs_period_us", str(CPU_PERIOD_US))
+            _write(f"{self.paths['cpu']}/cpu.cfs_quota_us", str(_quota(limits.cpus)))
         if "memory" in self.confinement.v1:
             mem = self.paths["memory"]
-            _write(mem / "memory.limit_in_bytes", str(limits.memory_bytes))
-            if (mem / "memory.memsw.limit_in_bytes").exists():  # no way around the limit through swap
-                _write(mem / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+            _write(f"{mem}/memory.limit_in_bytes", str(limits.memory_bytes))
+            if os.path.exists(f"{mem}/memory.memsw.limit_in_bytes"):  # no way around the limit through swap
+                _write(f"{mem}/memory.memsw.limit_in_bytes", str(limits.memory_bytes))
         if "pids" in self.confinement.v1:
-            _write(self.paths["pids"] / "pids.max", str(limits.pids))
+            _write(f"{self.paths['pids']}/pids.max", str(limits.pids))
 
     def join(self, pid: int = 0) -> None:
         """Put process `pid` (0: the caller) into the group in every hierarchy."""
         for path in self.paths.values():
-            _write(path / "cgroup.procs", str(pid or os.getpid()))
+            _write(f"{path}/cgroup.procs", str(pid or os.getpid()))
 
     def pids(self) -> set[int]:
         """The processes in the group now (in any hierarchy)."""
         found: set[int] = set()
         for path in self.paths.values():
-            with contextlib.suppress(OSError):
-                found |= {int(p) for p in (path / "cgroup.procs").read_text().split()}
+            try:
+                found |= {int(p) for p in _read(f"{path}/cgroup.procs").split()}
+            except OSError:
+                continue
         return found
 
     def exists(self) -> bool:
-        return any(p.exists() for p in self.paths.values())
+        return any(os.path.exists(p) for p in self.paths.values())
 
     def kill(self, timeout: float = 10.0) -> bool:
         """SIGKILL every process in the group, including ones that left their process group. Safe to
@@ -268,9 +327,11 @@ class TaskGroup:
             if not pids:
                 return True
             v2 = self.paths.get("v2")
-            if v2 is not None and (v2 / "cgroup.kill").exists():
-                with contextlib.suppress(OSError):
-                    (v2 / "cgroup.kill").write_text("1")
+            if v2 is not None and os.path.exists(f"{v2}/cgroup.kill"):
+                try:  # noqa: SIM105 - contextlib is one import more at each runner's start
+                    _put(f"{v2}/cgroup.kill", "1")
+                except OSError:
+                    pass
             else:
                 self._freeze_and_kill(pids)
             if time.monotonic() > end:
@@ -279,22 +340,25 @@ class TaskGroup:
 
     def _freeze_and_kill(self, pids: Iterable[int]) -> None:
         """Without cgroup.kill: freeze the group (no process can fork meanwhile), kill each one, thaw."""
+        import contextlib
+        import signal
+
         freezer = self.paths.get("freezer")
-        state = freezer / "freezer.state" if freezer is not None else None
-        v2_freeze = self.paths["v2"] / "cgroup.freeze" if "v2" in self.paths else None
+        state = f"{freezer}/freezer.state" if freezer is not None else None
+        v2_freeze = f"{self.paths['v2']}/cgroup.freeze" if "v2" in self.paths else None
         with contextlib.suppress(OSError):
             if state is not None:
-                state.write_text("FROZEN")
+                _put(state, "FROZEN")
             elif v2_freeze is not None:
-                v2_freeze.write_text("1")
+                _put(v2_freeze, "1")
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             if state is not None:
-                state.write_text("THAWED")
+                _put(state, "THAWED")
             elif v2_freeze is not None:
-                v2_freeze.write_text("0")
+                _put(v2_freeze, "0")
 
     def remove(self, timeout: float = 5.0) -> bool:
         """Remove the group once it is empty (killing what is left first); whether it is gone."""
@@ -304,7 +368,7 @@ class TaskGroup:
             left = []
             for path in self.paths.values():
                 try:
-                    path.rmdir()
+                    os.rmdir(path)
                 except FileNotFoundError:
                     continue
                 except OSError:
@@ -312,6 +376,15 @@ class TaskGroup:
             if not left or time.monotonic() > end:
                 return not left
             time.sleep(0.01)
+
+
+def _make_dir(path: str) -> None:
+    """`Path(path).mkdir(exist_ok=True)`: a directory that is there already is fine, a file is not."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
 
 
 def _quota(cpus: float) -> int:

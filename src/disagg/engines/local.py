@@ -2,7 +2,8 @@
 
 Two directories per job attempt (slice), each of its own owner:
   - `<root>/<handle>/`, the controller's (0700, in its state directory): `spec.json` (what
-    prepare-task staged: command, per-task environment and limits, the account), `machines/<name>`
+    prepare-task staged: command, per-task environment and limits, the account; `spec.marshal`, the
+    same for the runner, which starts quicker without json), `machines/<name>`
     (one marker per launched slice machine), `launched`, `started` (the runner's claim, or a cancel's),
     `exit` (the job's exit code), `output` (what the tasks wrote, capped), `runner.log`. No task can
     open any of them: the exit code a job reports is the runner's, never a file the job could write;
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import marshal
 import os
 import shutil
 import signal
@@ -41,7 +43,7 @@ import disagg
 from disagg.engines.accounts import Account, Accounts
 from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus, file_page
 from disagg.engines.cgroups import Confinement, detect
-from disagg.engines.local_runner import BOOT, claim, start_ticks, write_atomic
+from disagg.engines.local_runner import BOOT, RUNNER_SPEC, claim, start_ticks, write_atomic
 from disagg.fabric.emulated import OperationLatencies
 from disagg.model.states import RunState
 from disagg.model.tenants import Tenants
@@ -159,6 +161,7 @@ class LocalEngine(Engine):
                "account": {"user": account.user, "uid": account.uid, "gid": account.gid, "drop": account.drop},
                "confinement": self.confinement.to_json() if self.confinement.usable else None,
                "log_cap": self.isolation.log_cap, "pids_max": self.isolation.pids_max}
+        write_atomic(d / RUNNER_SPEC, marshal.dumps(job))  # first: `spec.json` says the job is prepared
         write_atomic(d / "spec.json", json.dumps(job))
         return spec.slice_id
 
