@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from control_helpers import TEST_CGROUP, Server, admin_token, wait_for
+from tests.attacks import PROBE
 from typer.testing import CliRunner
 
 from disagg.cli import app
@@ -33,28 +34,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other
 
 FAST = ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"]
 CANARY = "operator-secret-4f1c"
-#: Tries to open each `mode:path` (r read, w write/create, l list, x overwrite with an exit record) and
-#: prints what happened to each, as JSON; `{slice}` is the job's own slice.
-PROBE = """
-import json, os, sys
-out = {}
-for spec in sys.argv[1:]:
-    mode, path = spec.split(':', 1)
-    path = path.format(slice=os.environ.get('DISAGG_SLICE', ''))
-    try:
-        if mode == 'r':
-            open(path, 'rb').read(1)
-        elif mode == 'w':
-            open(path, 'ab').close()
-        elif mode == 'l':
-            os.listdir(path)
-        else:
-            open(path, 'w').write('{"code": 0}')
-        out[spec] = 'ok'
-    except OSError as exc:
-        out[spec] = type(exc).__name__
-print('PROBE ' + json.dumps(out), flush=True)
-"""
 
 
 @dataclass

@@ -18,30 +18,11 @@ from control_helpers import body, job, make_service, wait_for
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.attacks import COHORT, GRACE_S, PATIENT
 
 from disagg.api import create_app
 from disagg.control.service import Service
 from disagg.model.states import JobReason, JobState, SliceOutcome
-
-COHORT = [
-    {"name": "alice", "weight": 1, "cohort": "lab", "quota": {"gpu": 2}, "borrow": {"gpu": 3}},
-    {"name": "bob", "weight": 1, "cohort": "lab", "quota": {"gpu": 3}, "borrow": {"gpu": 2}},
-]
-GRACE_S = 1.5
-
-#: A job that notes SIGTERM (and carries on, so that the kill at the end of the grace period is what
-#: stops it), runs for DURATION seconds and then appends its attempt to done-<job>.
-JOB = """
-import os, signal, sys, time
-d, duration = sys.argv[1], float(sys.argv[2])
-job, attempt = os.environ["DISAGG_JOB"], os.environ.get("DISAGG_ATTEMPT", "?")
-signal.signal(signal.SIGTERM, lambda *_: open(f"{d}/term-{job}-{attempt}", "w").write(repr(time.time())))
-open(f"{d}/up-{job}-{attempt}", "w").close()
-end = time.time() + duration
-while time.time() < end:
-    time.sleep(0.02)
-open(f"{d}/done-{job}", "a").write(attempt + "\\n")
-"""
 
 
 def auth(token: str) -> dict[str, str]:
@@ -64,7 +45,7 @@ def _client(svc: Service) -> tuple[TestClient, dict[str, str]]:
 def _submit(svc: Service, tenant: str, name: str, out: Path, duration: float) -> str:
     # the system's python3: as root a job runs as its tenant's user, who cannot reach a python under /root
     python = "python3" if os.geteuid() == 0 else sys.executable
-    j, _ = svc.jobs.submit(tenant, body(name, [python, "-c", JOB, str(out), str(duration)]))
+    j, _ = svc.jobs.submit(tenant, body(name, [python, "-c", PATIENT, str(out), str(duration)]))
     return str(j["id"])
 
 

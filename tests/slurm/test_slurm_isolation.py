@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from tests.attacks import COHORT, GRACE_S, PATIENT, PROBE
 
 from disagg.api import create_app
 from disagg.control.config import Config
@@ -35,28 +36,6 @@ from disagg.store.models import JobRow
 pytestmark = pytest.mark.slurm
 
 CANARY = "operator-secret-slurm-7d2e"
-#: Tries to open each `mode:path` (r read, w append/create, l list, x overwrite with an exit record) and
-#: prints what happened to each, as JSON; `{slice}` is the job's own slice.
-PROBE = """
-import json, os, sys
-out = {}
-for spec in sys.argv[1:]:
-    mode, path = spec.split(':', 1)
-    path = path.format(slice=os.environ.get('DISAGG_SLICE', ''))
-    try:
-        if mode == 'r':
-            open(path, 'rb').read(1)
-        elif mode == 'w':
-            open(path, 'ab').close()
-        elif mode == 'l':
-            os.listdir(path)
-        else:
-            open(path, 'w').write('0')
-        out[spec] = 'ok'
-    except OSError as exc:
-        out[spec] = type(exc).__name__
-print('PROBE ' + json.dumps(out), flush=True)
-"""
 #: A task that notes SIGTERM and goes on (short sleeps: bash runs a trap only between commands).
 STUBBORN = ("bash", "-c", 'trap "echo TERM >> $0" TERM; echo started >> $0; '
                           'for i in $(seq 1 600); do sleep 0.1; done; echo end >> $0')
@@ -259,25 +238,6 @@ def _isolation(*tenants: dict[str, Any]) -> Any:
     return Isolation(parse_tenants(list(tenants), "tenants"))
 
 
-#: Issue 15's cohort: alice may hold 2 + 3 borrowed GPUs of the 5 the controller composes from.
-COHORT = [
-    {"name": "alice", "weight": 1, "cohort": "lab", "quota": {"gpu": 2}, "borrow": {"gpu": 3}},
-    {"name": "bob", "weight": 1, "cohort": "lab", "quota": {"gpu": 3}, "borrow": {"gpu": 2}},
-]
-GRACE_S = 1.5
-#: A job that notes SIGTERM (and carries on: the kill at the end of the grace stops it), runs for its
-#: duration and then appends its attempt to done-<job>.
-PATIENT = """
-import os, signal, sys, time
-d, duration = sys.argv[1], float(sys.argv[2])
-job, attempt = os.environ["DISAGG_JOB"], os.environ.get("DISAGG_ATTEMPT", "?")
-signal.signal(signal.SIGTERM, lambda *_: open(f"{d}/term-{job}-{attempt}", "w").write(repr(time.time())))
-open(f"{d}/up-{job}-{attempt}", "w").close()
-end = time.time() + duration
-while time.time() < end:
-    time.sleep(0.02)
-open(f"{d}/done-{job}", "a").write(attempt + "\\n")
-"""
 
 
 def test_preemption_on_slurm_gives_sigterm_and_the_grace_then_requeues(
