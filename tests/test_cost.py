@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from disagg.placement.cost import placing_cost, unscheduled_cost, utility
+from disagg.placement.cost import outwaits, placing_cost, postponement, unscheduled_cost, utility
 from disagg.placement.jobstate import expected_vec
 from disagg.profiles import NEUTRAL, RODINIA, expected_s, lookup, normalize_image
 
@@ -76,3 +76,26 @@ def test_unknown_image_is_neutral() -> None:
     assert not p.known
     # Neutral: φ = τ, so utility 0 and cost = preference, local or remote alike.
     assert expected_s(p, 1.0, 1.0, 250.0) == expected_s(p, 0.0, 0.0, 250.0) == 250.0
+
+
+def test_the_scalar_outwait_check_gives_the_vector_functions_answer() -> None:
+    """The NA decoder's plain-float re-check must decide as Eqs. 7-8 plus the postponement do, on
+    ordinary inputs, on ties at the rounding boundary and on extreme ones."""
+    rng = np.random.default_rng(7)
+    tau = rng.uniform(1.0, 600.0, 4000)
+    cases = [(float(t * f), float(t), float(z), int(w), p, e) for t, f, z, w, p, e in zip(
+        tau, rng.uniform(0.0, 3.0, 4000), rng.integers(1, 11, 4000), rng.integers(0, 1200, 4000),
+        rng.choice([1.0, 1.05, 1.1], 4000), rng.choice([0, 400_000], 4000), strict=True)]
+    cases += [(100.0, 100.0, 1.0, 0, 1.1, 0), (1e308, 1e-3, 10.0, 5, 1.1, 0), (float("inf"), 10.0, 1.0, 3, 1.0, 0),
+              (float("nan"), 10.0, 1.0, 3, 1.0, 0), (120.0, 0.0, 1.0, 3, 1.0, 0), (-5.0, 10.0, 1.0, 0, 1.0, 0)]
+    # Placing and waiting tie to the unit (`extra` makes up the difference), so the +1 decides.
+    for phi_s, t, z, w in [(150.0, 100.0, 1.0, 40), (130.0, 100.0, 4.0, 333), (101.0, 100.0, 9.0, 7)]:
+        gap = int(unscheduled_cost(t, z, w) - placing_cost(phi_s, t, z, 1.1) - postponement(phi_s, t))
+        cases += [(phi_s, t, z, w, 1.1, gap + d) for d in (-1, 0, 1)]
+    decided = set()
+    with np.errstate(all="ignore"):
+        for phi_s, t, z, w, pref, extra in cases:
+            want = bool(placing_cost(phi_s, t, z, pref) + postponement(phi_s, t) + extra < unscheduled_cost(t, z, w))
+            assert outwaits(phi_s, t, z, w, pref, extra) == want, (phi_s, t, z, w, pref, extra)
+            decided.add(want)
+    assert decided == {True, False}, "the cases must include both answers"

@@ -21,6 +21,8 @@ old store) from failing every scheduling round.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -110,6 +112,31 @@ def postponement(phi: ArrayLike, tau: ArrayLike) -> NDArray[np.int64]:
     m = np.minimum(relative_miss(phi, tau), 1.0)
     out: NDArray[np.int64] = np.rint(WAIT_STEP * SLO_PATIENCE * m * SCALE).astype(np.int64)
     return out
+
+
+def outwaits(phi: float, tau: float, z: float, wait_rounds: int, preference: float, extra: int) -> bool:
+    """Whether one placement expected to take `phi`, at `preference`, with its `postponement` and `extra`
+    on top, costs less than the job's unscheduled arc at W = `wait_rounds`: `placing_cost(...) +
+    postponement(...) + extra < unscheduled_cost(...)`, in plain floats. The NA decoder asks this for
+    every path it tries (tens of thousands a round at 12,500 machines), where numpy's per-call overhead
+    made most of the round (docs/benchmarks.md). The same operations in the same order as the vector
+    functions, so the same integers; inputs outside the ordinary range (τ ≤ 0, a non-finite value)
+    go to the vector functions themselves."""
+    if not (tau > 0 and math.isfinite(phi) and math.isfinite(tau) and math.isfinite(z)):
+        arc = placing_cost(phi, tau, z, preference) + postponement(phi, tau) + extra
+        return bool(np.all(arc < unscheduled_cost(tau, z, wait_rounds)))
+    m = min(max((phi - tau) / tau, 0.0), UT_FLOOR, 1.0)
+    place = (round(max((1.0 - _utility1(phi, tau, z)) * preference, 0.0) * SCALE)
+             + round(WAIT_STEP * SLO_PATIENCE * m * SCALE) + extra)
+    wait = round(((1.0 - _utility1(2.0 * tau, tau, z)) * P_LOCAL + WAIT_STEP * float(wait_rounds)) * SCALE) + 1
+    return place < wait
+
+
+def _utility1(phi: float, tau: float, z: float) -> float:
+    """Eq. 6 for one finite placement with τ > 0, as `utility` computes it (its clip to [−UT_FLOOR, 1])."""
+    base = (tau - phi) / tau
+    ut = base if phi <= tau else base * (10.0 - z) / 9.0
+    return -UT_FLOOR if ut != ut else min(max(ut, -UT_FLOOR), 1.0)
 
 
 def age_bonus(order: ArrayLike, n: int) -> NDArray[np.int64]:

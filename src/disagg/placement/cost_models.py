@@ -44,6 +44,7 @@ from disagg.placement.cost import (
     SPREAD,
     WAIT_STEP,
     age_bonus,
+    outwaits,
     phi,
     placing_cost,
     postponement,
@@ -469,9 +470,7 @@ def outwaited(js: JobState, expected_s: float) -> bool:
     re-check once this round's traffic is on the links. A job that must be placed always is."""
     if js.must_place:
         return True
-    place = (placing_cost(expected_s, js.tau, js.z, P_CROSS) + postponement(expected_s, js.tau)
-             + round(2 * LOAD_COST * SCALE))
-    return bool(place < unscheduled_cost(js.tau, js.z, js.job.wait_rounds))
+    return outwaits(expected_s, js.tau, js.z, js.job.wait_rounds, P_CROSS, round(2 * LOAD_COST * SCALE))
 
 
 def hold_bound(expected_s: float, tau: float, z: float, phi_local: float, phi_idle: float) -> int:
