@@ -35,8 +35,11 @@ def test_the_issue_example_parses_with_limits_and_defaults() -> None:
     ([{"name": "a", "weight": 0}], r"tenants\[0\]\.weight: value 0 is not allowed"),
     ([{"name": "a", "borrow": {"gpu": 2}}], r"tenants\[0\]\.borrow\.gpu: borrowing 2 needs a quota of gpu"),
     ([{"name": "a", "unix_user": "Root!"}], r"tenants\[0\]\.unix_user: .*not a Unix user name"),
+    ([{"name": "a", "quota": {"gpu": True}}], r"tenants\[0\]\.quota\.gpu: "),
+    ([{"name": "a", "quota": {"gpu": "8"}}], r"tenants\[0\]\.quota\.gpu: "),
+    ([{"name": "a", "weight": "2"}], r"tenants\[0\]\.weight: "),
 ], ids=["reserved", "control-chars", "duplicate", "unknown-resource", "negative", "zero-weight",
-        "borrow-without-quota", "bad-unix-user"])
+        "borrow-without-quota", "bad-unix-user", "bool-for-a-number", "string-for-a-number", "string-weight"])
 def test_bad_tenants_are_refused_naming_the_field(tenants: list[dict[str, object]], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         parse_tenants({"tenants": tenants})

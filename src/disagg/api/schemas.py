@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from disagg.model import states
+from disagg.model.tenants import Limits
 
 _IN = ConfigDict(extra="forbid", strict=True)
 _OUT = ConfigDict(extra="forbid")
@@ -370,17 +371,8 @@ class ErrorOut(BaseModel):
 
 
 # --- tenants ------------------------------------------------------------------------------------
-class LimitsIn(BaseModel):
+class LimitsIn(Limits):
     """Per resource: cpus, memory_gb, network_gbps and the device kinds (a resource not named: unlimited)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    cpus: float | None = Field(default=None, ge=0)
-    memory_gb: float | None = Field(default=None, ge=0)
-    network_gbps: float | None = Field(default=None, ge=0)
-    gpu: float | None = Field(default=None, ge=0)
-    nvme: float | None = Field(default=None, ge=0)
-    fpga: float | None = Field(default=None, ge=0)
-    memory: float | None = Field(default=None, ge=0)
 
 
 class TenantIn(BaseModel):

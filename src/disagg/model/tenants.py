@@ -49,8 +49,15 @@ def tenant_name_problem(name: str) -> str | None:
     return None
 
 
-class _Limits(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+#: As strict as the API (and the cluster and jobs specs): no bool for a number, no string for a number.
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Limits(BaseModel):
+    """Per resource: cpus, memory_gb, network_gbps and the device kinds (a resource not named: unlimited).
+    The API's `LimitsIn` is this model, so the spec file and PUT /v1/tenants refuse the same input."""
+
+    model_config = _STRICT
     cpus: float | None = Field(default=None, ge=0)
     memory_gb: float | None = Field(default=None, ge=0)
     network_gbps: float | None = Field(default=None, ge=0)
@@ -61,13 +68,13 @@ class _Limits(BaseModel):
 
 
 class TenantSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     name: str
     weight: float = Field(default=1.0, gt=0, le=1_000_000)
     cohort: str | None = Field(default=None, min_length=1, max_length=64)
     unix_user: str | None = None
-    quota: _Limits = _Limits()
-    borrow: _Limits = _Limits()
+    quota: Limits = Limits()
+    borrow: Limits = Limits()
 
     @field_validator("name")
     @classmethod
@@ -86,7 +93,7 @@ class TenantSpec(BaseModel):
 
 
 class TenantsSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
     tenants: list[TenantSpec] = Field(default_factory=list, max_length=10_000)
 
 
@@ -170,9 +177,9 @@ def merge_tenants(base: Tenants, overrides: Mapping[str, Mapping[str, Any]], sou
     return parse_tenants(entries, source)
 
 
-def _given(limits: _Limits) -> dict[str, float]:
+def _given(limits: Limits) -> dict[str, float]:
     return {k: float(v) for k, v in limits.model_dump().items() if v is not None}
 
 
-__all__ = ["RESERVED_NAMES", "RESOURCES", "TENANT_NAME", "Tenant", "TenantSpec", "Tenants", "load_tenants",
+__all__ = ["RESERVED_NAMES", "RESOURCES", "TENANT_NAME", "Limits", "Tenant", "TenantSpec", "Tenants", "load_tenants",
            "merge_tenants", "parse_tenants", "tenant_entry", "tenant_name_problem"]
