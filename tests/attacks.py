@@ -3,6 +3,12 @@ tests so that both engines are attacked by the same code."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 #: Tries to open each `mode:path` (r read, w append/create, l list, x overwrite with an exit record) and
 #: prints what happened to each, as JSON; `{slice}` is the job's own slice.
 PROBE = """
@@ -46,3 +52,15 @@ while time.time() < end:
     time.sleep(0.02)
 open(f"{d}/done-{job}", "a").write(attempt + "\\n")
 """
+
+
+@contextmanager
+def drop_dir(prefix: str = "disagg-drop-") -> Iterator[Path]:
+    """A directory every tenant's user may write to (1777, like /tmp): where test jobs leave marks that the
+    test reads (jobs run as their tenant's user, who cannot write into pytest's 0700 tmp_path)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    d.chmod(0o1777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

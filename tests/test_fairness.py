@@ -9,6 +9,7 @@ preemption, and the properties every policy keeps inside `FairPolicy`:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -254,14 +255,21 @@ def test_every_policy_keeps_quota_plus_borrow_and_preempts_only_borrowed_jobs(da
     tenancy = data.draw(tenancies(cluster))
     queue = [replace(j, tenant=data.draw(st.sampled_from(["t0", "t1", "t2", "other"])),
                      preemptible=data.draw(st.booleans())) for j in queue]
+    for name, d in _every_fair_policy(cluster, tenancy, queue):
+        event(f"{name}: {'preempts' if d.preempted else 'no preemption'}, "
+              f"{'quota refusals' if any(u.reason == Reason.QUOTA for u in d.unplaced) else 'no quota refusal'}")
+
+
+def _every_fair_policy(cluster: Cluster, tenancy: Tenancy, queue: list[Job]) -> Iterator[tuple[str, Decisions]]:
+    """Each policy under FairPolicy on the cluster with `tenancy`: its decisions, once they were checked to
+    be sound, to keep every tenant within quota + borrow and to preempt only what the rules allow."""
     snapshot = cluster.with_tenancy(tenancy)
     for name in POLICIES:
         d = FairPolicy(get_policy(name)).place(snapshot, queue, 100.0, np.random.default_rng(0))
         check_decisions(cluster, queue, d, server_centric=name in SERVER_CENTRIC)
         _limits_hold(snapshot, tenancy, queue, d)
         _preemptions_hold(snapshot, tenancy, queue, d)
-        event(f"{name}: {'preempts' if d.preempted else 'no preemption'}, "
-              f"{'quota refusals' if any(u.reason == Reason.QUOTA for u in d.unplaced) else 'no quota refusal'}")
+        yield name, d
 
 
 @st.composite
@@ -298,12 +306,7 @@ def crowded(draw: st.DrawFn) -> tuple[Cluster, Tenancy, list[Job]]:
 def test_on_a_full_cluster_every_policy_preempts_only_borrowed_jobs_for_claims_within_quota(
         case: tuple[Cluster, Tenancy, list[Job]]) -> None:
     cluster, tenancy, queue = case
-    snapshot = cluster.with_tenancy(tenancy)
-    for name in POLICIES:
-        d = FairPolicy(get_policy(name)).place(snapshot, queue, 100.0, np.random.default_rng(0))
-        check_decisions(cluster, queue, d, server_centric=name in SERVER_CENTRIC)
-        _limits_hold(snapshot, tenancy, queue, d)
-        _preemptions_hold(snapshot, tenancy, queue, d)
+    for _, d in _every_fair_policy(cluster, tenancy, queue):
         event(f"{'preempts' if d.preempted else 'no preemption'}")
 
 

@@ -5,9 +5,7 @@ jobs start, and alice's preempted jobs complete later, exactly once."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from control_helpers import body, job, make_service, wait_for
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.attacks import COHORT, GRACE_S, PATIENT
+from tests.attacks import COHORT, GRACE_S, PATIENT, drop_dir
 
 from disagg.api import create_app
 from disagg.control.service import Service
@@ -52,13 +50,8 @@ def _submit(svc: Service, tenant: str, name: str, out: Path, duration: float) ->
 @pytest.fixture
 def shared_out() -> Iterator[Path]:
     """A directory every tenant's user can write (sticky, like /tmp): the jobs' reports to the test."""
-    root = Path(tempfile.mkdtemp(prefix="disagg-tenants-"))
-    root.chmod(0o755)
-    out = root / "out"
-    out.mkdir()
-    out.chmod(0o1777)
-    yield out
-    shutil.rmtree(root, ignore_errors=True)
+    with drop_dir("disagg-tenants-") as out:
+        yield out
 
 
 def test_a_tenant_sees_itself_and_an_admin_sets_a_tenant(fair: Service) -> None:

@@ -8,8 +8,6 @@ its Compute block at the first attach, each attach adds its device's block and e
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 from control_helpers import admin_token
 from redfish_helpers import start_a, start_b, systems, wait
 from sqlalchemy import select
+from tests.attacks import drop_dir
 
 from disagg.store import Store
 from disagg.store.models import EventRow
@@ -46,13 +45,11 @@ def ours(a_url: str, a_admin: str, marker: str = "disagg-b") -> list[dict]:
 def runs() -> Iterator[Path]:
     """A file every tenant's user may append to (as root, B's jobs run as its tenant's user, who cannot
     reach pytest's own directories): each run of the job writes a line."""
-    root = Path(tempfile.mkdtemp(prefix="disagg-fed-"))
-    root.chmod(0o755)
-    out = root / "runs"
-    out.touch()
-    out.chmod(0o666)
-    yield out
-    shutil.rmtree(root, ignore_errors=True)
+    with drop_dir("disagg-fed-") as d:
+        out = d / "runs"
+        out.touch()
+        out.chmod(0o666)
+        yield out
 
 
 @pytest.fixture(params=["at-once", "one-by-one"])

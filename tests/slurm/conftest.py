@@ -8,12 +8,11 @@ impossible (not root, or apt failed).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests import attacks
 
 from disagg.engines.slurm import SlurmEngine
 from disagg.engines.slurm_cluster import (
@@ -59,9 +58,6 @@ def engine(slurm_cluster: SlurmCluster) -> Iterator[SlurmEngine]:
 
 @pytest.fixture
 def drop_dir() -> Iterator[Path]:
-    """A directory every tenant's user may write to (1777, like /tmp): where test jobs leave marks that
-    the test reads (jobs run as their tenant's user, who cannot write into pytest's 0700 tmp_path)."""
-    d = Path(tempfile.mkdtemp(prefix="disagg-drop-"))
-    d.chmod(0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    """Where the tests' jobs, run as their tenant's user, leave marks (`tests.attacks.drop_dir`)."""
+    with attacks.drop_dir() as d:
+        yield d
