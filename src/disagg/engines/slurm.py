@@ -69,6 +69,7 @@ from disagg.engines.local import (
     make_jobs_root,
     make_workdir,
 )
+from disagg.engines.local_runner import write_atomic
 from disagg.engines.slurm_node import DynamicNodes, NodeSpec
 from disagg.engines.slurm_site import SlurmError, SlurmSite
 from disagg.model.states import RunState
@@ -153,11 +154,6 @@ class SlurmEngine(Engine):
         make_jobs_root(self.work_root, site.root)
         site.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         site.jobs_dir.chmod(0o700)
-
-    @classmethod
-    def from_config(cls, site_json: str | Path, isolation: Isolation | None = None) -> SlurmEngine:
-        """Build from a site file (`engine: slurm`, `slurm_site: <path>` in the controller config)."""
-        return cls(SlurmSite.load(Path(site_json)), isolation=isolation)
 
     def notes(self) -> list[str]:
         return [*self.accounts.notes(),
@@ -370,7 +366,7 @@ class SlurmEngine(Engine):
         """
         st = self._slurm_status(handle)
         if st.state in (RunState.PENDING, RunState.HELD, RunState.RUNNING, RunState.FAILED):
-            for name in self._slice_nodes(self._split(handle)[1]):
+            for name in self._slice_nodes(self._key(handle)):
                 why = self.nodes.down(name, ask_slurm=st.state == RunState.FAILED)
                 if why:
                     return TaskStatus(RunState.LOST, None, f"slice machine {name} is down ({why}); {st.detail}")
@@ -384,7 +380,7 @@ class SlurmEngine(Engine):
         job_id, key = self._split(handle)
         d = self._job_dir(key)
         job = self._find(job_id) if job_id is not None else None
-        exit_code = self._exit_code(d)
+        exit_code = _read_int(d / "exit")
         if job is None:
             if exit_code is not None:
                 ended: TaskState = RunState.COMPLETED if exit_code == 0 else RunState.FAILED
@@ -414,20 +410,11 @@ class SlurmEngine(Engine):
         return TaskStatus(mapped, exit_code if mapped in (RunState.COMPLETED, RunState.FAILED) else None, detail)
 
     @staticmethod
-    def _exit_code(d: Path) -> int | None:
-        try:
-            return int((d / "exit").read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    @staticmethod
     def _record_exit(d: Path, code: int) -> None:
         """Write down the exit code Slurm reports for an ended job, so it outlives Slurm's memory of the
         job (`MinJobAge`). Only the engine writes it, in the controller's directory: no job can."""
-        if d.is_dir():
-            tmp = d / "exit.tmp"
-            tmp.write_text(f"{code}\n")
-            tmp.replace(d / "exit")
+        if d.is_dir():  # a temporary name per thread: two status() calls may record it at once
+            write_atomic(d / "exit", f"{code}\n")
 
     def cancel(self, handle: str) -> None:
         """Stop the job (running or held): `scancel`, which Slurm carries out as SIGTERM to every process

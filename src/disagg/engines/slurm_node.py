@@ -320,16 +320,13 @@ class DynamicNodes:
 
     def _kill_namespace(self, rec: JoinedNode) -> None:
         """SIGKILL slurmd and every job step process in the node's namespace (the machine powers off)."""
-        if not Path(f"/run/netns/{rec.netns}").exists():
-            return
         for _ in range(20):
-            out = subprocess.run(["ip", "netns", "pids", rec.netns], capture_output=True, text=True,
-                                 check=False).stdout.split()
-            if not out:
+            pids = _netns_pids(rec)
+            if not pids:
                 return
-            for pid in out:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(0.02)
 
     def kill_user_processes(self, name: str, uid: int) -> int:
@@ -339,15 +336,13 @@ class DynamicNodes:
         rec = self.record(name)
         if uid == 0:
             raise ValueError("kill_user_processes: uid 0 would kill the node's own daemons")
-        if rec is None or not Path(f"/run/netns/{rec.netns}").exists():
+        if rec is None:
             return 0
         killed = 0
-        pids = subprocess.run(["ip", "netns", "pids", rec.netns], capture_output=True, text=True,
-                              check=False).stdout.split()
-        for pid in pids:
-            with contextlib.suppress(psutil.Error, ProcessLookupError, ValueError):
-                if psutil.Process(int(pid)).uids().real == uid:
-                    os.kill(int(pid), signal.SIGKILL)
+        for pid in _netns_pids(rec):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if psutil.Process(pid).uids().real == uid:
+                    os.kill(pid, signal.SIGKILL)
                     killed += 1
         return killed
 
@@ -391,3 +386,11 @@ class DynamicNodes:
             if time.monotonic() > deadline:
                 raise SlurmError(f"scontrol delete nodename={name}: {proc.stderr.strip()}")
             time.sleep(0.1)
+
+
+def _netns_pids(rec: JoinedNode) -> list[int]:
+    """The processes in the node's network namespace (none once the namespace is gone)."""
+    if not Path(f"/run/netns/{rec.netns}").exists():
+        return []
+    out = subprocess.run(["ip", "netns", "pids", rec.netns], capture_output=True, text=True, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
