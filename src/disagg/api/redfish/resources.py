@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from disagg.model.states import SliceState
@@ -85,11 +86,11 @@ class View:
     inv: Inventory
     visible: Callable[[LiveSlice], bool]
 
-    @property
+    @cached_property
     def nodes(self) -> dict[str, NodeRow]:
         return {n.name: n for n in self.inv.nodes}
 
-    @property
+    @cached_property
     def devices(self) -> dict[str, DeviceInfo]:
         return {d.id: d for d in self.inv.devices}
 

@@ -18,6 +18,7 @@ from disagg.api.redfish import systems as Y
 from disagg.api.redfish.auth import Sessions, caller, login
 from disagg.api.redfish.protocol import RedfishError, RedfishResponse, check_if_match, etag
 from disagg.control.jobs import JobService
+from disagg.model.slices import SliceMachine
 from disagg.model.states import DECOMPOSABLE_SLICE_STATES, SliceState
 from disagg.store import CompositionRefused, LiveSlice, Principal, Store
 
@@ -37,7 +38,7 @@ def _view(request: Request, who: Principal) -> R.View:
 
 def _updatable(request: Request) -> bool:
     """Whether compositions may be updated (`redfish_updatable`, on by default)."""
-    return bool(getattr(request.app.state.jobs.config, "redfish_updatable", True))
+    return bool(request.app.state.jobs.config.redfish_updatable)
 
 
 def _found(payload: dict[str, Any] | None, what: str) -> RedfishResponse:
@@ -259,21 +260,22 @@ def decompose(request: Request, ident: str, who: Caller) -> RedfishResponse:
 
 
 # --- systems: updating (AddResourceBlock, RemoveResourceBlock, PATCH) ------------------------------
-def _updating(request: Request, who: Principal, ident: str) -> tuple[R.View, LiveSlice, dict[str, Any]]:
-    """The composition an update names, the caller's view and its payload; 404, or 400 when it cannot be
-    updated (a job's slice; a service configured with `redfish_updatable: false`)."""
+def _updating(request: Request, who: Principal, ident: str) -> tuple[R.View, LiveSlice, SliceMachine, dict[str, Any]]:
+    """The composition an update names, the caller's view, the composed machine and its payload; 404, or
+    400 when it cannot be updated (a job's slice; a service configured with `redfish_updatable: false`)."""
     view = _view(request, who)
+    updatable = _updatable(request)
     found = view.machines_of_slices().get(ident)
-    payload = Y.system(view, ident, _updatable(request))
+    payload = Y.system(view, ident, updatable)
     if found is None or payload is None:
         raise RedfishError(404, "ResourceNotFound", f"system {ident} does not exist", [ident])
-    s, _ = found
-    if s.job_id is not None or not _updatable(request):
+    s, i = found
+    if s.job_id is not None or not updatable:
         why = (f"system {ident} is the slice of job {s.job_id}: its blocks are the job's" if s.job_id is not None
                else "this service composes systems at once (redfish_updatable: false)")
         raise RedfishError(400, "ActionNotSupported", why, [ident])
     check_if_match(request, payload)
-    return view, s, payload
+    return view, s, s.placement.machines[i], payload
 
 
 def _update(request: Request, s: LiveSlice, ident: str, add: list[str], remove: list[str], what: str) -> Response:
@@ -304,7 +306,7 @@ async def system_action(request: Request, ident: str, action: str, who: Caller) 
     if action not in Y.ACTIONS:
         raise RedfishError(404, "ResourceNotFound", f"system {ident} has no action {action}", [action])
     body = await _json(request)
-    view, s, payload = await run_in_threadpool(_updating, request, who, ident)
+    view, s, _, payload = await run_in_threadpool(_updating, request, who, ident)
     req = Y.parse_action(body, action)
     if req.system_etag is not None and req.system_etag != etag(payload):
         raise RedfishError(412, "PreconditionFailed", "ComputerSystemETag is not the system's current ETag")
@@ -328,8 +330,7 @@ async def system_action(request: Request, ident: str, action: str, who: Caller) 
 async def system_patch(request: Request, ident: str, who: Caller) -> Response:
     """A new `Links.ResourceBlocks`: the blocks it adds and removes, as the actions would."""
     body = await _json(request)
-    view, s, _ = await run_in_threadpool(_updating, request, who, ident)
-    m = next(m for m in s.placement.machines if m.name == ident)
+    view, s, m, _ = await run_in_threadpool(_updating, request, who, ident)
     add, remove = Y.parse_patch(body, [m.host, *m.devices])
     hosts = [b for b in add if b in view.nodes and view.nodes[b].kind == "machine"]
     if hosts:
