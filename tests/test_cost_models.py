@@ -19,6 +19,7 @@ from disagg.placement.cost_models import (
     register_cost_model,
 )
 from disagg.placement.jobstate import JobState, JobTable, SloGuard, profile_arrays
+from disagg.placement.phase_one import NEVER
 from disagg.placement.registry import get_policy
 from disagg.placement.state import FreeState
 from tests.builders import make_cluster, make_job
@@ -66,15 +67,15 @@ def test_network_load_is_priced_only_by_the_na_model_which_postpones_what_would_
     columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
     blind = DRMaestroCostModel().task_to_machine(rows, columns)
     aware = DRMaestroNACostModel().task_to_machine(rows, columns)
-    assert blind.cost[0, 1] == blind.cost[0, 2] and blind.exists.all() and blind.hold is None
+    assert blind.cost[0, 1] == blind.cost[0, 2] and (blind.cost < NEVER).all() and blind.hold is None
     assert aware.cost[0, 2] > aware.cost[0, 1] == blind.cost[0, 1]
     # Every arc is offered; the loaded one carries the postponement of its miss on top of Eq. 7.
-    assert aware.exists.all() and aware.hold is not None
+    assert (aware.cost < NEVER).all() and aware.hold is not None
     ph = phi(js.job, js.profile, 1.0, 1.0)
     assert aware.hold.tolist() == [[0, 0, int(postponement(ph, js.tau))]]
     assert aware.cost[0, 2] - aware.hold[0, 2] == placing_cost(ph, js.tau, js.z, 1.0)
     shape = DRMaestroNACostModel().shape_to_machine(js, columns)
-    assert shape.exists.all() and shape.cost[2] - DRMaestroCostModel().shape_to_machine(js, columns).cost[2] > 0
+    assert (shape.cost < NEVER).all() and shape.cost[2] - DRMaestroCostModel().shape_to_machine(js, columns).cost[2] > 0
     assert DRMaestroCostModel().remote_to_location(np.array([0.5]), np.array([1.0])) == ([0], [0])
     rack, cross = DRMaestroNACostModel().remote_to_location(np.array([0.5]), np.array([1.0]))
     assert 0 < rack[0] < cross[0]
@@ -94,7 +95,7 @@ def test_na_holds_a_job_back_for_its_slo_only_while_waiting_can_help(slo_s: floa
     rows = ClassRows.of(profile_arrays([js]), [js])
     columns = machines([0.0, 1.0, 1.0], [1.0, 0.0, 1.0])  # local (busy uplink), remote idle, remote loaded
     arcs = DRMaestroNACostModel().task_to_machine(rows, columns)
-    assert arcs.exists.all()
+    assert (arcs.cost < NEVER).all()
     hold = np.zeros((1, 3), dtype=np.int64) if arcs.hold is None else arcs.hold
     assert (hold > 0).tolist() == [held]
 

@@ -128,11 +128,10 @@ class SubtaskColumns(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class MachineArcs:
-    """Costs of arcs to machines, and which of them exist (the rest are not offered at all); `hold`: the
-    part of each cost that is the SLO's postponement (None: none), for the explanation."""
+    """Costs of arcs to machines (every machine given is offered one); `hold`: the part of each cost that
+    is the SLO's postponement (None: none), for the explanation."""
 
     cost: IntArray
-    exists: BoolArray
     hold: IntArray | None = None
 
 
@@ -274,7 +273,7 @@ class DRMaestroCostModel:
         hold = self.postponement(ph, rows.tau, rows.guard,
                                  lambda: expected_arrays(rows.params, share, np.zeros((1, len(machines.load)))))
         hold = np.where((share > 0) & (ph > rows.phi_local), hold, 0)
-        return MachineArcs(cost + hold, np.ones(cost.shape, dtype=bool), hold if hold.any() else None)
+        return MachineArcs(cost + hold, hold if hold.any() else None)
 
     def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
         ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
@@ -284,7 +283,7 @@ class DRMaestroCostModel:
         hold = self.postponement(ph, rep.tau, rep.guard,
                                  lambda: expected_vec(rep.profile, machines.share, idle, rep.tau))
         cost = cost + np.where(machines.share > 0, hold, 0)
-        return MachineArcs(cost, np.ones(cost.shape, dtype=bool))
+        return MachineArcs(cost)
 
     def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:

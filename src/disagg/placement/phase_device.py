@@ -373,7 +373,7 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: JobState) -> None:
     if remote is None:
         js.fail(state, Reason.NO_DEVICES, _server_centric_shortfall(state, js, kind, own, want, local))
         return
-    if remote.slo_blocked[i] and (best == np.iinfo(np.int64).max or best >= u_cost):
+    if remote.slo_blocked[i] and best >= u_cost:
         js.fail(state, Reason.SLO_AT_RISK, (
             f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
             f"the SLO ({js.tau:g} s) under the current network load by more than waiting costs at "

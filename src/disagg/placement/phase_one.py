@@ -189,9 +189,9 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         # Enough machines for twice the shape's tasks, and more while the arc budget allows, so
         # that shapes whose favourite machines overlap still find room elsewhere.
         limit = max(min_candidates, 2 * int(cls.tasks[members].sum()), AGG_ARC_BUDGET // len(cls.shapes))
-        sel = np.nonzero(shared.exists)[0]
+        sel = np.arange(len(proxy))
         if len(sel) > limit:
-            sel = sel[np.argpartition(proxy[sel], limit - 1)[:limit]]
+            sel = np.argpartition(proxy, limit - 1)[:limit]
         if len(sel) == 0:
             continue
         cand, proxy = cand[sel], proxy[sel]
@@ -210,14 +210,14 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     ids = np.array(members, dtype=np.int64)
     rows = ClassRows.of(profile_arrays(reps), reps)
     arcs = costs.task_to_machine(rows, head.columns)
-    cost, allowed = arcs.cost, arcs.exists
+    cost = arcs.cost
     if wants_devices:
         surcharges = costs.remote_surcharge(rows)
         if surcharges is not None:
             pricing.surcharges.extend(surcharges.tolist())
-    masked = np.where(allowed, cost, NEVER)
-    has = allowed.any(axis=1)
-    offsets = np.where(allowed, cost - head.proxy[None, :], np.iinfo(np.int64).min).max(axis=1)
+    masked = cost
+    has = np.full(len(ids), cost.shape[1] > 0)
+    offsets = (cost - head.proxy[None, :]).max(axis=1, initial=np.iinfo(np.int64).min)
     pricing.to_shape.add(ids[has], np.full(int(has.sum()), g, dtype=np.int64), cls.tasks[ids[has]],
                          np.maximum(offsets[has], 0))
     n_pref = min(PREFERRED, masked.shape[1])
@@ -233,7 +233,7 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
     if arcs.hold is not None:
         held = (arcs.hold > 0).any(axis=1) & has
-        pricing.min_unheld[ids[held]] = np.where(allowed, cost - arcs.hold, NEVER)[held].min(axis=1)
+        pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
 
 
 @dataclass
