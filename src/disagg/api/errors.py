@@ -9,7 +9,6 @@ an HTML page instead (the same status, headers and message), so a browser never 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -85,9 +84,9 @@ async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
     )
 
 
-#: The dashboard's hook: an HTML page for an error of a request for one of its pages (the status and
-#: the error body as the API would answer), or None to answer with the JSON body.
-ErrorPages = Callable[[Request, int, dict[str, Any]], Awaitable[Response | None]]
+#: The dashboard's hook: an HTML page for an error of a request for one of its pages (from the answer
+#: the API would give), or None to answer with that JSON.
+ErrorPages = Callable[[Request, JSONResponse], Awaitable[Response | None]]
 Handler = Callable[[Request, Any], Awaitable[JSONResponse]]
 
 
@@ -96,7 +95,7 @@ def _or_page(handler: Handler, pages: ErrorPages) -> Handler | Callable[[Request
     as `Allow`); the JSON body is made once, by the API's own handler, and the page shows it."""
     async def answer(req: Request, exc: Any) -> Response:
         out = await handler(req, exc)
-        page = await pages(req, out.status_code, json.loads(bytes(out.body)))
+        page = await pages(req, out)
         if page is None:
             return out
         for name, value in out.headers.items():

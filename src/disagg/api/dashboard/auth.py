@@ -31,10 +31,15 @@ class SignInRequired(Exception):
         self.back_to = back_to
 
 
+async def signed_in(request: Request) -> Principal | None:
+    """Who is looking (from the session cookie), or None without a valid one."""
+    token = request.cookies.get(COOKIE)
+    return await lookup_token(request, token) if token else None
+
+
 async def viewer(request: Request) -> Principal:
     """Who is looking (from the session cookie); SignInRequired without a valid one."""
-    token = request.cookies.get(COOKIE)
-    who = await lookup_token(request, token) if token else None
+    who = await signed_in(request)
     if who is None:
         raise SignInRequired(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
     return who

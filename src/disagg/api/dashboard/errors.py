@@ -7,14 +7,13 @@ its JSON.
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from disagg.api.dashboard.auth import COOKIE
+from disagg.api.dashboard.auth import signed_in
 from disagg.api.dashboard.render import ENV
-from disagg.api.deps import lookup_token
 
 #: What a browser's page of the dashboard is: `/`, signing in and out, and everything under /ui.
 _PAGES = ("/", "/login", "/logout", "/ui")
@@ -29,13 +28,14 @@ def is_page(path: str) -> bool:
     return path in _PAGES or path.startswith("/ui/")
 
 
-async def error_page(request: Request, status: int, body: dict[str, Any]) -> Response | None:
-    """The error `body` (`detail`, `problems`) as the dashboard's error page, or None outside the
-    dashboard. Signed in, the page has the usual header and leads back to the queue; else to sign-in."""
+async def error_page(request: Request, answer: JSONResponse) -> Response | None:
+    """The API's error `answer` (its status; `detail`, `problems`) as the dashboard's error page, or None
+    outside the dashboard (read only then). Signed in, the page has the usual header and leads back to
+    the queue; else to sign-in."""
     if not is_page(request.url.path):
         return None
-    token = request.cookies.get(COOKIE)
-    who = await lookup_token(request, token) if token else None
+    status, body = answer.status_code, json.loads(bytes(answer.body))
+    who = await signed_in(request)
     back, label = ("/ui/queue", "Back to the queue") if who else ("/login", "Sign in")
     problems = body.get("problems") or []  # one says what the message says; several (the matches) add to it
     html = ENV.get_template("error.html").render(
