@@ -72,8 +72,8 @@ def slices(
         return
     out = console()
     out.print(make_table("slice", _SLICE_COLS[0] + _SLICE_COLS[1], [_SLICE_ROWS[0](one) + _SLICE_ROWS[1](one)]))
-    steps = [[st["op"], st["target"], st["status"], st["tries"], clock(st["started_at"]) if st["started_at"] else "",
-              clock(st["ended_at"]) if st["ended_at"] else "", st["error"] or ""] for st in one.get("steps") or []]
+    steps = [[st["op"], st["target"], st["status"], st["tries"], clock(st["started_at"]),
+              clock(st["ended_at"]), st["error"] or ""] for st in one.get("steps") or []]
     step_cols = (Col("step"), Col("target", "id"), Col("status"), Col("tries", "num"), Col("started (UTC)", "num"),
                  Col("ended (UTC)", "num"), Col("error", "text"))
     out.print(make_table("steps", step_cols, steps))
