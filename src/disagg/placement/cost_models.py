@@ -427,6 +427,8 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         if (held & traffic).any():
             by_others = phi_s if others is None else others()
             held &= ~traffic | ((quiet() <= tau) & (by_others > tau))
+        if not held.any():  # the usual case: no arc misses, so none needs the miss priced
+            return np.zeros(held.shape, dtype=np.int64)
         out: IntArray = np.where(held, postponement(phi_s, tau), 0)
         return out
 
