@@ -317,8 +317,7 @@ async def system_action(request: Request, ident: str, action: str, who: Caller) 
                            [uri, "ResourceBlock", action])
     if req.block_etag is not None and req.block_etag != etag(block):
         raise RedfishError(412, "PreconditionFailed", "ResourceBlockETag is not the block's current ETag")
-    node = view.nodes.get(req.block)
-    if action == "AddResourceBlock" and node is not None and node.kind == "machine":
+    if action == "AddResourceBlock" and Y.compute_blocks(view, [req.block]):
         raise RedfishError(400, "ActionParameterValueNotInList", f"a composed system has exactly one Compute "
                            f"block; {req.block} is another one", [f"{R.BLOCKS}/{R.block_id(req.block)}",
                                                                    "ResourceBlock", action])
@@ -332,7 +331,7 @@ async def system_patch(request: Request, ident: str, who: Caller) -> Response:
     body = await _json(request)
     view, s, m, _ = await run_in_threadpool(_updating, request, who, ident)
     add, remove = Y.parse_patch(body, [m.host, *m.devices])
-    hosts = [b for b in add if b in view.nodes and view.nodes[b].kind == "machine"]
+    hosts = Y.compute_blocks(view, add)
     if hosts:
         raise RedfishError(400, "PropertyValueConflict", f"a composed system has exactly one Compute block; "
                            f"{hosts[0]} is another one", ["Links.ResourceBlocks", hosts[0]])

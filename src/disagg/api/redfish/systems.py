@@ -151,14 +151,18 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
         raise RedfishError(400, "PropertyMissing", "Links.ResourceBlocks is required: the blocks to compose",
                            ["Links.ResourceBlocks"])
     names = [_block(m, "Links.ResourceBlocks") for m in members]
-    nodes = view.nodes
-    hosts = [n for n in names if n in nodes and nodes[n].kind == "machine"]
+    hosts = compute_blocks(view, names)
     if len(hosts) != 1:
         raise RedfishError(400, "PropertyValueConflict", f"a composition takes exactly one Compute block; "
                            f"{len(hosts)} given", ["Links.ResourceBlocks"])
     devices = [n for n in names if n != hosts[0]]
     return ComposeRequest(name.strip(), hosts[0], devices, _number(body, "ProcessorSummary", "CoreCount"),
                           _number(body, "MemorySummary", "TotalSystemMemoryGiB"))
+
+
+def compute_blocks(view: View, names: list[str]) -> list[str]:
+    """The Compute blocks (machines) among the blocks `names`: a composed system has exactly one."""
+    return [n for n in names if n in view.nodes and view.nodes[n].kind == "machine"]
 
 
 def _block(link: Any, where: str, error: str = "PropertyValueFormatError") -> str:
@@ -259,4 +263,4 @@ def task(s: LiveSlice, suffix: str = "") -> dict[str, Any]:
 
 
 __all__ = ["ACTIONS", "DECOMPOSE", "DECOMPOSED", "UPDATE", "ActionRequest", "ComposeRequest", "capabilities",
-           "parse_action", "parse_compose", "parse_patch", "system", "systems", "task", "task_state"]
+           "compute_blocks", "parse_action", "parse_compose", "parse_patch", "system", "systems", "task", "task_state"]
