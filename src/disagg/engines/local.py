@@ -386,16 +386,22 @@ def hostfile_text(spec: SliceSpec) -> str:
     return "".join(f"{m.name} slots=1\n" for m in spec.machines)
 
 
+def write_readonly(path: Path, text: str) -> None:
+    """A new file (never through a link, never over one) that anyone may read and no one write: what a
+    job's user reads of what the controller wrote, whatever the controller's umask (077)."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o444)
+    os.fchmod(fd, 0o444)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def make_workdir(work: Path, account: Account, files: dict[str, str]) -> None:
     """The job's working directory, made afresh (nothing a task of an earlier try left in it is kept),
     with `files` in it, written before it is handed to the job's user."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(mode=0o700)
     for name, text in files.items():
-        fd = os.open(work / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o444)
-        os.fchmod(fd, 0o444)  # readable by the job's user whatever the controller's umask (077)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        write_readonly(work / name, text)
     if account.drop:
         os.chown(work, account.uid, account.gid)
 
@@ -446,4 +452,4 @@ def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:
 
 
 __all__ = ["TASK_PATH", "Isolation", "LocalEngine", "default_jobs_dir", "hostfile_text",
-           "job_environment", "make_jobs_root", "make_workdir"]
+           "job_environment", "make_jobs_root", "make_workdir", "write_readonly"]

@@ -68,6 +68,7 @@ from disagg.engines.local import (
     job_environment,
     make_jobs_root,
     make_workdir,
+    write_readonly,
 )
 from disagg.engines.local_runner import write_atomic
 from disagg.engines.slurm_node import DynamicNodes, NodeSpec
@@ -289,10 +290,7 @@ class SlurmEngine(Engine):
         area = self._area(key)
         shutil.rmtree(area, ignore_errors=True)
         area.mkdir(mode=0o700)
-        fd = os.open(area / "task.sh", os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o444)
-        os.fchmod(fd, 0o444)
-        with os.fdopen(fd, "w") as f:
-            f.write(self._task_script(spec))
+        write_readonly(area / "task.sh", self._task_script(spec))
         fd = os.open(area / "output.log", os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
         if account.drop:
             os.fchown(fd, account.uid, account.gid)
