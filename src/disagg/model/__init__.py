@@ -9,6 +9,7 @@ from disagg.model.cluster import (
     Link,
     Machine,
     Pool,
+    Reach,
     device_id,
 )
 from disagg.model.errors import SpecError
@@ -28,6 +29,7 @@ __all__ = [
     "PlacedDevice",
     "PlacedTask",
     "Pool",
+    "Reach",
     "SliceMachine",
     "SlicePlacement",
     "SpecError",

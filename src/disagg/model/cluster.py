@@ -6,7 +6,8 @@ builds a new one when the world changes. Device ids are stable: `<machine-or-poo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter
 from typing import TYPE_CHECKING, Literal
@@ -69,6 +70,44 @@ class Link:
     gbps: float
 
 
+@dataclass(frozen=True)
+class Reach:
+    """What the down links cut off: the one derivation every reader of link state shares (the policies'
+    snapshot, the device and machine views, a waiting job's reason, the dashboard).
+
+    The network is a tree: a location's uplink joins it to its rack's switch, a rack's link joins the
+    switch to the spine. A down `up:<x>` cuts off `x` (its cpus and every device there); a down
+    `rack:<r>` cuts off every location of rack `r`. Every path between two locations crosses only
+    their own uplinks and their racks' links, so a path through a down link always has a cut-off end:
+    offering nothing that is cut off offers no path through a down link.
+    """
+
+    down: frozenset[str] = frozenset()
+    #: Each cut-off location → the down link that cuts it off (its own uplink before its rack's).
+    behind: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, down: Iterable[str], location_rack: Iterable[tuple[str, str]]) -> Reach:
+        """From the down links and (location, rack) of every machine and pool."""
+        down = frozenset(down)
+        if not down:
+            return cls()
+        behind = {}
+        for location, rack in location_rack:
+            for link in (f"up:{location}", f"rack:{rack}"):
+                if link in down:
+                    behind[location] = link
+                    break
+        return cls(down, behind)
+
+    def reachable(self, location: str) -> bool:
+        return location not in self.behind
+
+    def link_to(self, location: str) -> str | None:
+        """The down link that cuts `location` off; None when it is reachable."""
+        return self.behind.get(location)
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """Something already running: a task's share of a machine, the devices it holds, its traffic."""
@@ -123,6 +162,8 @@ class Cluster:
     rack_uplink_gbps: float = 100.0
     allocations: tuple[Allocation, ...] = ()
     tenancy: Tenancy | None = None
+    #: Links that are down: what they cut off (`reach`) offers nothing (its devices are `unreachable`).
+    down_links: frozenset[str] = frozenset()
 
     def with_tenancy(self, tenancy: Tenancy | None) -> Cluster:
         """The same snapshot with another `tenancy`. What it has worked out already (its indexes) is
@@ -130,6 +171,11 @@ class Cluster:
         new = replace(self, tenancy=tenancy)
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED})
         return new
+
+    @cached_property
+    def reach(self) -> Reach:
+        """What the down links cut off."""
+        return Reach.of(self.down_links, zip(self.locations, self.location_rack, strict=True))
 
     @cached_property
     def machine_index(self) -> dict[str, int]:

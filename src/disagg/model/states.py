@@ -16,6 +16,12 @@ every move it makes is recorded as an event (from, to, when, why) — the histor
             composing → composed → tearing-down   (a composition with no job: a Redfish client's system)
             composed → composing                   (its owner adds or removes a device: composed again after)
     step:   started → done | failed;  started | failed → started   (run again after a crash or a retry)
+    device health:  healthy ⇄ failed        (the fabric reports a failure; an operator's repair)
+    device drain:   in service ⇄ drained    (the operator's flag: kept out of new slices)
+    link:           up ⇄ down               (the fabric drops it; it comes back, or an operator repairs it)
+
+A down link cuts off everything behind it (`model.cluster.Reach`): a device behind it is `unreachable`,
+which every view and the policies' snapshot derive from the links, never store.
 """
 
 from __future__ import annotations
@@ -108,18 +114,22 @@ class JobReason(StrEnum):
 
 
 class DeviceState(StrEnum):
-    """The one word the API shows for a device: failed > attached > drained > free."""
+    """The one word the API shows for a device: failed > unreachable > attached > drained > free."""
 
     FREE = "free"
     ATTACHED = "attached"
     DRAINED = "drained"
+    UNREACHABLE = "unreachable"
     FAILED = "failed"
 
     @staticmethod
-    def of(health: str, attached: bool, drained: bool) -> DeviceState:
-        """From the stored columns: a failed device is failed whoever holds it."""
+    def of(health: str, attached: bool, drained: bool, reachable: bool = True) -> DeviceState:
+        """From the stored columns and the derived reachability: a failed device is failed whoever holds
+        it; one behind a down link is unreachable (not free: nothing can use it)."""
         if health == Health.FAILED:
             return DeviceState.FAILED
+        if not reachable:
+            return DeviceState.UNREACHABLE
         if attached:
             return DeviceState.ATTACHED
         if drained:
@@ -134,10 +144,21 @@ class Health(StrEnum):
     FAILED = "failed"
 
 
-#: A device's health in a cluster snapshot (the policies' view: drained devices are not offered either).
-DeviceHealth = Literal["healthy", "failed", "drained"]
-#: The snapshot's word for a broken device (typed for the snapshot's dataclasses).
+class LinkState(StrEnum):
+    """A network link as the fabric reports it."""
+
+    UP = "up"
+    DOWN = "down"
+
+
+#: A device's health in a cluster snapshot (the policies' view: drained and unreachable devices are not
+#: offered either).
+DeviceHealth = Literal["healthy", "failed", "drained", "unreachable"]
+#: The snapshot's words (typed for the snapshot's dataclasses).
+DEVICE_HEALTHY: Final[DeviceHealth] = "healthy"
 DEVICE_FAILED: Final[DeviceHealth] = "failed"
+DEVICE_DRAINED: Final[DeviceHealth] = "drained"
+DEVICE_UNREACHABLE: Final[DeviceHealth] = "unreachable"
 
 #: Jobs that will not change any more.
 JOB_FINAL: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
@@ -170,6 +191,19 @@ SLICE_TRANSITIONS: dict[SliceState, frozenset[SliceState]] = {
 }
 
 
+#: A device's health moves (the store's `lifecycle.set_health` keeps them).
+HEALTH_TRANSITIONS: dict[Health, frozenset[Health]] = {
+    Health.HEALTHY: frozenset({Health.FAILED}),
+    Health.FAILED: frozenset({Health.HEALTHY}),
+}
+
+#: A link's moves (the store's `lifecycle.set_links` keeps them).
+LINK_TRANSITIONS: dict[LinkState, frozenset[LinkState]] = {
+    LinkState.UP: frozenset({LinkState.DOWN}),
+    LinkState.DOWN: frozenset({LinkState.UP}),
+}
+
+
 class IllegalTransition(ValueError):
     """A move the transition table does not allow; names what moved and both states."""
 
@@ -192,12 +226,31 @@ def check_slice_move(slice_id: str, src: SliceState | str, dst: SliceState | str
         raise IllegalTransition("slice", slice_id, s, d)
 
 
+def check_health_move(device_id: str, src: Health | str, dst: Health | str) -> None:
+    """Raise IllegalTransition unless a device's health may go from `src` to `dst`."""
+    s, d = Health(src), Health(dst)
+    if s is not d and d not in HEALTH_TRANSITIONS[s]:
+        raise IllegalTransition("device", device_id, s, d)
+
+
+def check_link_move(link_id: str, src: LinkState | str, dst: LinkState | str) -> None:
+    """Raise IllegalTransition unless a link may go from `src` to `dst`."""
+    s, d = LinkState(src), LinkState(dst)
+    if s is not d and d not in LINK_TRANSITIONS[s]:
+        raise IllegalTransition("link", link_id, s, d)
+
+
 __all__ = [
     "ACTIVE_SLICE_STATES",
     "DECOMPOSABLE_SLICE_STATES",
+    "DEVICE_DRAINED",
     "DEVICE_FAILED",
+    "DEVICE_HEALTHY",
+    "DEVICE_UNREACHABLE",
+    "HEALTH_TRANSITIONS",
     "JOB_FINAL",
     "JOB_TRANSITIONS",
+    "LINK_TRANSITIONS",
     "LIVE_SLICE_STATES",
     "SLICE_TRANSITIONS",
     "DeviceHealth",
@@ -206,10 +259,13 @@ __all__ = [
     "IllegalTransition",
     "JobReason",
     "JobState",
+    "LinkState",
     "RunState",
     "SliceOutcome",
     "SliceState",
     "StepStatus",
+    "check_health_move",
     "check_job_move",
+    "check_link_move",
     "check_slice_move",
 ]

@@ -56,7 +56,8 @@ def without(snapshot: Cluster, gone: frozenset[str], extra: Sequence[JobPlacemen
     kept = [a for a in snapshot.allocations if a.job not in gone]
     for p in extra:
         kept += as_allocations(p)
-    return Cluster(snapshot.machines, snapshot.pools, snapshot.devices, snapshot.rack_uplink_gbps, tuple(kept))
+    return Cluster(snapshot.machines, snapshot.pools, snapshot.devices, snapshot.rack_uplink_gbps, tuple(kept),
+                   down_links=snapshot.down_links)
 
 
 @dataclass

@@ -122,6 +122,10 @@ class FreeState:
         health = list(map(attrgetter("health"), devices))
         usable = (np.ones(n_dev, dtype=bool) if set(health) <= {"healthy"} else
                   np.fromiter(map("healthy".__eq__, health), dtype=bool, count=n_dev))
+        if cluster.down_links:  # behind a down link: unreachable, whatever the snapshot's word for it
+            behind = cluster.reach.behind
+            usable &= ~np.fromiter(map(behind.__contains__, map(attrgetter("location"), devices)), dtype=bool,
+                                   count=n_dev)
         self._healthy = usable.copy()
         if held:
             usable &= ~np.fromiter(map(held.__contains__, map(attrgetter("id"), devices)), dtype=bool, count=n_dev)
@@ -138,6 +142,8 @@ class FreeState:
             self.free_count[k] = counts
             self.size[k] = counts.copy()
         self._apply_allocations()
+        if cluster.down_links:
+            self._cut_off()
         #: Bumped whenever free devices or link usage change; what `reachable` and `machines_with_local`
         #: cached under one version stays valid (cpu and memory do not enter them).
         self.version = 0
@@ -170,6 +176,14 @@ class FreeState:
             for loc in remote:
                 for link in self.path(int(where[i]), cl.location_index[loc])[1:]:
                     self.link_used[link] += a.network_gbps / len(remote)
+
+    def _cut_off(self) -> None:
+        """A machine behind a down link offers nothing: no task lands there; with its devices (left out
+        above) nothing behind the link is used, so no path through it is ever offered (`Cluster.reach`)."""
+        behind = self.cluster.reach.behind
+        for i, m in enumerate(self.cluster.machines):
+            if m.name in behind:
+                self.cpu[i] = self.mem[i] = 0.0
 
     # -- paths and loads ---------------------------------------------------------------------------
 

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Table, select
 
-from disagg.model import Allocation, Cluster, Device, Machine, Pool, SlicePlacement
-from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health
+from disagg.model import Allocation, Cluster, Device, Machine, Pool, Reach, SlicePlacement
+from disagg.model.states import (
+    DEVICE_DRAINED,
+    DEVICE_FAILED,
+    DEVICE_HEALTHY,
+    DEVICE_UNREACHABLE,
+    LIVE_SLICE_STATES,
+    DeviceHealth,
+    Health,
+)
 from disagg.store.base import StoreBase
 from disagg.store.models import DeviceRow, LinkRow, MachineRow, SliceRow
 
@@ -54,12 +62,32 @@ def room_left(conn: Connection) -> tuple[dict[str, float], dict[str, float]]:
     return cpu, mem
 
 
+def read_reach(conn: Connection) -> Reach:
+    """What the down links cut off now (`model.cluster.Reach`), for the views that read the store."""
+    down = [str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars()]
+    if not down:
+        return Reach()
+    return Reach.of(down, conn.execute(select(_machines.c.name, _machines.c.rack)).tuples())
+
+
+def _snapshot_health(stored: str, drained: bool, reachable: bool) -> DeviceHealth:
+    """A device's word in the snapshot: failed, unreachable (behind a down link), drained or healthy."""
+    if stored == Health.FAILED:
+        return DEVICE_FAILED
+    if not reachable:
+        return DEVICE_UNREACHABLE
+    return DEVICE_DRAINED if drained else DEVICE_HEALTHY
+
+
 def read_cluster(conn: Connection) -> Cluster:
-    """The inventory as a snapshot (health included) with what live slices hold as allocations."""
+    """The inventory as a snapshot (health and the down links included) with what live slices hold as
+    allocations. What a down link cuts off is offered to no policy (`Cluster.reach`): its devices are
+    `unreachable`, its machines have no room (`FreeState`), so no path through the link is proposed."""
     m = _machines.c
     mrows = conn.execute(select(m.name, m.kind, m.rack, m.cpus, m.memory_gb, m.uplink_gbps).order_by(m.position)).all()
     links = conn.execute(select(_links.c.id, _links.c.gbps, _links.c.up)).all()
-    down = {r.id for r in links if not r.up}
+    down = frozenset(r.id for r in links if not r.up)
+    reach = Reach.of(down, ((r.name, r.rack) for r in mrows))
     rack_gbps = next((r.gbps for r in links if r.id.startswith("rack:")), 100.0)
     machines = tuple(Machine(r.name, r.rack, r.cpus, r.memory_gb, r.uplink_gbps) for r in mrows if r.kind == "machine")
     pools = tuple(Pool(r.name, r.rack, r.uplink_gbps) for r in mrows if r.kind == "pool")
@@ -70,12 +98,10 @@ def read_cluster(conn: Connection) -> Cluster:
     for dev_id, kind, model, location, index, capacity, stored, drained in conn.execute(
         select(*columns).order_by(d.position)
     ):
-        health = Health.FAILED if stored == Health.FAILED else DeviceState.DRAINED if drained else Health.HEALTHY
-        if f"up:{location}" in down:  # unreachable behind a dropped uplink
-            health = Health.FAILED
-        devices.append(Device(dev_id, kind, model, location, index, capacity, health))  # type: ignore[arg-type]
+        health = _snapshot_health(stored, drained, reach.reachable(location))
+        devices.append(Device(dev_id, kind, model, location, index, capacity, health))
     return Cluster(machines=machines, pools=pools, devices=tuple(devices), rack_uplink_gbps=rack_gbps,
-                   allocations=tuple(live_allocations(conn)))
+                   allocations=tuple(live_allocations(conn)), down_links=down)
 
 
 class SnapshotOps(StoreBase):
@@ -86,4 +112,4 @@ class SnapshotOps(StoreBase):
 
 
 __all__ = ["SnapshotOps", "holder", "live_allocations", "live_placements", "live_slices_placed", "read_cluster",
-           "room_left"]
+           "read_reach", "room_left"]

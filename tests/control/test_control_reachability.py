@@ -1,0 +1,40 @@
+"""Device and link state after a fault: one derivation of what a down link cuts off, read by the policy's
+snapshot and by every view; and finished work stays finished (issue 21, reproductions 1, 4 and 5)."""
+
+from __future__ import annotations
+
+from control_helpers import job, submit, wait_for, wait_state
+
+from disagg.control.service import Service
+from disagg.store.models import SliceRow
+
+
+def _host(svc: Service, job_id: str) -> str:
+    with svc.store.read() as s:
+        row = s.get(SliceRow, job(svc, job_id)["slice"])
+        assert row is not None
+        return str(row.placement["machines"][0]["host"])
+
+
+def test_a_job_cut_off_by_a_down_uplink_is_placed_elsewhere(service: Service) -> None:
+    """Reproduction 1: a job runs on the one idle machine with a remote GPU; that machine's uplink fails.
+    The job, sent back to the queue, must go to another machine (GPUs are reachable from them), not be
+    offered the cut-off machine again round after round (the commit refusing it each time)."""
+    blockers = [submit(service, gpu=0, cpus=8, command=["sleep", "60"]) for _ in range(3)]
+    for b in blockers:
+        wait_state(service, b, ("running",))
+    hit = submit(service, gpu=1, cpus=1, command=["sleep", "60"])
+    wait_state(service, hit, ("running",))
+    host, first_slice = _host(service, hit), job(service, hit)["slice"]
+    service.fabric.drop_link(f"up:{host}")
+    try:
+        wait_for(lambda: job(service, hit)["slice"] != first_slice, timeout=15,
+                 what="the cut-off job to be placed again")
+        again = wait_state(service, hit, ("composing", "running"), timeout=15)
+        assert _host(service, hit) != host, again
+    finally:
+        seen = job(service, hit)
+        service.fabric.restore_link(f"up:{host}")
+        for j in [*blockers, hit]:
+            service.jobs.cancel(j)
+    assert "placement conflict" not in str(seen.get("reason")), seen
