@@ -38,3 +38,35 @@ def test_a_job_cut_off_by_a_down_uplink_is_placed_elsewhere(service: Service) ->
         for j in [*blockers, hit]:
             service.jobs.cancel(j)
     assert "placement conflict" not in str(seen.get("reason")), seen
+
+
+def test_a_job_that_ended_before_a_fault_is_not_run_again(service: Service) -> None:
+    """Reproduction 5: the task exits 0 (the runner writes its exit record), then, before the loop polls,
+    a link its slice uses drops. The slice is torn down, but the exit record decides the outcome: the
+    job completes once, it is not re-queued and run a second time."""
+    hit = submit(service, gpu=1, cpus=1, command=["sh", "-c", "sleep 0.3"])
+    wait_state(service, hit, ("running",))
+    first_slice = job(service, hit)["slice"]
+    with service.store.read() as s:
+        row = s.get(SliceRow, first_slice)
+        assert row is not None
+        handle = row.handle or first_slice
+        pool = row.placement["machines"][0]["devices"][0].split("/")[0]
+    service.controller.poll = lambda: None  # type: ignore[method-assign]  # the loop does not see the exit
+    try:
+        wait_for(lambda: service.engine.status(handle).state == "completed", what="the task's exit record")
+        service.fabric.drop_link(f"up:{pool}")
+        wait_for(lambda: _slice_state(service, first_slice) == "done", what="the cut-off slice to be torn down")
+    finally:
+        del service.controller.poll
+        service.fabric.restore_link(f"up:{pool}")
+    done = wait_state(service, hit, ("completed", "failed", "queued", "composing", "running"))
+    assert done["state"] == "completed" and done["attempts"] == 1 and done["exit_code"] == 0, done
+    assert [e for e in service.store.job_events(hit) if e["to"] == "queued" and e["from"] is not None] == []
+
+
+def _slice_state(svc: Service, slice_id: str) -> str:
+    with svc.store.read() as s:
+        row = s.get(SliceRow, slice_id)
+        assert row is not None
+        return str(row.state)

@@ -337,9 +337,10 @@ def test_the_dashboard_summarises_a_large_inventory(service: Service, monkeypatc
         page = client.get("/ui/fabric").text
         counts = service.store.counts()["devices"]
         assert "Racks (1)" in page
-        # the rack's row: 4 machines, 2 pools, devices free/attached/drained/failed
+        # the rack's row: 4 machines, 2 pools, devices free/attached/drained/unreachable/failed
         row = '<tr><td>r0</td><td class="num">4</td><td class="num">2</td>' + "".join(
-            f'<td class="num {st}">{counts.get(st, 0)}</td>' for st in ("free", "attached", "drained", "failed"))
+            f'<td class="num {st}">{counts.get(st, 0)}</td>'
+            for st in ("free", "attached", "drained", "unreachable", "failed"))
         assert row in page
         assert counts["attached"] == 1 and counts["drained"] == 1 and counts["failed"] == 1
         # only the drained and the failed device are listed; no card per node

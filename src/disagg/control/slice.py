@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from disagg.engines.base import Engine, SliceMachine, SliceSpec, TaskRefused
 from disagg.fabric.base import FabricDriver, FabricError, Mechanism
-from disagg.model.states import SliceOutcome, SliceState, StepStatus
+from disagg.model.states import JobState, RunState, SliceOutcome, SliceState, StepStatus
 from disagg.store import (
     DropDevice,
     KeepHandle,
@@ -271,11 +271,27 @@ class SliceRunner:
         if handle is not None:
             stop = handle
             self.step(slice_id, "stop-task", plan.job_id, lambda: self.engine.cancel(stop))
+            self._keep_exit(record, handle)
         detaches = [self._detach(slice_id, dev, m) for m in plan.machines for dev in m.devices
                     if ("attach-device", dev) in begun]
         self._all(detaches)
         self._all([self._destroy(plan, m) for m in plan.machines if ("launch-machine", m.name) in begun])
         self.store.settle_slice(slice_id)
+
+    def _keep_exit(self, record: SliceRecord, handle: str) -> None:
+        """Finished work is final: a job torn down by a fault (or preempted) whose tasks had all ended
+        before it — their exit record written — takes the outcome of that record, not a second run.
+        Asked after the stop: an engine records no exit for a task it killed, so a record seen now was
+        written before the fault (a task ending between a look and the stop is caught too)."""
+        if record.job_id is None or record.outcome not in (SliceOutcome.REQUEUE, SliceOutcome.PREEMPTED):
+            return
+        try:
+            st = self.engine.status(handle)
+        except Exception as exc:  # the engine cannot tell now: the fault's outcome stands
+            log.warning("slice %s: no exit status from the engine (%s); the job is re-queued", record.id, exc)
+            return
+        if st.state in (RunState.COMPLETED, RunState.FAILED):
+            self.store.ended_before_teardown(record.id, JobState(st.state), st.exit_code)
 
     def _detach(self, slice_id: str, device: str, machine: SliceMachine, guard: SliceState | None = None
                 ) -> Callable[[], None]:

@@ -262,6 +262,27 @@ class SliceOps(StoreBase):
                      reason=detail if failed else None, reason_code=JobReason.EXIT_CODE if failed else None)
         return True
 
+    def ended_before_teardown(self, slice_id: str, ended: JobState, exit_code: int | None) -> bool:
+        """A slice torn down by a fault or a preemption whose job had ended already (the engine kept its exit
+        record): the job takes that outcome now, so that settling the slice does not re-queue it. False if
+        the job was no longer running on this slice."""
+        now = time.time()
+        detail = f"exit code {exit_code}"
+        with self.write_core() as conn:
+            sl = conn.execute(select(_slices.c.job_id, _slices.c.detail).where(
+                _slices.c.id == slice_id, _slices.c.state == SliceState.TEARING_DOWN)).first()
+            if sl is None or sl.job_id is None or conn.execute(
+                    select(_jobs.c.slice_id).where(_jobs.c.id == sl.job_id)).scalar() != slice_id:
+                return False
+            failed = ended is not JobState.COMPLETED
+            why = f"job {ended}: {detail}, before its slice was torn down ({sl.detail})"
+            if move_job(conn, sl.job_id, ended, why, (JobState.RUNNING,), now, exit_code=exit_code,
+                        reason=detail if failed else None,
+                        reason_code=JobReason.EXIT_CODE if failed else None) is None:
+                return False
+            conn.execute(update(_slices).where(_slices.c.id == slice_id).values(outcome=SliceOutcome(ended)))
+        return True
+
     def settle_slice(self, slice_id: str) -> None:
         """The slice is gone: free what it held and give its job the outcome, in one transaction. Idempotent."""
         now = time.time()
