@@ -1,8 +1,8 @@
 """The HTTP server's defences, attacked over raw sockets against a real `disagg serve` (issue 13: "every
 size a tenant controls is bounded", "no tenant's input can stop scheduling for the others").
 
-The server runs with small limits from its config file (HTTP below) so that each attack takes a second
-or two: slow headers (slowloris), a slow or stalled body, a body over the size limit (with and without
+The server runs with small limits from its config file (HTTP below) so that each attack takes a few
+seconds: slow headers (slowloris), a slow or stalled body, a body over the size limit (with and without
 Content-Length), a connection flood, idle keep-alive connections, hostile JSON and headers. Each test
 also checks that the others are still served, and the API process's RSS is read before and after.
 """
@@ -26,7 +26,13 @@ import pytest
 from control_helpers import Server, admin_token
 
 FAST = ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02"]
-HEADER_TIMEOUT_S, BODY_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS = 1.0, 1.5, 1, 40
+#: A request answered within HELD_S was not held by an attack: a held one waits for the attack's own
+#: timeout (the header or the body timeout below, at least twice as long), while one on a busy machine
+#: takes well under a second (0.63 s was seen with two CPU-bound neighbours). Not a speed target.
+HELD_S = 2.0
+#: Slack for "the server cut it off at its timeout": time to notice and close on a busy machine.
+SLACK_S = 3.0
+HEADER_TIMEOUT_S, BODY_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS = 2 * HELD_S, 2 * HELD_S + 0.5, 1, 40
 MAX_HEADER_BYTES, MAX_BODY_BYTES = 8192, 262_144
 HTTP = (f"http_header_timeout_s: {HEADER_TIMEOUT_S}\nhttp_body_timeout_s: {BODY_TIMEOUT_S}\n"
         f"http_idle_timeout_s: {IDLE_TIMEOUT_S}\nhttp_max_connections: {MAX_CONNECTIONS}\n"
@@ -51,7 +57,7 @@ class Api:
     def served(self) -> float:
         """Seconds a fresh client waits for its list of jobs (asserting it is answered 200)."""
         t0 = time.monotonic()
-        r = httpx.get(self.server.url + "/v1/jobs?limit=1", headers=self.auth(), timeout=5)
+        r = httpx.get(self.server.url + "/v1/jobs?limit=1", headers=self.auth(), timeout=30)
         assert r.status_code == 200, r.text
         return time.monotonic() - t0
 
@@ -167,17 +173,17 @@ def test_slow_headers_hold_no_one_and_are_cut_at_the_header_timeout(api: Api) ->
     sender.start()
     try:
         waits = [api.served() for _ in range(5)]
-        assert max(waits) < 0.5, waits
-        assert all(closed_within(s, opened + HEADER_TIMEOUT_S + 1.5 - time.monotonic()) for s in slow)
+        assert max(waits) < HELD_S, waits
+        assert all(closed_within(s, opened + HEADER_TIMEOUT_S + SLACK_S - time.monotonic()) for s in slow)
         took = time.monotonic() - opened
         print(f"slowloris: others answered in {max(waits) * 1000:.0f} ms at most; all closed after {took:.2f} s")
-        assert took < HEADER_TIMEOUT_S + 1.5
+        assert took < HEADER_TIMEOUT_S + SLACK_S
     finally:
         stop.set()
         sender.join()
         for s in slow:
             s.close()
-    assert api.served() < 0.5
+    assert api.served() < HELD_S
 
 
 @pytest.mark.parametrize("stall", [False, True], ids=["trickle", "stall"])
@@ -201,18 +207,18 @@ def test_a_slow_body_is_cut_off_and_holds_no_one_elses_submission(api: Api, stal
             waits = []
             for _ in range(3):
                 t1 = time.monotonic()
-                r = httpx.post(api.server.url + "/v1/jobs", headers=api.auth(), timeout=5,
+                r = httpx.post(api.server.url + "/v1/jobs", headers=api.auth(), timeout=30,
                                json={"name": "other", "command": ["true"], "tasks": {"count": 1, "cpus": 1}})
                 waits.append(time.monotonic() - t1)
-                assert r.status_code == 201 and waits[-1] < 0.5, r.text
-            code, _ = answer(slow, timeout=BODY_TIMEOUT_S + 2)
+                assert r.status_code == 201 and waits[-1] < HELD_S, (waits, r.text)
+            code, _ = answer(slow, timeout=BODY_TIMEOUT_S + SLACK_S)
             print(f"slow body: others submitted in {max(waits) * 1000:.0f} ms at most; "
                   f"{code} after {time.monotonic() - t0:.2f} s")
         finally:
             stop.set()
             if not stall:
                 sender.join()
-        assert code == 408 and time.monotonic() - t0 < BODY_TIMEOUT_S + 1.0
+        assert code == 408 and time.monotonic() - t0 < BODY_TIMEOUT_S + SLACK_S
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(api: Api) -> None:
@@ -222,7 +228,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(api: Api) -> None:
     with api.connect() as s:
         s.sendall(api.head("POST", "/v1/jobs", extra=f"Content-Length: {MAX_BODY_BYTES + 1}\r\n"))
         code, took = answer(s)
-        assert code == 413 and took < 0.5
+        assert code == 413 and took < HELD_S  # not after waiting for the body (BODY_TIMEOUT_S)
     with api.connect() as s:
         s.sendall(api.head("POST", "/v1/jobs", extra="Transfer-Encoding: chunked\r\n"))
         chunk = b"%x\r\n%s\r\n" % (65536, b"[" * 65536)
@@ -237,7 +243,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(api: Api) -> None:
         r = httpx.post(api.server.url + "/v1/jobs", headers={**api.auth(), "Content-Type": "application/json"},
                        content=content, timeout=5)
         assert r.status_code == want, r.text[:200]
-    assert api.served() < 0.5
+    assert api.served() < HELD_S
 
 
 def test_a_connection_flood_is_refused_and_the_server_serves_afterwards(api: Api) -> None:
@@ -246,19 +252,24 @@ def test_a_connection_flood_is_refused_and_the_server_serves_afterwards(api: Api
     before = api.rss_mb()
     flood = [api.connect() for _ in range(150)]
     try:
-        time.sleep(0.3)  # well within the header timeout: only refused connections are closed by now
-        refused = sum(refused_now(s) for s in flood)
-        print(f"flood: {refused} of 150 refused at once")
+        # refused at once: within HELD_S, well before the header timeout would close the silent ones
+        t0 = time.monotonic()
+        deadline, seen = t0 + HELD_S, set()
+        while len(seen) < 150 - MAX_CONNECTIONS and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen |= {i for i, s in enumerate(flood) if i not in seen and refused_now(s)}
+        refused = len(seen)
+        print(f"flood: {refused} of 150 refused at once (in {time.monotonic() - t0:.2f} s)")
         assert refused >= 150 - MAX_CONNECTIONS, refused
         with api.connect() as late:  # a request while the limit is taken: refused, not left waiting
             send_quietly(late, api.head("GET", "/healthz"))
             code, took = answer(late)
-            assert code in (503, None) and took < 0.5
+            assert code in (503, None) and took < HELD_S  # not left waiting for a slot (HEADER_TIMEOUT_S)
     finally:
         for s in flood:
             s.close()
     time.sleep(0.2)
-    assert api.served() < 0.5
+    assert api.served() < HELD_S
     print(f"flood: API RSS {before:.1f} MB before, {api.rss_mb():.1f} MB after")
     assert api.rss_mb() - before < 20
 
@@ -268,7 +279,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(api: Api
         s.sendall(api.head("GET", "/healthz"))
         assert answer(s)[0] == 200
         t0 = time.monotonic()
-        assert closed_within(s, IDLE_TIMEOUT_S + 1.0) and time.monotonic() - t0 > IDLE_TIMEOUT_S - 0.2
+        assert closed_within(s, IDLE_TIMEOUT_S + SLACK_S) and time.monotonic() - t0 > IDLE_TIMEOUT_S - 0.2
 
 
 def _nested(depth: int) -> bytes:
@@ -292,7 +303,7 @@ def test_hostile_json_is_a_4xx(api: Api, body: bytes) -> None:
     r = httpx.post(api.server.url + "/v1/jobs", headers={**api.auth(), "Content-Type": "application/json"},
                    content=body, timeout=10)
     assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
-    assert api.served() < 0.5
+    assert api.served() < HELD_S
 
 
 def _header_attacks(api: Api) -> dict[str, bytes]:
@@ -316,7 +327,7 @@ def test_huge_or_many_headers_are_a_431_and_the_api_stays_small(api: Api) -> Non
             sender = threading.Thread(target=send_quietly, args=(s, request), daemon=True)
             sender.start()
             code, took = answer(s)
-            assert code == 431 and took < 1.0, (name, code, took)
+            assert code == 431 and took < HELD_S, (name, code, took)  # not at the header timeout
             s.shutdown(socket.SHUT_RDWR)
             sender.join()
     many = {f"X-{i}": "v" for i in range(100)}
@@ -340,7 +351,7 @@ def test_a_refused_pipelined_request_is_answered_after_the_one_before_it(api: Ap
     """A refusal is never written into the middle of an earlier request's answer: it follows it."""
     with api.connect() as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + second)
-        s.settimeout(BODY_TIMEOUT_S + IDLE_TIMEOUT_S + 2)
+        s.settimeout(BODY_TIMEOUT_S + IDLE_TIMEOUT_S + SLACK_S)
         data = b""
         try:
             while len(re.findall(rb"HTTP/1\.1 \d{3} ", data)) < 2 and (chunk := s.recv(65536)):

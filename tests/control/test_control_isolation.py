@@ -217,9 +217,14 @@ def test_a_revoked_token_is_refused_within_a_second(two: TwoTenants) -> None:
     store = Store(two.db)
     assert store.revoke_token(made["id"])
     store.close()
+    # the revoke is stored before t0: a request *sent* a second after it is judged later still, so it must be
+    # refused however long a busy machine takes to answer it (how long a request takes is not bounded here)
     t0 = time.monotonic()
-    while httpx.get(two.server.url + "/v1/jobs", headers=carol, timeout=10).status_code != 401:
-        assert time.monotonic() - t0 < 1.0, "the revoked token still worked after a second"
+    while True:
+        sent = time.monotonic()
+        if httpx.get(two.server.url + "/v1/jobs", headers=carol, timeout=30).status_code == 401:
+            break
+        assert sent - t0 < 1.0, "the revoked token still worked in a request sent a second after the revoke"
         time.sleep(0.02)
     again = httpx.post(two.server.url + "/v1/tokens", headers=admin, json={"tenant": "carol"}, timeout=10).json()
     dave = {"Authorization": f"Bearer {again['token']}"}
