@@ -10,8 +10,8 @@ empty. Each rule also has a self-test on a tiny synthetic tree with one offence,
     data, the CLI prints it);
   - SQL only in `disagg/store/`: no import of SQLAlchemy and no SQL statement in a string elsewhere;
   - no function longer than 80 lines (Alembic migrations excepted);
-  - job and slice state names as string literals in `disagg/model/states.py` only (the step, engine-run
-    and outcome words that are the same names too).
+  - job, slice, device (health, drain, the one word the API shows) and link state names as string literals
+    in `disagg/model/states.py` only (the step, engine-run and outcome words that are the same names too).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from disagg.model.states import JobState, SliceState
+from disagg.model.states import DeviceState, Drain, Health, JobState, LinkState, SliceState
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_FUNCTION_LINES = 80
@@ -31,7 +31,8 @@ MIGRATIONS = "disagg.store.migrations"
 STATES_MODULE = "disagg.model.states"
 #: The job and slice state names. Steps, engine runs and slice outcomes share most of these words
 #: (failed, running, completed, cancelled, done), and their enums live in the same module: use those.
-STATE_NAMES = frozenset(str(s) for enum in (JobState, SliceState) for s in enum)
+STATE_NAMES = frozenset(str(s) for enum in (JobState, SliceState, Health, Drain, LinkState, DeviceState)
+                        for s in enum)
 
 
 # --- reading the tree ---------------------------------------------------------------------------
@@ -234,6 +235,14 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
 #: The words of a state that some module uses for something else, and why (module, word).
 STATE_WORDS_ALLOWED = frozenset({
     ("disagg.sim.report", "done"),  # the simulator's table heads its completed-jobs column "done" (e.g. 89/120)
+    # the columns devices.drained and links.up (booleans: the enums are Drain and LinkState), and the API's
+    # `drained` field of a device, named where they are written, read or shown
+    ("disagg.store.lifecycle", "drained"), ("disagg.store.lifecycle", "up"),
+    ("disagg.store.repository", "drained"), ("disagg.store.repository", "up"),
+    ("disagg.store.views", "drained"), ("disagg.cli.inventory", "drained"),
+    ("disagg.api.dashboard.fabric", "down"),  # the fabric page's list of the down links
+    ("disagg.engines.slurm_cluster", "up"), ("disagg.engines.slurm_node", "up"),  # `ip link set <if> up`
+    ("disagg.fabric.redfish_client", "unreachable"),  # an AssertionError's text for code never reached
 })
 
 

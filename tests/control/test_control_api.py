@@ -180,7 +180,10 @@ def test_a_link_fault_through_the_api_touches_only_the_slices_that_cross_it(api:
     assert get(disk)["state"] == "running" and get(disk)["slice"] == slices[disk]  # untouched
     devices = {d["id"]: d for d in client.get("/v1/devices", headers=alice).json()["devices"]}
     assert not devices["iobox0/gpu0"]["reachable"] and devices["iobox1/nvme0"]["reachable"]
-    assert all(devices[f"iobox0/gpu{i}"]["state"] == "free" for i in range(5))  # none attached now
+    # none attached now, and none free either: nothing can use them (issue 21, reproduction 4)
+    assert all(devices[f"iobox0/gpu{i}"]["state"] == "unreachable" for i in range(5))
+    machines = {m["id"]: m for m in client.get("/v1/machines", headers=alice).json()["machines"]}
+    assert machines["iobox0"]["state"] == "unreachable" and machines["iobox1"]["state"] != "unreachable"
 
     r = client.post("/v1/links/up:iobox0/repair", headers=admin)
     assert r.status_code == 200 and r.json()["state"] == "up"

@@ -43,6 +43,7 @@ Int = Annotated[int, Field(strict=False), BeforeValidator(_no_text_or_bool)]
 JobState = states.JobState
 DeviceState = states.DeviceState
 SliceState = states.SliceState
+LinkState = states.LinkState
 
 
 class TasksIn(BaseModel):
@@ -278,7 +279,7 @@ class LinkOut(BaseModel):
     model_config = _OUT
     id: str = Field(description="up:<machine or pool> (its uplink) or rack:<rack> (rack to spine).")
     gbps: float = Field(description="Bandwidth, Gbit/s.")
-    state: Literal["up", "down"]
+    state: LinkState
     load_gbps: float = Field(description="What the live slices' remote devices are placed to carry on it.")
     utilisation: float = Field(description="load_gbps / gbps (above 1: the placed traffic exceeds it).")
     slices: list[str] = Field(description="Live slices with a remote device whose path crosses the link.")

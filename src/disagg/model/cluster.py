@@ -12,7 +12,7 @@ from functools import cached_property
 from operator import attrgetter
 from typing import TYPE_CHECKING, Literal
 
-from disagg.model.states import DeviceHealth
+from disagg.model.states import DEVICE_HEALTHY, DeviceHealth
 
 if TYPE_CHECKING:
     from disagg.model.tenancy import Tenancy
@@ -37,7 +37,7 @@ class Device:
     location: str
     index: int
     capacity: float = 1.0
-    health: DeviceHealth = "healthy"
+    health: DeviceHealth = DEVICE_HEALTHY
     redfish_uri: str | None = None  # its ResourceBlock on a Redfish service (a cluster spec from discovery)
 
 

@@ -25,7 +25,7 @@ from disagg.model.cluster import (
 )
 from disagg.model.errors import SpecError
 from disagg.model.jobs import Job, TaskRequest
-from disagg.model.states import DEVICE_FAILED, DeviceHealth
+from disagg.model.states import DEVICE_FAILED, DEVICE_HEALTHY, DeviceHealth
 
 #: Strict types, as the API's (`disagg.api.schemas`): `true` is not a number and `"2"` is not a count, so a
 #: spec file and a request body refuse the same values.
@@ -280,7 +280,7 @@ def _make_devices(location: str, spec: DevicesSpec, failed: set[str]) -> list[De
         for group in getattr(spec, kind):
             for k in range(group.count):
                 did = device_id(location, kind, index)
-                health: DeviceHealth = DEVICE_FAILED if did in failed else "healthy"
+                health: DeviceHealth = DEVICE_FAILED if did in failed else DEVICE_HEALTHY
                 uri = group.redfish_uris[k] if group.redfish_uris else None
                 out.append(Device(did, kind, group.model, location, index, group.capacity, health, uri))
                 index += 1

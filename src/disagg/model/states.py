@@ -17,7 +17,9 @@ every move it makes is recorded as an event (from, to, when, why) — the histor
             composed → composing                   (its owner adds or removes a device: composed again after)
     step:   started → done | failed;  started | failed → started   (run again after a crash or a retry)
     device health:  healthy ⇄ failed        (the fabric reports a failure; an operator's repair)
-    device drain:   in service ⇄ drained    (the operator's flag: kept out of new slices)
+    device drain:   in-service ⇄ drained    (the operator's flag: kept out of new slices)
+    device holder:  none → a slice → none   (held by one slice at a time: a compare-and-set, no event of its
+                                            own — the slice's events say when it was placed and torn down)
     link:           up ⇄ down               (the fabric drops it; it comes back, or an operator repairs it)
 
 A down link cuts off everything behind it (`model.cluster.Reach`): a device behind it is `unreachable`,
@@ -144,6 +146,13 @@ class Health(StrEnum):
     FAILED = "failed"
 
 
+class Drain(StrEnum):
+    """Whether the operator keeps a device out of new slices (the slice holding it keeps it)."""
+
+    IN_SERVICE = "in-service"
+    DRAINED = "drained"
+
+
 class LinkState(StrEnum):
     """A network link as the fabric reports it."""
 
@@ -197,6 +206,12 @@ HEALTH_TRANSITIONS: dict[Health, frozenset[Health]] = {
     Health.FAILED: frozenset({Health.HEALTHY}),
 }
 
+#: A device's drain moves (the store's `lifecycle.set_drain` keeps them).
+DRAIN_TRANSITIONS: dict[Drain, frozenset[Drain]] = {
+    Drain.IN_SERVICE: frozenset({Drain.DRAINED}),
+    Drain.DRAINED: frozenset({Drain.IN_SERVICE}),
+}
+
 #: A link's moves (the store's `lifecycle.set_links` keeps them).
 LINK_TRANSITIONS: dict[LinkState, frozenset[LinkState]] = {
     LinkState.UP: frozenset({LinkState.DOWN}),
@@ -233,6 +248,13 @@ def check_health_move(device_id: str, src: Health | str, dst: Health | str) -> N
         raise IllegalTransition("device", device_id, s, d)
 
 
+def check_drain_move(device_id: str, src: Drain | str, dst: Drain | str) -> None:
+    """Raise IllegalTransition unless a device's drain may go from `src` to `dst`."""
+    s, d = Drain(src), Drain(dst)
+    if s is not d and d not in DRAIN_TRANSITIONS[s]:
+        raise IllegalTransition("device", device_id, s, d)
+
+
 def check_link_move(link_id: str, src: LinkState | str, dst: LinkState | str) -> None:
     """Raise IllegalTransition unless a link may go from `src` to `dst`."""
     s, d = LinkState(src), LinkState(dst)
@@ -247,6 +269,7 @@ __all__ = [
     "DEVICE_FAILED",
     "DEVICE_HEALTHY",
     "DEVICE_UNREACHABLE",
+    "DRAIN_TRANSITIONS",
     "HEALTH_TRANSITIONS",
     "JOB_FINAL",
     "JOB_TRANSITIONS",
@@ -255,6 +278,7 @@ __all__ = [
     "SLICE_TRANSITIONS",
     "DeviceHealth",
     "DeviceState",
+    "Drain",
     "Health",
     "IllegalTransition",
     "JobReason",
@@ -264,6 +288,7 @@ __all__ = [
     "SliceOutcome",
     "SliceState",
     "StepStatus",
+    "check_drain_move",
     "check_health_move",
     "check_job_move",
     "check_link_move",

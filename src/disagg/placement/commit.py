@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from disagg.model import Cluster
+from disagg.model.states import DEVICE_HEALTHY
 from disagg.placement.decisions import JobPlacement
 
 #: Slack for sums of floats: a need that exceeds what is free by no more than this still fits.
@@ -121,7 +122,7 @@ class RoomLedger:
         cpus = {m.name: m.cpus for m in cluster.machines}
         memory = {m.name: m.memory_gb for m in cluster.machines}
         devices: dict[str, str | None] = {
-            d.id: None if d.health == "healthy" else f"is {d.health}" for d in cluster.devices}
+            d.id: None if d.health == DEVICE_HEALTHY else f"is {d.health}" for d in cluster.devices}
         bandwidth = {lk.id: lk.gbps for lk in cluster.links}
         by_id = cluster.device_by_id
         for a in cluster.allocations:

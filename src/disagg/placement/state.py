@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.model import DEVICE_KINDS, Cluster, DeviceKind
+from disagg.model.states import DEVICE_HEALTHY
 from disagg.placement.commit import EPS, exceeds
 
 FloatArray = NDArray[np.float64]
@@ -120,8 +121,8 @@ class FreeState:
         self._kind_codes = kinds
         self._models: dict[str, list[str]] = {}
         health = list(map(attrgetter("health"), devices))
-        usable = (np.ones(n_dev, dtype=bool) if set(health) <= {"healthy"} else
-                  np.fromiter(map("healthy".__eq__, health), dtype=bool, count=n_dev))
+        usable = (np.ones(n_dev, dtype=bool) if set(health) <= {DEVICE_HEALTHY} else
+                  np.fromiter(map(DEVICE_HEALTHY.__eq__, health), dtype=bool, count=n_dev))
         if cluster.down_links:  # behind a down link: unreachable, whatever the snapshot's word for it
             behind = cluster.reach.behind
             usable &= ~np.fromiter(map(behind.__contains__, map(attrgetter("location"), devices)), dtype=bool,

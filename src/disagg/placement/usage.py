@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from disagg.model import Cluster, Job
+from disagg.model.states import DEVICE_HEALTHY
 from disagg.model.tenancy import Holder
 from disagg.model.tenants import RESOURCES
 from disagg.placement.decisions import JobPlacement
@@ -159,8 +160,8 @@ def capacity(cluster: Cluster) -> Usage:
                   "memory_gb": sum(map(attrgetter("memory_gb"), cluster.machines)),
                   "network_gbps": sum(map(attrgetter("uplink_gbps"), cluster.machines))}
     devices = cluster.devices
-    healthy = (devices if set(map(attrgetter("health"), devices)) <= {"healthy"} else
-               [d for d in devices if d.health == "healthy"])
+    healthy = (devices if set(map(attrgetter("health"), devices)) <= {DEVICE_HEALTHY} else
+               [d for d in devices if d.health == DEVICE_HEALTHY])
     out.update({k: float(n) for k, n in Counter(map(attrgetter("kind"), healthy)).items()})
     return out
 

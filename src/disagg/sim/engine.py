@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from disagg.model import Allocation, Cluster, Device, Job
-from disagg.model.states import DEVICE_FAILED
+from disagg.model.states import DEVICE_FAILED, DEVICE_HEALTHY
 from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S
 from disagg.model.tenants import Tenants
 from disagg.placement.backfill import place_round
@@ -276,7 +276,7 @@ class SimCluster:
         if d in self.holder:
             return "is already held"
         health = self.devices[d].health
-        return None if health == "healthy" else f"is {health}"
+        return None if health == DEVICE_HEALTHY else f"is {health}"
 
     def link_left(self, link: str) -> float:
         cap = self.link_cap.get(link)
@@ -352,7 +352,7 @@ class Simulation:
         fm = self.config.failures
         if fm is not None:
             for i, d in enumerate(self.state.devices):
-                if d.health == "healthy":
+                if d.health == DEVICE_HEALTHY:
                     at = float(self.failure_rng.exponential(fm.mtbf_s))
                     self.kernel.schedule(at, Priority.FAILURE, DeviceFailed(i))
 
@@ -721,7 +721,7 @@ class Simulation:
     def _repair(self, device: int) -> None:
         fm = self.config.failures
         assert fm is not None
-        self.state.set_health(device, "healthy")
+        self.state.set_health(device, DEVICE_HEALTHY)
         now = self.kernel.now
         self.kernel.schedule(now + float(self.failure_rng.exponential(fm.mtbf_s)), Priority.FAILURE,
                              DeviceFailed(device))

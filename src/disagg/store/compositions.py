@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Table, delete, insert, select
 
 from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
 from disagg.model.states import (
@@ -40,7 +40,7 @@ from disagg.model.states import (
 )
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
-from disagg.store.lifecycle import move_slice, new_slices
+from disagg.store.lifecycle import hold_devices, move_slice, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow, StepRow
 from disagg.store.snapshot import room_left
 
@@ -148,7 +148,7 @@ class CompositionOps(StoreBase):
                                "placement": placement.to_json(), "handle": None, "created_at": now,
                                "updated_at": now}], now)
             if devices:
-                conn.execute(update(_devices).where(_devices.c.id.in_(devices)).values(slice_id=slice_id))
+                hold_devices(conn, devices, slice_id)
         return slice_id
 
     def decompose(self, slice_id: str, why: str = "decomposed by its owner") -> bool:
@@ -190,7 +190,7 @@ class CompositionOps(StoreBase):
                        placement=placement.to_json(), detail=None)
             _ask_steps(conn, slice_id, [d.id for d in added], new, now)
             if added:
-                conn.execute(update(_devices).where(_devices.c.id.in_([d.id for d in added])).values(slice_id=slice_id))
+                hold_devices(conn, [d.id for d in added], slice_id)
         return True
 
     def removals(self, slice_id: str) -> set[str]:

@@ -10,13 +10,15 @@ which would leave a repaired link down or a device failed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Table, select, update
+from sqlalchemy import Connection, Table, select
 
 from disagg.model import SlicePlacement
-from disagg.model.states import ACTIVE_SLICE_STATES, Health
+from disagg.model.states import ACTIVE_SLICE_STATES, Drain, Health
 from disagg.store.base import StoreBase
+from disagg.store.lifecycle import set_drain, set_health, set_links, thing_events
 from disagg.store.models import DeviceRow, LinkRow, SliceRow
 
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -38,21 +40,28 @@ class HealthOps(StoreBase):
             self.serialize(s, "fabric-health")
             failed, down = look()
             conn = s.connection()
-            if failed:
-                conn.execute(update(_devices).where(_devices.c.id.in_(sorted(failed)),
-                                                    _devices.c.health != Health.FAILED).values(health=Health.FAILED))
+            now = time.time()
+            set_health(conn, failed, Health.FAILED, "the fabric reports it failed", now)
             if repaired is not None:
-                conn.execute(update(_devices).where(_devices.c.id == repaired)
-                             .values(health=Health.HEALTHY, drained=False))
-            conn.execute(update(_links).values(up=True))
-            if down:
-                conn.execute(update(_links).where(_links.c.id.in_(sorted(down))).values(up=False))
+                set_health(conn, [repaired], Health.HEALTHY, "repaired by an operator", now)
+                set_drain(conn, [repaired], Drain.IN_SERVICE, "repaired by an operator", now)
+            set_links(conn, down, "the fabric reports it down", "the fabric reports it up", now)
             return _victims(conn, failed, down)
 
     def drain_device(self, device_id: str) -> None:
         """Keep the device out of new slices (the slice holding it keeps it)."""
         with self.write() as s:
-            s.connection().execute(update(_devices).where(_devices.c.id == device_id).values(drained=True))
+            set_drain(s.connection(), [device_id], Drain.DRAINED, "drained by an operator", time.time())
+
+    def device_events(self, device_id: str, limit: int = 100) -> list[dict[str, object]]:
+        """The device's health and drain moves, newest first."""
+        with self.read_core() as conn:
+            return thing_events(conn, "device", device_id, limit)
+
+    def link_events(self, link_id: str, limit: int = 100) -> list[dict[str, object]]:
+        """The link's moves (up, down), newest first."""
+        with self.read_core() as conn:
+            return thing_events(conn, "link", link_id, limit)
 
     def has_device(self, device_id: str) -> bool:
         with self.read_core() as conn:

@@ -1,4 +1,5 @@
-"""Guarded transitions: the only code that writes a job's or a slice's state, and the events that record them.
+"""Guarded transitions: the only code that writes the state of a job, a slice, a device (health, drain,
+holder) or a link, and the events that record them.
 
 Every move is checked against the transition tables of `disagg.model.states` before any SQL runs
 (a move the table forbids is a programming error: `IllegalTransition` names both states), then made
@@ -7,24 +8,46 @@ process may have moved it first, and then nothing is written and the caller hear
 and its event row (from, to, when, why) go into the caller's transaction, so the history can never
 disagree with the state.
 
+Devices and links: a device's health (healthy ⇄ failed) and drain (in-service ⇄ drained) and a link's
+state (up ⇄ down) move the same way — checked against their tables, compare-and-set on the state read,
+an event per move (`subject` device | link, the id in `target`). A device's holder is set only on a free
+device and cleared only by the slice that holds it (`hold_devices`, `release_devices`); those moves have
+no event of their own: the slice's events (placed, torn down) already say when.
+
 Core statements on a bare connection: the slice workers and the scheduling loop make these moves on
 their hot paths, where an ORM session costs more than the statements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Table, insert, select, update
 
-from disagg.model.states import JobState, SliceState, check_job_move, check_slice_move
-from disagg.store.models import EventRow, JobRow, SliceRow
+from disagg.model.states import (
+    Drain,
+    Health,
+    IllegalTransition,
+    JobState,
+    LinkState,
+    SliceState,
+    check_drain_move,
+    check_health_move,
+    check_job_move,
+    check_link_move,
+    check_slice_move,
+)
+from disagg.store.models import DeviceRow, EventRow, JobRow, LinkRow, SliceRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 _events: Table = EventRow.__table__  # type: ignore[assignment]
+_devices: Table = DeviceRow.__table__  # type: ignore[assignment]
+_links: Table = LinkRow.__table__  # type: ignore[assignment]
+#: Ids per statement (a cluster may fail or hold thousands of devices at once).
+CHUNK = 500
 #: An event's `why` is kept to this many characters (a step's error can be long).
 WHY_MAX = 2000
 
@@ -40,10 +63,10 @@ class JobMove:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def _event(subject: str, job_id: str, slice_id: str | None, src: str | None, dst: str, why: str | None,
-           now: float) -> dict[str, Any]:
+def _event(subject: str, job_id: str | None, slice_id: str | None, src: str | None, dst: str, why: str | None,
+           now: float, target: str | None = None) -> dict[str, Any]:
     return {"at": now, "subject": subject, "job_id": job_id, "slice_id": slice_id, "from_state": src,
-            "to_state": dst, "why": None if why is None else why[:WHY_MAX]}
+            "to_state": dst, "why": None if why is None else why[:WHY_MAX], "target": target}
 
 
 def move_job(conn: Connection, job_id: str, to: JobState, why: str | None, expect: Collection[JobState],
@@ -97,6 +120,114 @@ def move_slice(conn: Connection, slice_id: str, to: SliceState, why: str | None,
         return None
     conn.execute(insert(_events), [_event("slice", row.job_id, slice_id, row.state, to, why, now)])
     return SliceState(row.state)
+
+
+# --- devices and links ---------------------------------------------------------------------------
+def set_health(conn: Connection, device_ids: Iterable[str], to: Health, why: str, now: float) -> list[str]:
+    """Move the devices' health to `to` (those already there stay, unrecorded); returns the devices moved."""
+    return _move_column(conn, _devices, "health", sorted(set(device_ids)), to, check_health_move, why, now)
+
+
+def set_drain(conn: Connection, device_ids: Iterable[str], to: Drain, why: str, now: float) -> list[str]:
+    """Drain the devices, or return them to service; returns the devices moved."""
+    return _move_column(conn, _devices, "drained", sorted(set(device_ids)), to, check_drain_move, why, now)
+
+
+def set_links(conn: Connection, down: Iterable[str], why_down: str, why_up: str, now: float) -> list[str]:
+    """Make the links in `down` down and every other link up (what the fabric reports, mirrored whole);
+    returns the links moved."""
+    down = set(down)
+    state = {str(i): bool(up) for i, up in conn.execute(select(_links.c.id, _links.c.up))}
+    going_down = sorted(i for i, up in state.items() if i in down and up)
+    going_up = sorted(i for i, up in state.items() if i not in down and not up)
+    return (_move_column(conn, _links, "up", going_down, LinkState.DOWN, check_link_move, why_down, now)
+            + _move_column(conn, _links, "up", going_up, LinkState.UP, check_link_move, why_up, now))
+
+
+#: A device's or a link's guarded state, as one of its enums.
+Thing = Health | Drain | LinkState
+
+
+def _stored(column: str, value: Thing) -> object:
+    """How a guarded column stores its state (a device's drain and a link's state are booleans)."""
+    return value is Drain.DRAINED if column == "drained" else value is LinkState.UP if column == "up" else value
+
+
+def _read(column: str, stored: object) -> Thing:
+    if column == "drained":
+        return Drain.DRAINED if stored else Drain.IN_SERVICE
+    if column == "up":
+        return LinkState.UP if stored else LinkState.DOWN
+    return Health(str(stored))
+
+
+def _move_column(conn: Connection, table: Table, column: str, ids: list[str], to: Thing,
+                 check: Callable[[str, Any, Any], None], why: str, now: float) -> list[str]:
+    """The guarded move of one state column of devices or links: read, check each move against its
+    table, compare-and-set on the state read, one event per move made."""
+    subject = "device" if table is _devices else "link"
+    col = table.c[column]
+    moved: list[str] = []
+    events = []
+    for i in range(0, len(ids), CHUNK):
+        chunk = ids[i:i + CHUNK]
+        for ident, stored in conn.execute(select(table.c.id, col).where(table.c.id.in_(chunk))):
+            src = _read(column, stored)
+            if src is to:
+                continue
+            check(ident, src, to)
+            result = conn.execute(update(table).where(table.c.id == ident, col == stored)
+                                  .values({column: _stored(column, to)}))
+            if result.rowcount:
+                moved.append(str(ident))
+                events.append(_event(subject, None, None, src, to, why, now, target=str(ident)))
+    if events:
+        conn.execute(insert(_events), events)
+    return moved
+
+
+def hold_devices(conn: Connection, device_ids: Collection[str], slice_id: str) -> None:
+    """The slice takes the devices: each must be free (a commit or a composition checked them under a
+    lock); IllegalTransition names one another slice holds (the check and the write disagree: a bug)."""
+    ids = sorted(set(device_ids))
+    for i in range(0, len(ids), CHUNK):
+        chunk = ids[i:i + CHUNK]
+        result = conn.execute(update(_devices).where(_devices.c.id.in_(chunk), _devices.c.slice_id.is_(None))
+                              .values(slice_id=slice_id))
+        if result.rowcount != len(chunk):
+            held = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(
+                _devices.c.id.in_(chunk), _devices.c.slice_id != slice_id)).first()
+            who = f"held by {held.slice_id}" if held is not None else "held"
+            raise IllegalTransition("device", held.id if held is not None else chunk[0], who, f"held by {slice_id}")
+
+
+def release_devices(conn: Connection, slice_id: str, device_ids: Collection[str] | None = None) -> None:
+    """The slice gives back its devices (all, or those named); a device another slice holds is untouched."""
+    query = update(_devices).where(_devices.c.slice_id == slice_id)
+    if device_ids is None:
+        conn.execute(query.values(slice_id=None))
+        return
+    ids = sorted(set(device_ids))
+    for i in range(0, len(ids), CHUNK):
+        conn.execute(query.where(_devices.c.id.in_(ids[i:i + CHUNK])).values(slice_id=None))
+
+
+def release_orphans(conn: Connection, live: set[str]) -> list[str]:
+    """After a restart: free the devices held by slices that are gone (not in `live`); returns them."""
+    held = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(_devices.c.slice_id.is_not(None))).all()
+    freed = [(str(d), str(s)) for d, s in held if s not in live]
+    for device, holder in freed:
+        conn.execute(update(_devices).where(_devices.c.id == device, _devices.c.slice_id == holder)
+                     .values(slice_id=None))
+    return [d for d, _ in freed]
+
+
+def thing_events(conn: Connection, subject: str, target: str, limit: int = 100) -> list[dict[str, Any]]:
+    """A device's or a link's moves, newest first (at most `limit`)."""
+    query = (select(_events).where(_events.c.subject == subject, _events.c.target == target)
+             .order_by(_events.c.id.desc()).limit(limit))
+    return [{"id": r.id, "at": r.at, "subject": r.subject, "target": r.target, "from": r.from_state,
+             "to": r.to_state, "why": r.why} for r in conn.execute(query)]
 
 
 def _cas(conn: Connection, table: Table, ident: str, src: str, values: dict[str, Any]) -> bool:
@@ -162,5 +293,6 @@ def job_events(conn: Connection, job_id: str, after: int | None = None, limit: i
     ]
 
 
-__all__ = ["WHY_MAX", "JobMove", "job_events", "move_job", "move_jobs", "move_slice", "new_jobs", "new_slices",
-           "note_job"]
+__all__ = ["WHY_MAX", "JobMove", "hold_devices", "job_events", "move_job", "move_jobs", "move_slice", "new_jobs",
+           "new_slices", "note_job", "release_devices", "release_orphans", "set_drain", "set_health", "set_links",
+           "thing_events"]

@@ -123,7 +123,8 @@ class MachineRow(Base):
 
 
 class DeviceRow(Base):
-    """A device of the inventory. `health`: healthy | failed; `drained`: left out of new slices."""
+    """A device of the inventory. `health`: a `Health`; `drained`: left out of new slices; `slice_id`: the
+    slice holding it. Written by `store.lifecycle` only (guarded moves, each health and drain move an event)."""
 
     __tablename__ = "devices"
     id: Mapped[str] = mapped_column(String(160), primary_key=True)
@@ -139,7 +140,8 @@ class DeviceRow(Base):
 
 
 class EventRow(Base):
-    """One transition of a job or of its slice (`subject`: job | slice): from, to, when and why.
+    """One transition of a job, a slice, a device or a link (`subject`: job | slice | device | link): from, to,
+    when and why; a device's or a link's id is `target`.
 
     Written by the store's guarded transitions only, in the transaction that makes the move."""
 
@@ -152,6 +154,7 @@ class EventRow(Base):
     from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_state: Mapped[str] = mapped_column(String(16))
     why: Mapped[str | None] = mapped_column(Text, nullable=True)
+    target: Mapped[str | None] = mapped_column(String(160), nullable=True)  # a device's or a link's id
 
 
 class MetaRow(Base):
@@ -163,7 +166,8 @@ class MetaRow(Base):
 
 
 class LinkRow(Base):
-    """A network link's health as the controller last saw it (`up` false: dropped)."""
+    """A network link's state as the controller last saw it (`up` false: `LinkState.DOWN`). Written by
+    `store.lifecycle.set_links` only (each move an event)."""
 
     __tablename__ = "links"
     id: Mapped[str] = mapped_column(String(160), primary_key=True)
@@ -205,6 +209,7 @@ class PreemptionRow(Base):
 
 Index("ix_jobs_state_seq", JobRow.state, JobRow.seq)
 Index("ix_events_job_id", EventRow.job_id, EventRow.id)
+Index("ix_events_target", EventRow.target, EventRow.id)
 
 
 class DeviceFields(Protocol):
@@ -225,11 +230,12 @@ DEVICE_FIELDS = (DeviceRow.id, DeviceRow.kind, DeviceRow.model, DeviceRow.locati
                  DeviceRow.drained, DeviceRow.slice_id)
 
 
-def device_state(row: DeviceFields) -> DeviceState:
-    """The one word the API shows: failed > attached > drained > free."""
-    return DeviceState.of(row.health, row.slice_id is not None, bool(row.drained))
+def device_state(row: DeviceFields, reachable: bool = True) -> DeviceState:
+    """The one word the API shows: failed > unreachable > attached > drained > free (`reachable`: no
+    down link cuts its location off, `model.cluster.Reach`)."""
+    return DeviceState.of(row.health, row.slice_id is not None, bool(row.drained), reachable)
 
 
-def device_state_of(health: str, attached: bool, drained: bool) -> DeviceState:
-    """`device_state` from the three columns it reads (for counting by state in SQL)."""
-    return DeviceState.of(health, attached, drained)
+def device_state_of(health: str, attached: bool, drained: bool, reachable: bool = True) -> DeviceState:
+    """`device_state` from the columns it reads (for counting by state in SQL)."""
+    return DeviceState.of(health, attached, drained, reachable)

@@ -27,7 +27,7 @@ from disagg.placement.commit import RoomLedger, over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
-from disagg.store.lifecycle import JobMove, move_jobs, new_slices
+from disagg.store.lifecycle import JobMove, hold_devices, move_jobs, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
 from disagg.store.snapshot import live_placements, room_left
 
@@ -108,7 +108,7 @@ class PlanOps(StoreBase):
         move_jobs(conn, moves, now)
         for s in slices:
             held = [d.id for _, d in SlicePlacement.from_json(s["id"], s["placement"]).devices()]
-            conn.execute(update(_devices).where(_devices.c.id.in_(held)).values(slice_id=s["id"]))
+            hold_devices(conn, held, s["id"])
 
 
 def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:

@@ -27,7 +27,16 @@ from disagg.model.states import (
     StepStatus,
 )
 from disagg.store.base import StoreBase
-from disagg.store.lifecycle import WHY_MAX, JobMove, move_job, move_jobs, move_slice
+from disagg.store.lifecycle import (
+    WHY_MAX,
+    JobMove,
+    move_job,
+    move_jobs,
+    move_slice,
+    release_devices,
+    release_orphans,
+    set_health,
+)
 from disagg.store.models import DeviceRow, JobRow, SliceRow, StepRow
 
 _steps: Table = StepRow.__table__  # type: ignore[assignment]
@@ -242,7 +251,7 @@ class SliceOps(StoreBase):
         """
         with self.write_core() as conn:
             if failed_device is not None:
-                conn.execute(update(_devices).where(_devices.c.id == failed_device).values(health=Health.FAILED))
+                set_health(conn, [failed_device], Health.FAILED, f"an attach showed it broken: {detail}", time.time())
             left = move_slice(conn, slice_id, SliceState.TEARING_DOWN, detail, ACTIVE_SLICE_STATES, time.time(),
                               outcome=outcome, detail=detail[:WHY_MAX])
         return left is not None
@@ -291,7 +300,7 @@ class SliceOps(StoreBase):
             if sl is None or move_slice(conn, slice_id, SliceState.DONE, "torn down", (SliceState.TEARING_DOWN,),
                                         now) is None:
                 return
-            conn.execute(update(_devices).where(_devices.c.slice_id == slice_id).values(slice_id=None))
+            release_devices(conn, slice_id)
             job = conn.execute(select(_jobs).where(_jobs.c.id == sl.job_id)).first()
             if job is None or job.slice_id != slice_id or job.state in JOB_FINAL:
                 return
@@ -304,10 +313,7 @@ class SliceOps(StoreBase):
         """
         now = time.time()
         with self.write_core() as conn:
-            held = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(_devices.c.slice_id.is_not(None)))
-            freed = [str(d) for d, s in held if s not in live]
-            for i in range(0, len(freed), 500):
-                conn.execute(update(_devices).where(_devices.c.id.in_(freed[i:i + 500])).values(slice_id=None))
+            freed = release_orphans(conn, live)
             live_jobs = conn.execute(select(_jobs.c.id, _jobs.c.slice_id)
                                      .where(_jobs.c.state.in_((JobState.COMPOSING, JobState.RUNNING))))
             why = "re-queued: its slice was gone"
@@ -323,8 +329,7 @@ def _apply_effect(conn: Connection, slice_id: str, effect: StepEffect) -> None:
     if isinstance(effect, KeepHandle):
         conn.execute(update(_slices).where(_slices.c.id == slice_id).values(handle=effect.handle))
     elif isinstance(effect, ReleaseDevice | DropDevice):
-        conn.execute(update(_devices).where(_devices.c.id == effect.device, _devices.c.slice_id == slice_id)
-                     .values(slice_id=None))
+        release_devices(conn, slice_id, [effect.device])
         if isinstance(effect, DropDevice):
             _drop_from_placement(conn, slice_id, effect.device)
     elif move_slice(conn, slice_id, SliceState.RUNNING, "launched", (SliceState.COMPOSING,), now) is not None:

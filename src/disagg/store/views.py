@@ -17,7 +17,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from disagg.model.slices import SlicePlacement
-from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health
+from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health, LinkState
 from disagg.store.base import StoreBase
 from disagg.store.jobs import job_dict
 from disagg.store.models import (
@@ -32,6 +32,7 @@ from disagg.store.models import (
     device_state,
     device_state_of,
 )
+from disagg.store.snapshot import read_reach
 from disagg.store.tokens import Principal
 
 #: The live slice states as the plain strings stored in the column.
@@ -46,7 +47,7 @@ def device_dict(r: DeviceFields, reachable: bool = True) -> dict[str, Any]:
         "kind": r.kind,
         "model": r.model,
         "location": r.location,
-        "state": device_state(r),
+        "state": device_state(r, reachable),
         "slice": r.slice_id,
         "health": r.health,
         "drained": r.drained,
@@ -114,13 +115,15 @@ def live_placements(s: Session) -> list[SlicePlacement]:
 
 
 # --- the inventory -----------------------------------------------------------------------------
-def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], link_down: bool = False) -> dict[str, Any]:
-    """One machine or pool: failed while its uplink is down (nothing behind it can be used) or, for a
-    pool, when all its devices failed; attached while a live slice uses it or any of its devices."""
+def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], reachable: bool = True) -> dict[str, Any]:
+    """One machine or pool: unreachable while a down link cuts it off (nothing behind it can be used),
+    failed for a pool whose devices all failed; attached while a live slice uses it or any of its devices."""
     states = [device_state(d) for d in devs]
     state = DeviceState.ATTACHED if slices or DeviceState.ATTACHED in states else DeviceState.FREE
-    if link_down or (states and all(st == DeviceState.FAILED for st in states) and r.kind == "pool"):
+    if states and all(st == DeviceState.FAILED for st in states) and r.kind == "pool":
         state = DeviceState.FAILED
+    if not reachable:
+        state = DeviceState.UNREACHABLE
     return {
         "id": r.name,
         "kind": r.kind,
@@ -234,19 +237,19 @@ class ViewOps(StoreBase):
             return [slice_dict(r) for r in s.scalars(query)]
 
     def devices_view(self) -> list[dict[str, Any]]:
-        """Every device in inventory order; unreachable while the uplink of its location is down."""
+        """Every device in inventory order; unreachable while a down link cuts its location off."""
         return self.devices_page(None, None)[0]
 
     def devices_page(self, limit: int | None = 100, after: Key | None = None) -> Page:
         """Devices in inventory order after the key `after`, at most `limit` (None: all)."""
         with self.read() as s:
-            down = {r.id for r in s.scalars(select(LinkRow).where(LinkRow.up.is_(False)))}
+            reach = read_reach(s.connection())
             q = select(*DEVICE_FIELDS, DeviceRow.position)
             if after is not None:
                 q = q.where(DeviceRow.position > int(after[0]))
             rows = list(s.execute(_limited(q.order_by(DeviceRow.position), limit)))
             more, rows = _split_page(rows, limit)
-            out = [device_dict(r, reachable=f"up:{r.location}" not in down) for r in rows]
+            out = [device_dict(r, reachable=reach.reachable(r.location)) for r in rows]
             return out, ([rows[-1].position] if more else None)
 
     def links_view(self) -> list[dict[str, Any]]:
@@ -275,7 +278,7 @@ class ViewOps(StoreBase):
                 {
                     "id": r.id,
                     "gbps": r.gbps,
-                    "state": "up" if r.up else "down",
+                    "state": LinkState.UP if r.up else LinkState.DOWN,
                     "load_gbps": round(load.get(r.id, 0.0), 6),
                     "utilisation": round(load.get(r.id, 0.0) / r.gbps, 6) if r.gbps > 0 else 0.0,
                     "slices": sorted(users.get(r.id, ())),
@@ -306,9 +309,9 @@ class ViewOps(StoreBase):
                 dq = dq.where(DeviceRow.location.in_(names))
             for d in s.execute(dq):
                 devs.setdefault(d.location, []).append(d)
-            down = set(s.scalars(select(LinkRow.id).where(LinkRow.up.is_(False))))
-            out = [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []), f"up:{r.name}" in down)
-                   for r in rows]
+            reach = read_reach(s.connection())
+            out = [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []),
+                                reach.reachable(r.name)) for r in rows]
             return out, ([rows[-1].position] if more else None)
 
     def machine_racks(self, names: Iterable[str]) -> dict[str, str]:
@@ -321,7 +324,9 @@ class ViewOps(StoreBase):
         """The failed and the drained devices (those an operator has to look at), the first `limit`."""
         with self.read() as s:
             query = select(*DEVICE_FIELDS).where(or_(DeviceRow.health == Health.FAILED, DeviceRow.drained.is_(True)))
-            return [device_dict(r) for r in s.execute(query.order_by(DeviceRow.position).limit(limit))]
+            reach = read_reach(s.connection())
+            return [device_dict(r, reach.reachable(r.location))
+                    for r in s.execute(query.order_by(DeviceRow.position).limit(limit))]
 
 
     # --- counts ------------------------------------------------------------------------------------
@@ -344,18 +349,22 @@ class ViewOps(StoreBase):
 
     def device_counts(self, *by: str) -> dict[tuple[str, ...], int]:
         """Devices by their one-word state and by `by` ("kind", "model", "rack"), counted in SQL:
-        loading every device row to count them took 0.9 s at 52,500 devices. Keys: (state, *by)."""
+        loading every device row to count them took 0.9 s at 52,500 devices. Keys: (state, *by). While a
+        link is down, by location too (what it cuts off is `unreachable`)."""
         attached = DeviceRow.slice_id.is_not(None)
         columns = {"kind": DeviceRow.kind, "model": DeviceRow.model, "rack": MachineRow.rack}
         extra = [columns[b] for b in by]
-        query = select(DeviceRow.health, attached, DeviceRow.drained, *extra, func.count()).group_by(
-            DeviceRow.health, attached, DeviceRow.drained, *extra)
-        if "rack" in by:
-            query = query.join(MachineRow, MachineRow.name == DeviceRow.location)
         out: dict[tuple[str, ...], int] = {}
         with self.read() as s:
+            reach = read_reach(s.connection())
+            where = [DeviceRow.location] if reach.behind else []
+            query = select(DeviceRow.health, attached, DeviceRow.drained, *extra, *where, func.count()).group_by(
+                DeviceRow.health, attached, DeviceRow.drained, *extra, *where)
+            if "rack" in by:
+                query = query.join(MachineRow, MachineRow.name == DeviceRow.location)
             for health, is_attached, drained, *keys, n in s.execute(query):
-                key = (device_state_of(str(health), bool(is_attached), bool(drained)), *map(str, keys))
+                reachable = reach.reachable(str(keys.pop())) if where else True
+                key = (device_state_of(str(health), bool(is_attached), bool(drained), reachable), *map(str, keys))
                 out[key] = out.get(key, 0) + int(n)
         return out
 

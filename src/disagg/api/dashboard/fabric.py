@@ -1,8 +1,8 @@
 """The fabric page: racks, their machines and pools, each with its devices by state (free, attached,
-drained, failed) and its uplink's load against its bandwidth; failures first and in red.
+drained, unreachable, failed) and its uplink's load against its bandwidth; failures first and in red.
 
-A node's word says what an operator needs: a machine or pool behind a dropped uplink is
-`unreachable` (its devices, though healthy, cannot be used); a pool reads `all attached`, `3 of 5
+A node's word says what an operator needs: a machine or pool behind a down link (its uplink, or its
+rack's) is `unreachable` (its devices, though healthy, cannot be used: the store's views derive it); a pool reads `all attached`, `3 of 5
 attached` or `free` from its devices, not from slices hosted on it (a pool hosts none). Past
 FULL_NODES machines and pools the page shows racks with counts, the links that are down or loaded,
 and the devices that need an operator, instead of a card per node.
@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse
 from disagg.api.dashboard.auth import Viewer
 from disagg.api.dashboard.render import page
 from disagg.api.deps import StoreDep
-from disagg.model.states import DeviceState
+from disagg.model.states import DeviceState, LinkState
 from disagg.store import Store
 
 router = APIRouter(include_in_schema=False)
@@ -30,21 +30,25 @@ MAX_ROWS = 200
 STATES = tuple(DeviceState)
 
 
-def node_word(node: dict[str, Any], devices: list[dict[str, Any]], link: dict[str, Any] | None) -> tuple[str, str]:
+def node_word(node: dict[str, Any], devices: list[dict[str, Any]], link: dict[str, Any] | None,
+              rack_link: dict[str, Any] | None = None) -> tuple[str, str]:
     """(word, css class) for a machine or pool: unreachable > failed > attached (how many) > in use > free."""
-    if link is not None and link["state"] == "down":
-        return f"unreachable: {link['id']} is down", DeviceState.FAILED
+    if node["state"] == DeviceState.UNREACHABLE:
+        cut = next((lk["id"] for lk in (link, rack_link) if lk is not None and lk["state"] == LinkState.DOWN), None)
+        return (f"unreachable: {cut} is down" if cut else DeviceState.UNREACHABLE), DeviceState.UNREACHABLE
     states = [d["state"] for d in devices]
     if states and all(st == DeviceState.FAILED for st in states):
         return "all devices failed", DeviceState.FAILED
     attached = states.count(DeviceState.ATTACHED)
     if node["kind"] == "pool":
         if states and attached == len(states):
-            return "all attached", "attached"
-        return (f"{attached} of {len(states)} attached", "attached") if attached else ("free", "free")
+            return "all attached", DeviceState.ATTACHED
+        if attached:
+            return f"{attached} of {len(states)} attached", DeviceState.ATTACHED
+        return DeviceState.FREE, DeviceState.FREE
     if node["slices"]:
-        return f"in use by {len(node['slices'])} slice(s)", "attached"
-    return "free", "free"
+        return f"in use by {len(node['slices'])} slice(s)", DeviceState.ATTACHED
+    return DeviceState.FREE, DeviceState.FREE
 
 
 def fabric_full(store: Store) -> dict[str, Any]:
@@ -57,13 +61,13 @@ def fabric_full(store: Store) -> dict[str, Any]:
     for node in store.machines_view():
         devices = by_node.get(node["id"], [])
         link = links.get(f"up:{node['id']}")
-        word, css = node_word(node, devices, link)
+        word, css = node_word(node, devices, link, links.get(f"rack:{node['location']}"))
         counts = {st: sum(1 for d in devices if d["state"] == st) for st in STATES}
         rack = racks.setdefault(node["location"], {"name": node["location"], "nodes": [],
                                                    "link": links.get(f"rack:{node['location']}")})
         rack["nodes"].append({**node, "devices": devices, "link": link, "word": word, "css": css, "counts": counts})
     return {"racks": list(racks.values()), "links": list(links.values()),
-            "down": [lk for lk in links.values() if lk["state"] == "down"],
+            "down": [lk for lk in links.values() if lk["state"] == LinkState.DOWN],
             "attention": [d for ds in by_node.values() for d in ds
                           if d["state"] in (DeviceState.FAILED, DeviceState.DRAINED)]}
 
@@ -76,7 +80,7 @@ def fabric_summary(store: Store, nodes: dict[tuple[str, str], int]) -> dict[str,
              "counts": {st: by_rack.get((st, rack), 0) for st in STATES}}
             for rack in sorted({rack for rack, _ in nodes})]
     loaded = sorted((lk for lk in links if lk["load_gbps"] > 0), key=lambda lk: -lk["utilisation"])
-    return {"summary": rows, "down": [lk for lk in links if lk["state"] == "down"][:MAX_ROWS],
+    return {"summary": rows, "down": [lk for lk in links if lk["state"] == LinkState.DOWN][:MAX_ROWS],
             "loaded": loaded[:MAX_ROWS], "attention": store.attention_devices(MAX_ROWS)}
 
 

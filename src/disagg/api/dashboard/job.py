@@ -18,6 +18,7 @@ from disagg.api.dashboard.render import page
 from disagg.api.deps import Jobs, StoreDep
 from disagg.api.errors import ApiError
 from disagg.api.routers.jobs import resolve_job
+from disagg.model.states import LinkState
 from disagg.store import Store
 
 router = APIRouter(include_in_schema=False)
@@ -54,7 +55,7 @@ def placement_rows(job: dict[str, Any], store: Store) -> list[dict[str, Any]]:
     rows = []
     for task in job.get("placement") or []:
         devices = [{**d, "links": [links.get(link, {"id": link, "gbps": 0, "load_gbps": 0, "utilisation": 0,
-                                                   "state": "up"}) for link in d["path"]]}
+                                                   "state": LinkState.UP}) for link in d["path"]]}
                    for d in task["devices"]]
         rows.append({**task, "devices": devices})
     return rows

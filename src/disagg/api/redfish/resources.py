@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from disagg.model.states import SliceState
+from disagg.model.states import Health, SliceState
 from disagg.store import Inventory, LiveSlice
 from disagg.store.compositions import DeviceInfo, NodeRow
 
@@ -155,7 +155,7 @@ def device_block(view: View, d: DeviceInfo) -> dict[str, Any]:
     rack = node.rack if node is not None else "r0"
     block_type, component = KIND_BLOCK[d.kind]
     composing = any(s.id == d.slice_id and s.state == SliceState.COMPOSING for s in view.inv.slices)
-    if d.health != "healthy" or f"up:{d.location}" in view.inv.down_links:
+    if d.health != Health.HEALTHY or f"up:{d.location}" in view.inv.down_links:
         state, status = "Unavailable", _status("UnavailableOffline", "Critical")
     elif d.drained:
         state, status = "Unavailable", _status("StandbyOffline")
@@ -194,7 +194,7 @@ def component(view: View, block: str, kind: str, part: str) -> dict[str, Any] | 
     d = view.devices.get(name)
     if d is None or KIND_BLOCK[d.kind][1] != kind or part != f"{d.kind}{d.index}":
         return None
-    health = _status() if d.health == "healthy" else _status("UnavailableOffline", "Critical")
+    health = _status() if d.health == Health.HEALTHY else _status("UnavailableOffline", "Critical")
     if d.kind in ("gpu", "fpga"):
         return {"@odata.id": uri, "@odata.type": T_PROCESSOR, "Id": part, "Name": d.id,
                 "ProcessorType": d.kind.upper(), "Model": d.model, "Status": health}
