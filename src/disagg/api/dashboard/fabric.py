@@ -3,9 +3,9 @@ drained, unreachable, failed) and its uplink's load against its bandwidth; failu
 
 A node's word says what an operator needs: a machine or pool behind a down link (its uplink, or its
 rack's) is `unreachable` (its devices, though healthy, cannot be used: the store's views derive it);
-a pool reads `all attached`, `3 of 5 attached` or `free` from its devices, not from slices hosted on it (a pool hosts none). Past
-FULL_NODES machines and pools the page shows racks with counts, the links that are down or loaded,
-and the devices that need an operator, instead of a card per node.
+a pool reads `all attached`, `3 of 5 attached` or `free` from its devices, not from slices hosted on
+it (a pool hosts none). Past FULL_NODES machines and pools the page shows racks with counts, the links
+that are down or loaded, and the devices that need an operator, instead of a card per node.
 """
 
 from __future__ import annotations
