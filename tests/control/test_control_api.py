@@ -175,6 +175,7 @@ def test_a_link_fault_through_the_api_touches_only_the_slices_that_cross_it(api:
     wait_for(lambda: get(once)["state"] == "failed", what="the job without retries to fail")
     wait_for(lambda: get(again)["state"] == "queued" and get(again)["wait_rounds"] > 0, what="a re-queue")
     assert get(again)["reason_code"] == "no-devices"  # the GPUs behind the link left the pool
+    assert "5 gpu behind down link up:iobox0" in get(again)["reason"]  # and the reason says why
     done = {sl["id"]: sl for sl in client.get("/v1/slices?state=done", headers=alice).json()["slices"]}
     assert "link up:iobox0 dropped" in done[slices[again]]["detail"] and slices[disk] not in done
     assert get(disk)["state"] == "running" and get(disk)["slice"] == slices[disk]  # untouched

@@ -70,3 +70,24 @@ def _slice_state(svc: Service, slice_id: str) -> str:
         row = s.get(SliceRow, slice_id)
         assert row is not None
         return str(row.state)
+
+
+def test_after_an_uplink_fails_every_view_says_what_it_cut_off(service: Service) -> None:
+    """Reproduction 4: `links fail up:iobox1`. The NVMe drives behind it are not `free` in the devices
+    view (nor counted free), iobox1 is unreachable in the machines view, and a job needing NVMe says the
+    link is down, not only "0 free"."""
+    service.jobs.set_link("up:iobox1", "fail")
+    try:
+        disk = submit(service, gpu=0, nvme=2, command=["true"])
+        wait_for(lambda: job(service, disk)["wait_rounds"] > 0, what="a round to look at the NVMe job")
+        waiting = job(service, disk)
+        assert waiting["state"] == "queued" and "behind down link up:iobox1" in str(waiting["reason"]), waiting
+        states = {d["id"]: d["state"] for d in service.store.devices_view()}
+        assert {states[f"iobox1/nvme{i}"] for i in range(4)} == {"unreachable"}
+        assert states["iobox0/gpu0"] == "free"
+        assert service.store.counts()["devices"] == {"free": 5, "unreachable": 4}
+        machines = {m["id"]: m["state"] for m in service.store.machines_view()}
+        assert machines["iobox1"] == "unreachable" and machines["iobox0"] == "free"
+    finally:
+        service.jobs.set_link("up:iobox1", "repair")
+    assert wait_state(service, disk, ("completed",))["state"] == "completed"

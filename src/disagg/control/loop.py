@@ -53,6 +53,7 @@ from disagg.placement.backfill import place_round
 from disagg.placement.decisions import Decisions, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.registry import get_policy
+from disagg.placement.unreachable import name_cut_off
 from disagg.store import CommitResult, Store
 
 log = logging.getLogger(__name__)
@@ -235,8 +236,9 @@ class Controller:
 
     def _place(self, snapshot: Cluster, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
         starving = self.config.starvation_rounds or None
-        return place_round(self.policy, snapshot, queue, extra or [], time.time(), self.rng, time.perf_counter,
-                           starving).decisions
+        decisions = place_round(self.policy, snapshot, queue, extra or [], time.time(), self.rng, time.perf_counter,
+                                starving).decisions
+        return name_cut_off(decisions, snapshot, [*queue, *(extra or [])])  # a down link is named in the reasons
 
     def _plan_round(self, queue: list[Job], extra: list[Job]) -> tuple[Decisions, list[Job], list[Job]]:
         """Plan the round; if the policy fails on it, set aside the jobs it fails on alone (bisecting the
