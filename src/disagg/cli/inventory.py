@@ -98,7 +98,7 @@ LinkId = Annotated[str, typer.Argument(help="The link (any unique beginning of i
 @devices_app.callback()
 def devices(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False,
             output: Output = "table") -> None:
-    """List devices: free, attached (and to which slice), failed or drained."""
+    """List devices: free, attached (and to which slice), drained, unreachable (behind a down link) or failed."""
     if ctx.invoked_subcommand is not None:
         return
     columns = ((Col("id", "id"), Col("kind"), Col("model", "id"), Col("location", "id"), Col("state"),
