@@ -53,3 +53,16 @@ def test_a_device_is_held_by_one_slice_at_a_time(store: Store) -> None:
         release_devices(conn, "s-1")
         hold_devices(conn, ["iobox0/gpu1"], "s-2")
     assert {d["id"]: d["slice"] for d in store.devices_view() if d["slice"]} == {"iobox0/gpu1": "s-2"}
+
+
+def test_a_composition_takes_nothing_behind_a_down_link(store: Store) -> None:
+    """A Redfish client's composition is checked as a round's commit is: a device, or a host, that a
+    down link cuts off is refused with the link named."""
+    from disagg.store import CompositionRefused
+
+    store.mirror_health(lambda: (frozenset(), frozenset({"up:iobox1", "up:node3"})))
+    with pytest.raises(CompositionRefused, match="iobox1/nvme0 is unreachable \\(link up:iobox1 is down\\)"):
+        store.compose("alice", "sys", "node0", ["iobox1/nvme0"])
+    with pytest.raises(CompositionRefused, match="machine node3 is unreachable"):
+        store.compose("alice", "sys", "node3", ["iobox0/gpu0"])
+    assert store.compose("alice", "sys", "node0", ["iobox0/gpu0"])

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection, Table, delete, insert, select
 
+from disagg.model.cluster import Reach
 from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
 from disagg.model.states import (
     DECOMPOSABLE_SLICE_STATES,
@@ -42,7 +43,7 @@ from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import hold_devices, move_slice, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow, StepRow
-from disagg.store.snapshot import room_left
+from disagg.store.snapshot import read_reach, room_left
 
 _machines: Table = MachineRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -115,6 +116,8 @@ class Inventory:
     devices: tuple[DeviceInfo, ...]
     slices: tuple[LiveSlice, ...]
     down_links: frozenset[str] = field(default_factory=frozenset)
+    #: What the down links cut off (`model.cluster.Reach`): a block there is unavailable.
+    reach: Reach = field(default_factory=Reach)
 
 
 class CompositionOps(StoreBase):
@@ -215,8 +218,8 @@ class CompositionOps(StoreBase):
             d = _devices.c
             query = select(d.id, d.kind, d.model, d.location, d.index, d.capacity, d.health, d.drained, d.slice_id)
             devices = tuple(DeviceInfo(*row) for row in conn.execute(query.order_by(d.position)))
-            down = frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
-            return Inventory(nodes, devices, tuple(_slices_read(conn)), down)
+            reach = read_reach(conn)
+            return Inventory(nodes, devices, tuple(_slices_read(conn)), reach.down, reach)
 
 
 def _removable(task: PlacedTask, remove: list[str]) -> list[str]:
@@ -271,7 +274,8 @@ def _slices_read(conn: Connection, slice_id: str | None = None, live: bool = Tru
 
 
 def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]) -> tuple[PlacedDevice, ...]:
-    """The devices as the composition's placement holds them; CompositionRefused unless each is free.
+    """The devices as the composition's placement holds them; CompositionRefused unless each is free and
+    neither it nor the host is behind a down link (what a commit's snapshot would not offer either).
 
     Read with a lock (FOR UPDATE on PostgreSQL), as a commit reads the devices it grants. A remote
     device's path crosses its location's and the host's uplinks (and the racks' when they differ);
@@ -285,12 +289,16 @@ def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]
     unknown = tuple(x for x in devices if x not in rows)
     if unknown:
         raise CompositionRefused(f"device {unknown[0]!r} does not exist", unknown=unknown)
+    reach = read_reach(conn)
+    cut = reach.link_to(host)
+    if cut is not None and devices:  # no path from a cut-off host to any device
+        raise CompositionRefused(f"machine {host} is unreachable (link {cut} is down)", in_use=(host,))
     taken = tuple(x for x in devices if rows[x].slice_id is not None or rows[x].health != Health.HEALTHY
-                  or rows[x].drained)
+                  or rows[x].drained or not reach.reachable(rows[x].location))
     if taken:
         r = rows[taken[0]]
         why = "is held by another slice" if r.slice_id is not None else "has failed" if r.health != Health.HEALTHY \
-            else "is drained"
+            else "is drained" if r.drained else f"is unreachable (link {reach.link_to(r.location)} is down)"
         raise CompositionRefused(f"device {taken[0]} {why}", in_use=taken)
     racks = dict(conn.execute(select(_machines.c.name, _machines.c.rack)
                               .where(_machines.c.name.in_({rows[x].location for x in devices}))).all())

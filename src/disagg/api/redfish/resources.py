@@ -155,7 +155,7 @@ def device_block(view: View, d: DeviceInfo) -> dict[str, Any]:
     rack = node.rack if node is not None else "r0"
     block_type, component = KIND_BLOCK[d.kind]
     composing = any(s.id == d.slice_id and s.state == SliceState.COMPOSING for s in view.inv.slices)
-    if d.health != Health.HEALTHY or f"up:{d.location}" in view.inv.down_links:
+    if d.health != Health.HEALTHY or not view.inv.reach.reachable(d.location):
         state, status = "Unavailable", _status("UnavailableOffline", "Critical")
     elif d.drained:
         state, status = "Unavailable", _status("StandbyOffline")
