@@ -52,8 +52,9 @@ def test_version() -> None:
 
 
 def test_ids_are_whole_piped_and_in_a_narrow_terminal_and_prefixes_work(server: tuple[Server, str]) -> None:
+    # sleep 600: it is cancelled below, however long the CLI calls take on a busy machine (30 s was passed)
     code, out, err = cli(server, "submit", "a-job-with-a-rather-long-name", "--gpus", "1", "--nvme", "1",
-                         "--fpga", "0", "--memory", "0", "--json", "--", "sleep", "30")
+                         "--fpga", "0", "--memory", "0", "--json", "--", "sleep", "600")
     assert code == 0, err
     first = json.loads(out)
     assert (first["tasks"]["gpu"], first["tasks"]["nvme"], first["tasks"]["fpga"], first["tasks"]["memory"]) == (

@@ -143,8 +143,8 @@ def test_a_tenant_sees_only_its_jobs_on_the_dashboard_and_an_admin_sees_all(api:
 
 
 def test_machines_read_correctly_a_pool_in_use_and_a_node_behind_a_dropped_link(api: Client) -> None:
-    """A pool hosts no slice, but its attached devices are in use; a node whose uplink dropped is failed
-    (it read `free` before)."""
+    """A pool hosts no slice, but its attached devices are in use; a node whose uplink dropped is
+    unreachable (it read `free` before, then `failed`)."""
     client, tok = api
     alice, admin = h(tok["alice"]), h(tok["admin"])
     jid = client.post("/v1/jobs", headers=alice, json=body("m", ["sleep", "30"], gpu=1)).json()["id"]
@@ -154,6 +154,6 @@ def test_machines_read_correctly_a_pool_in_use_and_a_node_behind_a_dropped_link(
     client.post(f"/v1/links/up:{idle}/fail", headers=admin)
     machines = {m["id"]: m for m in client.get("/v1/machines", headers=alice).json()["machines"]}
     assert machines["iobox0"]["state"] == "attached" and machines["iobox1"]["state"] == "free"
-    assert machines[idle]["state"] == "failed" and machines[used]["state"] == "attached"
+    assert machines[idle]["state"] == "unreachable" and machines[used]["state"] == "attached"
     client.post(f"/v1/links/up:{idle}/repair", headers=admin)
     client.post(f"/v1/jobs/{jid}/cancel", headers=alice)

@@ -67,7 +67,7 @@ def read_reach(conn: Connection) -> Reach:
     down = [str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars()]
     if not down:
         return Reach()
-    return Reach.of(down, conn.execute(select(_machines.c.name, _machines.c.rack)).tuples())
+    return Reach.of(down, ((str(n), str(r)) for n, r in conn.execute(select(_machines.c.name, _machines.c.rack))))
 
 
 def _snapshot_health(stored: str, drained: bool, reachable: bool) -> DeviceHealth:
