@@ -88,6 +88,21 @@ def test_device_and_link_names_are_whole_when_piped(server: tuple[Server, str]) 
     assert code == 0 and "up:iobox0" in out and "use %" in out and "…" not in out
 
 
+def test_devices_behind_a_down_link_read_unreachable_in_the_default_tables(server: tuple[Server, str]) -> None:
+    """`disagg links fail up:iobox1`: `disagg devices` (no -o wide) says its NVMe drives are unreachable,
+    not free, and `disagg machines` says iobox1 is (issue 21, reproduction 4)."""
+    assert cli(server, "links", "fail", "up:iobox1")[0] == 0
+    try:
+        code, out, _ = cli(server, "devices")
+        rows = {d: line for line in out.splitlines() for d in re.findall(r"iobox\d/\w+\d", line)}
+        assert code == 0 and all("unreachable" in rows[f"iobox1/nvme{i}"] for i in range(4)), out
+        assert "unreachable" not in rows["iobox0/gpu0"]
+        code, out, _ = cli(server, "machines")
+        assert code == 0 and "unreachable" in next(line for line in out.splitlines() if "iobox1" in line), out
+    finally:
+        assert cli(server, "links", "repair", "up:iobox1")[0] == 0
+
+
 def test_serve_names_the_port_it_really_listens_on(tmp_path: Path) -> None:
     srv = Server(tmp_path, f"sqlite:///{tmp_path / 'd.db'}", ["--latency-scale", "0.002", "--port", "0"])
     srv.start()
