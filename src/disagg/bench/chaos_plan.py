@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,21 +217,31 @@ def _runs(text: str) -> dict[str, dict[str, dict[str, list[float]]]]:
     return runs
 
 
-def rerun_violations(text: str, tasks_of: Mapping[str, int]) -> list[str]:
-    """Jobs whose command ran to its end on every task of one slice and then started again in another:
-    finished work that ran twice (a re-queue after a fault may restart a run that had not finished)."""
-    bad: list[str] = []
-    for job, slices in _runs(text).items():
+def rerun_violations(text: str, tasks_of: Mapping[str, int], completed: Collection[str] = ()) -> list[str]:
+    """What the tasks' markers show against "finished work is final": a job whose command ran to its end
+    on every task of one slice and started again in another slice, before that run ended (twice at the
+    same time) or after it (finished work ran again); and a `completed` job that never ran. A run cut
+    short by a fault has no end markers: a re-queue may legitimately start the job again after it.
+    `tasks_of`: each job's task count."""
+    runs = _runs(text)
+    bad = [f"job {job} completed and never ran" for job in sorted(set(completed) - set(runs))]
+    for job, slices in runs.items():
         count = tasks_of.get(job)
         if count is None:
             continue
-        finished = [(max(m["end"]), sid) for sid, m in slices.items() if len(m["end"]) >= count]
+        finished = sorted((min(m["start"]), max(m["end"]), sid) for sid, m in slices.items()
+                          if m["start"] and len(m["end"]) >= count)
         if not finished:
             continue
-        first_end, first = min(finished)
-        again = sorted(sid for sid, m in slices.items() if sid != first and m["start"] and max(m["start"]) > first_end)
-        if again:
-            bad.append(f"job {job} finished in slice {first} and ran again in {', '.join(again)}")
+        start, end, first = finished[0]
+        for sid, m in sorted(slices.items()):
+            if sid == first or not m["start"]:
+                continue
+            began = min(m["start"])
+            if start <= began <= end:
+                bad.append(f"job {job} ran twice at the same time (slices {first} and {sid})")
+            elif began > end:
+                bad.append(f"job {job} finished in slice {first} and ran again in {sid}")
     return bad
 
 
