@@ -105,3 +105,12 @@ def test_the_markers_tell_finished_work_run_again_from_a_run_cut_short() -> None
     gang = "start j2 s1 0 10.0\nstart j2 s1 1 10.0\nend j2 s1 0 11.0\nstart j2 s2 0 12.0\n"  # task 1 never ended
     assert rerun_violations(gang, {"j2": 2}) == []
     assert rerun_violations("", {"j3": 1}, ["j3"]) == ["job j3 completed and never ran"]
+
+
+def test_the_command_refuses_two_lengths() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "disagg.cli", "bench", "chaos", "--minutes", "1", "--seconds", "5"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--minutes and --seconds" in out.stderr

@@ -9,6 +9,8 @@ are repaired through the admin API, the controller is killed with SIGKILL and re
 store and state directory, and composing jobs are cancelled. Twice a second the soak samples the
 queue, the devices, the links and the tenants. Then everything is repaired and the queue drains
 (at most `drain_s`), the server is killed and the store and the fabric are read as they were left.
+As root, the tenants' jobs run as `nobody` with their working directories under the soak's own
+directory (`_config_file` says why).
 
 Invariants (each violation names its invariant and what was seen):
   - ended:        every accepted job completed, or was cancelled by the soak, or failed because its
@@ -16,7 +18,8 @@ Invariants (each violation names its invariant and what was seen):
                   refused (422), not accepted to wait for ever;
   - lost:         every job answered 201 is in the store;
   - ran-twice:    no job whose command ran to its end (every task's end marker in one slice) started
-                  again, and no job ran twice at the same time (the tasks' markers, `crash.event_violations`);
+                  again, during that run or after it, and every completed job ran (the tasks' markers,
+                  `chaos_plan.rerun_violations`; a run cut short by a fault may start again);
   - leaked:       no device attached on the fabric or held in the store without a live slice; none live
                   at the end;
   - reservation:  a reason that names a reservation names a waiting job not blocked by its own quota;
