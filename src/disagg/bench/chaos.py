@@ -24,20 +24,23 @@ Invariants (each violation names its invariant and what was seen):
                   at the end;
   - reservation:  a reason that names a reservation names a waiting job not blocked by its own quota;
   - wait:         no queued job waits more than `max_wait_rounds` rounds (and `min_wait_s`) while devices
-                  and room it fits, within its tenant's own quota, are free and reachable at every sample;
+                  and room it fits, within its tenant's own quota, are free and reachable at every sample
+                  (jobs younger than a job that starves for the cluster's sake are left out: its
+                  reservation may rightly hold what is free);
   - healthz:      while a job is stuck so, `/healthz` says `degraded`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +79,8 @@ Progress = Callable[[float, float, str], None]
 SAMPLE_S = 0.5
 #: A reason that names a reservation: "… the resources reserved for <job> were held …".
 _RESERVED = re.compile(r"reserved for (\S+?)[\s)]")
+#: The controller's `starvation_rounds` in a soak: W from which a waiting job's reservation holds.
+STARVATION_ROUNDS = 30
 #: As root, the Unix user every tenant's jobs run as (one that no other session removes).
 SHARED_USER = "nobody"
 _ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
@@ -211,22 +216,27 @@ class _Soak:
         w.samples += 1
         for gone in set(w.streaks) - set(queued):
             del w.streaks[gone]
+        behind = _starving_since(queued.values(), free)
         for job_id, job in queued.items():
             self._check_reservation(job, queued)
-            if not fits(job, free):
-                w.streaks.pop(job_id, None)
+            if not fits(job, free) or float(job["submitted_at"]) > behind:
+                w.streaks.pop(job_id, None)  # it does not fit, or a starving job's reservation may hold it back
                 continue
             t0, r0 = w.streaks.setdefault(job_id, (now, int(job["wait_rounds"])))
-            rounds, seconds = max(0, int(job["wait_rounds"]) - r0), now - t0
-            if rounds > w.longest["rounds"]:
-                w.longest = {"rounds": rounds, "seconds": round(seconds, 2), "job": job_id, "reason": job["reason"]}
-            if rounds > self.opts.max_wait_rounds and seconds >= self.opts.min_wait_s and job_id not in w.stuck:
-                w.stuck.add(job_id)
-                self.bad("wait", f"job {job_id} ({job['tenant']}, {_shape(job['tasks'])}) waited {rounds} rounds "
-                                 f"({seconds:.1f} s) while what it fits was free and reachable: {job['reason']!r}")
-                health = self.get("/healthz")
-                if health["status"] != "degraded":
-                    self.bad("healthz", f"/healthz said {health['status']!r} while job {job_id} was stuck")
+            self._waited(job, max(0, int(job["wait_rounds"]) - r0), now - t0)
+
+    def _waited(self, job: dict[str, Any], rounds: int, seconds: float) -> None:
+        """A job fitting what is free has waited `rounds` and `seconds` so: the longest, and whether it is stuck."""
+        w, job_id = self.watch, job["id"]
+        if rounds > w.longest["rounds"]:
+            w.longest = {"rounds": rounds, "seconds": round(seconds, 2), "job": job_id, "reason": job["reason"]}
+        if rounds > self.opts.max_wait_rounds and seconds >= self.opts.min_wait_s and job_id not in w.stuck:
+            w.stuck.add(job_id)
+            self.bad("wait", f"job {job_id} ({job['tenant']}, {_shape(job['tasks'])}) waited {rounds} rounds "
+                             f"({seconds:.1f} s) while what it fits was free and reachable: {job['reason']!r}")
+            health = self.get("/healthz")
+            if health["status"] != "degraded":
+                self.bad("healthz", f"/healthz said {health['status']!r} while job {job_id} was stuck")
 
     def _check_reservation(self, job: dict[str, Any], queued: dict[str, dict[str, Any]]) -> None:
         found = _RESERVED.search(str(job.get("reason") or "") + " ")
@@ -236,6 +246,15 @@ class _Soak:
         if head is not None and head.get("reason_code") == "quota":
             self.bad("reservation", f"job {job['id']} waits behind a reservation for {head['id']}, which waits for "
                                     f"its own tenant's quota: {head['reason']!r}")
+
+
+def _starving_since(queued: Iterable[dict[str, Any]], free: Free) -> float:
+    """When the oldest job that starves for the cluster's sake was submitted (inf: none): a job waiting
+    `STARVATION_ROUNDS` or more, not for its own quota, that does not fit what is free. Its reservation
+    may rightly hold free resources against younger jobs, so the wait check leaves those out."""
+    heads = [float(j["submitted_at"]) for j in queued if int(j["wait_rounds"]) >= STARVATION_ROUNDS
+             and j.get("reason_code") != "quota" and not fits(j, free)]
+    return min(heads, default=math.inf)
 
 
 def _shape(tasks: dict[str, Any]) -> str:
@@ -360,7 +379,8 @@ def _config_file(root: Path, opts: ChaosOptions) -> Path:
     import pwd
 
     tenants = tenant_specs(opts.tenants)
-    settings: dict[str, Any] = {"starvation_rounds": 30, "preempt_grace_s": 2.0, "tick_s": 0.05, "round_gap_s": 0.05}
+    settings: dict[str, Any] = {"starvation_rounds": STARVATION_ROUNDS, "preempt_grace_s": 2.0, "tick_s": 0.05,
+                                "round_gap_s": 0.05}
     if os.geteuid() == 0:
         with contextlib.suppress(KeyError):
             pwd.getpwnam(SHARED_USER)

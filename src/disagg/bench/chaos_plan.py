@@ -59,14 +59,14 @@ class ChaosOptions:
     tenants: int = 4
     rate: float = 0.5
     latency_scale: float = 0.02
-    max_wait_rounds: int = 50
+    max_wait_rounds: int = 10
     min_wait_s: float = 5.0
     drain_s: float = 180.0
     device_fault_every_s: float = 8.0
     link_fault_every_s: float = 12.0
     kill_every_s: float = 30.0
     cancel_every_s: float = 6.0
-    repair_after_s: tuple[float, float] = (2.0, 12.0)
+    repair_after_s: tuple[float, float] = (5.0, 25.0)
     #: Run in this directory and keep it (the server's log, the store, the markers); None: a temporary one.
     keep_dir: str | None = None
 

@@ -146,7 +146,7 @@ def bench_chaos(
     latency_scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")
                              ] = 0.02,
     max_wait_rounds: Annotated[int, typer.Option(min=1, max=1_000_000, help=(
-        "A job that waits more rounds than this while what it fits is free and reachable is stuck."))] = 50,
+        "A job that waits more rounds than this while what it fits is free and reachable is stuck."))] = 10,
     drain_s: Annotated[float, typer.Option(min=1, max=86_400, help="At most this long for the queue to drain.")
                        ] = 180.0,
     keep_dir: Annotated[str | None, typer.Option(help="Run in this directory and keep it (server log, store, "
