@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from chaos_engine import NAME, WORLDS, FakeEngine
 from control_helpers import SAME_USER, TEST_CGROUP
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -307,6 +307,8 @@ class ChaosMachineButKnownBugs(ChaosMachine):
     known_bugs_checked = False
 
 
+#: The phases of a run that does not shrink what it finds.
+NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 #: About 30 s each on a quiet machine.
 MACHINE_SETTINGS = settings(max_examples=15, stateful_step_count=40, deadline=None,
                             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -321,7 +323,9 @@ def test_the_chaos_machine_keeps_its_invariants() -> None:
                                         "exit runs it again (i21-core, i21-state; remove this mark after merging)")
 @pytest.mark.usefixtures("recorded_rounds")
 def test_the_chaos_machine_with_every_check() -> None:
-    run_state_machine_as_test(ChaosMachine, settings=MACHINE_SETTINGS)
+    # no shrinking while it is expected to fail: shrinking a find took 6 minutes (its shrunk finds are the
+    # regression tests below); once the marks go, a find is shrunk as usual
+    run_state_machine_as_test(ChaosMachine, settings=settings(MACHINE_SETTINGS, phases=NO_SHRINK))
 
 
 # --- what the machine found, shrunk, as plain regression tests ----------------------------------------------
