@@ -60,8 +60,6 @@ def test_no_job_ran_twice(soak: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue 21 #1/#2: a down link or a quota-blocked reservation keeps jobs from "
-                                        "free devices, and /healthz says ok (i21-core, i21-state; remove after merge)")
 @pytest.mark.parametrize("invariant", ["wait", "healthz"])
 def test_no_job_waits_while_what_it_fits_is_free(soak: dict[str, Any], invariant: str) -> None:
     _holds(soak, invariant)

@@ -183,7 +183,7 @@ class _Soak:
         if target is None:
             return
         r = httpx.post(f"{self.server.url}/v1/jobs/{target}/cancel", headers=self.headers, timeout=10)
-        if r.status_code in (200, 202):
+        if r.status_code in (200, 202) and target not in self.cancelled:
             self.cancelled.add(target)
             self.counts["cancels"] += 1
             self.counts["cancels_mid_compose"] += bool(composing)
