@@ -30,7 +30,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,8 @@ from disagg.model.states import LIVE_SLICE_STATES, JobState, RunState
 if TYPE_CHECKING:
     from disagg.control.config import Config
     from disagg.control.service import Service
-    from disagg.store import SliceRecord
+    from disagg.fabric.base import FabricDriver
+    from disagg.store import SliceRecord, Store
 
 # The store, SQLAlchemy and the service are imported where they are used: `disagg bench api` and the
 # controller's tests import this module, and need none of them to start.
@@ -108,12 +109,19 @@ class ForkedServer:
             raise RuntimeError(f"processes of the killed server {self.pid} still run")
 
 
+def marked_command(events: Path, sleep_s: float) -> list[str]:
+    """A task that logs its start and end (`start|end job slice task time`) to `events` around a sleep:
+    what `event_violations` (and `disagg bench chaos`) read back."""
+    cmd = (f"echo start $DISAGG_JOB $DISAGG_SLICE $DISAGG_TASK_INDEX $(date +%s.%N) >> {events}; "
+           f"sleep {sleep_s}; "
+           f"echo end $DISAGG_JOB $DISAGG_SLICE $DISAGG_TASK_INDEX $(date +%s.%N) >> {events}")
+    return ["sh", "-c", cmd]
+
+
 def job_body(rng: random.Random, events: Path, i: int) -> dict[str, Any]:
     """A job whose tasks log their start and end (job, slice, task, time) to `events`."""
-    cmd = (f"echo start $DISAGG_JOB $DISAGG_SLICE $DISAGG_TASK_INDEX $(date +%s.%N) >> {events}; "
-           f"sleep {rng.choice([0.05, 0.2, 0.5])}; "
-           f"echo end $DISAGG_JOB $DISAGG_SLICE $DISAGG_TASK_INDEX $(date +%s.%N) >> {events}")
-    return {"name": f"crash-{i}", "image": "rodinia/nw", "command": ["sh", "-c", cmd], "max_retries": 10,
+    command = marked_command(events, rng.choice([0.05, 0.2, 0.5]))
+    return {"name": f"crash-{i}", "image": "rodinia/nw", "command": command, "max_retries": 10,
             "tasks": {"count": rng.choice([1, 1, 2]), "cpus": 1.0, "memory_gb": 1.0,
                       "gpu": rng.choice([0, 1, 1, 2])}}
 
@@ -127,10 +135,7 @@ def invariant_violations(svc: Service, seen_slices: set[str], final: bool = Fals
     if not seen_slices <= set(slices):
         bad.append(f"slices lost: {sorted(seen_slices - set(slices))}")
     seen_slices |= set(slices)
-    holds = {(d.id, t.machine) for r in live.values() for t, d in r.placement.devices()}
-    bad += [f"{a.device} attached to {a.machine} without a slice" for a in svc.fabric.attachments()
-            if (a.device, a.machine) not in holds]
-    bad += [f"{d} held by gone slice {sid}" for d, sid in svc.store.held_devices().items() if sid not in live]
+    bad += device_leaks(svc.store, svc.fabric, live)
     per_job: dict[str, list[str]] = defaultdict(list)
     for sid, r in live.items():
         per_job[r.job_id or sid].append(sid)
@@ -147,6 +152,14 @@ def invariant_violations(svc: Service, seen_slices: set[str], final: bool = Fals
             bad.append(f"at the end, {len(live)} slices are live and {len(svc.fabric.attachments())} attached")
         bad += [f"job {j.id} ended {j.state}: {j.reason}" for j in jobs.values() if j.state != JobState.COMPLETED]
     return bad
+
+
+def device_leaks(store: Store, fabric: FabricDriver, live: Mapping[str, SliceRecord]) -> list[str]:
+    """Devices attached on the fabric, or held in the store, without a live slice that holds them."""
+    holds = {(d.id, t.machine) for r in live.values() for t, d in r.placement.devices()}
+    bad = [f"{a.device} attached to {a.machine} without a slice" for a in fabric.attachments()
+           if (a.device, a.machine) not in holds]
+    return bad + [f"{d} held by gone slice {sid}" for d, sid in store.held_devices().items() if sid not in live]
 
 
 def _runner_violations(svc: Service, live: dict[str, SliceRecord]) -> list[str]:
@@ -179,6 +192,19 @@ def event_violations(events: Path, job_ids: set[str]) -> tuple[list[str], dict[s
         bad += [f"job {job} ran twice at the same time" for (_, end1), (start2, _) in itertools.pairwise(ordered)
                 if end1 > start2]
     return bad, {job: len(by_slice) for job, by_slice in runs.items()}
+
+
+def every_item(url: str, path: str, key: str, headers: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every item of a paged listing of the API at `url` (following `next`)."""
+    items: list[dict[str, Any]] = []
+    nxt: str | None = path
+    while nxt:
+        r = httpx.get(url + nxt, headers=dict(headers), timeout=5)
+        r.raise_for_status()
+        page = r.json()
+        items += page[key]
+        nxt = page.get("next")
+    return items
 
 
 @dataclass
@@ -237,14 +263,7 @@ class _Trials:
             svc.close()
 
     def every(self, path: str, key: str) -> list[dict[str, Any]]:
-        """Every item of a paged listing (following `next`)."""
-        items: list[dict[str, Any]] = []
-        nxt: str | None = path
-        while nxt:
-            page = httpx.get(self.server.url + nxt, headers=self.headers, timeout=5).json()
-            items += page[key]
-            nxt = page.get("next")
-        return items
+        return every_item(self.server.url, path, key, self.headers)
 
     def finish(self, timeout_s: float = 120.0) -> None:
         """Run undisturbed until every job has completed and no slice tears down, then kill and check."""
@@ -266,7 +285,7 @@ class _Trials:
         self.check("at the end", final=True)
 
 
-def _admin_headers(db: str) -> tuple[dict[str, str], str]:
+def admin_headers(db: str) -> tuple[dict[str, str], str]:
     """Migrate the empty store at `db` and make an admin token: (the request headers, the store's dialect)."""
     from disagg.store import Store
 
@@ -288,7 +307,7 @@ def forget_jobs_dir(state_dir: Path) -> None:
     shutil.rmtree(default_jobs_dir(state_dir.absolute()), ignore_errors=True)
 
 
-def _shared_file(path: Path) -> Path:
+def shared_file(path: Path) -> Path:
     """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
     file is writable by all (0666) in a directory all may pass (0755), both in /tmp."""
     path.parent.chmod(0o755)
@@ -309,7 +328,7 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
 
     t0 = time.perf_counter()
     db = db or f"sqlite:///{root / 'disagg.db'}"
-    headers, dialect = _admin_headers(db)
+    headers, dialect = admin_headers(db)
     same_user = ["--allow-same-user"] if os.geteuid() != 0 else []  # not root: jobs can only run as this user
     server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02",
                                      *same_user],
@@ -318,7 +337,7 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
         settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
                                allow_same_user=True if same_user else None)
         run = _Trials(server, settings, headers,
-                      _shared_file(Path(shared) / "events"), random.Random(seed))
+                      shared_file(Path(shared) / "events"), random.Random(seed))
         for trial in range(trials):
             run.kill_once(trial)
             if on_trial is not None:

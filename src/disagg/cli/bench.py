@@ -1,4 +1,4 @@
-"""`disagg bench placement | slices | api | crash | sim`: the performance benchmarks, JSON on stdout.
+"""`disagg bench placement | slices | api | crash | chaos | sim`: the performance benchmarks, JSON on stdout.
 
 The benchmarks themselves are library functions in `disagg.bench` and `disagg.sim.bench` that return
 data; these commands check the options, show progress, and print the JSON. The benchmark modules are
@@ -131,6 +131,51 @@ def bench_crash(
             results.append(run_crash_bench(b, serve_main, trials, seed, scale, advance, db=db))
     _print_results(results)
     if any(r["violations"] for r in results):
+        raise typer.Exit(1)
+
+
+@bench_app.command("chaos")
+def bench_chaos(
+    minutes: Annotated[float | None, typer.Option(min=0.05, max=1440, help="Length of the fault phase, minutes.")
+                       ] = None,
+    seconds: Annotated[float | None, typer.Option(min=1, max=86_400, help="The same in seconds (short runs).")
+                       ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every action of the soak (replays it).")] = 1,
+    tenants: Annotated[int, typer.Option(min=1, max=26, help="Tenants (quotas, a cohort, borrowing).")] = 4,
+    rate: Annotated[float, typer.Option(min=0.01, max=20, help="Submissions per second.")] = 0.5,
+    latency_scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")
+                             ] = 0.02,
+    max_wait_rounds: Annotated[int, typer.Option(min=1, max=1_000_000, help=(
+        "A job that waits more rounds than this while what it fits is free and reachable is stuck."))] = 10,
+    drain_s: Annotated[float, typer.Option(min=1, max=86_400, help="At most this long for the queue to drain.")
+                       ] = 180.0,
+    keep_dir: Annotated[str | None, typer.Option(help="Run in this directory and keep it (server log, store, "
+                                                     "the tasks' markers), to look into a failing seed.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (always JSON; kept for scripts).")] = True,
+) -> None:
+    """A seeded chaos soak of a real controller: jobs, device and link faults, kill -9, cancels; then the
+    invariants (JSON out; exit 1 when one fails, with the command that replays the seed)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from disagg.bench.chaos import ChaosOptions, run_chaos
+
+    if minutes is not None and seconds is not None:
+        raise fail("--minutes and --seconds: give one of them, not both")
+    length = seconds if seconds is not None else (minutes if minutes is not None else 2.0) * 60
+    opts = ChaosOptions(seconds=length, seed=seed, tenants=tenants, rate=rate, latency_scale=latency_scale,
+                        max_wait_rounds=max_wait_rounds, drain_s=drain_s, keep_dir=keep_dir)
+    with Progress(console=Console(stderr=True), auto_refresh=False, transient=True) as bar:
+        task = bar.add_task(f"chaos seed {seed}", total=length)
+
+        def advance(done: float, total: float, phase: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"chaos seed {seed}: {phase}")
+            bar.refresh()
+
+        result = run_chaos(serve_main, opts, advance)
+    _print_results([result])
+    if result["violations"]:
+        sys.stderr.write(f"invariants failed; replay: {result['replay']}\n")
         raise typer.Exit(1)
 
 
