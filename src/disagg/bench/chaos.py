@@ -68,7 +68,7 @@ from disagg.bench.crash import (
     forget_jobs_dir,
     shared_file,
 )
-from disagg.model.states import JobReason, JobState
+from disagg.model.states import DeviceState, JobReason, JobState, LinkState
 
 if TYPE_CHECKING:
     from disagg.store import Store
@@ -193,9 +193,9 @@ class _Soak:
         """What is free and reachable now: devices and links from the API, room from the store's snapshot."""
         devices = every_item(self.server.url, "/v1/devices?limit=500", "devices", self.headers)
         down = {lk["id"] for lk in every_item(self.server.url, "/v1/links?limit=500", "links", self.headers)
-                if lk["state"] != "up"}
-        count: Counter[str] = Counter(d["kind"] for d in devices
-                                      if d["state"] == "free" and d.get("reachable", True) and not d["drained"])
+                if lk["state"] != LinkState.UP}
+        # one word per device: `free` is neither attached, drained, failed nor cut off by a down link
+        count: Counter[str] = Counter(d["kind"] for d in devices if d["state"] == DeviceState.FREE)
         snapshot = self.store.cluster()
         room = {m.name: [m.cpus, m.memory_gb] for m in snapshot.machines}
         for a in snapshot.allocations:
