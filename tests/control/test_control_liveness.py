@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from control_helpers import body, job, make_service
+from fastapi.testclient import TestClient
 
+from disagg.api import create_app
 from disagg.control.service import Service
-from disagg.model.states import JobState
+from disagg.model.states import JobReason, JobState
 
 
 def _submit(svc: Service, tenant: str, name: str, **tasks: Any) -> str:
@@ -56,3 +58,74 @@ def test_a_job_waiting_for_its_own_quota_reserves_nothing(carol_and_dave: Servic
     _rounds(svc, 1)
     assert job(svc, d4)["state"] == JobState.COMPOSING, job(svc, d4)["reason"]
     assert job(svc, c2)["state"] == JobState.QUEUED
+
+
+# -- reproduction 3: a job above its tenant's limit -----------------------------------------------------
+
+
+@pytest.fixture
+def eve_and_alice(tmp_path: Path) -> Iterator[tuple[Service, TestClient, dict[str, str]]]:
+    """eve may hold 1 GPU and cannot borrow (no cohort); alice has a quota of 2 and may borrow 2 in lab."""
+    alice = {"name": "alice", "cohort": "lab", "quota": {"gpu": 2}, "borrow": {"gpu": 2}}
+    svc = make_service(tmp_path, tenants=[{"name": "eve", "quota": {"gpu": 1}}, alice])
+    tokens = {n: svc.store.create_token(n, admin=n == "admin") for n in ("admin", "eve", "alice")}
+    with TestClient(create_app(svc.jobs)) as client:
+        yield svc, client, tokens
+    svc.close()
+
+
+def _post(client: TestClient, token: str, name: str, **tasks: Any) -> Any:
+    return client.post("/v1/jobs", json=body(name, ["true"], **tasks), headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_job_above_its_tenants_limit_is_refused_at_submit(eve_and_alice: tuple[Service, TestClient,
+                                                                                 dict[str, str]]) -> None:
+    """Reproduction 3: eve's 2-GPU job and her 2×1-GPU gang used to get 201 and wait forever while all five
+    GPUs were free. Both are refused with a 422 naming the tenant, the resource, the limit and the ask."""
+    svc, client, tokens = eve_and_alice
+    two = _post(client, tokens["eve"], "two", gpu=2)
+    assert two.status_code == 422, two.text
+    detail = two.json()["detail"]
+    assert "tenant eve may hold at most 1 gpu" in detail and "the job asks for 2 gpu" in detail, detail
+    gang = _post(client, tokens["eve"], "gang", gpu=1, count=2)
+    assert gang.status_code == 422, gang.text
+    assert "the job asks for 2 gpu (2 tasks × 1 gpu)" in gang.json()["detail"]
+    assert _post(client, tokens["eve"], "one", gpu=1).status_code == 201
+    # alice may borrow: 4 GPUs is her limit, 5 is refused, and a job that is not preemptible may not borrow
+    assert _post(client, tokens["alice"], "four", gpu=4).status_code == 201
+    five = _post(client, tokens["alice"], "five", gpu=5)
+    assert five.status_code == 422 and "at most 4 gpu (quota 2 + borrow 2)" in five.json()["detail"]
+    firm = client.post("/v1/jobs", json=body("firm", ["true"], gpu=3) | {"preemptible": False},
+                       headers={"Authorization": f"Bearer {tokens['alice']}"})
+    assert firm.status_code == 422 and "not preemptible may not borrow" in firm.json()["detail"]
+    assert svc.store.queued_counts() == {"eve": 1, "alice": 1}
+
+
+def test_a_lowered_limit_fails_the_queued_jobs_it_leaves_above_it(eve_and_alice: tuple[Service, TestClient,
+                                                                                       dict[str, str]]) -> None:
+    """An admin lowers alice's limit from 4 GPUs to 1: her queued 3-GPU job could never run now and fails at
+    once with the reason; her 1-GPU job stays queued (docs/fairness.md, "A lowered limit")."""
+    svc, client, tokens = eve_and_alice
+    big = _post(client, tokens["alice"], "big", gpu=3).json()["id"]
+    small = _post(client, tokens["alice"], "small", gpu=1).json()["id"]
+    put = client.put("/v1/tenants/alice", json={"cohort": "lab", "quota": {"gpu": 1}},
+                     headers={"Authorization": f"Bearer {tokens['admin']}"})
+    assert put.status_code == 200, put.text
+    failed = job(svc, big)
+    assert failed["state"] == JobState.FAILED and failed["reason_code"] == JobReason.OVER_LIMIT, failed
+    assert "tenant alice may hold at most 1 gpu (quota 1 + borrow 0); the job asks for 3 gpu" in failed["reason"]
+    assert job(svc, small)["state"] == JobState.QUEUED
+    assert _post(client, tokens["alice"], "again", gpu=3).status_code == 422, "the submit path knows at once"
+
+
+def test_the_loop_fails_a_queued_job_above_a_limit_it_did_not_see_lowered(
+        eve_and_alice: tuple[Service, TestClient, dict[str, str]]) -> None:
+    """A limit lowered behind the API's back (another process, or within the submit path's second of
+    staleness): the next round fails the job instead of planning it forever."""
+    svc, client, tokens = eve_and_alice
+    big = _post(client, tokens["alice"], "big", gpu=3).json()["id"]
+    svc.store.put_tenant("alice", {"cohort": "lab", "quota": {"gpu": 2}})
+    svc.controller.schedule()
+    failed = job(svc, big)
+    assert failed["state"] == JobState.FAILED and failed["reason_code"] == JobReason.OVER_LIMIT, failed
+    assert "at most 2 gpu (quota 2 + borrow 0); the job asks for 3 gpu" in failed["reason"]

@@ -191,6 +191,8 @@ class Controller:
     def schedule(self) -> Decisions | None:
         """Plan on a snapshot and commit; re-plan what conflicted on a fresh snapshot (at most `replans`)."""
         queue = self._queue()
+        if queue and self.tenancy.on:
+            queue = self._refuse_beyond_limits(queue)
         if not queue:
             return None
         t0 = time.perf_counter()
@@ -217,6 +219,16 @@ class Controller:
                            "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed,
                            "backfilled": decisions.stats.get("backfilled", 0)}
         return decisions
+
+    def _refuse_beyond_limits(self, queue: list[Job]) -> list[Job]:
+        """Fail the queued jobs their tenant's limits would never let run (reason `over-limit`: a limit
+        lowered since they were submitted); the rest of `queue`."""
+        why = self.tenancy.beyond_limits(queue)
+        if not why:
+            return queue
+        for job_id in self.store.fail_beyond_limit(why):
+            log.info("job %s failed: %s", job_id, why[job_id])
+        return [j for j in queue if j.name not in why]
 
     def plan(self, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
         """The policy's decisions on a fresh snapshot (pure: nothing is written): the window `queue`, then
