@@ -129,3 +129,47 @@ def test_the_loop_fails_a_queued_job_above_a_limit_it_did_not_see_lowered(
     failed = job(svc, big)
     assert failed["state"] == JobState.FAILED and failed["reason_code"] == JobReason.OVER_LIMIT, failed
     assert "at most 2 gpu (quota 2 + borrow 0); the job asks for 3 gpu" in failed["reason"]
+
+
+# -- reproduction 1, the loop's side: a conflict that repeats is named -------------------------------------
+
+
+def test_a_commit_conflict_that_repeats_is_named_and_the_controller_degraded(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot that offers what the commit refuses (here: a drained P40 shown healthy, as a down link's
+    paths were offered in reproduction 1) makes the same job conflict round after round. The first
+    conflict is a race; the second, in the next round, is named: a warning, an event on the job, the
+    metric, and /healthz degraded with the cause."""
+    from dataclasses import replace
+
+    svc = make_service(tmp_path)
+    try:
+        svc.store.drain_device("iobox0/gpu4")
+        real = svc.controller.snapshot
+
+        def stale(queue: list[Any]) -> Any:
+            snap = real(queue)
+            return replace(snap, devices=tuple(replace(d, health="healthy") for d in snap.devices))
+
+        monkeypatch.setattr(svc.controller, "snapshot", stale)
+        pinned = _submit(svc, "t", "p40", gpu_model="P40")
+        metric = 'disagg_repeated_conflicts_total 0.0'
+        _rounds(svc, 1)
+        assert "placement conflict" in (job(svc, pinned)["reason"] or "")
+        assert "trouble" not in svc.controller.round_info(), "one conflict is a race"
+        assert metric in svc.jobs.metrics.render().decode()
+        _rounds(svc, 1)
+        trouble = svc.controller.round_info().get("trouble")
+        assert trouble is not None and "placement conflict repeated" in trouble["cause"] and pinned in trouble["cause"]
+        assert 'disagg_repeated_conflicts_total 1.0' in svc.jobs.metrics.render().decode()
+        notes = [e for e in svc.store.job_events(pinned) if "placement conflict again" in (e["why"] or "")]
+        assert len(notes) == 1 and "iobox0/gpu4" in notes[0]["why"], notes
+        _rounds(svc, 2)
+        notes = [e for e in svc.store.job_events(pinned) if "placement conflict again" in (e["why"] or "")]
+        assert len(notes) == 1, "one event when the repeat begins, not one a round"
+        assert 'disagg_repeated_conflicts_total 3.0' in svc.jobs.metrics.render().decode()
+        with TestClient(create_app(svc.jobs)) as client:
+            health = client.get("/healthz").json()
+        assert health["status"] == "degraded" and "placement conflict repeated" in health["cause"]
+    finally:
+        svc.close()
