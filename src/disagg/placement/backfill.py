@@ -117,8 +117,12 @@ def place_round(policy: Policy, snapshot: Cluster, window: Sequence[Job], extra:
     if starving_after is not None and head.wait_rounds >= starving_after:
         # The head has starved long enough: the younger jobs of the window backfill around it too.
         at = next(i for i, j in enumerate(window) if j.name == head.name)
-        younger = list(window[at + 1:])
-        first = policy.place(snapshot, window[:at + 1], now, rng, clock)
+        # a claim whose victims have stopped (`Tenancy.claims`) goes with the first pass, which places it
+        # before everyone (else an older job there takes back what was reclaimed for it)
+        claims = snapshot.tenancy.claims if snapshot.tenancy is not None else frozenset()
+        younger = [j for j in window[at + 1:] if j.name not in claims]
+        first = policy.place(snapshot, [*window[:at + 1], *(j for j in window[at + 1:] if j.name in claims)],
+                             now, rng, clock)
         if head.name not in {u.job for u in first.unplaced if u.reason not in OWN_LIMITS}:
             younger_first = policy.place(holding_placed(snapshot, first.placed, jobs, now), younger, now, rng,
                                          clock)
