@@ -87,3 +87,21 @@ def test_a_claim_preempts_the_fewest_jobs_that_free_what_it_needs(policy: str) -
     claim = Job("b1", "rodinia/nw", TaskRequest(1, 1.0, 1.0, {"gpu": 2}), 90.0, tenant="bob")
     d = FairPolicy(get_policy(policy)).place(snapshot, [claim], 100.0, np.random.default_rng(0))
     assert [p.job for p in d.preempted] == ["big"], d.preempted
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_claim_preempts_beside_a_borrowers_placement_in_the_first_pass(policy: str) -> None:
+    """alice's old job takes the last free GPU in the first pass of a round with a starving head (dave's,
+    needing 2 GPUs); bob's younger 1-GPU claim, in the second pass, must see alice borrowing 1 and
+    reclaim it. (The second pass used to see alice's new placement as nobody's: alice at her quota, no
+    one to reclaim from, and bob waited with nothing preempted while the head starved.)"""
+    allocations, holders = _running({"a1": ("alice", 0), "a4": ("alice", 1), "c1": ("carol", 2),
+                                     "d1": ("dave", 3)})
+    cluster = replace(make_cluster(machines=1, gpus=5, cpus=20), allocations=allocations)
+    snapshot = cluster.with_tenancy(Tenancy(TENANTS, holders))
+    head = Job("head", "rodinia/nw", TaskRequest(1, 1.0, 1.0, {"gpu": 2}), 10.0, tenant="dave", wait_rounds=200)
+    window = [_gpu_job("a2", "alice", 0.0, wait_rounds=300), head, _gpu_job("b1", "bob", 50.0)]
+    done = place_round(FairPolicy(get_policy(policy)), snapshot, window, [], 100.0, np.random.default_rng(0),
+                       starving_after=100)
+    assert [p.job for p in done.decisions.placed] == ["a2"]
+    assert [(p.job, p.for_job) for p in done.decisions.preempted] == [("a4", "b1")], done.decisions.preempted
