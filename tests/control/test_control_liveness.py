@@ -173,3 +173,30 @@ def test_a_commit_conflict_that_repeats_is_named_and_the_controller_degraded(tmp
         assert health["status"] == "degraded" and "placement conflict repeated" in health["cause"]
     finally:
         svc.close()
+
+
+# -- reproduction 6: preemption takes no more than it needs -------------------------------------------------
+
+
+def test_bobs_claim_for_one_gpu_preempts_one_of_alices_jobs_while_carols_blocked_job_starves(tmp_path: Path) -> None:
+    """Reproduction 6: alice borrows 2 of the 5 GPUs, carol holds the fifth and her second job waits for
+    her own quota past the starvation bound; bob claims 1 GPU within his quota. One of alice's jobs is
+    preempted, not two (it was two once carol's job had starved: its reservation counted as held)."""
+    tenants = [{"name": "alice", "cohort": "lab", "quota": {"gpu": 2}, "borrow": {"gpu": 3}},
+               {"name": "bob", "cohort": "lab", "quota": {"gpu": 3}, "borrow": {"gpu": 2}},
+               {"name": "carol", "quota": {"gpu": 1}}]
+    svc = make_service(tmp_path, tenants=tenants, starvation_rounds=2)
+    try:
+        alice = [_submit(svc, "alice", f"a{i}", gpu_model="P100") for i in range(4)]
+        c1 = _submit(svc, "carol", "c1", gpu_model="P40")
+        _rounds(svc, 1)
+        assert all(job(svc, j)["state"] == JobState.COMPOSING for j in [*alice, c1]), "the five GPUs are held"
+        c2 = _submit(svc, "carol", "c2")
+        _rounds(svc, 4)
+        assert job(svc, c2)["wait_rounds"] >= 2 and "waits for its own quota" in job(svc, c2)["reason"]
+        b1 = _submit(svc, "bob", "b1")
+        decisions = svc.controller.schedule()
+        assert decisions is not None
+        assert [(p.for_job, p.tenant) for p in decisions.preempted] == [(b1, "alice")], decisions.preempted
+    finally:
+        svc.close()
