@@ -20,6 +20,7 @@ import anyio.to_thread
 from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
 from disagg.control.metrics import ControllerMetrics
+from disagg.control.tenants import SubmitLimits, TenantDirectory
 from disagg.engines.base import Engine, LogPage
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
@@ -82,6 +83,7 @@ class JobService:
         self._cluster: Cluster = store.cluster()
         self._jobs: GroupInsert = store.submissions()
         self.queued = QueueCounts(store)
+        self.limits = SubmitLimits(TenantDirectory(store, config))
 
     def close(self) -> None:
         self._jobs.close()
@@ -101,6 +103,8 @@ class JobService:
                 return found, False
         if self.queued.stale():
             self.queued.refresh()
+        if self.limits.stale():
+            self.limits.refresh()
         values = self._new_job(tenant, request, idempotency_key, digest)
         try:
             self._jobs.insert(values).result()
@@ -121,17 +125,25 @@ class JobService:
             return await anyio.to_thread.run_sync(self.submit, tenant, request, idempotency_key)
         if self.queued.stale():  # once a second: one query, off the event loop
             await anyio.to_thread.run_sync(self.queued.refresh)
+        if self.limits.stale():
+            await anyio.to_thread.run_sync(self.limits.refresh)
         values = self._new_job(tenant, request, None, _digest(request))
         await asyncio.wrap_future(self._jobs.insert(values))
         self.wake()
         return job_dict(values), True
 
     def _new_job(self, tenant: str, request: dict[str, Any], key: str | None, digest: str) -> dict[str, Any]:
-        """The stored columns of a new job; JobRejected when it can never fit on this cluster."""
-        why = never_fits(Job(name="probe", image=request["image"], tasks=_task_request(request["tasks"])),
-                         self._cluster)
+        """The stored columns of a new job; JobRejected when it can never fit on this cluster, or above what
+        its tenant may ever hold (`placement.quota.beyond_limit`: the 422 names the tenant, the resource,
+        the limit and the ask)."""
+        probe = Job(name="probe", image=request["image"], tasks=_task_request(request["tasks"]), tenant=tenant,
+                    preemptible=request.get("preemptible", True) is not False)
+        why = never_fits(probe, self._cluster)
         if why:
             raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
+        why = self.limits.problem(tenant, probe)
+        if why:
+            raise JobRejected("tasks", f"the job can never fit its tenant's limit: {why}")
         self.queued.admit(tenant, self.config.max_queued_per_tenant)
         return new_job_row(tenant, request, key, digest, time.time())
 

@@ -20,6 +20,11 @@ One thread runs rounds; each round, in order:
   4. dispatch  — hand slices that are composing or tearing down to worker threads (one per slice).
 A submission wakes the loop at once; otherwise it runs every `tick_s`.
 
+A commit conflict is a race (something changed between the snapshot and the commit) once; the same job
+conflicting again in the next round is a bug — the snapshot offers what the commit knows is not there —
+and the loop names it: a warning, an event on the job, `disagg_repeated_conflicts_total`, and `/healthz`
+`degraded` with the cause while it lasts (`_note_conflicts`).
+
 No single job stops the cluster: if the policy fails on a round's queue (an input that slipped past
 the API's bounds, a bug), the loop bisects the queue on the same snapshot, fails the jobs whose
 planning fails on their own (reason `unplaceable`, with the error) and places the others in the
@@ -95,6 +100,8 @@ class Controller:
         self.collect: Callable[[], None] | None = None  # retention: removes what ended long ago
         self._next_collect = time.monotonic() + 10.0
         self.trouble: dict[str, Any] | None = None  # the last failed round: its cause and when
+        self._conflicts: dict[str, str] = {}  # the last round's commit conflicts: job → why
+        self._repeating: set[str] = set()  # jobs whose conflict repeats, round after round
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -192,6 +199,8 @@ class Controller:
     def schedule(self) -> Decisions | None:
         """Plan on a snapshot and commit; re-plan what conflicted on a fresh snapshot (at most `replans`)."""
         queue = self._queue()
+        if queue and self.tenancy.on:
+            queue = self._refuse_beyond_limits(queue)
         if not queue:
             return None
         t0 = time.perf_counter()
@@ -201,6 +210,7 @@ class Controller:
         result = self.store.commit_placements(decisions, considered)
         placed, replans = len(result.placed), 0
         preempted: list[Preemption] = list(decisions.preempted)
+        conflicts = dict(result.conflicts)
         while result.conflicts and replans < self.config.replans:
             replans += 1
             retry, retry_extra = self._conflicted(result, queue, extra)
@@ -208,6 +218,8 @@ class Controller:
             preempted += again.preempted
             result = self.store.commit_placements(again, [j.name for j in retry + retry_extra], count_wait=False)
             placed += len(result.placed)
+            conflicts.update(result.conflicts)
+        self._note_conflicts(conflicts)
         if preempted:
             self.preempter.start(preempted)
         elapsed = time.perf_counter() - t0
@@ -218,6 +230,41 @@ class Controller:
                            "unplaced": len(decisions.unplaced), "replans": replans, "round_s": elapsed,
                            "backfilled": decisions.stats.get("backfilled", 0)}
         return decisions
+
+    def _note_conflicts(self, conflicts: dict[str, str]) -> None:
+        """Name a commit conflict that repeats for the same job in consecutive rounds: the policy's snapshot
+        offered what the commit knows is not there (a down link, a failed device), which is a bug, not a
+        race. A warning and an event on the job when the repeat begins; each round it lasts, the metric
+        `disagg_repeated_conflicts_total` and `/healthz` degraded with the cause. The round has re-planned
+        those jobs on a fresh snapshot already (the refresh path)."""
+        repeated = {job: why for job, why in conflicts.items() if job in self._conflicts}
+        self._conflicts = conflicts
+        if not repeated:
+            self._repeating = set()
+            return
+        self.metrics.repeated_conflicts.inc(len(repeated))
+        shown = "; ".join(f"{job}: {why}" for job, why in list(repeated.items())[:3])
+        more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
+        cause = (f"placement conflict repeated for {len(repeated)} job(s) in consecutive rounds ({shown}{more}): "
+                 "the policy's snapshot offers what the commit refuses")
+        self.trouble = {"cause": cause[:500], "at": time.time()}
+        new = {job: why for job, why in repeated.items() if job not in self._repeating}
+        self._repeating = set(repeated)
+        if new:
+            log.warning("%s", cause)
+            self.store.note_jobs({job: f"placement conflict again, a round after the last: {why} (the policy's "
+                                       "snapshot offers what the commit refuses: a bug; re-planned on a fresh "
+                                       "snapshot)" for job, why in new.items()})
+
+    def _refuse_beyond_limits(self, queue: list[Job]) -> list[Job]:
+        """Fail the queued jobs their tenant's limits would never let run (reason `over-limit`: a limit
+        lowered since they were submitted); the rest of `queue`."""
+        why = self.tenancy.beyond_limits(queue)
+        if not why:
+            return queue
+        for job_id in self.store.fail_beyond_limit(why):
+            log.info("job %s failed: %s", job_id, why[job_id])
+        return [j for j in queue if j.name not in why]
 
     def plan(self, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
         """The policy's decisions on a fresh snapshot (pure: nothing is written): the window `queue`, then

@@ -96,6 +96,12 @@ class ControllerMetrics:
             "Scheduling rounds that failed (wholly, or until the jobs they failed on were set aside).",
             registry=self.loop_registry,
         )
+        self.repeated_conflicts = Counter(
+            "disagg_repeated_conflicts",
+            "Commit conflicts that repeated for the same job in consecutive rounds: the policy's snapshot "
+            "offered what the commit knows is not there (a bug; /healthz says degraded).",
+            registry=self.loop_registry,
+        )
         self.set_aside = Counter(
             "disagg_jobs_set_aside",
             "Jobs failed because planning them made a scheduling round fail.",

@@ -22,10 +22,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from disagg.control.config import Config
-from disagg.model import Cluster, SpecError
+from disagg.model import Cluster, Job, SpecError
 from disagg.model.states import JobState
 from disagg.model.tenancy import Tenancy
 from disagg.model.tenants import Tenant, Tenants, merge_tenants, parse_tenants, tenant_entry
+from disagg.placement.quota import beyond_limit
 from disagg.placement.usage import by_tenant, decay, dominant_share, held_by_job
 from disagg.store import Principal, Store
 
@@ -53,6 +54,13 @@ class TenantDirectory:
         merged = merge_tenants(self.base, overrides, f"tenant {name}")
         self.store.put_tenant(name, {k: v for k, v in tenant_entry(merged.get(name)).items() if k != "name"})
         return merged.get(name)
+
+    def enforce(self, name: str) -> list[str]:
+        """Fail the queued jobs of `name` that its limits, as they are now, would never let run (an
+        admin lowered them: `docs/fairness.md`, "A lowered limit"); returns them."""
+        tenant = self.tenants().get(name)
+        why = {j.name: w for j in self.store.queued_of(name) if (w := beyond_limit(tenant, j)) is not None}
+        return self.store.fail_beyond_limit(why)
 
     def views(self, who: Principal) -> list[dict[str, Any]]:
         """Each tenant as `GET /v1/tenants` shows it; a tenant sees only itself, an admin everyone."""
@@ -86,6 +94,34 @@ def _view(t: Tenant, held: Mapping[str, float], decayed: Mapping[str, float], co
     }
 
 
+class SubmitLimits:
+    """The tenants' limits as the submit path checks them: the effective spec, re-read at most every
+    REFRESH_S, so that a submission costs no query. A job that slips past a limit lowered within that
+    second is failed by the loop's own check (`TenancyKeeper.beyond_limits`) before it is planned."""
+
+    REFRESH_S = 1.0
+
+    def __init__(self, directory: TenantDirectory) -> None:
+        self.directory = directory
+        self.tenants = Tenants()
+        self.read_at = -1e9
+
+    def stale(self) -> bool:
+        return time.monotonic() - self.read_at > self.REFRESH_S
+
+    def refresh(self) -> None:
+        try:
+            self.tenants = self.directory.tenants()
+        except SpecError:
+            self.tenants = self.directory.base
+        self.read_at = time.monotonic()
+
+    def problem(self, tenant: str, job: Job) -> str | None:
+        """Why `job` could never run for `tenant` (`placement.quota.beyond_limit`), or None."""
+        t = self.tenants.by_name.get(tenant)
+        return None if t is None else beyond_limit(t, job)
+
+
 class TenancyKeeper:
     """The loop's side: each round's `Tenancy` (None without tenants), and the decayed usage."""
 
@@ -104,6 +140,18 @@ class TenancyKeeper:
             return self.directory.tenants()
         except SpecError:
             return self.directory.base  # an override that no longer fits the config's spec: the config's
+
+    def beyond_limits(self, queue: list[Job]) -> dict[str, str]:
+        """The jobs of `queue` their tenant's limits would never let run, with why (a limit lowered since
+        they were submitted, or within the second the submit path's copy of the spec was stale)."""
+        tenants = self._tenants()
+        out = {}
+        for job in queue:
+            t = tenants.by_name.get(job.tenant)
+            why = beyond_limit(t, job) if t is not None else None
+            if why is not None:
+                out[job.name] = why
+        return out
 
     def round(self, snapshot: Cluster, claims: frozenset[str] = frozenset()) -> Tenancy | None:
         """The tenancy of a round on `snapshot`; decays the usage up to now and saves it now and then.
@@ -163,4 +211,4 @@ def check_entry(name: str, entry: Mapping[str, Any]) -> None:
     parse_tenants([{**dict(entry), "name": name}], f"tenant {name}")
 
 
-__all__ = ["TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry"]
+__all__ = ["SubmitLimits", "TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry"]

@@ -113,6 +113,7 @@ class JobReason(StrEnum):
     PREEMPTED = "preempted"                  # stopped to give back what its tenant borrowed; waiting again
     REFUSED = "refused"                      # the engine would not run it (no Unix user it may run as)
     UNPLACEABLE = "unplaceable"              # planning it made a scheduling round fail: set aside
+    OVER_LIMIT = "over-limit"                # its request is above what its tenant may ever hold (a lowered limit)
 
 
 class DeviceState(StrEnum):

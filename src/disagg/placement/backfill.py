@@ -22,23 +22,33 @@ against the younger jobs of the window too (pass 1 then places only the jobs up 
 2 the rest of the window and the representatives): once W passes the bound, no job submitted after
 it takes what it waits for (the liveness rule, docs/design-decisions.md).
 
+Only a job that starves for the cluster's sake is a head: one the policy left waiting because the
+cluster has no room for it now. A job held back by its own tenant's quota or limit (`Reason.QUOTA`,
+`OWN_LIMITS`) is not starving — room would not help it — and never reserves anything, however long its W
+(a job on hold is not in the queue at all): else it would keep from every other tenant what it could not
+take itself (issue 21).
+
 Pure: the policy is pure, and so is this. `rng` is the round's; the reservation draws from a child of
 it so that pass 1 sees the stream it saw before backfill existed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from disagg.model import Allocation, Cluster, Job
+from disagg.model.tenancy import Holder
 from disagg.placement.base import Clock, Policy, no_clock
-from disagg.placement.decisions import Decisions, JobPlacement, Unplaced
+from disagg.placement.decisions import Decisions, JobPlacement, Reason, Unplaced
 
 #: The job name a reservation's allocations carry (what `FreeState` sees as running there).
 RESERVED = "reserved-for-"
+#: Why a job waits that room on the cluster would not cure: it is held back by its own tenant. Such a
+#: job is never the head: it reserves nothing.
+OWN_LIMITS = frozenset({Reason.QUOTA})
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,22 @@ def holding(snapshot: Cluster, extra: tuple[Allocation, ...]) -> Cluster:
     return replace(snapshot, allocations=snapshot.allocations + extra) if extra else snapshot
 
 
+def holding_placed(snapshot: Cluster, placed: Sequence[JobPlacement], jobs: Mapping[str, Job], now: float,
+                   extra: tuple[Allocation, ...] = ()) -> Cluster:
+    """The snapshot with a first pass's placements (and `extra`, a reservation) held as if they ran. With
+    tenants, the placements count for their jobs' tenants (a second pass books quotas on top of them,
+    else a tenant could take its quota once per pass); they are never preemption's victims (nothing of
+    them runs yet)."""
+    after = holding(snapshot, as_allocations(placed) + extra)
+    tenancy = snapshot.tenancy
+    if tenancy is None or not placed:
+        return after
+    holders = dict(tenancy.holders)
+    for p in placed:
+        holders[p.job] = Holder(jobs[p.job].tenant, False, now)
+    return after.with_tenancy(replace(tenancy, holders=holders))
+
+
 def reservation(policy: Policy, snapshot: Cluster, head: Job, now: float, rng: np.random.Generator,
                 clock: Clock = no_clock) -> JobPlacement | None:
     """Where `policy` would put `head` on the idle cluster (nothing running, nothing else placed); None
@@ -79,30 +105,42 @@ def place_round(policy: Policy, snapshot: Cluster, window: Sequence[Job], extra:
     `extra`: the representatives of the rest of the queue (placed only where the head's reservation is
     not); `starving_after`: the W from which the head's reservation holds against the window too."""
     first = policy.place(snapshot, window, now, rng, clock)
-    waiting = {u.job for u in first.unplaced}
-    head = next((j for j in window if j.name in waiting), None)
+    head = starving_head(window, first.unplaced)
+    jobs = {j.name: j for j in window}
     if not extra and (head is None or starving_after is None or head.wait_rounds < starving_after):
         return Round(first)
-    if head is None:  # the whole window placed: nothing to reserve, the rest backfills beside it
-        second = policy.place(holding(snapshot, as_allocations(first.placed)), extra, now, rng, clock)
+    if head is None:  # nothing in the window starves for room: nothing to reserve, the rest backfills beside it
+        second = policy.place(holding_placed(snapshot, first.placed, jobs, now), extra, now, rng, clock)
         return Round(_merge(policy.name, first, second, tuple(j.name for j in extra)), None, None,
                      tuple(j.name for j in extra))
     younger: list[Job] = []
     if starving_after is not None and head.wait_rounds >= starving_after:
         # The head has starved long enough: the younger jobs of the window backfill around it too.
         at = next(i for i, j in enumerate(window) if j.name == head.name)
-        younger = list(window[at + 1:])
-        first = policy.place(snapshot, window[:at + 1], now, rng, clock)
-        if head.name not in {u.job for u in first.unplaced}:
-            younger_first = policy.place(holding(snapshot, as_allocations(first.placed)), younger, now, rng, clock)
+        # a claim whose victims have stopped (`Tenancy.claims`) goes with the first pass, which places it
+        # before everyone (else an older job there takes back what was reclaimed for it)
+        claims = snapshot.tenancy.claims if snapshot.tenancy is not None else frozenset()
+        younger = [j for j in window[at + 1:] if j.name not in claims]
+        first = policy.place(snapshot, [*window[:at + 1], *(j for j in window[at + 1:] if j.name in claims)],
+                             now, rng, clock)
+        if head.name not in {u.job for u in first.unplaced if u.reason not in OWN_LIMITS}:
+            younger_first = policy.place(holding_placed(snapshot, first.placed, jobs, now), younger, now, rng,
+                                         clock)
             return Round(_merge(policy.name, first, younger_first, ()))
     child = np.random.default_rng(rng.integers(2**63))
     target = reservation(policy, snapshot, head, now, child, clock)
-    held = as_allocations(first.placed) + (as_allocations([target], RESERVED) if target else ())
+    reserved = as_allocations([target], RESERVED) if target else ()
     backfill = [*younger, *extra]
-    second = policy.place(holding(snapshot, held), backfill, now, rng, clock)
+    second = policy.place(holding_placed(snapshot, first.placed, jobs, now, reserved), backfill, now, rng, clock)
     return Round(_merge(policy.name, first, second, tuple(j.name for j in extra), head.name if target else None),
                  head.name, target, tuple(j.name for j in backfill))
+
+
+def starving_head(window: Sequence[Job], unplaced: Sequence[Unplaced]) -> Job | None:
+    """The oldest window job left waiting for the cluster's sake (not by its own tenant's limits:
+    `OWN_LIMITS`), or None."""
+    waiting = {u.job for u in unplaced if u.reason not in OWN_LIMITS}
+    return next((j for j in window if j.name in waiting), None)
 
 
 def _merge(name: str, first: Decisions, second: Decisions, extra: tuple[str, ...], head: str | None = None

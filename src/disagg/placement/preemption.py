@@ -13,7 +13,12 @@ among the running jobs of the other tenants of its cohort:
 - cheapest first: least progress lost (the most recently started), then the tenant most over its
   share, then by name — added until what they give back covers the claimant's shortfall and the
   claimant really fits on the cluster without them (a fit check with the round's own policy), then
-  any victim the cover does not need is left out again.
+  any victim the cover does not need is left out again;
+- the fewest: when that leaves more than one victim, smaller sets of candidates are tried, one victim,
+  then two, … (cheapest first among sets of a size; bounded by `MAX_VICTIM_SETS` and the fit checks),
+  and the first that covers the shortfall and lets the claimant fit is taken instead;
+- a starving head's reservation (`backfill`) is not counted as held: it names what is free or held by
+  a running job already, and counting it again made a claim look short of more than it is.
 
 A claimant for whom victims are already in their grace period waits for them ("waiting for 2 gpu
 reclaimed from alice (preempting j-…, grace 30 s)") and none are added. A claimant that would not
@@ -25,10 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 
 from disagg.model import Allocation, Cluster, Job
 from disagg.model.tenancy import Tenancy
 from disagg.model.tenants import Tenant
+from disagg.placement.backfill import RESERVED
 from disagg.placement.commit import EPS
 from disagg.placement.decisions import JobPlacement, Preemption
 from disagg.placement.quota import what
@@ -38,6 +45,8 @@ from disagg.placement.usage import Usage, add, by_tenant, dominant_share, placem
 MAX_CLAIMANTS = 8
 #: At most this many fit checks per round (each is a one-job round of the policy).
 MAX_FIT_CHECKS = 8
+#: At most this many sets of victims are looked at per claim in the search for fewer victims (`_fewest`).
+MAX_VICTIM_SETS = 512
 #: The resources a shortfall is looked for in (network is the fit check's to find).
 _SHORT_OF = ("cpus", "memory_gb", "gpu", "nvme", "fpga", "memory")
 
@@ -135,10 +144,15 @@ def plan_preemptions(snapshot: Cluster, tenancy: Tenancy, per_job: Mapping[str, 
 
 
 def _free(snapshot: Cluster, cap: Usage, placed: Sequence[JobPlacement]) -> Usage:
-    """What the cluster has free of each resource once this round's placements start."""
+    """What the cluster has free of each resource once this round's placements start. A starving head's
+    reservation (`backfill.RESERVED`) is not a use of anything — what it names is free or held by a
+    running job already — so it is not counted: counted, it doubled what it overlaps and made a claim
+    look short of more than it is, and preempt more than it needs (issue 21)."""
     held: Usage = {"cpus": 0.0, "memory_gb": 0.0}
     kind_of: dict[str, str] | None = None
     for a in snapshot.allocations:
+        if a.job.startswith(RESERVED):
+            continue
         held["cpus"] += a.cpus
         held["memory_gb"] += a.memory_gb
         if a.devices:
@@ -171,6 +185,9 @@ def _victims(claims: _Claims, job: Job, t: Tenant, need: Usage,
         found = _cover(claims, job, need, short, order, fits)
         if found is not None:
             chosen, placement = _trim(claims, job, need, short, *found, fits) or found
+            if len(chosen) > 1:
+                chosen, placement = _fewest(claims, job, need, short, candidates, len(chosen) - 1, fits) or (
+                    chosen, placement)
             return _commit(claims, job, chosen, placement), chosen
         if claims.fit_checks >= MAX_FIT_CHECKS:
             break
@@ -198,6 +215,34 @@ def _cover(claims: _Claims, job: Job, need: Usage, short: set[str], order: list[
                 return chosen, placement
             if claims.fit_checks >= MAX_FIT_CHECKS:
                 return None
+    return None
+
+
+def _fewest(claims: _Claims, job: Job, need: Usage, short: set[str], candidates: list[str], most: int,
+            fits: FitCheck) -> tuple[list[str], JobPlacement] | None:
+    """The fewest victims (at most `most`) whose stopping lets `job` fit, cheapest first among sets of
+    one size: sets of 1, 2, … candidates that cover the shortfall and are all held by borrowing, each
+    fit-checked, while `MAX_VICTIM_SETS` sets and the round's fit checks last. None: no smaller set
+    found (the greedy cover, trimmed, stands)."""
+    looked = 0
+    for k in range(1, most + 1):
+        for victims in combinations(candidates, k):
+            looked += 1
+            if looked > MAX_VICTIM_SETS or claims.fit_checks >= MAX_FIT_CHECKS:
+                return None
+            back: Usage = {}
+            taken: dict[str, Usage] = {}
+            for victim in victims:
+                u = claims.tenancy.holders[victim].tenant
+                if not _borrowed(claims, claims.tenant(u), claims.per_job[victim], taken.get(u, {})):
+                    break
+                add(back, claims.per_job[victim])
+                add(taken.setdefault(u, {}), claims.per_job[victim])
+            else:
+                if all(need.get(r, 0.0) <= claims.free.get(r, 0.0) + back.get(r, 0.0) + EPS for r in short):
+                    placement = _check(claims, job, fits, frozenset(victims))
+                    if placement is not None:
+                        return list(victims), placement
     return None
 
 

@@ -30,7 +30,7 @@ from disagg.model import Job
 from disagg.model.tenants import RESOURCES, Tenant, Tenants
 from disagg.placement.commit import EPS
 from disagg.placement.state import column
-from disagg.placement.usage import Usage
+from disagg.placement.usage import Usage, request_usage
 
 #: Shown for a resource in messages: device kinds as they are, the rest in their units.
 _UNIT = {"cpus": "cpus", "memory_gb": "GB of memory", "network_gbps": "Gb/s of network"}
@@ -47,6 +47,34 @@ def holds(tenant: Tenant, resource: str, used: float) -> str:
     borrowed = max(0.0, used - quota)
     extra = f" + borrowed {borrowed:g}" if borrowed > EPS else ""
     return f"{tenant.name} holds {what(resource, used)} (quota {quota:g}{extra})"
+
+
+def beyond_limit(tenant: Tenant, job: Job) -> str | None:
+    """Why `job` can never run for `tenant`, however long it waits: its whole request (a gang: every
+    task together) is above what the tenant may ever hold of a resource its quota names — quota +
+    borrow, or the quota alone for a tenant without a cohort (no one to lend) or a job that is not
+    preemptible (it may not borrow). None when it may run some day. Network is left out: what a job
+    draws depends on where its devices land. The message names the tenant, the resource, the limit
+    and the ask (a 422 at submit; the reason of a queued job failed when a limit is lowered)."""
+    if not tenant.quota:
+        return None
+    ask = request_usage(job)
+    tasks = job.tasks.count
+    for r, quota in tenant.quota.items():
+        n = ask.get(r, 0.0)
+        if r == "network_gbps" or n <= 0:
+            continue
+        if tenant.cohort is None:
+            limit, how = quota, f"quota {quota:g}; no cohort to borrow from"
+        elif not job.preemptible:
+            limit, how = quota, f"quota {quota:g}; a job that is not preemptible may not borrow"
+        else:
+            limit, how = tenant.limit(r), f"quota {quota:g} + borrow {tenant.borrow.get(r, 0.0):g}"
+        if n > limit + EPS:
+            gang = f" ({tasks} tasks × {what(r, n / tasks)})" if tasks > 1 else ""
+            return (f"tenant {tenant.name} may hold at most {what(r, limit)} ({how}); the job asks for "
+                    f"{what(r, n)}{gang}: it could never run")
+    return None
 
 
 @dataclass
@@ -265,4 +293,4 @@ def demand_of(queue: Sequence[Job], tenants: Tenants) -> dict[str, Usage]:
     return QueueNeeds.of(queue, tenants).demand_of(tenants)
 
 
-__all__ = ["QueueNeeds", "QuotaLedger", "demand_of", "holds", "what"]
+__all__ = ["QueueNeeds", "QuotaLedger", "beyond_limit", "demand_of", "holds", "what"]

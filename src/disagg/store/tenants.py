@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import Table, delete, func, insert, select
 
 from disagg.model import Job
-from disagg.model.states import LIVE_SLICE_STATES, Health, JobState, SliceState
+from disagg.model.states import LIVE_SLICE_STATES, Health, JobReason, JobState, SliceState
 from disagg.model.tenancy import Holder
 from disagg.placement.usage import placement_usage
 from disagg.store.base import StoreBase
 from disagg.store.jobs import model_job
-from disagg.store.lifecycle import note_job
+from disagg.store.lifecycle import JobMove, move_jobs, note_job
 from disagg.store.models import (
     DeviceRow,
     JobRow,
@@ -141,6 +141,22 @@ class TenantOps(StoreBase):
         query = select(ranked).where(ranked.c.rank <= window).order_by(ranked.c.seq)
         with self.read_core() as conn:
             return [model_job(r) for r in conn.execute(query)]
+
+    def queued_of(self, tenant: str) -> list[Job]:
+        """Every queued job of `tenant`, oldest first (a lowered limit is checked against them all)."""
+        query = select(_jobs).where(_jobs.c.state == JobState.QUEUED, _jobs.c.tenant == tenant).order_by(_jobs.c.seq)
+        with self.read_core() as conn:
+            return [model_job(r) for r in conn.execute(query)]
+
+    def fail_beyond_limit(self, why: dict[str, str]) -> list[str]:
+        """Fail queued jobs whose request is above what their tenant may ever hold (job → why, reason
+        `over-limit`); those moved (a job placed or cancelled since is left alone)."""
+        moves = [JobMove(j, JobState.FAILED, w, (JobState.QUEUED,), {"reason": w, "reason_code": JobReason.OVER_LIMIT})
+                 for j, w in why.items()]
+        if not moves:
+            return []
+        with self.write_core(urgent=True) as conn:
+            return [j for j, _ in move_jobs(conn, moves, time.time())]
 
     # --- decayed usage --------------------------------------------------------------------------
     def load_usage(self) -> dict[str, dict[str, float]]:

@@ -29,7 +29,8 @@ JobId = Annotated[str, Path(min_length=1, max_length=64,
 R422_NEVER_FITS: Responses = {422: {
     "model": S.ErrorOut,
     "description": "Bad input: the fields at fault and what is allowed; or a job that can never fit on this "
-                   "cluster, even empty (`problems[0].field` is `tasks`, the message says what it lacks).",
+                   "cluster, even empty, or above what its tenant may ever hold (`problems[0].field` is `tasks`, "
+                   "the message says what it lacks, or the tenant, the resource, the limit and the ask).",
     "content": {"application/json": {"examples": {"never-fits": {"summary": "A job larger than the cluster", "value": {
         "detail": "the job can never fit on this cluster: needs 9 gpu in all; the cluster has 5",
         "problems": [{"field": "tasks", "message": "the job can never fit on this cluster: needs 9 gpu in all; "

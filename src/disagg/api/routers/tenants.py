@@ -4,8 +4,10 @@ A tenant sees only itself; an admin sees every tenant the controller knows (from
 jobs and the tokens); `GET /v1/tenants/{name}` shows one, by its name or any unique beginning of it
 among those the caller sees (`disagg.api.ids`). `PUT /v1/tenants/{name}` (admin) replaces that
 tenant's entry of the tenants spec from the next round on; it is kept in the store, over the
-config's entry. PUT takes the name whole: it may name a tenant that does not exist yet, so a
-beginning would be ambiguous with a new one.
+config's entry. A limit lowered below what a queued job of the tenant asks for fails that job at
+once (reason `over-limit`, naming the resource, the limit and the ask: docs/fairness.md). PUT takes
+the name whole: it may name a tenant that does not exist yet, so a beginning would be ambiguous with
+a new one.
 """
 
 from __future__ import annotations
@@ -60,5 +62,7 @@ def set_tenant(name: TenantName, body: S.TenantIn, who: Admin, jobs: Jobs) -> di
         directory.set_tenant(name, entry)
     except SpecError as exc:
         raise ApiError(422, str(exc), [{"field": "body", "message": p} for p in exc.problems]) from None
+    directory.enforce(name)  # a lowered limit: its queued jobs that could never run now fail, with why
+    jobs.limits.refresh()
     jobs.wake()
     return next(v for v in directory.views(who) if v["name"] == name)
