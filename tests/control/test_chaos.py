@@ -46,15 +46,11 @@ def test_an_invariant_of_the_soak(soak: dict[str, Any], invariant: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue 21 #3: a job above its tenant's limit is accepted and waits for ever "
-                                        "(i21-core refuses it with 422; remove this mark after merging)")
 def test_every_accepted_job_ended(soak: dict[str, Any]) -> None:
     _holds(soak, "ended")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue 21 #5: a fault after a task's exit re-runs finished work (i21-state "
-                                        "fixes it; remove this mark after merging)")
 def test_no_job_ran_twice(soak: dict[str, Any]) -> None:
     _holds(soak, "ran-twice")
 

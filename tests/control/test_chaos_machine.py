@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from chaos_engine import NAME, WORLDS, FakeEngine
 from control_helpers import SAME_USER, TEST_CGROUP
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -300,32 +300,14 @@ def recorded_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "new_id", _counted_id)
 
 
-class ChaosMachineButKnownBugs(ChaosMachine):
-    """The machine without the two checks today's code fails (issue 21's reproductions 2 and 5: the
-    regression tests below), so that the other invariants guard the suite meanwhile."""
-
-    known_bugs_checked = False
-
-
-#: The phases of a run that does not shrink what it finds.
-NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
-#: About 30 s each on a quiet machine.
+#: About 30 s on a quiet machine.
 MACHINE_SETTINGS = settings(max_examples=15, stateful_step_count=40, deadline=None,
                             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 @pytest.mark.usefixtures("recorded_rounds")
-def test_the_chaos_machine_keeps_its_invariants() -> None:
-    run_state_machine_as_test(ChaosMachineButKnownBugs, settings=MACHINE_SETTINGS)
-
-
-@pytest.mark.xfail(strict=False, reason="issue 21 #2 and #5: a quota-blocked job reserves; a fault after a task's "
-                                        "exit runs it again (i21-core, i21-state; remove this mark after merging)")
-@pytest.mark.usefixtures("recorded_rounds")
-def test_the_chaos_machine_with_every_check() -> None:
-    # no shrinking while it is expected to fail: shrinking a find took 6 minutes (its shrunk finds are the
-    # regression tests below); once the marks go, a find is shrunk as usual
-    run_state_machine_as_test(ChaosMachine, settings=settings(MACHINE_SETTINGS, phases=NO_SHRINK))
+def test_the_chaos_machine_keeps_every_invariant() -> None:
+    run_state_machine_as_test(ChaosMachine, settings=MACHINE_SETTINGS)
 
 
 # --- what the machine found, shrunk, as plain regression tests ----------------------------------------------
@@ -347,8 +329,6 @@ def _running(world: World, tenant: str = "free", gpu: int = 1, nvme: int = 0) ->
     return job
 
 
-@pytest.mark.xfail(strict=False, reason="issue 21 #5: the exit record must win over a later fault (i21-state "
-                                        "fixes it; remove this mark after merging)")
 def test_a_task_that_exited_0_is_not_run_again_after_a_later_link_fault(world: World) -> None:
     """Found by the machine (and reproduction 5 of issue 21): the task exits 0, then, before the loop polls it,
     the link to its device drops; the slice is torn down and the job re-queued, and it runs a second time."""
@@ -363,8 +343,6 @@ def test_a_task_that_exited_0_is_not_run_again_after_a_later_link_fault(world: W
     assert {j.id: j.state for j in world.svc.store.job_summaries()}[job] == "completed"
 
 
-@pytest.mark.xfail(strict=False, reason="issue 21 #5: a task that exited 0 before its slice was stopped is "
-                                        "finished work (i21-state; remove this mark after merging)")
 def test_an_exit_during_teardown_is_not_run_again(world: World) -> None:
     """Found by the machine, shrunk: a device of the running slice fails (the slice goes to teardown); the task
     exits 0 before the teardown stops it; the teardown then finds its exit record, and still re-queues the
@@ -380,8 +358,6 @@ def test_an_exit_during_teardown_is_not_run_again(world: World) -> None:
     assert world.reruns() == []
 
 
-@pytest.mark.xfail(strict=False, reason="issue 21 #2: a job waiting for its own quota must not reserve (i21-core "
-                                        "fixes it; remove this mark after merging)")
 def test_a_job_waiting_for_its_own_quota_reserves_nothing(world: World) -> None:
     """Found by the machine (and reproduction 2 of issue 21): qa (quota 1 GPU) runs a GPU job; its second GPU
     job waits for qa's quota, starves (W >= starvation_rounds), and is given a reservation on the idle
