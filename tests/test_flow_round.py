@@ -32,3 +32,17 @@ def test_a_class_whose_goal_no_placement_meets_does_not_price_its_shape() -> Non
     assert shape_representative(cls, cls.shapes[0]) == 1
     cls = _classes([0.001, 0.01, 0.002])
     assert shape_representative(cls, cls.shapes[0]) == 1
+
+
+def test_bench_placement_sets_the_round_against_a_bare_solve_of_a_firmament_graph() -> None:
+    from disagg.bench.placement import BARE_PREFERRED, firmament_graph, run_placement_bench
+    from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+
+    cluster, queue = synthetic_cluster(80, 4, 1), rodinia_queue(60, 1)
+    tails, heads, caps, costs, supplies = firmament_graph(cluster, queue, 1)
+    tasks = sum(j.tasks.count for j in queue)
+    assert len(tails) == len(heads) == len(caps) == len(costs) == tasks * (2 + BARE_PREFERRED) + 2 * 80 + 1
+    assert supplies.sum() == 0 and supplies[:tasks].tolist() == [1] * tasks
+    out = run_placement_bench(80, 4, 60, "drmaestro", 1)
+    assert out["bare_solve_s"] > 0 and out["round_over_bare"] > 0
+    assert run_placement_bench(80, 4, 0, "drmaestro", 1)["placed"] == 0
