@@ -46,3 +46,51 @@ def test_bench_placement_sets_the_round_against_a_bare_solve_of_a_firmament_grap
     out = run_placement_bench(80, 4, 60, "drmaestro", 1)
     assert out["bare_solve_s"] > 0 and out["round_over_bare"] > 0
     assert run_placement_bench(80, 4, 0, "drmaestro", 1)["placed"] == 0
+
+
+def test_machines_of_equal_free_state_are_one_class_taken_in_turn_across_racks() -> None:
+    import numpy as np
+
+    from disagg.placement.phase_one import MachineGroups
+
+    cpu = np.array([4.0, 8.0, 4.0, 4.0, 8.0, 4.0])
+    rack = np.array([0, 0, 0, 1, 1, 1])
+    groups = MachineGroups.of([cpu, np.zeros(6)], rack)
+    assert len(groups.first) == 2
+    four, eight = groups.of_machine[0], groups.of_machine[1]
+    assert groups.members[four] == [0, 3, 2, 5]  # rack 0, rack 1, rack 0, rack 1
+    assert groups.members[eight] == [1, 4]
+    assert sorted(groups.first.tolist()) == [0, 1]
+    totals = groups.total(np.array([1, 2, 1, 1, 2, 1]))
+    assert totals[four] == 4 and totals[eight] == 4
+
+
+def test_a_task_is_settled_on_its_own_devices_only_where_they_serve_every_task_asking_there() -> None:
+    import numpy as np
+
+    from disagg.placement.phase_device import Tasks, settled_locally
+
+    n = 3
+    tasks = Tasks(jobs=[], job_at=[0, 1, 2], task_index=[0, 0, 0], own=np.array([0, 0, 1]),
+                  want=np.array([2, 2, 2]), tau=np.ones(n), z=np.ones(n), gbps=np.ones(n), phi_local=np.ones(n),
+                  u_cost=np.full(n, 100), pinned=np.full(n, -1), params=(), guard=np.zeros(n, dtype=np.int64),
+                  own_up=np.zeros(n), own_rack=np.zeros(n))
+    free = np.array([[3], [2]])
+    local = np.array([10, 10, 10])
+    remote = np.array([20, 20, 5])
+    # Machine 0 has 3 free for 4 asked: neither task is settled; machine 1's task is cheaper remote.
+    assert settled_locally(tasks, free, 2, local, remote).tolist() == [False, False, False]
+    assert settled_locally(tasks, free, 2, local, np.array([20, 20, 20])).tolist() == [False, False, True]
+    assert settled_locally(tasks, np.array([[4], [2]]), 2, local, np.array([20, 20, 20])).all()
+    # Waiting costs less than the local devices: the flow decides.
+    assert not settled_locally(tasks, np.array([[4], [2]]), 2, np.full(3, 200), np.full(3, 300)).any()
+
+
+def test_a_round_at_some_hundred_machines_is_valid_for_every_flow_policy() -> None:
+    from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+    from tests.harness import PlacementHarness
+
+    cluster, queue = synthetic_cluster(400, 4, 3), rodinia_queue(700, 3)
+    for policy in ("drmaestro", "drmaestro-na", "firmament"):
+        decisions = PlacementHarness(cluster, queue).run(policy)
+        assert len(decisions.placed) > 500, policy

@@ -2,6 +2,9 @@
 
     job → class → (its preferred machines | X_shape → machines) → sink,   job → U → sink
 
+Machines are nodes by class (`MachineGroups`: machines of equal free state, Firmament's equivalence
+classes), so the network is sized by the queue's classes and the cluster's distinct free states, not by
+its machine count; the decoder splits a machine class's flow back over its machines (`split`).
 A job is one node with supply = its task count (its tasks have identical arcs). A class is the
 set of jobs with the same request, profile, SLO and importance; a shape is the set of classes with
 the same request. Each shape's aggregator X links to the shape's cheapest machines; each class
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
@@ -44,12 +48,13 @@ from disagg.placement.state import FreeState, Offers, column
 PREFERRED = 8
 #: How many of its shape's cheapest machines a class prices itself.
 CLASS_HEAD = 256
-#: How many aggregator → machine arcs phase 1 may spend in all (shared among request shapes).
-AGG_ARC_BUDGET = 200_000
 #: How far the decoder looks along a flow list for a machine the task really fits on.
 SCAN_LIMIT = 64
 
 NEVER = np.iinfo(np.int64).max
+
+#: Arcs as arrays: tails, heads, capacities, costs.
+Arcs = tuple[IntArray, IntArray, IntArray, IntArray]
 
 
 @dataclass
@@ -102,6 +107,49 @@ class Pricing:
     #: Per shape, how many of its tasks the machines could take in the round's first iteration (before
     #: any job of the round took anything): shared by the round's iterations.
     first_fit: dict[int, int] = field(default_factory=dict)
+    #: The machines in classes of equal free state (the network's machine nodes are these classes).
+    groups: MachineGroups | None = None
+    #: Per shape (by `id`), per machine class: how many of its tasks the class's machines take together.
+    group_fit: dict[int, IntArray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MachineGroups:
+    """Machines whose free state the network cannot tell apart (the same free cpus and memory, local
+    devices, uplink load and capacity for every shape of the round), as one node each — Firmament's
+    equivalence classes of machines. At 12,500 machines a round sees a few hundred such classes, so
+    phase 1's network is sized by the queue's classes, not by the cluster. The decoder splits a class's
+    flow back over its machines (`split`)."""
+
+    of_machine: IntArray  # per machine, its class
+    first: IntArray  # per class, its first machine (the one its columns are read from)
+    members: list[list[int]]  # per class, its machines in order
+
+    @staticmethod
+    def of(columns: list[NDArray[np.float64] | IntArray], rack: IntArray) -> MachineGroups:
+        """Machines with equal `columns` in one class; a class's machines in turn across racks (its
+        first machine in each rack, then its second in each, ...), so that the tasks a class's flow
+        brings spread over racks' pools and uplinks as the per-machine network's did."""
+        key = np.column_stack(columns)
+        # Sorted by every column (stable: equal rows keep machine order), a class starts where a row differs.
+        order = np.lexsort(key.T[::-1])
+        rows = key[order]
+        starts = np.r_[True, (rows[1:] != rows[:-1]).any(axis=1)]
+        first = order[starts]
+        of_machine = np.empty(len(order), dtype=np.int64)
+        of_machine[order] = np.cumsum(starts) - 1
+        by_rack = np.lexsort((rack, of_machine))  # per class, per rack, in machine order
+        cell = of_machine[by_rack] * (int(rack.max(initial=0)) + 1) + rack[by_rack]
+        starts = np.r_[0, np.nonzero(cell[1:] != cell[:-1])[0] + 1]
+        rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
+        order = by_rack[np.lexsort((rack[by_rack], rank, of_machine[by_rack]))]
+        bounds = np.cumsum(np.bincount(of_machine, minlength=len(first)))[:-1]
+        members = [m.tolist() for m in np.split(order, bounds)]
+        return MachineGroups(of_machine.astype(np.int64), first.astype(np.int64), members)
+
+    def total(self, per_machine: IntArray) -> IntArray:
+        """A per-machine count summed over each class."""
+        return np.bincount(self.of_machine, weights=per_machine, minlength=len(self.first)).astype(np.int64)
 
 
 def classify(jobs: list[JobState]) -> Classes:
@@ -146,27 +194,29 @@ class Candidates:
 
 def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
           first_fit: dict[int, int] | None = None) -> Pricing:
-    """Arcs from classes to machines, directly and through one aggregator per shape."""
-    n_machines = state.n_machines
+    """Arcs from classes to machine classes (`MachineGroups`), directly and through one aggregator per
+    shape."""
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
-    up_load = state.link_load()[:n_machines]
+    up_load = state.link_load()[:state.n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
-    for g, members in enumerate(cls.shapes):
-        rep = cls.representative[shape_representative(cls, members)]
+    reps = [cls.representative[shape_representative(cls, members)] for members in cls.shapes]
+    fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing) for members, rep in zip(cls.shapes, reps,
+                                                                                                  strict=True)]
+    pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
+    groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
+                                                *pinned, *fits], state.loc_rack[:state.n_machines])
+    at = groups.first
+    used_at, load_at = used_frac[at], up_load[at]
+    free_at = {k: v[at] for k, v in local_free.items()}
+    for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
         t = rep.job.tasks
-        fit = (local_capacity(state, rep, local_free) if rep.local_first else
-               costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
-        if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
-            fit = fit.copy()
-            np.subtract.at(fit, list(rep.avoid), 1)
-            fit = np.maximum(fit, 0)
-        pricing.fit[id(rep.shape)] = fit
-        if id(rep.shape) not in pricing.first_fit:
-            pricing.first_fit[id(rep.shape)] = int(fit.sum())
-        cand = np.nonzero(fit > 0)[0]
+        gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
+        cand = np.nonzero(gfit > 0)[0]
+        if len(cand) == 0:
+            continue
         want_total = sum(rep.wants.values())
         # The share of the task's devices that would have to be remote on each machine.
         share = np.zeros(len(cand))
@@ -174,28 +224,34 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
             local = np.zeros(len(cand))
             for k, n in rep.wants.items():
                 model = t.models.get(k)  # a pinned model: only its devices are local to the task
-                local += np.minimum((local_free[k] if model is None else state.local_free(k, model))[cand], n)
+                local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
             share = (want_total - local) / want_total
-        pref = P_LOCAL + SPREAD * used_frac[cand]
+        pref = P_LOCAL + SPREAD * used_at[cand]
         for k in state.kinds:
             if t.wants(k) == 0:
-                pref = pref + P_SPARE_DEVICES * (local_free[k][cand] > 0)
-        columns = MachineColumns(share, up_load[cand], pref)
-        shared = costs.shape_to_machine(rep, columns)
-        proxy = shared.cost
-        # Enough machines for twice the shape's tasks, and more while the arc budget allows, so
-        # that shapes whose favourite machines overlap still find room elsewhere.
-        limit = max(min_candidates, 2 * int(cls.tasks[members].sum()), AGG_ARC_BUDGET // len(cls.shapes))
-        sel = np.arange(len(proxy))
-        if len(sel) > limit:
-            sel = np.argpartition(proxy, limit - 1)[:limit]
-        if len(sel) == 0:
-            continue
-        cand, proxy = cand[sel], proxy[sel]
-        pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, fit[cand], proxy)
-        kept = Candidates(cand, fit, MachineColumns(share[sel], columns.load[sel], pref[sel]), proxy)
+                pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
+        columns = MachineColumns(share, load_at[cand], pref)
+        proxy = costs.shape_to_machine(rep, columns).cost
+        pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
+        kept = Candidates(cand, gfit, columns, proxy)
         _price_classes(pricing, g, members, cls, kept, costs, want_total > 0)
     return pricing
+
+
+def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: JobState, costs: CostModel,
+               local_free: dict[str, IntArray], pricing: Pricing) -> IntArray:
+    """Per machine, how many tasks of the shape it can take (the cost model's capacity; local devices
+    only on a second try that asks for them, one task fewer where a second try avoids a machine)."""
+    fit = (local_capacity(state, rep, local_free) if rep.local_first else
+           costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
+    if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
+        fit = fit.copy()
+        np.subtract.at(fit, list(rep.avoid), 1)
+        fit = np.maximum(fit, 0)
+    pricing.fit[id(rep.shape)] = fit
+    if id(rep.shape) not in pricing.first_fit:
+        pricing.first_fit[id(rep.shape)] = int(fit.sum())
+    return fit
 
 
 def shape_representative(cls: Classes, members: list[int]) -> int:
@@ -265,7 +321,8 @@ def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidat
     (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
     cls = classify(jobs)
     pricing = price(state, cls, costs, min_candidates, first_fit)
-    n_machines, n_jobs, n_classes = state.n_machines, len(jobs), len(cls.representative)
+    assert pricing.groups is not None
+    n_machines, n_jobs, n_classes = len(pricing.groups.first), len(jobs), len(cls.representative)
     net = FlowNetwork()
     job0 = net.add_nodes(n_jobs)
     class0 = net.add_nodes(n_classes)
@@ -311,16 +368,20 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
         cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
     if pricing.fit:
         cap = np.minimum(cap, np.max(list(pricing.fit.values()), axis=0))
+    groups = pricing.groups
+    assert groups is not None
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
+    group_cap = np.minimum(groups.total(machine_cap), total)
     if not pricing.surcharges:
-        net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
+        net.add_arcs("machine->sink", mach0 + used, sink, group_cap[used], 0)
         return
     wants = np.array([sum(js.wants.values()) for js in reps], dtype=np.int64)[cls.of_job]
     want_mean = max(1.0, float(np.average(wants, weights=cls.counts)))
     local_total = sum(state.local_free(k) for k in state.kinds)
-    slots = np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)
+    slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
+                       group_cap)
     net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)
-    net.add_arcs("machine->sink:spill", mach0 + used, sink, machine_cap[used] - slots[used],
+    net.add_arcs("machine->sink:spill", mach0 + used, sink, group_cap[used] - slots[used],
                  max(1, int(np.median(pricing.surcharges))))
 
 
@@ -330,8 +391,11 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     net, cls = phase.net, phase.cls
     to_class = flows[net.block("job->class")]
     pref, shared = phase.arcs["preferred"], phase.arcs["shared"]
-    f_pref, f_shared = within_capacity(state.n_machines, cls, phase.pricing, pref, shared,
+    groups = phase.pricing.groups
+    assert groups is not None
+    f_pref, f_shared = within_capacity(len(groups.first), cls, phase.pricing, pref, shared,
                                        flows[net.block("class->machine")], flows[net.block("X->machine")])
+    pref, f_pref, shared, f_shared = split(state, cls, phase.pricing, pref, f_pref, shared, f_shared)
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
     direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
     common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
@@ -379,7 +443,8 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
 
 def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], shared: tuple[IntArray, ...],
                     f_pref: IntArray, f_shared: IntArray) -> tuple[IntArray, IntArray]:
-    """The flows of the class → machine and X → machine arcs, cut so that no machine gets more tasks of
+    """(Per machine class: `n` classes, `pricing.group_fit`.) The flows of the class → machine and X → machine
+    arcs, cut so that no machine gets more tasks of
     a shape than the shape's capacity there (`pricing.fit`: cpus, memory, local devices, uplink). Each
     arc is bounded by it alone, and a class's own arcs, its twins' and its shape's aggregator may all
     lead to one machine; the flow cannot see that their sum is what the machine must carry. The classes'
@@ -389,7 +454,7 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     class_shape = np.empty(len(cls.representative), dtype=np.int64)
     for g, members in enumerate(cls.shapes):
         class_shape[members] = g
-    fit = np.stack([pricing.fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]).ravel()
+    fit = np.stack([pricing.group_fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]).ravel()
     key = class_shape[pref[0]] * n + pref[1]
     order = np.argsort(key, kind="stable")
     sk, sf = key[order], f_pref[order]
@@ -402,6 +467,97 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     xkey = shared[0] * n + shared[1]
     cut_shared = np.minimum(f_shared, np.maximum(fit[xkey] - direct[xkey], 0)).astype(np.int64)
     return cut, cut_shared
+
+
+def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], f_pref: IntArray,
+          shared: tuple[IntArray, ...], f_shared: IntArray) -> tuple[Arcs, IntArray, Arcs, IntArray]:
+    """The flows to machine classes split back over their machines, as arcs to machines (tails, machines,
+    caps, costs) with their flows. The classes' own arcs first (in class order), then the aggregators';
+    each takes a class's machines in order (`_Splitter`): first only as many tasks as a machine's own
+    free devices serve (as the per-machine network's free machine → sink arc had it), then up to its fit.
+    Flow that finds no machine left (shapes that fit differently sharing a class) is dropped: the
+    decoder's repair finds those tasks a machine."""
+    class_shape = [0] * len(cls.representative)
+    for g, members in enumerate(cls.shapes):
+        for c in members:
+            class_shape[c] = g
+    splitter = _Splitter(state, cls, pricing)
+    parts = [(pref, f_pref, class_shape), (shared, f_shared, None)]
+    todo: list[list[list[int]]] = []  # per part: [tail, shape, node, cost, flow left]
+    for arcs, flows, shape_of in parts:
+        nz = np.nonzero(flows)[0]
+        todo.append([[t, shape_of[t] if shape_of is not None else t, node, cost, f] for t, node, cost, f in
+                     zip(arcs[0][nz].tolist(), arcs[1][nz].tolist(), arcs[3][nz].tolist(), flows[nz].tolist(),
+                         strict=True)])
+    out: list[list[tuple[int, int, int, int]]] = [[], []]
+    for local_only in (True, False):
+        for part, arcs_left in zip(out, todo, strict=True):
+            for arc in arcs_left:
+                if arc[4] > 0:
+                    arc[4] = splitter.take(arc, local_only, part)
+
+    def arrays(part: list[tuple[int, int, int, int]]) -> tuple[Arcs, IntArray]:
+        if not part:
+            empty = np.zeros(0, dtype=np.int64)
+            return (empty, empty, empty, empty), empty
+        t, h, c, f = (np.array(x, dtype=np.int64) for x in zip(*part, strict=True))
+        return (t, h, f, c), f
+
+    (pref_m, f_pref_m), (shared_m, f_shared_m) = arrays(out[0]), arrays(out[1])
+    return pref_m, f_pref_m, shared_m, f_shared_m
+
+
+class _Splitter:
+    """What the machines of a round's machine classes have left while flows are split over them: tasks
+    their cpus and memory hold (for the round's smallest task), tasks of each shape (its fit), and their
+    own free devices per kind."""
+
+    def __init__(self, state: FreeState, cls: Classes, pricing: Pricing) -> None:
+        assert pricing.groups is not None
+        self.members = pricing.groups.members
+        reps = [cls.representative[members[0]] for members in cls.shapes]
+        self.fit = [pricing.fit[id(rep.shape)].tolist() for rep in reps]
+        self.wants = [sorted(rep.wants.items()) for rep in reps]
+        min_cpu = min(js.cpus for js in cls.representative)
+        min_mem = min(js.memory_gb for js in cls.representative)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+        self.left: list[int] = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64).tolist()
+        self.local: dict[str, list[int]] = {k: state.local_free(k).tolist() for k in state.kinds}
+        self.taken: dict[tuple[int, int], int] = {}
+        #: Per (pass, machine class, shape): the first machine that may still have room (room only shrinks).
+        self.cursor: dict[tuple[bool, int, int], int] = {}
+
+    def room(self, m: int, shape: int, local_only: bool) -> int:
+        room = min(self.left[m], int(self.fit[shape][m]) - self.taken.get((shape, m), 0))
+        if local_only:
+            for kind, n in self.wants[shape]:
+                room = min(room, self.local[kind][m] // n)
+        return room
+
+    def take(self, arc: list[int], local_only: bool, out: list[tuple[int, int, int, int]]) -> int:
+        """Hand the arc's flow to its machine class's machines; returns the flow left over."""
+        tail, shape, node, cost, f = arc
+        members = self.members[node]
+        key = (local_only, node, shape)
+        k = self.cursor.get(key, 0)
+        while f > 0 and k < len(members):
+            m = members[k]
+            room = self.room(m, shape, local_only)
+            if room <= 0:
+                k += 1
+                continue
+            n = min(room, f)
+            self.left[m] -= n
+            self.taken[(shape, m)] = self.taken.get((shape, m), 0) + n
+            for kind, want in self.wants[shape]:
+                self.local[kind][m] -= min(self.local[kind][m], n * want)
+            f -= n
+            out.append((tail, m, cost, n))
+            if n == room:
+                k += 1
+        self.cursor[key] = k
+        return f
 
 
 def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
