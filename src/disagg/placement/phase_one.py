@@ -181,15 +181,20 @@ class Candidates:
     fit: IntArray
     columns: MachineColumns
     proxy: IntArray
+    size: IntArray  # per machine class (indexed as `fit`), how many machines it has
+    local: IntArray  # per machine class (indexed as `fit`), tasks of the shape one machine's own devices serve
 
     def head(self, n: int) -> Candidates:
-        """The `n` cheapest for the shape (all of them when there are no more)."""
-        if len(self.machines) <= n:
+        """The cheapest machine classes for the shape that hold `n` machines between them (all of them
+        when there are no more)."""
+        size = self.size[self.machines]
+        if int(size.sum()) <= n:
             return self
-        at = np.argpartition(self.proxy, n - 1)[:n]
+        order = np.argsort(self.proxy, kind="stable")
+        at = order[:int(np.searchsorted(np.cumsum(size[order]), n)) + 1]
         c = self.columns
         return Candidates(self.machines[at], self.fit, MachineColumns(c.share[at], c.load[at], c.pref[at]),
-                          self.proxy[at])
+                          self.proxy[at], self.size, self.local)
 
 
 def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
@@ -209,6 +214,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
                                                 *pinned, *fits], state.loc_rack[:state.n_machines])
     at = groups.first
+    sizes = np.bincount(groups.of_machine, minlength=len(at))
     used_at, load_at = used_frac[at], up_load[at]
     free_at = {k: v[at] for k, v in local_free.items()}
     for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
@@ -233,9 +239,17 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         columns = MachineColumns(share, load_at[cand], pref)
         proxy = costs.shape_to_machine(rep, columns).cost
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
-        kept = Candidates(cand, gfit, columns, proxy)
+        kept = Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))
         _price_classes(pricing, g, members, cls, kept, costs, want_total > 0)
     return pricing
+
+
+def _local_tasks(rep: JobState, free_at: dict[str, IntArray], n: int) -> IntArray:
+    """Per machine class, how many tasks of the shape one of its machines serves with its own devices."""
+    out = np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    for kind, want in rep.wants.items():
+        out = np.minimum(out, free_at[kind] // want if kind in free_at else 0)
+    return out
 
 
 def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: JobState, costs: CostModel,
@@ -294,10 +308,28 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     else:
         top = np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
     top_cost = np.take_along_axis(masked, top, axis=1)
-    keep = top_cost < NEVER
+    # A class's own arcs reach PREFERRED machines in all (its cheapest classes' first
+    # machines), each class's arc carrying what that many of its machines take with their own devices
+    # (as the per-machine network's arcs to PREFERRED machines did: more, and the classes would crowd
+    # into their favourite machine classes and spill to remote devices).
+    nodes = head.machines[top]
+    size = cand.size[nodes]
+    by_cost = np.argsort(top_cost, axis=1, kind="stable")
+    sorted_size = np.take_along_axis(size, by_cost, axis=1)
+    before = np.empty_like(size)
+    np.put_along_axis(before, by_cost, np.cumsum(sorted_size, axis=1) - sorted_size, axis=1)
+    machines = np.clip(PREFERRED - before, 0, size)
+    per_machine = cand.fit[nodes] // np.maximum(size, 1)
+    per_machine = np.where(size > 1, np.minimum(per_machine, np.maximum(cand.local[nodes], 1)), per_machine)
+    caps = np.minimum(per_machine * machines, cls.tasks[ids][:, None])
+    # An arc of its own to a class of several machines only for a class that the aggregator prices above
+    # its own cost somewhere (a positive offset); the others pay the shape's price through X there. (Such
+    # an arc reaches a whole class of machines: loose classes crowded into their favourite ones, past
+    # what their own devices serve, and spilled to remote devices: 570 -> 1,160-2,300 at 12,500
+    # machines.) A single machine is as the per-machine network had it.
+    keep = (top_cost < NEVER) & (caps > 0) & ((offsets > 0)[:, None] | (size == 1))
     rows_at = np.broadcast_to(ids[:, None], top.shape)[keep]
-    heads = head.machines[top[keep]]
-    pricing.preferred.add(rows_at, heads, np.minimum(cand.fit[heads], cls.tasks[rows_at]), top_cost[keep])
+    pricing.preferred.add(rows_at, nodes[keep], caps[keep], top_cost[keep])
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
     if arcs.hold is not None:
         held = (arcs.hold > 0).any(axis=1) & has
