@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from disagg.placement.flow import FlowPlacer, _JobStateCache
+from disagg.placement.flow import FlowPlacer, _RoundJobCache
 from disagg.placement.phase_one import classify, shape_representative
 from disagg.profiles import RODINIA
 from tests.builders import make_job
 
 
 def _classes(slos: list[float]):  # type: ignore[no-untyped-def]
-    cache = _JobStateCache()
+    cache = _RoundJobCache()
     jobs = [FlowPlacer._job_state(make_job(f"j{i}", gpu=4, slo_s=s), i, cache) for i, s in enumerate(slos)]
     return classify(jobs)
 

@@ -21,7 +21,7 @@ from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, pro
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
-from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
+from disagg.placement.jobstate import FlowOptions, IntArray, JobTable, RoundJob, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Asks, Refusal, admit, order_queue
 from disagg.placement.search import search
@@ -39,7 +39,7 @@ _REMOTE_SHORT = (Reason.NO_BANDWIDTH, Reason.NO_DEVICES, Reason.SLO_AT_RISK)
 
 
 @dataclass
-class _JobStateCache:
+class _RoundJobCache:
     """What job states of one round share: per image its profile, (known profiles) local time and
     defaults; per request its wanted devices and its shape, one shape object per distinct request."""
 
@@ -89,7 +89,7 @@ class FlowPlacer:
         # which then also order the queue the round admits from.
         self._bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
         ordered = fair_order(order_queue(queue, now), self._bonus)
-        cache = _JobStateCache()
+        cache = _RoundJobCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
@@ -98,7 +98,7 @@ class FlowPlacer:
         self._first_fit = {}
         timings.build_s += clock() - start
         pending = jobs
-        placed: list[JobState] = []
+        placed: list[RoundJob] = []
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
         late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
@@ -156,11 +156,11 @@ class FlowPlacer:
         )
 
     @staticmethod
-    def _must_place(snapshot: Cluster, queue_len: int, pending: list[JobState]) -> list[JobState]:
+    def _must_place(snapshot: Cluster, queue_len: int, pending: list[RoundJob]) -> list[RoundJob]:
         """The liveness rule on an idle cluster: where nothing else runs or waits, no placement gets
         better by waiting, so a job the flow left waiting (waiting cost less, or what read as contention
         with nobody else there) is tried again with an unscheduled arc that outbids any placement
-        (`JobState.must_place`). Returns it. (With other jobs waiting, W bounds the wait: they may be
+        (`RoundJob.must_place`). Returns it. (With other jobs waiting, W bounds the wait: they may be
         placed meanwhile, and waiting for them to end may be worth it.)"""
         if snapshot.allocations or queue_len != 1:
             return []
@@ -172,7 +172,7 @@ class FlowPlacer:
                 forced.append(js)
         return forced
 
-    def _last_resort(self, state: FreeState, js: JobState) -> list[JobState]:
+    def _last_resort(self, state: FreeState, js: RoundJob) -> list[RoundJob]:
         """The liveness rule's last resort: where nothing runs and the round placed nothing, waiting cannot
         help the oldest job the phases could not place, so it is looked for exhaustively
         (`placement.search`, bounded); found, it is placed as found."""
@@ -190,13 +190,13 @@ class FlowPlacer:
                 js.slo_risk |= self.costs.at_risk(js, expected)
         return [js]
 
-    def _second_try(self, state: FreeState, first: list[JobState]) -> list[JobState]:
+    def _second_try(self, state: FreeState, first: list[RoundJob]) -> list[RoundJob]:
         """Jobs that phase 1 placed but a device phase could not serve (devices, bandwidth, SLO): phase 1
         cannot see every link a device phase will need, nor what remote devices a round's tasks leave
         each other. Each gets one more try in the next iteration, in a shape of its own: with local
-        devices only (`JobState.local_first`: a machine takes only the tasks its own free devices
+        devices only (`RoundJob.local_first`: a machine takes only the tasks its own free devices
         serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
-        the machine that failed it (`JobState.avoid`)."""
+        the machine that failed it (`RoundJob.avoid`)."""
         out = []
         for js in first:
             if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
@@ -213,7 +213,7 @@ class FlowPlacer:
             out.append(js)
         return out
 
-    def _guard(self, state: FreeState, jobs: list[JobState]) -> None:
+    def _guard(self, state: FreeState, jobs: list[RoundJob]) -> None:
         """What the cost model holds each job back for this round (only a model that guards SLOs
         looks: the others hold none back, and their classes stay as they were)."""
         slo_guard = self.costs.slo_guard
@@ -221,7 +221,7 @@ class FlowPlacer:
             js.guard = slo_guard(state, js)
 
     @staticmethod
-    def _wanting(jobs: list[JobState], kind: str, cache: _JobStateCache) -> list[JobState]:
+    def _wanting(jobs: list[RoundJob], kind: str, cache: _RoundJobCache) -> list[RoundJob]:
         """The jobs that want devices of `kind`. The round's distinct requests say at once when all or
         none do (the usual case: one kind of device in the whole queue)."""
         wants = [kind in w for w, _ in cache.requests.values()]
@@ -232,7 +232,7 @@ class FlowPlacer:
         return [js for js in jobs if kind in js.wants]
 
     @staticmethod
-    def _job_state(job: Job, order: int, cache: _JobStateCache) -> JobState:
+    def _job_state(job: Job, order: int, cache: _RoundJobCache) -> RoundJob:
         # Per image, once a round: its profile, its local time if the profile is known (it then does
         # not depend on the job's SLO; an unknown image's is its τ), the τ of a job without an SLO,
         # and the bandwidth a remote device of a job that does not say draws.
@@ -261,11 +261,11 @@ class FlowPlacer:
             parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
         wants, shape = parts
         z = clamp_importance(job.importance)
-        return JobState(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
+        return RoundJob(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
                         shape, wants, t.count, cpus, memory_gb)
 
-    def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
+    def _phase_one(self, state: FreeState, jobs: list[RoundJob], timings: Timings, clock: Clock) -> list[RoundJob]:
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
             state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table, self._first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
@@ -273,7 +273,7 @@ class FlowPlacer:
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
                                                                                  self.costs))
 
-    def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
+    def _phase_device(self, state: FreeState, jobs: list[RoundJob], kind: str, timings: Timings,
                       clock: Clock) -> None:
         phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.costs,
                                                                                   self._queue_len, self._table))
@@ -291,7 +291,7 @@ class FlowPlacer:
 
     # -- decisions ---------------------------------------------------------------------------------
 
-    def _risk(self, js: JobState, tasks: tuple[TaskPlacement, ...]) -> str | None:
+    def _risk(self, js: RoundJob, tasks: tuple[TaskPlacement, ...]) -> str | None:
         """Why the job is placed knowing it likely misses its SLO, or None (see `CostModel.at_risk`)."""
         if not js.slo_risk:
             return None
@@ -303,7 +303,7 @@ class FlowPlacer:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
         return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"
 
-    def _remote_task(self, state: FreeState, js: JobState, ti: int, machine: str,
+    def _remote_task(self, state: FreeState, js: RoundJob, ti: int, machine: str,
                      grants: tuple[DeviceGrant, ...]) -> TaskPlacement:
         """A task of a job with remote devices: its expected time counts its own remote share, at the
         link load its cost model prices (NA: the busiest link its devices use)."""
@@ -315,7 +315,7 @@ class FlowPlacer:
         return TaskPlacement(f"{job.name}/{ti}", machine, js.cpus, js.memory_gb, grants,
                              round(expected, 3))
 
-    def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
+    def _decisions(self, state: FreeState, ordered: list[Job], placed: list[RoundJob], jobs: list[RoundJob],
                    refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
         names = state.cluster.locations  # machines first, in order
         # Jobs of one image share their local time (known profiles): round it once (round is slow).
@@ -340,7 +340,7 @@ class FlowPlacer:
             out_placed.append(JobPlacement(name, tasks))
         return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)
 
-    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[JobState],
+    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[RoundJob],
                   refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
         by_name = {js.job.name: js for js in jobs if js.order not in placed_at}

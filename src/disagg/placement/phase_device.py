@@ -26,7 +26,7 @@ from disagg.placement.commit import EPS
 from disagg.placement.cost import SCALE
 from disagg.placement.cost_models import CostModel, RemoteArcs
 from disagg.placement.decisions import DeviceGrant, Reason
-from disagg.placement.jobstate import FloatArray, IntArray, JobState, JobTable, unscheduled
+from disagg.placement.jobstate import FloatArray, IntArray, JobTable, RoundJob, unscheduled
 from disagg.placement.network import FlowNetwork
 from disagg.placement.state import FreeState
 
@@ -41,7 +41,7 @@ class Tasks:
     """Per task of the jobs in this phase: one entry per (job, task index), as arrays. A task's job is
     `jobs[job_at[i]]`, its index in that job `task_index[i]`."""
 
-    jobs: list[JobState]
+    jobs: list[RoundJob]
     job_at: list[int]
     task_index: list[int]
     own: IntArray
@@ -58,7 +58,7 @@ class Tasks:
     own_rack: FloatArray
 
 
-def _tasks(state: FreeState, jobs: list[JobState], kind: str, models: list[str], costs: CostModel,
+def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str], costs: CostModel,
            queue_len: int, table: JobTable) -> Tasks:
     n_jobs = len(jobs)
     machines = list(map(attrgetter("machines"), jobs))
@@ -126,7 +126,7 @@ class DevicePhase:
     loc_sel: list[IntArray] = field(default_factory=list)
 
 
-def build(state: FreeState, jobs: list[JobState], kind: str, costs: CostModel, queue_len: int,
+def build(state: FreeState, jobs: list[RoundJob], kind: str, costs: CostModel, queue_len: int,
           table: JobTable) -> DevicePhase:
     """Location nodes are (location, model) pairs so that a task pinned to a model only reaches devices
     of that model; with one model per kind (the usual case) this is one node per location."""
@@ -293,7 +293,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     state.version += 1
 
 
-def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
+def grant(state: FreeState, js: RoundJob, ti: int, kind: str, own: int,
           sources: list[tuple[str | None, int, list[list[int]] | None]], costs: CostModel) -> None:
     """Take the devices the flow gave one task (local ones: list None); fail the job if the
     real state says no."""
@@ -326,7 +326,7 @@ def grant(state: FreeState, js: JobState, ti: int, kind: str, own: int,
         js.fail(state, Reason.CONTENTION, f"the {kind} it was given went to jobs ahead of it this round")
 
 
-def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str | None, entries: list[list[int]],
+def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None, entries: list[list[int]],
                 costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """One remote device for a task from an aggregator's list, if a path has the bandwidth (and, NA,
     the SLO still holds with this round's traffic on it); else from any location within reach (the
@@ -348,7 +348,7 @@ def take_remote(state: FreeState, js: JobState, kind: str, own: int, model: str 
     return got, reason or why
 
 
-def take_within_reach(state: FreeState, js: JobState, kind: str, own: int, model: str | None,
+def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None,
                       costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """A device from any other location whose path has the headroom: in the task's rack first, then
     across racks, each in location order (deterministic)."""
@@ -366,7 +366,7 @@ def take_within_reach(state: FreeState, js: JobState, kind: str, own: int, model
     return None, why
 
 
-def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model: str | None,
+def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model: str | None,
             costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """One device of `kind` at `loc` for a task on `own`, with its traffic on the path; `why`
     ("bandwidth", "slo" or "") says what stopped it."""
@@ -390,7 +390,7 @@ def take_at(state: FreeState, js: JobState, kind: str, own: int, loc: int, model
     return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
 
 
-def explain(state: FreeState, phase: DevicePhase, i: int, js: JobState) -> None:
+def explain(state: FreeState, phase: DevicePhase, i: int, js: RoundJob) -> None:
     """Why the flow left (part of) task `i`'s devices unscheduled: no remote arcs (server-centric) and
     too few local devices, the SLO, not enough within reach, waiting being cheaper, or jobs ahead of it."""
     tasks, kind, remote = phase.tasks, phase.kind, phase.remote
@@ -423,7 +423,7 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: JobState) -> None:
     js.fail(state, Reason.CONTENTION, f"its {kind} went to jobs ahead of it in the queue this round")
 
 
-def _server_centric_shortfall(state: FreeState, js: JobState, kind: str, own: int, want: int, local: int) -> str:
+def _server_centric_shortfall(state: FreeState, js: RoundJob, kind: str, own: int, want: int, local: int) -> str:
     """What a job's tasks on one machine need of `kind` against what it has free. All of them count,
     not only the task the flow left short: "needs 2, 3 free" would read as no shortfall at all when
     two tasks there need 2 each. Devices the job already took this round count as free (its own)."""

@@ -32,8 +32,8 @@ from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, Machin
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
-    JobState,
     JobTable,
+    RoundJob,
     flow_lists,
     gang_shortfall,
     profile_arrays,
@@ -86,7 +86,7 @@ class Classes:
     of_job: IntArray
     counts: IntArray
     tasks: IntArray
-    representative: list[JobState]
+    representative: list[RoundJob]
     shapes: list[list[int]]
 
 
@@ -152,12 +152,12 @@ class MachineGroups:
         return np.bincount(self.of_machine, weights=per_machine, minlength=len(self.first)).astype(np.int64)
 
 
-def classify(jobs: list[JobState]) -> Classes:
+def classify(jobs: list[RoundJob]) -> Classes:
     """Jobs of one round into classes and classes into shapes. A round's job states share one shape
     object per distinct request, so shapes are told apart by identity (no hashing of nested tuples)."""
     classes: dict[tuple[object, ...], int] = {}
     of: list[int] = []
-    reps: list[JobState] = []  # the first job of each class (classes are numbered as they first appear)
+    reps: list[RoundJob] = []  # the first job of each class (classes are numbered as they first appear)
     for js in jobs:
         c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps, js.guard), len(classes))
         if c == len(reps):
@@ -244,7 +244,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     return pricing
 
 
-def _local_tasks(rep: JobState, free_at: dict[str, IntArray], n: int) -> IntArray:
+def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
     """Per machine class, how many tasks of the shape one of its machines serves with its own devices."""
     out = np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
     for kind, want in rep.wants.items():
@@ -252,7 +252,7 @@ def _local_tasks(rep: JobState, free_at: dict[str, IntArray], n: int) -> IntArra
     return out
 
 
-def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: JobState, costs: CostModel,
+def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: RoundJob, costs: CostModel,
                local_free: dict[str, IntArray], pricing: Pricing) -> IntArray:
     """Per machine, how many tasks of the shape it can take (the cost model's capacity; local devices
     only on a second try that asks for them, one task fewer where a second try avoids a machine)."""
@@ -347,7 +347,7 @@ class PhaseOne:
     arcs: dict[str, tuple[IntArray, IntArray, IntArray, IntArray]]
 
 
-def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidates: int, queue_len: int,
+def build(state: FreeState, jobs: list[RoundJob], costs: CostModel, min_candidates: int, queue_len: int,
           table: JobTable, first_fit: dict[int, int] | None = None) -> PhaseOne:
     """The network of phase 1 for `jobs`. `first_fit`: the round's per-shape fit in its first iteration
     (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
@@ -417,8 +417,8 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
                  max(1, int(np.median(pricing.surcharges))))
 
 
-def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntArray, costs: CostModel
-           ) -> list[JobState]:
+def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntArray, costs: CostModel
+           ) -> list[RoundJob]:
     """Hand out machines in queue order; returns the jobs whose every task got one."""
     net, cls = phase.net, phase.cls
     to_class = flows[net.block("job->class")]
@@ -435,7 +435,7 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     # A class without flow on its own arcs (most) draws from its shape's list only.
     sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
                for c in range(len(cls.representative))]
-    survivors: list[JobState] = []
+    survivors: list[RoundJob] = []
     take = state.take_cpu_along
     # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
     # arcs and its shape's may both send tasks to one machine, and shapes share a machine's devices).
@@ -592,7 +592,7 @@ class _Splitter:
         return f
 
 
-def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
     """A job the flow sent machines for that did not get them all: its gang never fitted what was free
     when the round began (the flow over-counted a machine), or jobs ahead of it took them."""
     if pricing.first_fit.get(id(js.shape), js.count) < js.count:
@@ -602,7 +602,7 @@ def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) ->
                                           f"went to jobs ahead of it this round")
 
 
-def repair(state: FreeState, js: JobState, costs: CostModel, allowed: dict[int, tuple[BoolArray, IntArray]],
+def repair(state: FreeState, js: RoundJob, costs: CostModel, allowed: dict[int, tuple[BoolArray, IntArray]],
            pricing: Pricing) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task, among those the cost model allows it
@@ -648,7 +648,7 @@ class LocalClaims:
             found = self._free[(kind, model)] = self.state.local_free(kind, model)
         return found
 
-    def fits(self, m: int, js: JobState) -> bool:
+    def fits(self, m: int, js: RoundJob) -> bool:
         models = js.job.tasks.models
         for kind, n in js.wants.items():
             claimed = self.claimed.get(kind)
@@ -656,7 +656,7 @@ class LocalClaims:
                 return False
         return True
 
-    def repair(self, js: JobState, costs: CostModel) -> int:
+    def repair(self, js: RoundJob, costs: CostModel) -> int:
         """`repair` for a server-centric round: the machine the cost model allows with the most free cpus
         when the request first needed a repair this round whose cpus and unclaimed devices still fit the
         task. Each request walks its list once (a machine that no longer fits never will again this
@@ -674,7 +674,7 @@ class LocalClaims:
             walk[1] += 1
         return -1
 
-    def take(self, offered: tuple[Offers, ...], js: JobState, costs: CostModel) -> int:
+    def take(self, offered: tuple[Offers, ...], js: RoundJob, costs: CostModel) -> int:
         """A machine for one task of `js` along the flow's offers (then the repair), with its cpus taken and
         its local devices claimed; -1 when none has both."""
         state = self.state
@@ -706,14 +706,14 @@ class LocalClaims:
                 claimed[m] += n
         return m
 
-    def release(self, js: JobState) -> None:
+    def release(self, js: RoundJob) -> None:
         """A job that failed its gang gives back the devices its tasks claimed."""
         for m in js.machines:
             for kind, n in js.wants.items():
                 self.claimed[kind][m] -= n
 
 
-def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel,
+def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostModel,
             pricing: Pricing | None = None, unheld: int = NEVER) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
     was cheaper (only because of the SLO's postponement: `unheld`, its best cost without it), its gang
@@ -735,7 +735,7 @@ def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostM
                                           f"queue this round")
 
 
-def _gang_short(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+def _gang_short(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
     """Fail a job whose gang only partly fits what is free, naming how many of its tasks the machines
     take and where; short of cpus and memory, or (server-centric: where the devices are) of devices."""
     state.rollback(js)  # what its first tasks took is not what the machines have free
