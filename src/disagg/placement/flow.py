@@ -47,6 +47,7 @@ class _RoundJobCache:
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
     asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
+    importance: dict[float, float] = field(default_factory=dict)
 
 
 class FlowPlacer:
@@ -260,7 +261,9 @@ class FlowPlacer:
             # Requests that differ only in how they are written (order, zero counts) share the shape.
             parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
         wants, shape = parts
-        z = clamp_importance(job.importance)
+        z = cache.importance.get(job.importance)
+        if z is None:  # a queue has a few distinct importances: clamped once each
+            z = cache.importance[job.importance] = clamp_importance(job.importance)
         return RoundJob(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
                         shape, wants, t.count, cpus, memory_gb)

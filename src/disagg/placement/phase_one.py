@@ -560,30 +560,29 @@ class _Splitter:
         #: Per (pass, machine class, shape): the first machine that may still have room (room only shrinks).
         self.cursor: dict[tuple[bool, int, int], int] = {}
 
-    def room(self, m: int, shape: int, local_only: bool) -> int:
-        room = min(self.left[m], int(self.fit[shape][m]) - self.taken.get((shape, m), 0))
-        if local_only:
-            for kind, n in self.wants[shape]:
-                room = min(room, self.local[kind][m] // n)
-        return room
-
     def take(self, arc: list[int], local_only: bool, out: list[tuple[int, int, int, int]]) -> int:
-        """Hand the arc's flow to its machine class's machines; returns the flow left over."""
+        """Hand the arc's flow to its machine class's machines; returns the flow left over. (`room`
+        inlined: this runs once per machine a flow reaches.)"""
         tail, shape, node, cost, f = arc
         members = self.members[node]
+        fit, taken, left = self.fit[shape], self.taken, self.left
+        wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
         key = (local_only, node, shape)
         k = self.cursor.get(key, 0)
         while f > 0 and k < len(members):
             m = members[k]
-            room = self.room(m, shape, local_only)
+            room = min(left[m], int(fit[m]) - taken.get((shape, m), 0))
+            if local_only:
+                for local, want in wants:
+                    room = min(room, local[m] // want)
             if room <= 0:
                 k += 1
                 continue
             n = min(room, f)
-            self.left[m] -= n
-            self.taken[(shape, m)] = self.taken.get((shape, m), 0) + n
-            for kind, want in self.wants[shape]:
-                self.local[kind][m] -= min(self.local[kind][m], n * want)
+            left[m] -= n
+            taken[(shape, m)] = taken.get((shape, m), 0) + n
+            for local, want in wants:
+                local[m] -= min(local[m], n * want)
             f -= n
             out.append((tail, m, cost, n))
             if n == room:
