@@ -94,3 +94,16 @@ def test_a_round_at_some_hundred_machines_is_valid_for_every_flow_policy() -> No
     for policy in ("drmaestro", "drmaestro-na", "firmament"):
         decisions = PlacementHarness(cluster, queue).run(policy)
         assert len(decisions.placed) > 500, policy
+
+
+def test_the_flow_placer_keeps_nothing_of_a_round() -> None:
+    """A round's state is one FlowRound value per place() (it was kept on the placer: the queue length,
+    the job table, the fair-share bonus and the first iteration's fit of the last round)."""
+    from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+    from disagg.placement.flow import FlowOptions
+
+    placer = FlowPlacer(FlowOptions("drmaestro", "drmaestro"))
+    before = dict(vars(placer))
+    placer.place(synthetic_cluster(40, 4, 1), rodinia_queue(30, 1), 0.0)
+    assert vars(placer) == before
+    assert set(vars(placer)) == {"options", "costs", "graphs"}

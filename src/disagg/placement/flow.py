@@ -50,17 +50,43 @@ class _RoundJobCache:
     importance: dict[float, float] = field(default_factory=dict)
 
 
+@dataclass
+class FlowRound:
+    """What one `FlowPlacer.place` computes, as one value: the free state it reserves from, the queue in
+    the order it admits (`ordered`), the jobs it admitted (`jobs`, queue order) and refused (`refused`),
+    their numbers as arrays (`table`, with the tenants' fair-share terms, `bonus`), the jobs placed so far,
+    per shape the fit of its first iteration (`first_fit`), and its timings. Each stage of the round
+    (`FlowPlacer._admit`, `_iteration`, `_retries`, `_readmit`, `_last_resort`, `_decisions`) reads and
+    extends it; nothing of it outlives the call."""
+
+    snapshot: Cluster
+    state: FreeState
+    ordered: list[Job]
+    bonus: dict[str, float]
+    cache: _RoundJobCache
+    jobs: list[RoundJob]
+    refused: dict[str, Refusal]
+    table: JobTable
+    clock: Clock
+    timings: Timings = field(default_factory=Timings)
+    placed: list[RoundJob] = field(default_factory=list)
+    first_fit: dict[int, int] = field(default_factory=dict)
+    #: Places in the queue of the jobs refused only for contention: re-admitted once those ahead are decided.
+    late: list[int] = field(default_factory=list)
+    iterations: int = 0
+
+    @property
+    def queue_len(self) -> int:
+        return len(self.ordered)
+
+
 class FlowPlacer:
     """Runs the phases for a set of options, pricing with the options' cost model. Stateless between
-    rounds: all state is per call."""
+    rounds: a round's state is its `FlowRound`, made and dropped by each `place`."""
 
     def __init__(self, options: FlowOptions) -> None:
         self.options = options
         self.costs = get_cost_model(options.cost_model)
-        self._queue_len = 0
-        self._table = JobTable.of([])
-        self._bonus: dict[str, float] = {}
-        self._first_fit: dict[int, int] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -83,78 +109,98 @@ class FlowPlacer:
         return decisions
 
     def _place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> Decisions:
+        """The stages of a round (placement/README.md): admit; iterations of phase 1, the device phases
+        and the gang check, each followed by the retries (contention losers, the liveness rule's forced
+        jobs, second tries) and re-admission; the last resort; the decisions."""
         start = clock()
-        timings = Timings()
+        rnd = self._admit(snapshot, queue, now, clock)
+        rnd.timings.build_s += clock() - start
+        pending = rnd.jobs
+        for _ in range(self.options.max_iterations):
+            if not pending:
+                break
+            pending = self._iteration(rnd, pending)
+        if not snapshot.allocations and not rnd.placed and rnd.jobs:
+            rnd.placed += self._last_resort(rnd.state, min(rnd.jobs, key=lambda js: js.order))
+        decode_start = clock()
+        placed, unplaced = self._decisions(rnd)
+        rnd.timings.decode_s += clock() - decode_start
+        return Decisions(
+            policy=self.options.name,
+            placed=placed,
+            unplaced=unplaced,
+            timings=rnd.timings.as_dict(clock() - start),
+            stats={"admitted": len(rnd.jobs), "iterations": rnd.iterations,
+                   "slo_at_risk": sum(1 for p in placed if p.slo_at_risk)},
+        )
+
+    def _admit(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> FlowRound:
+        """Stage 1: the queue in order (with tenants, fair order: `placement.fairness` puts the fair-share
+        terms on the snapshot), what is free covers (admission), the admitted jobs' records."""
         state = FreeState(snapshot)
-        # Tenants' fair-share terms on the unscheduled arcs (a round with tenants: `placement.fairness`),
-        # which then also order the queue the round admits from.
-        self._bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
-        ordered = fair_order(order_queue(queue, now), self._bonus)
+        bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
+        ordered = fair_order(order_queue(queue, now), bonus)
         cache = _RoundJobCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
-        self._table = JobTable.of(jobs, self._bonus)
-        self._queue_len = len(ordered)
-        self._first_fit = {}
-        timings.build_s += clock() - start
-        pending = jobs
-        placed: list[RoundJob] = []
+        rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock)
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
-        late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
-        iterations = 0
-        for _ in range(self.options.max_iterations):
-            if not pending:
-                break
-            iterations += 1
-            first = self._phase_one(state, pending, timings, clock)
-            survivors = first
-            for kind in DEVICE_KINDS:
-                wanting = self._wanting(survivors, kind, cache)
-                if wanting:
-                    self._phase_device(state, wanting, kind, timings, clock)
-                    survivors = [js for js in survivors if js.failure is None]
-            placed += survivors
-            retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
-            forced = self._must_place(snapshot, len(ordered), pending) + self._second_try(state, first)
-            retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
-            # Jobs refused up front only because the jobs ahead of them claimed what was free get
-            # another look, now that those jobs are decided (some of them may not have been placed).
-            late = [i for i in late if ordered[i].name in refused
+        rnd.late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
+        return rnd
+
+    def _iteration(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
+        """Stage 2, once per iteration: phase 1, the device phases, the gang check; then the retries and
+        re-admission. Returns the jobs for the next iteration (none: the round is over)."""
+        rnd.iterations += 1
+        first = self._phase_one(rnd, pending)
+        survivors = first
+        for kind in DEVICE_KINDS:
+            wanting = self._wanting(survivors, kind, rnd.cache)
+            if wanting:
+                self._phase_device(rnd, wanting, kind)
+                survivors = [js for js in survivors if js.failure is None]
+        rnd.placed += survivors
+        retry, forced = self._retries(rnd, pending, first)
+        fresh = self._readmit(rnd)
+        if fresh or forced:
+            rnd.table = JobTable.of(rnd.jobs, rnd.bonus)
+        # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
+        # (what the flow gave them is free again).
+        gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
+        if not survivors and not fresh and not forced and not (retry and gave_back):
+            return []
+        for js in retry:
+            js.failure = None
+        return sorted(retry + fresh, key=lambda js: js.order)
+
+    def _retries(self, rnd: FlowRound, pending: list[RoundJob], first: list[RoundJob]
+                 ) -> tuple[list[RoundJob], list[RoundJob]]:
+        """Stage 3: who gets another iteration — the jobs that lost only to contention, the lone job the
+        liveness rule forces (`_must_place`) and the second tries (`_second_try`). Returns (all of them,
+        the forced and second tries)."""
+        retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
+        forced = self._must_place(rnd.snapshot, rnd.queue_len, pending) + self._second_try(rnd.state, first)
+        retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
+        return retry, forced
+
+    def _readmit(self, rnd: FlowRound) -> list[RoundJob]:
+        """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
+        another look, now that those jobs are decided (some of them may not have been placed)."""
+        ordered, refused = rnd.ordered, rnd.refused
+        rnd.late = [i for i in rnd.late if ordered[i].name in refused
                     and refused[ordered[i].name].reason == Reason.CONTENTION]
-            # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
-            # refusals answers without a look; the head would stop at the first.)
-            more, still = admit(state, [ordered[i] for i in late], vectorised=False, asks=cache.asks)
-            for k in more:
-                del refused[ordered[late[k]].name]
-            refused.update(still)
-            fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
-            self._guard(state, fresh)
-            jobs += fresh
-            if fresh or forced:
-                self._table = JobTable.of(jobs, self._bonus)
-            # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
-            # (what the flow gave them is free again).
-            gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
-            if not survivors and not fresh and not forced and not (retry and gave_back):
-                break
-            for js in retry:
-                js.failure = None
-            pending = sorted(retry + fresh, key=lambda js: js.order)
-        if not snapshot.allocations and not placed and jobs:
-            placed += self._last_resort(state, min(jobs, key=lambda js: js.order))
-        decode_start = clock()
-        decisions = self._decisions(state, ordered, placed, jobs, refused)
-        timings.decode_s += clock() - decode_start
-        return Decisions(
-            policy=self.options.name,
-            placed=decisions[0],
-            unplaced=decisions[1],
-            timings=timings.as_dict(clock() - start),
-            stats={"admitted": len(jobs), "iterations": iterations,
-                   "slo_at_risk": sum(1 for p in decisions[0] if p.slo_at_risk)},
-        )
+        # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
+        # refusals answers without a look; the head would stop at the first.)
+        more, still = admit(rnd.state, [ordered[i] for i in rnd.late], vectorised=False, asks=rnd.cache.asks)
+        for k in more:
+            del refused[ordered[rnd.late[k]].name]
+        refused.update(still)
+        fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]
+        self._guard(rnd.state, fresh)
+        rnd.jobs += fresh
+        return fresh
 
     @staticmethod
     def _must_place(snapshot: Cluster, queue_len: int, pending: list[RoundJob]) -> list[RoundJob]:
@@ -268,18 +314,19 @@ class FlowPlacer:
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
                         shape, wants, t.count, cpus, memory_gb)
 
-    def _phase_one(self, state: FreeState, jobs: list[RoundJob], timings: Timings, clock: Clock) -> list[RoundJob]:
+    def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
+        state, timings, clock = rnd.state, rnd.timings, rnd.clock
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
-            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table, self._first_fit))
+            state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
                                                                                  self.costs))
 
-    def _phase_device(self, state: FreeState, jobs: list[RoundJob], kind: str, timings: Timings,
-                      clock: Clock) -> None:
+    def _phase_device(self, rnd: FlowRound, jobs: list[RoundJob], kind: str) -> None:
+        state, timings, clock = rnd.state, rnd.timings, rnd.clock
         phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.costs,
-                                                                                  self._queue_len, self._table))
+                                                                                  rnd.queue_len, rnd.table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep(kind, phase.net, flows)
         self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, phase, flows, self.costs))
@@ -318,8 +365,9 @@ class FlowPlacer:
         return TaskPlacement(f"{job.name}/{ti}", machine, js.cpus, js.memory_gb, grants,
                              round(expected, 3))
 
-    def _decisions(self, state: FreeState, ordered: list[Job], placed: list[RoundJob], jobs: list[RoundJob],
-                   refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
+    def _decisions(self, rnd: FlowRound) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
+        """The last stage: the placed jobs as placements (queue order) and every other job with why."""
+        state, ordered, placed, jobs, refused = rnd.state, rnd.ordered, rnd.placed, rnd.jobs, rnd.refused
         names = state.cluster.locations  # machines first, in order
         # Jobs of one image share their local time (known profiles): round it once (round is slow).
         rounded: dict[float, float] = {}
