@@ -18,20 +18,20 @@ from disagg.placement.cost_models import (
     get_cost_model,
     register_cost_model,
 )
-from disagg.placement.jobstate import JobState, JobTable, SloGuard, profile_arrays
+from disagg.placement.jobstate import JobTable, RoundJob, SloGuard, profile_arrays
 from disagg.placement.phase_one import NEVER
 from disagg.placement.registry import get_policy
 from disagg.placement.state import FreeState
 from tests.builders import make_cluster, make_job
 
 
-def job_state(job: Job, order: int = 0) -> JobState:
+def job_state(job: Job, order: int = 0) -> RoundJob:
     """A job as a flow round keeps it (what `FlowPlacer` builds)."""
     profile = profile_of(job)
     t = job.tasks
     wants = {k: t.wants(k) for k in t.kinds}
     shape = (t.cpus, t.memory_gb, tuple(sorted(wants.items())), ())
-    return JobState(job, order, profile, goal_s(job, profile), job.importance, remote_gbps(job, profile),
+    return RoundJob(job, order, profile, goal_s(job, profile), job.importance, remote_gbps(job, profile),
                     phi(job, profile, 0.0, 0.0), shape, wants, t.count, t.cpus, t.memory_gb)
 
 

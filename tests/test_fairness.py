@@ -113,10 +113,10 @@ def test_the_fair_share_term_goes_to_the_tenant_below_its_weighted_share() -> No
 
 def test_the_term_is_on_the_unscheduled_arc_and_w_still_grows() -> None:
     from disagg.placement.cost_models import get_cost_model
-    from disagg.placement.flow import FlowPlacer, _JobStateCache
+    from disagg.placement.flow import FlowPlacer, _RoundJobCache
     from disagg.placement.jobstate import JobTable
 
-    cache = _JobStateCache()
+    cache = _RoundJobCache()
     jobs = [FlowPlacer._job_state(replace(make_job(f"j{i}", wait_rounds=w), tenant=t), i, cache)
             for i, (w, t) in enumerate(((0, "bob"), (5, "alice")))]
     costs = get_cost_model("drmaestro")

@@ -55,8 +55,8 @@ from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.jobstate import (
     FloatArray,
     IntArray,
-    JobState,
     JobTable,
+    RoundJob,
     SloGuard,
     expected_arrays,
     expected_vec,
@@ -102,7 +102,7 @@ class ClassRows:
     guard: IntArray
 
     @classmethod
-    def of(cls, params: tuple[FloatArray, ...], reps: Sequence[JobState]) -> ClassRows:
+    def of(cls, params: tuple[FloatArray, ...], reps: Sequence[RoundJob]) -> ClassRows:
         def col(values: list[float]) -> FloatArray:
             return np.array(values)[:, None]
 
@@ -167,22 +167,22 @@ class CostModel(Protocol):
         """Class → machine arcs: a (classes × machines) cost matrix and which arcs exist."""
         ...
 
-    def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
+    def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:
         """Aggregator → machine arcs of a shape, priced as its first class (`rep`) would be."""
         ...
 
-    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+    def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
         """How many tasks of this request each machine can take (`min_gbps`: the least any class of the
         shape draws per remote device)."""
         ...
 
-    def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
+    def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
         """The machines a task may go to whatever the price (the decoder's repair): a mask (None: every
         machine) and those machines, ascending."""
         ...
 
-    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: RoundJob) -> tuple[Reason, str]:
         """Why a job that the model offers no machine at all waits."""
         ...
 
@@ -204,7 +204,7 @@ class CostModel(Protocol):
         load on its uplink (and on its rack's uplink, across racks)."""
         ...
 
-    def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
         """Once the decoder has put this device's traffic on `path`, is the remote arc still cheaper
         than waiting?"""
         ...
@@ -213,12 +213,12 @@ class CostModel(Protocol):
         """The link load a task's remote devices are priced at, for the expected time its placement reports."""
         ...
 
-    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+    def slo_guard(self, state: FreeState, js: RoundJob) -> SloGuard:
         """What the model holds this job back for this round, to keep its SLO (the liveness rule:
         docs/design-decisions.md, "No job waits forever")."""
         ...
 
-    def at_risk(self, js: JobState, expected_s: float) -> bool:
+    def at_risk(self, js: RoundJob, expected_s: float) -> bool:
         """Whether a placement expected to take `expected_s` is one the model places knowing it misses the SLO."""
         ...
 
@@ -247,11 +247,11 @@ class DRMaestroCostModel:
         the links; `others()`: with only others' traffic, when `phi_s` also counts the job's own): nothing."""
         return np.zeros(np.shape(phi_s), dtype=np.int64)
 
-    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+    def slo_guard(self, state: FreeState, js: RoundJob) -> SloGuard:
         """Blind to the SLO: holds no job back."""
         return SloGuard.NONE
 
-    def at_risk(self, js: JobState, expected_s: float) -> bool:
+    def at_risk(self, js: RoundJob, expected_s: float) -> bool:
         return False
 
     # -- phase 1 --
@@ -275,7 +275,7 @@ class DRMaestroCostModel:
         hold = np.where((share > 0) & (ph > rows.phi_local), hold, 0)
         return MachineArcs(cost + hold, hold if hold.any() else None)
 
-    def shape_to_machine(self, rep: JobState, machines: MachineColumns) -> MachineArcs:
+    def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:
         ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
         cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
         # Machines where the shape's first class would miss its SLO remotely pay its hold.
@@ -285,7 +285,7 @@ class DRMaestroCostModel:
         cost = cost + np.where(machines.share > 0, hold, 0)
         return MachineArcs(cost)
 
-    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+    def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
         """What cpus and memory fit, and no more than the machine's own free devices plus what its uplink
         carries at `min_gbps` can serve."""
@@ -313,10 +313,10 @@ class DRMaestroCostModel:
             served[ok] = tasks
         return np.minimum(out, served)
 
-    def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
+    def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
         return None, np.arange(state.n_machines)
 
-    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: RoundJob) -> tuple[Reason, str]:
         """No machine has the cpus and memory; or those that have cannot reach the devices: too few
         free (NO_DEVICES) or too little bandwidth to them (NO_BANDWIDTH), said of the best of them."""
         t = js.job.tasks
@@ -399,7 +399,7 @@ class DRMaestroCostModel:
         cross: IntArray = rack + np.rint(LOAD_COST * SCALE * across).astype(np.int64)
         return rack, cross
 
-    def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
         return True
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
@@ -432,18 +432,18 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         out: IntArray = np.where(held, postponement(phi_s, tau), 0)
         return out
 
-    def slo_guard(self, state: FreeState, js: JobState) -> SloGuard:
+    def slo_guard(self, state: FreeState, js: RoundJob) -> SloGuard:
         """What waiting can help with: ALL while the machines, were nothing running, could hold every
         task with its devices local (a placement that meets the SLO then comes once running jobs end);
         TRAFFIC when some devices must be remote anyway (only a miss that others' traffic causes is
         waited out). How long it is held is the postponement's business, not the guard's."""
         return SloGuard.ALL if state.idle_local_fit(js.shape) >= js.count else SloGuard.TRAFFIC
 
-    def at_risk(self, js: JobState, expected_s: float) -> bool:
+    def at_risk(self, js: RoundJob, expected_s: float) -> bool:
         """Placed knowing it misses the SLO: φ over τ and over its local time."""
         return expected_s > js.tau and expected_s > js.phi_local
 
-    def subtask_to_remote_holds(self, state: FreeState, js: JobState, path: tuple[int, ...]) -> bool:
+    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
         """With this round's traffic on the path, the placement meets the SLO; or waiting cannot help
         (TRAFFIC: its own traffic alone already makes it miss); or it still costs less than waiting
         (`outwaited`). A miss it lets through is noted on the job (`slo_risk`; `slo_held` when the job
@@ -465,7 +465,7 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         return state.load(sorted({state.link_index[x] for g in grants for x in g.path}))
 
 
-def outwaited(js: JobState, expected_s: float) -> bool:
+def outwaited(js: RoundJob, expected_s: float) -> bool:
     """Whether waiting costs the job more than a remote placement expected to take `expected_s` with
     its postponement, priced as its dearest remote arc (P_CROSS, two loaded uplinks): the decoder's
     re-check once this round's traffic is on the links. A job that must be placed always is."""
@@ -499,16 +499,16 @@ class FirmamentCostModel(DRMaestroCostModel):
     name = "firmament"
     local_only = True
 
-    def task_to_machine_capacity(self, state: FreeState, js: JobState, local_free: dict[str, IntArray],
+    def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
         return local_capacity(state, js, local_free)
 
-    def machines_allowed(self, state: FreeState, js: JobState) -> tuple[BoolArray | None, IntArray]:
+    def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
         """Only machines whose own free devices cover the task (ascending, so that argmax still takes
         the first of equals)."""
         return state.machines_with_local(js.shape)
 
-    def why_no_machine(self, state: FreeState, js: JobState) -> tuple[Reason, str]:
+    def why_no_machine(self, state: FreeState, js: RoundJob) -> tuple[Reason, str]:
         t = js.job.tasks
         if not t.kinds:
             return super().why_no_machine(state, js)
@@ -553,7 +553,7 @@ def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[
     return out
 
 
-def own_load(state: FreeState, js: JobState, path: tuple[int, ...]) -> float:
+def own_load(state: FreeState, js: RoundJob, path: tuple[int, ...]) -> float:
     """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round."""
     own = dict.fromkeys(path, 0.0)
     for links, gbps in js.taken_traffic:
@@ -563,7 +563,7 @@ def own_load(state: FreeState, js: JobState, path: tuple[int, ...]) -> float:
     return max((used / state.link_cap[link] for link, used in own.items()), default=0.0)
 
 
-def local_capacity(state: FreeState, js: JobState, local_free: dict[str, IntArray]) -> IntArray:
+def local_capacity(state: FreeState, js: RoundJob, local_free: dict[str, IntArray]) -> IntArray:
     """Per machine, how many tasks its cpus, memory and own free devices serve (no remote device). Also
     the flow's capacity for a job on its second, local-first try."""
     t = js.job.tasks
@@ -573,7 +573,7 @@ def local_capacity(state: FreeState, js: JobState, local_free: dict[str, IntArra
     return fit
 
 
-def _own_free(state: FreeState, js: JobState, kind: str, local_free: dict[str, IntArray]) -> IntArray:
+def _own_free(state: FreeState, js: RoundJob, kind: str, local_free: dict[str, IntArray]) -> IntArray:
     """Per machine, its own free devices of `kind` (of the model the job pins, if it pins one)."""
     models = js.job.tasks.models
     return local_free[kind] if kind not in models else state.local_free(kind, models[kind])

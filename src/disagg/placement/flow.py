@@ -21,7 +21,7 @@ from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, pro
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
-from disagg.placement.jobstate import FlowOptions, IntArray, JobState, JobTable, Timings, request
+from disagg.placement.jobstate import FlowOptions, IntArray, JobTable, RoundJob, Timings, request
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import Asks, Refusal, admit, order_queue
 from disagg.placement.search import search
@@ -39,7 +39,7 @@ _REMOTE_SHORT = (Reason.NO_BANDWIDTH, Reason.NO_DEVICES, Reason.SLO_AT_RISK)
 
 
 @dataclass
-class _JobStateCache:
+class _RoundJobCache:
     """What job states of one round share: per image its profile, (known profiles) local time and
     defaults; per request its wanted devices and its shape, one shape object per distinct request."""
 
@@ -47,19 +47,46 @@ class _JobStateCache:
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
     asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
+    importance: dict[float, float] = field(default_factory=dict)
+
+
+@dataclass
+class FlowRound:
+    """What one `FlowPlacer.place` computes, as one value: the free state it reserves from, the queue in
+    the order it admits (`ordered`), the jobs it admitted (`jobs`, queue order) and refused (`refused`),
+    their numbers as arrays (`table`, with the tenants' fair-share terms, `bonus`), the jobs placed so far,
+    per shape the fit of its first iteration (`first_fit`), and its timings. Each stage of the round
+    (`FlowPlacer._admit`, `_iteration`, `_retries`, `_readmit`, `_last_resort`, `_decisions`) reads and
+    extends it; nothing of it outlives the call."""
+
+    snapshot: Cluster
+    state: FreeState
+    ordered: list[Job]
+    bonus: dict[str, float]
+    cache: _RoundJobCache
+    jobs: list[RoundJob]
+    refused: dict[str, Refusal]
+    table: JobTable
+    clock: Clock
+    timings: Timings = field(default_factory=Timings)
+    placed: list[RoundJob] = field(default_factory=list)
+    first_fit: dict[int, int] = field(default_factory=dict)
+    #: Places in the queue of the jobs refused only for contention: re-admitted once those ahead are decided.
+    late: list[int] = field(default_factory=list)
+    iterations: int = 0
+
+    @property
+    def queue_len(self) -> int:
+        return len(self.ordered)
 
 
 class FlowPlacer:
     """Runs the phases for a set of options, pricing with the options' cost model. Stateless between
-    rounds: all state is per call."""
+    rounds: a round's state is its `FlowRound`, made and dropped by each `place`."""
 
     def __init__(self, options: FlowOptions) -> None:
         self.options = options
         self.costs = get_cost_model(options.cost_model)
-        self._queue_len = 0
-        self._table = JobTable.of([])
-        self._bonus: dict[str, float] = {}
-        self._first_fit: dict[int, int] = {}
         #: When a list, every solved network of a round is appended as (phase, network, flows), for
         #: debugging (`disagg place --dump-graphs`). None (the default) keeps nothing.
         self.graphs: list[tuple[str, FlowNetwork, IntArray]] | None = None
@@ -82,85 +109,105 @@ class FlowPlacer:
         return decisions
 
     def _place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> Decisions:
+        """The stages of a round (placement/README.md): admit; iterations of phase 1, the device phases
+        and the gang check, each followed by the retries (contention losers, the liveness rule's forced
+        jobs, second tries) and re-admission; the last resort; the decisions."""
         start = clock()
-        timings = Timings()
-        state = FreeState(snapshot)
-        # Tenants' fair-share terms on the unscheduled arcs (a round with tenants: `placement.fairness`),
-        # which then also order the queue the round admits from.
-        self._bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
-        ordered = fair_order(order_queue(queue, now), self._bonus)
-        cache = _JobStateCache()
-        admitted, refused = admit(state, ordered, asks=cache.asks)
-        jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
-        self._guard(state, jobs)
-        self._table = JobTable.of(jobs, self._bonus)
-        self._queue_len = len(ordered)
-        self._first_fit = {}
-        timings.build_s += clock() - start
-        pending = jobs
-        placed: list[JobState] = []
-        # Only refusals for contention change between iterations (re-admission), so the jobs that may
-        # get another look only ever shrink from this list, in queue order.
-        late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
-        iterations = 0
+        rnd = self._admit(snapshot, queue, now, clock)
+        rnd.timings.build_s += clock() - start
+        pending = rnd.jobs
         for _ in range(self.options.max_iterations):
             if not pending:
                 break
-            iterations += 1
-            first = self._phase_one(state, pending, timings, clock)
-            survivors = first
-            for kind in DEVICE_KINDS:
-                wanting = self._wanting(survivors, kind, cache)
-                if wanting:
-                    self._phase_device(state, wanting, kind, timings, clock)
-                    survivors = [js for js in survivors if js.failure is None]
-            placed += survivors
-            retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
-            forced = self._must_place(snapshot, len(ordered), pending) + self._second_try(state, first)
-            retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
-            # Jobs refused up front only because the jobs ahead of them claimed what was free get
-            # another look, now that those jobs are decided (some of them may not have been placed).
-            late = [i for i in late if ordered[i].name in refused
-                    and refused[ordered[i].name].reason == Reason.CONTENTION]
-            # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
-            # refusals answers without a look; the head would stop at the first.)
-            more, still = admit(state, [ordered[i] for i in late], vectorised=False, asks=cache.asks)
-            for k in more:
-                del refused[ordered[late[k]].name]
-            refused.update(still)
-            fresh = [self._job_state(ordered[late[k]], late[k], cache) for k in more]
-            self._guard(state, fresh)
-            jobs += fresh
-            if fresh or forced:
-                self._table = JobTable.of(jobs, self._bonus)
-            # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
-            # (what the flow gave them is free again).
-            gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
-            if not survivors and not fresh and not forced and not (retry and gave_back):
-                break
-            for js in retry:
-                js.failure = None
-            pending = sorted(retry + fresh, key=lambda js: js.order)
-        if not snapshot.allocations and not placed and jobs:
-            placed += self._last_resort(state, min(jobs, key=lambda js: js.order))
+            pending = self._iteration(rnd, pending)
+        if not snapshot.allocations and not rnd.placed and rnd.jobs:
+            rnd.placed += self._last_resort(rnd.state, min(rnd.jobs, key=lambda js: js.order))
         decode_start = clock()
-        decisions = self._decisions(state, ordered, placed, jobs, refused)
-        timings.decode_s += clock() - decode_start
+        placed, unplaced = self._decisions(rnd)
+        rnd.timings.decode_s += clock() - decode_start
         return Decisions(
             policy=self.options.name,
-            placed=decisions[0],
-            unplaced=decisions[1],
-            timings=timings.as_dict(clock() - start),
-            stats={"admitted": len(jobs), "iterations": iterations,
-                   "slo_at_risk": sum(1 for p in decisions[0] if p.slo_at_risk)},
+            placed=placed,
+            unplaced=unplaced,
+            timings=rnd.timings.as_dict(clock() - start),
+            stats={"admitted": len(rnd.jobs), "iterations": rnd.iterations,
+                   "slo_at_risk": sum(1 for p in placed if p.slo_at_risk)},
         )
 
+    def _admit(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> FlowRound:
+        """Stage 1: the queue in order (with tenants, fair order: `placement.fairness` puts the fair-share
+        terms on the snapshot), what is free covers (admission), the admitted jobs' records."""
+        state = FreeState(snapshot)
+        bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
+        ordered = fair_order(order_queue(queue, now), bonus)
+        cache = _RoundJobCache()
+        admitted, refused = admit(state, ordered, asks=cache.asks)
+        jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
+        self._guard(state, jobs)
+        rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock)
+        # Only refusals for contention change between iterations (re-admission), so the jobs that may
+        # get another look only ever shrink from this list, in queue order.
+        rnd.late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
+        return rnd
+
+    def _iteration(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
+        """Stage 2, once per iteration: phase 1, the device phases, the gang check; then the retries and
+        re-admission. Returns the jobs for the next iteration (none: the round is over)."""
+        rnd.iterations += 1
+        first = self._phase_one(rnd, pending)
+        survivors = first
+        for kind in DEVICE_KINDS:
+            wanting = self._wanting(survivors, kind, rnd.cache)
+            if wanting:
+                self._phase_device(rnd, wanting, kind)
+                survivors = [js for js in survivors if js.failure is None]
+        rnd.placed += survivors
+        retry, forced = self._retries(rnd, pending, first)
+        fresh = self._readmit(rnd)
+        if fresh or forced:
+            rnd.table = JobTable.of(rnd.jobs, rnd.bonus)
+        # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
+        # (what the flow gave them is free again).
+        gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
+        if not survivors and not fresh and not forced and not (retry and gave_back):
+            return []
+        for js in retry:
+            js.failure = None
+        return sorted(retry + fresh, key=lambda js: js.order)
+
+    def _retries(self, rnd: FlowRound, pending: list[RoundJob], first: list[RoundJob]
+                 ) -> tuple[list[RoundJob], list[RoundJob]]:
+        """Stage 3: who gets another iteration — the jobs that lost only to contention, the lone job the
+        liveness rule forces (`_must_place`) and the second tries (`_second_try`). Returns (all of them,
+        the forced and second tries)."""
+        retry = [js for js in pending if js.failure is not None and js.failure[0] == Reason.CONTENTION]
+        forced = self._must_place(rnd.snapshot, rnd.queue_len, pending) + self._second_try(rnd.state, first)
+        retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
+        return retry, forced
+
+    def _readmit(self, rnd: FlowRound) -> list[RoundJob]:
+        """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
+        another look, now that those jobs are decided (some of them may not have been placed)."""
+        ordered, refused = rnd.ordered, rnd.refused
+        rnd.late = [i for i in rnd.late if ordered[i].name in refused
+                    and refused[ordered[i].name].reason == Reason.CONTENTION]
+        # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
+        # refusals answers without a look; the head would stop at the first.)
+        more, still = admit(rnd.state, [ordered[i] for i in rnd.late], vectorised=False, asks=rnd.cache.asks)
+        for k in more:
+            del refused[ordered[rnd.late[k]].name]
+        refused.update(still)
+        fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]
+        self._guard(rnd.state, fresh)
+        rnd.jobs += fresh
+        return fresh
+
     @staticmethod
-    def _must_place(snapshot: Cluster, queue_len: int, pending: list[JobState]) -> list[JobState]:
+    def _must_place(snapshot: Cluster, queue_len: int, pending: list[RoundJob]) -> list[RoundJob]:
         """The liveness rule on an idle cluster: where nothing else runs or waits, no placement gets
         better by waiting, so a job the flow left waiting (waiting cost less, or what read as contention
         with nobody else there) is tried again with an unscheduled arc that outbids any placement
-        (`JobState.must_place`). Returns it. (With other jobs waiting, W bounds the wait: they may be
+        (`RoundJob.must_place`). Returns it. (With other jobs waiting, W bounds the wait: they may be
         placed meanwhile, and waiting for them to end may be worth it.)"""
         if snapshot.allocations or queue_len != 1:
             return []
@@ -172,7 +219,7 @@ class FlowPlacer:
                 forced.append(js)
         return forced
 
-    def _last_resort(self, state: FreeState, js: JobState) -> list[JobState]:
+    def _last_resort(self, state: FreeState, js: RoundJob) -> list[RoundJob]:
         """The liveness rule's last resort: where nothing runs and the round placed nothing, waiting cannot
         help the oldest job the phases could not place, so it is looked for exhaustively
         (`placement.search`, bounded); found, it is placed as found."""
@@ -190,13 +237,13 @@ class FlowPlacer:
                 js.slo_risk |= self.costs.at_risk(js, expected)
         return [js]
 
-    def _second_try(self, state: FreeState, first: list[JobState]) -> list[JobState]:
+    def _second_try(self, state: FreeState, first: list[RoundJob]) -> list[RoundJob]:
         """Jobs that phase 1 placed but a device phase could not serve (devices, bandwidth, SLO): phase 1
         cannot see every link a device phase will need, nor what remote devices a round's tasks leave
         each other. Each gets one more try in the next iteration, in a shape of its own: with local
-        devices only (`JobState.local_first`: a machine takes only the tasks its own free devices
+        devices only (`RoundJob.local_first`: a machine takes only the tasks its own free devices
         serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
-        the machine that failed it (`JobState.avoid`)."""
+        the machine that failed it (`RoundJob.avoid`)."""
         out = []
         for js in first:
             if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
@@ -213,7 +260,7 @@ class FlowPlacer:
             out.append(js)
         return out
 
-    def _guard(self, state: FreeState, jobs: list[JobState]) -> None:
+    def _guard(self, state: FreeState, jobs: list[RoundJob]) -> None:
         """What the cost model holds each job back for this round (only a model that guards SLOs
         looks: the others hold none back, and their classes stay as they were)."""
         slo_guard = self.costs.slo_guard
@@ -221,7 +268,7 @@ class FlowPlacer:
             js.guard = slo_guard(state, js)
 
     @staticmethod
-    def _wanting(jobs: list[JobState], kind: str, cache: _JobStateCache) -> list[JobState]:
+    def _wanting(jobs: list[RoundJob], kind: str, cache: _RoundJobCache) -> list[RoundJob]:
         """The jobs that want devices of `kind`. The round's distinct requests say at once when all or
         none do (the usual case: one kind of device in the whole queue)."""
         wants = [kind in w for w, _ in cache.requests.values()]
@@ -232,7 +279,7 @@ class FlowPlacer:
         return [js for js in jobs if kind in js.wants]
 
     @staticmethod
-    def _job_state(job: Job, order: int, cache: _JobStateCache) -> JobState:
+    def _job_state(job: Job, order: int, cache: _RoundJobCache) -> RoundJob:
         # Per image, once a round: its profile, its local time if the profile is known (it then does
         # not depend on the job's SLO; an unknown image's is its τ), the τ of a job without an SLO,
         # and the bandwidth a remote device of a job that does not say draws.
@@ -260,23 +307,26 @@ class FlowPlacer:
             # Requests that differ only in how they are written (order, zero counts) share the shape.
             parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
         wants, shape = parts
-        z = clamp_importance(job.importance)
-        return JobState(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
+        z = cache.importance.get(job.importance)
+        if z is None:  # a queue has a few distinct importances: clamped once each
+            z = cache.importance[job.importance] = clamp_importance(job.importance)
+        return RoundJob(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
                         shape, wants, t.count, cpus, memory_gb)
 
-    def _phase_one(self, state: FreeState, jobs: list[JobState], timings: Timings, clock: Clock) -> list[JobState]:
+    def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
+        state, timings, clock = rnd.state, rnd.timings, rnd.clock
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
-            state, jobs, self.costs, self.options.min_candidates, self._queue_len, self._table, self._first_fit))
+            state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
                                                                                  self.costs))
 
-    def _phase_device(self, state: FreeState, jobs: list[JobState], kind: str, timings: Timings,
-                      clock: Clock) -> None:
+    def _phase_device(self, rnd: FlowRound, jobs: list[RoundJob], kind: str) -> None:
+        state, timings, clock = rnd.state, rnd.timings, rnd.clock
         phase = self._timed(timings, clock, "build_s", lambda: phase_device.build(state, jobs, kind, self.costs,
-                                                                                  self._queue_len, self._table))
+                                                                                  rnd.queue_len, rnd.table))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep(kind, phase.net, flows)
         self._timed(timings, clock, "decode_s", lambda: phase_device.decode(state, phase, flows, self.costs))
@@ -291,7 +341,7 @@ class FlowPlacer:
 
     # -- decisions ---------------------------------------------------------------------------------
 
-    def _risk(self, js: JobState, tasks: tuple[TaskPlacement, ...]) -> str | None:
+    def _risk(self, js: RoundJob, tasks: tuple[TaskPlacement, ...]) -> str | None:
         """Why the job is placed knowing it likely misses its SLO, or None (see `CostModel.at_risk`)."""
         if not js.slo_risk:
             return None
@@ -303,7 +353,7 @@ class FlowPlacer:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
         return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"
 
-    def _remote_task(self, state: FreeState, js: JobState, ti: int, machine: str,
+    def _remote_task(self, state: FreeState, js: RoundJob, ti: int, machine: str,
                      grants: tuple[DeviceGrant, ...]) -> TaskPlacement:
         """A task of a job with remote devices: its expected time counts its own remote share, at the
         link load its cost model prices (NA: the busiest link its devices use)."""
@@ -315,8 +365,9 @@ class FlowPlacer:
         return TaskPlacement(f"{job.name}/{ti}", machine, js.cpus, js.memory_gb, grants,
                              round(expected, 3))
 
-    def _decisions(self, state: FreeState, ordered: list[Job], placed: list[JobState], jobs: list[JobState],
-                   refused: dict[str, Refusal]) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
+    def _decisions(self, rnd: FlowRound) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
+        """The last stage: the placed jobs as placements (queue order) and every other job with why."""
+        state, ordered, placed, jobs, refused = rnd.state, rnd.ordered, rnd.placed, rnd.jobs, rnd.refused
         names = state.cluster.locations  # machines first, in order
         # Jobs of one image share their local time (known profiles): round it once (round is slow).
         rounded: dict[float, float] = {}
@@ -340,7 +391,7 @@ class FlowPlacer:
             out_placed.append(JobPlacement(name, tasks))
         return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)
 
-    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[JobState],
+    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[RoundJob],
                   refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
         by_name = {js.job.name: js for js in jobs if js.order not in placed_at}

@@ -41,8 +41,8 @@ class FlowOptions:
 
 
 @dataclass(slots=True)
-class JobState:
-    """One job during one round."""
+class RoundJob:
+    """One job during one round (named apart from `model.states.JobState`, the job's lifecycle state)."""
 
     job: Job
     order: int
@@ -174,7 +174,7 @@ def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArra
     return {owner[k]: [[h[i], f[i]] for i in range(b, e)] for k, (b, e) in enumerate(zip(starts, ends, strict=True))}
 
 
-def profile_arrays(jobs: Sequence[JobState]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+def profile_arrays(jobs: Sequence[RoundJob]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity."""
     profiles = list(map(attrgetter("profile"), jobs))
     base = np.where(column(profiles, "known", np.bool_), column(profiles, "base_s"), column(jobs, "tau"))
@@ -193,7 +193,7 @@ def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
 
 @dataclass
 class JobTable:
-    """The numbers of every job of a round as arrays, indexed by `JobState.index`, so that phases
+    """The numbers of every job of a round as arrays, indexed by `RoundJob.index`, so that phases
     gather them with one fancy index instead of one Python pass per number."""
 
     tau: FloatArray
@@ -210,7 +210,7 @@ class JobTable:
     fair: IntArray | None = None
 
     @classmethod
-    def of(cls, jobs: Sequence[JobState], bonus: Mapping[str, float] | None = None) -> JobTable:
+    def of(cls, jobs: Sequence[RoundJob], bonus: Mapping[str, float] | None = None) -> JobTable:
         """The jobs' numbers; `bonus`: the fair-share term of each tenant's jobs (utility units)."""
         for i, js in enumerate(jobs):
             js.index = i
@@ -233,5 +233,5 @@ class JobTable:
         )
 
     @staticmethod
-    def indices(jobs: Sequence[JobState]) -> IntArray:
+    def indices(jobs: Sequence[RoundJob]) -> IntArray:
         return column(jobs, "index", np.int64)

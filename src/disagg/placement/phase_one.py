@@ -2,6 +2,9 @@
 
     job → class → (its preferred machines | X_shape → machines) → sink,   job → U → sink
 
+Machines are nodes by class (`MachineGroups`: machines of equal free state, Firmament's equivalence
+classes), so the network is sized by the queue's classes and the cluster's distinct free states, not by
+its machine count; the decoder splits a machine class's flow back over its machines (`split`).
 A job is one node with supply = its task count (its tasks have identical arcs). A class is the
 set of jobs with the same request, profile, SLO and importance; a shape is the set of classes with
 the same request. Each shape's aggregator X links to the shape's cheapest machines; each class
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
@@ -28,8 +32,8 @@ from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, Machin
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
-    JobState,
     JobTable,
+    RoundJob,
     flow_lists,
     gang_shortfall,
     profile_arrays,
@@ -44,12 +48,13 @@ from disagg.placement.state import FreeState, Offers, column
 PREFERRED = 8
 #: How many of its shape's cheapest machines a class prices itself.
 CLASS_HEAD = 256
-#: How many aggregator → machine arcs phase 1 may spend in all (shared among request shapes).
-AGG_ARC_BUDGET = 200_000
 #: How far the decoder looks along a flow list for a machine the task really fits on.
 SCAN_LIMIT = 64
 
 NEVER = np.iinfo(np.int64).max
+
+#: Arcs as arrays: tails, heads, capacities, costs.
+Arcs = tuple[IntArray, IntArray, IntArray, IntArray]
 
 
 @dataclass
@@ -81,7 +86,7 @@ class Classes:
     of_job: IntArray
     counts: IntArray
     tasks: IntArray
-    representative: list[JobState]
+    representative: list[RoundJob]
     shapes: list[list[int]]
 
 
@@ -102,14 +107,57 @@ class Pricing:
     #: Per shape, how many of its tasks the machines could take in the round's first iteration (before
     #: any job of the round took anything): shared by the round's iterations.
     first_fit: dict[int, int] = field(default_factory=dict)
+    #: The machines in classes of equal free state (the network's machine nodes are these classes).
+    groups: MachineGroups | None = None
+    #: Per shape (by `id`), per machine class: how many of its tasks the class's machines take together.
+    group_fit: dict[int, IntArray] = field(default_factory=dict)
 
 
-def classify(jobs: list[JobState]) -> Classes:
+@dataclass(frozen=True)
+class MachineGroups:
+    """Machines whose free state the network cannot tell apart (the same free cpus and memory, local
+    devices, uplink load and capacity for every shape of the round), as one node each — Firmament's
+    equivalence classes of machines. At 12,500 machines a round sees a few hundred such classes, so
+    phase 1's network is sized by the queue's classes, not by the cluster. The decoder splits a class's
+    flow back over its machines (`split`)."""
+
+    of_machine: IntArray  # per machine, its class
+    first: IntArray  # per class, its first machine (the one its columns are read from)
+    members: list[list[int]]  # per class, its machines in order
+
+    @staticmethod
+    def of(columns: list[NDArray[np.float64] | IntArray], rack: IntArray) -> MachineGroups:
+        """Machines with equal `columns` in one class; a class's machines in turn across racks (its
+        first machine in each rack, then its second in each, ...), so that the tasks a class's flow
+        brings spread over racks' pools and uplinks as the per-machine network's did."""
+        key = np.column_stack(columns)
+        # Sorted by every column (stable: equal rows keep machine order), a class starts where a row differs.
+        order = np.lexsort(key.T[::-1])
+        rows = key[order]
+        starts = np.r_[True, (rows[1:] != rows[:-1]).any(axis=1)]
+        first = order[starts]
+        of_machine = np.empty(len(order), dtype=np.int64)
+        of_machine[order] = np.cumsum(starts) - 1
+        by_rack = np.lexsort((rack, of_machine))  # per class, per rack, in machine order
+        cell = of_machine[by_rack] * (int(rack.max(initial=0)) + 1) + rack[by_rack]
+        starts = np.r_[0, np.nonzero(cell[1:] != cell[:-1])[0] + 1]
+        rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
+        order = by_rack[np.lexsort((rack[by_rack], rank, of_machine[by_rack]))]
+        bounds = np.cumsum(np.bincount(of_machine, minlength=len(first)))[:-1]
+        members = [m.tolist() for m in np.split(order, bounds)]
+        return MachineGroups(of_machine.astype(np.int64), first.astype(np.int64), members)
+
+    def total(self, per_machine: IntArray) -> IntArray:
+        """A per-machine count summed over each class."""
+        return np.bincount(self.of_machine, weights=per_machine, minlength=len(self.first)).astype(np.int64)
+
+
+def classify(jobs: list[RoundJob]) -> Classes:
     """Jobs of one round into classes and classes into shapes. A round's job states share one shape
     object per distinct request, so shapes are told apart by identity (no hashing of nested tuples)."""
     classes: dict[tuple[object, ...], int] = {}
     of: list[int] = []
-    reps: list[JobState] = []  # the first job of each class (classes are numbered as they first appear)
+    reps: list[RoundJob] = []  # the first job of each class (classes are numbered as they first appear)
     for js in jobs:
         c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps, js.guard), len(classes))
         if c == len(reps):
@@ -133,43 +181,48 @@ class Candidates:
     fit: IntArray
     columns: MachineColumns
     proxy: IntArray
+    size: IntArray  # per machine class (indexed as `fit`), how many machines it has
+    local: IntArray  # per machine class (indexed as `fit`), tasks of the shape one machine's own devices serve
 
     def head(self, n: int) -> Candidates:
-        """The `n` cheapest for the shape (all of them when there are no more)."""
-        if len(self.machines) <= n:
+        """The cheapest machine classes for the shape that hold `n` machines between them (all of them
+        when there are no more)."""
+        size = self.size[self.machines]
+        if int(size.sum()) <= n:
             return self
-        at = np.argpartition(self.proxy, n - 1)[:n]
+        order = np.argsort(self.proxy, kind="stable")
+        at = order[:int(np.searchsorted(np.cumsum(size[order]), n)) + 1]
         c = self.columns
         return Candidates(self.machines[at], self.fit, MachineColumns(c.share[at], c.load[at], c.pref[at]),
-                          self.proxy[at])
+                          self.proxy[at], self.size, self.local)
 
 
 def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
           first_fit: dict[int, int] | None = None) -> Pricing:
-    """Arcs from classes to machines, directly and through one aggregator per shape."""
-    n_machines = state.n_machines
+    """Arcs from classes to machine classes (`MachineGroups`), directly and through one aggregator per
+    shape."""
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
-    up_load = state.link_load()[:n_machines]
+    up_load = state.link_load()[:state.n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
-    for g, members in enumerate(cls.shapes):
-        # The shape's machines are priced for its loosest goal: a class whose SLO no machine meets (a
-        # tenant's τ of one second) must not take the machines away from the shape's other classes;
-        # each class's own arcs keep to the machines that meet its goal.
-        rep = cls.representative[max(members, key=lambda c: (cls.representative[c].tau, -c))]
+    reps = [cls.representative[shape_representative(cls, members)] for members in cls.shapes]
+    fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing) for members, rep in zip(cls.shapes, reps,
+                                                                                                  strict=True)]
+    pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
+    groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
+                                                *pinned, *fits], state.loc_rack[:state.n_machines])
+    at = groups.first
+    sizes = np.bincount(groups.of_machine, minlength=len(at))
+    used_at, load_at = used_frac[at], up_load[at]
+    free_at = {k: v[at] for k, v in local_free.items()}
+    for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
         t = rep.job.tasks
-        fit = (local_capacity(state, rep, local_free) if rep.local_first else
-               costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
-        if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
-            fit = fit.copy()
-            np.subtract.at(fit, list(rep.avoid), 1)
-            fit = np.maximum(fit, 0)
-        pricing.fit[id(rep.shape)] = fit
-        if id(rep.shape) not in pricing.first_fit:
-            pricing.first_fit[id(rep.shape)] = int(fit.sum())
-        cand = np.nonzero(fit > 0)[0]
+        gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
+        cand = np.nonzero(gfit > 0)[0]
+        if len(cand) == 0:
+            continue
         want_total = sum(rep.wants.values())
         # The share of the task's devices that would have to be remote on each machine.
         share = np.zeros(len(cand))
@@ -177,28 +230,57 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
             local = np.zeros(len(cand))
             for k, n in rep.wants.items():
                 model = t.models.get(k)  # a pinned model: only its devices are local to the task
-                local += np.minimum((local_free[k] if model is None else state.local_free(k, model))[cand], n)
+                local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
             share = (want_total - local) / want_total
-        pref = P_LOCAL + SPREAD * used_frac[cand]
+        pref = P_LOCAL + SPREAD * used_at[cand]
         for k in state.kinds:
             if t.wants(k) == 0:
-                pref = pref + P_SPARE_DEVICES * (local_free[k][cand] > 0)
-        columns = MachineColumns(share, up_load[cand], pref)
-        shared = costs.shape_to_machine(rep, columns)
-        proxy = shared.cost
-        # Enough machines for twice the shape's tasks, and more while the arc budget allows, so
-        # that shapes whose favourite machines overlap still find room elsewhere.
-        limit = max(min_candidates, 2 * int(cls.tasks[members].sum()), AGG_ARC_BUDGET // len(cls.shapes))
-        sel = np.arange(len(proxy))
-        if len(sel) > limit:
-            sel = np.argpartition(proxy, limit - 1)[:limit]
-        if len(sel) == 0:
-            continue
-        cand, proxy = cand[sel], proxy[sel]
-        pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, fit[cand], proxy)
-        kept = Candidates(cand, fit, MachineColumns(share[sel], columns.load[sel], pref[sel]), proxy)
+                pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
+        columns = MachineColumns(share, load_at[cand], pref)
+        proxy = costs.shape_to_machine(rep, columns).cost
+        pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
+        kept = Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))
         _price_classes(pricing, g, members, cls, kept, costs, want_total > 0)
     return pricing
+
+
+def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
+    """Per machine class, how many tasks of the shape one of its machines serves with its own devices."""
+    out = np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    for kind, want in rep.wants.items():
+        out = np.minimum(out, free_at[kind] // want if kind in free_at else 0)
+    return out
+
+
+def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: RoundJob, costs: CostModel,
+               local_free: dict[str, IntArray], pricing: Pricing) -> IntArray:
+    """Per machine, how many tasks of the shape it can take (the cost model's capacity; local devices
+    only on a second try that asks for them, one task fewer where a second try avoids a machine)."""
+    fit = (local_capacity(state, rep, local_free) if rep.local_first else
+           costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
+    if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
+        fit = fit.copy()
+        np.subtract.at(fit, list(rep.avoid), 1)
+        fit = np.maximum(fit, 0)
+    pricing.fit[id(rep.shape)] = fit
+    if id(rep.shape) not in pricing.first_fit:
+        pricing.first_fit[id(rep.shape)] = int(fit.sum())
+    return fit
+
+
+def shape_representative(cls: Classes, members: list[int]) -> int:
+    """The class a shape's machines are priced for (its aggregator's arcs): its first class in queue
+    order whose goal a local placement meets. A class whose SLO no machine meets (a tenant's τ of one
+    second) must not price the shape's machines for the others (one such class would hold every job of
+    its shape); when no class's goal is met, the loosest. (Pricing every shape for its loosest goal, as
+    741bd7c did, priced the aggregator's machines for the job that minds remote devices least: tasks of
+    tighter classes then went remote through it, the small pools ran out, and at 12,500 machines and
+    10,000 queued the round placed 9,679 jobs in three phase-1 solves instead of 9,997 in one.)"""
+    reps = cls.representative
+    for c in members:
+        if reps[c].phi_local <= reps[c].tau:
+            return c
+    return max(members, key=lambda c: (reps[c].tau, -c))
 
 
 def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates, costs: CostModel,
@@ -226,10 +308,28 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     else:
         top = np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
     top_cost = np.take_along_axis(masked, top, axis=1)
-    keep = top_cost < NEVER
+    # A class's own arcs reach PREFERRED machines in all (its cheapest classes' first
+    # machines), each class's arc carrying what that many of its machines take with their own devices
+    # (as the per-machine network's arcs to PREFERRED machines did: more, and the classes would crowd
+    # into their favourite machine classes and spill to remote devices).
+    nodes = head.machines[top]
+    size = cand.size[nodes]
+    by_cost = np.argsort(top_cost, axis=1, kind="stable")
+    sorted_size = np.take_along_axis(size, by_cost, axis=1)
+    before = np.empty_like(size)
+    np.put_along_axis(before, by_cost, np.cumsum(sorted_size, axis=1) - sorted_size, axis=1)
+    machines = np.clip(PREFERRED - before, 0, size)
+    per_machine = cand.fit[nodes] // np.maximum(size, 1)
+    per_machine = np.where(size > 1, np.minimum(per_machine, np.maximum(cand.local[nodes], 1)), per_machine)
+    caps = np.minimum(per_machine * machines, cls.tasks[ids][:, None])
+    # An arc of its own to a class of several machines only for a class that the aggregator prices above
+    # its own cost somewhere (a positive offset); the others pay the shape's price through X there. (Such
+    # an arc reaches a whole class of machines: loose classes crowded into their favourite ones, past
+    # what their own devices serve, and spilled to remote devices: 570 -> 1,160-2,300 at 12,500
+    # machines.) A single machine is as the per-machine network had it.
+    keep = (top_cost < NEVER) & (caps > 0) & ((offsets > 0)[:, None] | (size == 1))
     rows_at = np.broadcast_to(ids[:, None], top.shape)[keep]
-    heads = head.machines[top[keep]]
-    pricing.preferred.add(rows_at, heads, np.minimum(cand.fit[heads], cls.tasks[rows_at]), top_cost[keep])
+    pricing.preferred.add(rows_at, nodes[keep], caps[keep], top_cost[keep])
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
     if arcs.hold is not None:
         held = (arcs.hold > 0).any(axis=1) & has
@@ -247,13 +347,14 @@ class PhaseOne:
     arcs: dict[str, tuple[IntArray, IntArray, IntArray, IntArray]]
 
 
-def build(state: FreeState, jobs: list[JobState], costs: CostModel, min_candidates: int, queue_len: int,
+def build(state: FreeState, jobs: list[RoundJob], costs: CostModel, min_candidates: int, queue_len: int,
           table: JobTable, first_fit: dict[int, int] | None = None) -> PhaseOne:
     """The network of phase 1 for `jobs`. `first_fit`: the round's per-shape fit in its first iteration
     (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
     cls = classify(jobs)
     pricing = price(state, cls, costs, min_candidates, first_fit)
-    n_machines, n_jobs, n_classes = state.n_machines, len(jobs), len(cls.representative)
+    assert pricing.groups is not None
+    n_machines, n_jobs, n_classes = len(pricing.groups.first), len(jobs), len(cls.representative)
     net = FlowNetwork()
     job0 = net.add_nodes(n_jobs)
     class0 = net.add_nodes(n_classes)
@@ -299,27 +400,34 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
         cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
     if pricing.fit:
         cap = np.minimum(cap, np.max(list(pricing.fit.values()), axis=0))
+    groups = pricing.groups
+    assert groups is not None
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
+    group_cap = np.minimum(groups.total(machine_cap), total)
     if not pricing.surcharges:
-        net.add_arcs("machine->sink", mach0 + used, sink, machine_cap[used], 0)
+        net.add_arcs("machine->sink", mach0 + used, sink, group_cap[used], 0)
         return
     wants = np.array([sum(js.wants.values()) for js in reps], dtype=np.int64)[cls.of_job]
     want_mean = max(1.0, float(np.average(wants, weights=cls.counts)))
     local_total = sum(state.local_free(k) for k in state.kinds)
-    slots = np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)
+    slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
+                       group_cap)
     net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)
-    net.add_arcs("machine->sink:spill", mach0 + used, sink, machine_cap[used] - slots[used],
+    net.add_arcs("machine->sink:spill", mach0 + used, sink, group_cap[used] - slots[used],
                  max(1, int(np.median(pricing.surcharges))))
 
 
-def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntArray, costs: CostModel
-           ) -> list[JobState]:
+def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntArray, costs: CostModel
+           ) -> list[RoundJob]:
     """Hand out machines in queue order; returns the jobs whose every task got one."""
     net, cls = phase.net, phase.cls
     to_class = flows[net.block("job->class")]
     pref, shared = phase.arcs["preferred"], phase.arcs["shared"]
-    f_pref, f_shared = within_capacity(state.n_machines, cls, phase.pricing, pref, shared,
+    groups = phase.pricing.groups
+    assert groups is not None
+    f_pref, f_shared = within_capacity(len(groups.first), cls, phase.pricing, pref, shared,
                                        flows[net.block("class->machine")], flows[net.block("X->machine")])
+    pref, f_pref, shared, f_shared = split(state, cls, phase.pricing, pref, f_pref, shared, f_shared)
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
     direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
     common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
@@ -327,7 +435,7 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
     # A class without flow on its own arcs (most) draws from its shape's list only.
     sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
                for c in range(len(cls.representative))]
-    survivors: list[JobState] = []
+    survivors: list[RoundJob] = []
     take = state.take_cpu_along
     # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
     # arcs and its shape's may both send tasks to one machine, and shapes share a machine's devices).
@@ -367,7 +475,8 @@ def decode(state: FreeState, jobs: list[JobState], phase: PhaseOne, flows: IntAr
 
 def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], shared: tuple[IntArray, ...],
                     f_pref: IntArray, f_shared: IntArray) -> tuple[IntArray, IntArray]:
-    """The flows of the class → machine and X → machine arcs, cut so that no machine gets more tasks of
+    """(Per machine class: `n` classes, `pricing.group_fit`.) The flows of the class → machine and X → machine
+    arcs, cut so that no machine gets more tasks of
     a shape than the shape's capacity there (`pricing.fit`: cpus, memory, local devices, uplink). Each
     arc is bounded by it alone, and a class's own arcs, its twins' and its shape's aggregator may all
     lead to one machine; the flow cannot see that their sum is what the machine must carry. The classes'
@@ -377,7 +486,7 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     class_shape = np.empty(len(cls.representative), dtype=np.int64)
     for g, members in enumerate(cls.shapes):
         class_shape[members] = g
-    fit = np.stack([pricing.fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]).ravel()
+    fit = np.stack([pricing.group_fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]).ravel()
     key = class_shape[pref[0]] * n + pref[1]
     order = np.argsort(key, kind="stable")
     sk, sf = key[order], f_pref[order]
@@ -392,7 +501,97 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     return cut, cut_shared
 
 
-def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], f_pref: IntArray,
+          shared: tuple[IntArray, ...], f_shared: IntArray) -> tuple[Arcs, IntArray, Arcs, IntArray]:
+    """The flows to machine classes split back over their machines, as arcs to machines (tails, machines,
+    caps, costs) with their flows. The classes' own arcs first (in class order), then the aggregators';
+    each takes a class's machines in order (`_Splitter`): first only as many tasks as a machine's own
+    free devices serve (as the per-machine network's free machine → sink arc had it), then up to its fit.
+    Flow that finds no machine left (shapes that fit differently sharing a class) is dropped: the
+    decoder's repair finds those tasks a machine."""
+    class_shape = [0] * len(cls.representative)
+    for g, members in enumerate(cls.shapes):
+        for c in members:
+            class_shape[c] = g
+    splitter = _Splitter(state, cls, pricing)
+    parts = [(pref, f_pref, class_shape), (shared, f_shared, None)]
+    todo: list[list[list[int]]] = []  # per part: [tail, shape, node, cost, flow left]
+    for arcs, flows, shape_of in parts:
+        nz = np.nonzero(flows)[0]
+        todo.append([[t, shape_of[t] if shape_of is not None else t, node, cost, f] for t, node, cost, f in
+                     zip(arcs[0][nz].tolist(), arcs[1][nz].tolist(), arcs[3][nz].tolist(), flows[nz].tolist(),
+                         strict=True)])
+    out: list[list[tuple[int, int, int, int]]] = [[], []]
+    for local_only in (True, False):
+        for part, arcs_left in zip(out, todo, strict=True):
+            for arc in arcs_left:
+                if arc[4] > 0:
+                    arc[4] = splitter.take(arc, local_only, part)
+
+    def arrays(part: list[tuple[int, int, int, int]]) -> tuple[Arcs, IntArray]:
+        if not part:
+            empty = np.zeros(0, dtype=np.int64)
+            return (empty, empty, empty, empty), empty
+        t, h, c, f = (np.array(x, dtype=np.int64) for x in zip(*part, strict=True))
+        return (t, h, f, c), f
+
+    (pref_m, f_pref_m), (shared_m, f_shared_m) = arrays(out[0]), arrays(out[1])
+    return pref_m, f_pref_m, shared_m, f_shared_m
+
+
+class _Splitter:
+    """What the machines of a round's machine classes have left while flows are split over them: tasks
+    their cpus and memory hold (for the round's smallest task), tasks of each shape (its fit), and their
+    own free devices per kind."""
+
+    def __init__(self, state: FreeState, cls: Classes, pricing: Pricing) -> None:
+        assert pricing.groups is not None
+        self.members = pricing.groups.members
+        reps = [cls.representative[members[0]] for members in cls.shapes]
+        self.fit = [pricing.fit[id(rep.shape)].tolist() for rep in reps]
+        self.wants = [sorted(rep.wants.items()) for rep in reps]
+        min_cpu = min(js.cpus for js in cls.representative)
+        min_mem = min(js.memory_gb for js in cls.representative)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+        self.left: list[int] = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64).tolist()
+        self.local: dict[str, list[int]] = {k: state.local_free(k).tolist() for k in state.kinds}
+        self.taken: dict[tuple[int, int], int] = {}
+        #: Per (pass, machine class, shape): the first machine that may still have room (room only shrinks).
+        self.cursor: dict[tuple[bool, int, int], int] = {}
+
+    def take(self, arc: list[int], local_only: bool, out: list[tuple[int, int, int, int]]) -> int:
+        """Hand the arc's flow to its machine class's machines; returns the flow left over. (`room`
+        inlined: this runs once per machine a flow reaches.)"""
+        tail, shape, node, cost, f = arc
+        members = self.members[node]
+        fit, taken, left = self.fit[shape], self.taken, self.left
+        wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
+        key = (local_only, node, shape)
+        k = self.cursor.get(key, 0)
+        while f > 0 and k < len(members):
+            m = members[k]
+            room = min(left[m], int(fit[m]) - taken.get((shape, m), 0))
+            if local_only:
+                for local, want in wants:
+                    room = min(room, local[m] // want)
+            if room <= 0:
+                k += 1
+                continue
+            n = min(room, f)
+            left[m] -= n
+            taken[(shape, m)] = taken.get((shape, m), 0) + n
+            for local, want in wants:
+                local[m] -= min(local[m], n * want)
+            f -= n
+            out.append((tail, m, cost, n))
+            if n == room:
+                k += 1
+        self.cursor[key] = k
+        return f
+
+
+def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
     """A job the flow sent machines for that did not get them all: its gang never fitted what was free
     when the round began (the flow over-counted a machine), or jobs ahead of it took them."""
     if pricing.first_fit.get(id(js.shape), js.count) < js.count:
@@ -402,7 +601,7 @@ def _lost(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) ->
                                           f"went to jobs ahead of it this round")
 
 
-def repair(state: FreeState, js: JobState, costs: CostModel, allowed: dict[int, tuple[BoolArray, IntArray]],
+def repair(state: FreeState, js: RoundJob, costs: CostModel, allowed: dict[int, tuple[BoolArray, IntArray]],
            pricing: Pricing) -> int:
     """The flow's machines for this class are used up (several classes shared a machine): take the
     machine with the most free cpus that still fits the task, among those the cost model allows it
@@ -448,7 +647,7 @@ class LocalClaims:
             found = self._free[(kind, model)] = self.state.local_free(kind, model)
         return found
 
-    def fits(self, m: int, js: JobState) -> bool:
+    def fits(self, m: int, js: RoundJob) -> bool:
         models = js.job.tasks.models
         for kind, n in js.wants.items():
             claimed = self.claimed.get(kind)
@@ -456,7 +655,7 @@ class LocalClaims:
                 return False
         return True
 
-    def repair(self, js: JobState, costs: CostModel) -> int:
+    def repair(self, js: RoundJob, costs: CostModel) -> int:
         """`repair` for a server-centric round: the machine the cost model allows with the most free cpus
         when the request first needed a repair this round whose cpus and unclaimed devices still fit the
         task. Each request walks its list once (a machine that no longer fits never will again this
@@ -474,7 +673,7 @@ class LocalClaims:
             walk[1] += 1
         return -1
 
-    def take(self, offered: tuple[Offers, ...], js: JobState, costs: CostModel) -> int:
+    def take(self, offered: tuple[Offers, ...], js: RoundJob, costs: CostModel) -> int:
         """A machine for one task of `js` along the flow's offers (then the repair), with its cpus taken and
         its local devices claimed; -1 when none has both."""
         state = self.state
@@ -506,14 +705,14 @@ class LocalClaims:
                 claimed[m] += n
         return m
 
-    def release(self, js: JobState) -> None:
+    def release(self, js: RoundJob) -> None:
         """A job that failed its gang gives back the devices its tasks claimed."""
         for m in js.machines:
             for kind, n in js.wants.items():
                 self.claimed[kind][m] -= n
 
 
-def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostModel,
+def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostModel,
             pricing: Pricing | None = None, unheld: int = NEVER) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
     was cheaper (only because of the SLO's postponement: `unheld`, its best cost without it), its gang
@@ -535,7 +734,7 @@ def explain(state: FreeState, js: JobState, best: int, u_cost: int, costs: CostM
                                           f"queue this round")
 
 
-def _gang_short(state: FreeState, js: JobState, pricing: Pricing, costs: CostModel) -> None:
+def _gang_short(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
     """Fail a job whose gang only partly fits what is free, naming how many of its tasks the machines
     take and where; short of cpus and memory, or (server-centric: where the devices are) of devices."""
     state.rollback(js)  # what its first tasks took is not what the machines have free

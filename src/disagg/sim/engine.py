@@ -16,6 +16,9 @@ A job's tasks run as a gang: the job progresses at the pace of its slowest task,
 re-planned whenever a task starts or ends on a machine or link it shares (the execution model, see
 execution.py). Optional device failures abort the job holding the device; it goes back to the queue and
 restarts from scratch once placed again.
+
+This module is the loop (`Simulation`, `simulate`); the simulated cluster is simcluster.py, the events
+and records records.py, completion re-planning replan.py.
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from disagg.model import Allocation, Cluster, Device, Job
+from disagg.model import Allocation, Cluster, Job
 from disagg.model.states import DEVICE_FAILED, DEVICE_HEALTHY
 from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S
 from disagg.model.tenants import Tenants
@@ -39,14 +42,26 @@ from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
-from disagg.profiles import Profile, lookup
-from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS, REMOTE_PCIE_SHARE, task_stretch
+from disagg.profiles import lookup
+from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE
 from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.records import (
+    DeviceFailed,
+    DeviceRepaired,
+    Event,
+    JobArrived,
+    JobFinished,
+    JobRecord,
+    PreemptDue,
+    RoundDue,
+    SimResult,
+)
+from disagg.sim.replan import Replanning
+from disagg.sim.simcluster import Grant, Running, SimCluster, SimTask, sim_task
+
+__all__ = ["FailureModel", "JobRecord", "SimCluster", "SimConfig", "SimResult", "Simulation", "simulate", "waited"]
 from disagg.sim.tenants import TenantLedger, held
 from disagg.sim.workload import Submission
-
-#: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
-TRANSFER_KINDS = ("gpu", "nvme", "fpga")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,215 +97,10 @@ class SimConfig:
 # -- events --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class JobArrived:
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class RoundDue:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class JobFinished:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceFailed:
-    device: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRepaired:
-    device: int
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptDue:
-    """A preempted job's grace period is over: it stops and goes back to the queue."""
-
-    name: str
-
-
-Event = JobArrived | RoundDue | JobFinished | DeviceFailed | DeviceRepaired | PreemptDue
-
-
-# -- records -------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """What the metrics need of one finished (or unfinished) job."""
-
-    name: str
-    image: str
-    submit_s: float
-    base_s: float
-    slo_s: float | None
-    warmup: bool
-    start_s: float = math.nan
-    finish_s: float = math.nan
-    gpus: int = 0
-    remote_gpus: int = 0
-    restarts: int = 0
-    tenant: str = "default"
-    preempted: int = 0
-
-
-@dataclass
-class SimResult:
-    """Everything one run produced: per-job records, series for plots, counters and timings."""
-
-    policy: str
-    records: list[JobRecord]
-    latencies_s: array  # type: ignore[type-arg]
-    gpu_times: array  # type: ignore[type-arg]
-    gpu_in_use: array  # type: ignore[type-arg]
-    total_gpus: int
-    rounds: int
-    conflicts: int
-    sim_end_s: float
-    wall_s: float
-    stalled: bool
-    events: int
-    counters: dict[str, int] = field(default_factory=dict)
-    #: Per tenant (`sim.tenants.TenantLedger.report`) and each tenant's share over time; None when the
-    #: run reports no tenants.
-    tenants: dict[str, Any] | None = None
-    #: The jobs still waiting when the run stopped (stalled, or out of time), in queue order, each with
-    #: the policy's last reason for it: the jobs this policy can never place on this cluster.
-    stalled_jobs: list[tuple[str, str]] = field(default_factory=list)
-
-
-# -- the simulated cluster -----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Grant:
-    """A device a task holds, as the execution model reads it (an `execution.DeviceView`). For a remote
-    one: the links of its path, their capacities and the slowest of them (fixed for the grant's life),
-    and `load`, the busiest link's use by others, set before each re-evaluation."""
-
-    device: int
-    remote: bool
-    links: tuple[str, ...]
-    gbps: float
-    kind: str = "gpu"
-    caps: tuple[float, ...] = ()
-    bottleneck_gbps: float = REFERENCE_GBPS
-    load: float = 0.0
-    #: The devices that share this one's PCIe link (execution.GPUS_PER_PCIE_LINK), and, set before each
-    #: re-evaluation of a local one, the share of time other jobs move data over that link.
-    peers: tuple[int, ...] = ()
-    pcie: float = 0.0
-
-
-@dataclass(slots=True)
-class _Task:
-    name: str
-    machine: int
-    cpus: float
-    memory_gb: float
-    grants: list[_Grant]
-    #: The transfer-bearing devices, local ones first (the model's sum adds them in this order).
-    transfer: list[_Grant] = field(default_factory=list)
-    remote_transfer: list[_Grant] = field(default_factory=list)
-    remote_memory_gb: float = 0.0
-
-
-@dataclass(slots=True)
-class _Running:
-    sub: Submission
-    job: Job
-    profile: Profile
-    tasks: list[_Task]
-    start_s: float
-    remaining: float
-    stretch: float
-    last_s: float
-    finish_seq: int = -1
-    own_traffic: dict[str, float] = field(default_factory=dict)
-    machines: set[int] = field(default_factory=set)
-
-
-class SimCluster:
-    """The simulator's own mutable view of the cluster: what is free, who holds what, link traffic."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.base = cluster
-        self.machines = cluster.machines
-        self.m_index = dict(cluster.machine_index)
-        self.cpu_free = [m.cpus for m in cluster.machines]
-        self.mem_free = [m.memory_gb for m in cluster.machines]
-        self.cpu_used = [0.0] * len(cluster.machines)
-        self.devices: list[Device] = list(cluster.devices)
-        self.d_index = {d.id: i for i, d in enumerate(self.devices)}
-        self.holder: dict[int, str] = {}
-        #: Per held device, how much of its PCIe link its holder's transfers use: the holder's transfer
-        #: share, times REMOTE_PCIE_SHARE when the device is remote to it (execution.pcie_factor).
-        self.link_share: dict[int, float] = {}
-        #: Per device, the other devices on its PCIe link.
-        self.peers = _pcie_peers(self.devices)
-        self.link_cap = {lk.id: lk.gbps for lk in cluster.links}
-        self.link_used = dict.fromkeys(self.link_cap, 0.0)
-        self.allocations: dict[str, Allocation] = {
-            f"{a.job}#pre{i}": a for i, a in enumerate(cluster.allocations)
-        }
-        for a in cluster.allocations:  # pre-existing use in the spec holds its share for the whole run
-            m = self.m_index[a.machine]
-            self.cpu_free[m] -= a.cpus
-            self.mem_free[m] -= a.memory_gb
-            self.cpu_used[m] += a.cpus
-            for did in a.devices:
-                self.holder[self.d_index[did]] = a.job
-        self._devices_tuple: tuple[Device, ...] = tuple(self.devices)
-        self.total_gpus = sum(1 for d in self.devices if d.kind == "gpu")
-
-    def snapshot(self) -> Cluster:
-        """A fresh immutable snapshot; the static parts are shared, allocations are the current ones."""
-        b = self.base
-        return Cluster(
-            machines=b.machines, pools=b.pools, devices=self._devices_tuple,
-            rack_uplink_gbps=b.rack_uplink_gbps, allocations=tuple(self.allocations.values()),
-        )
-
-    def set_health(self, device: int, health: str) -> None:
-        self.devices[device] = replace(self.devices[device], health=health)  # type: ignore[arg-type]
-        self._devices_tuple = tuple(self.devices)
-
-    # -- what is free now, as `commit.Room` (the re-check before a placement starts) --
-
-    def cpus_left(self, machine: str) -> float | None:
-        m = self.m_index.get(machine)
-        return None if m is None else self.cpu_free[m]
-
-    def memory_left(self, machine: str) -> float:
-        return self.mem_free[self.m_index[machine]]
-
-    def device_problem(self, device_id: str) -> str | None:
-        d = self.d_index.get(device_id)
-        if d is None:
-            return "is not in the inventory"
-        if d in self.holder:
-            return "is already held"
-        health = self.devices[d].health
-        return None if health == DEVICE_HEALTHY else f"is {health}"
-
-    def link_left(self, link: str) -> float:
-        cap = self.link_cap.get(link)
-        return math.inf if cap is None else cap - self.link_used[link]
-
-    def link_down(self, link: str) -> bool:
-        """Links do not fail in the simulator."""
-        return False
-
-
 # -- the loop ------------------------------------------------------------------------------------------
 
 
-class Simulation:
+class Simulation(Replanning):
     """One run of one policy over one workload on one cluster. Use `run()` once."""
 
     def __init__(
@@ -320,7 +130,7 @@ class Simulation:
         self.kernel: Kernel[Event] = Kernel()
         self.queue: dict[str, Job] = {}
         self.queued_sub: dict[str, Submission] = {}
-        self.running: dict[str, _Running] = {}
+        self.running: dict[str, Running] = {}
         self.on_machine: list[set[str]] = [set() for _ in cluster.machines]
         self.on_link: dict[str, set[str]] = {lk: set() for lk in self.state.link_cap}
         self.records: dict[str, JobRecord] = {}
@@ -488,19 +298,19 @@ class Simulation:
         self._reevaluate(dirty, now)
         return placed
 
-    def _check(self, jp: JobPlacement, job: Job) -> list[_Task] | None:
+    def _check(self, jp: JobPlacement, job: Job) -> list[SimTask] | None:
         """The placement as tasks, or None when it names what the cluster lacks or would over-commit
         anything (`commit.over_commit` against what is free now; nothing is changed)."""
         st = self.state
         if len(jp.tasks) != job.tasks.count:
             return None
         profile = lookup(job.image)
-        tasks: list[_Task] = []
+        tasks: list[SimTask] = []
         for tp in jp.tasks:
             m = st.m_index.get(tp.machine)
             if m is None:
                 return None
-            grants: list[_Grant] = []
+            grants: list[Grant] = []
             for g in tp.devices:
                 d = st.d_index.get(g.id)
                 if d is None:
@@ -511,19 +321,19 @@ class Simulation:
                 # A grant that does not say what it draws draws its job's, or its profile's.
                 gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
-                grants.append(_Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS),
+                grants.append(Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS),
                                      peers=() if remote else st.peers.get(d, ())))
-            tasks.append(_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
+            tasks.append(sim_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
         if over_commit(_as_charged(jp, tasks), st) is not None:
             return None
         return tasks
 
-    def _start(self, name: str, tasks: list[_Task], now: float) -> set[str]:
+    def _start(self, name: str, tasks: list[SimTask], now: float) -> set[str]:
         """Take the resources and start the job; returns the jobs whose pace may have changed."""
         st = self.state
         job = self.queue.pop(name)
         sub = self.queued_sub.pop(name)
-        run = _Running(sub, job, lookup(job.image), tasks, now, sub.base_s, 1.0, now)
+        run = Running(sub, job, lookup(job.image), tasks, now, sub.base_s, 1.0, now)
         gpus = remote_gpus = 0
         for t in tasks:
             st.cpu_free[t.machine] -= t.cpus
@@ -557,24 +367,6 @@ class Simulation:
         self._gpus_changed(now, gpus)
         return self._neighbours(run) | {name}
 
-    def _neighbours(self, run: _Running) -> set[str]:
-        """The running jobs whose pace this one's start or end may change: on its machines, on its links,
-        and on the PCIe links of its devices."""
-        out: set[str] = set()
-        for m in run.machines:
-            out |= self.on_machine[m]
-        for lk in run.own_traffic:
-            out |= self.on_link[lk]
-        peers, holder = self.state.peers, self.state.holder
-        if peers:
-            for t in run.tasks:
-                for g in t.grants:
-                    for p in peers.get(g.device, ()):
-                        if p in holder:
-                            out.add(holder[p])
-        out.discard(run.job.name)
-        return out
-
     def _gpus_changed(self, now: float, delta: int) -> None:
         if delta == 0:
             return
@@ -585,54 +377,7 @@ class Simulation:
             self.gpu_times.append(now)
             self.gpu_in_use.append(self.gpus_busy)
 
-    # -- the execution model applied --
-
-    def _stretch(self, run: _Running) -> float:
-        """The job's stretch now: `execution.task_stretch` of its slowest task, each remote device's
-        load being the busiest link of its path as used by others. Runs for every job that shares a
-        machine or link with each start and finish."""
-        st = self.state
-        used = st.link_used
-        own = run.own_traffic
-        profile = run.profile
-        worst = 1.0
-        for t in run.tasks:
-            for g in t.transfer:
-                if g.peers and not g.remote:
-                    g.pcie = sum(st.link_share.get(p, 0.0) for p in g.peers)
-            for g in t.remote_transfer:
-                load = 0.0
-                for lk, cap in zip(g.links, g.caps, strict=True):
-                    share = (used[lk] - own.get(lk, 0.0)) / cap
-                    if share > load:
-                        load = share
-                g.load = load
-            total_cpus = st.machines[t.machine].cpus
-            others = (st.cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
-            cache = t.memory_gb / (t.memory_gb + t.remote_memory_gb) if t.remote_memory_gb > 0.0 else None
-            stretch = task_stretch(profile, t.transfer, others, cache)
-            if stretch > worst:
-                worst = stretch
-        return worst
-
-    def _reevaluate(self, names: set[str], now: float) -> None:
-        """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic."""
-        for name in sorted(names):
-            run = self.running.get(name)
-            if run is None:
-                continue
-            run.remaining = max(0.0, run.remaining - (now - run.last_s) / run.stretch)
-            run.last_s = now
-            new = self._stretch(run)
-            if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
-                continue
-            run.stretch = new
-            if run.finish_seq >= 0:
-                self.kernel.cancel(run.finish_seq)
-            at = now + run.remaining * new
-            run.finish_seq = self.kernel.schedule(at, Priority.FINISH, JobFinished(name))
-
-    def _release(self, run: _Running, preempted: bool = False) -> int:
+    def _release(self, run: Running, preempted: bool = False) -> int:
         st = self.state
         gpus = 0
         if self.tenants is not None:
@@ -729,31 +474,7 @@ class Simulation:
             self._want_round()
 
 
-def _pcie_peers(devices: Sequence[Device]) -> dict[int, tuple[int, ...]]:
-    """Per device of a model whose GPUs share a PCIe link (execution.GPUS_PER_PCIE_LINK), the other
-    devices on its link: at the same location, of the same model, paired up by index (0-1, 2-3, …)."""
-    boards: dict[tuple[str, str, int], list[int]] = {}
-    for i, d in enumerate(devices):
-        per_link = GPUS_PER_PCIE_LINK.get(d.model, 1)
-        if d.kind == "gpu" and per_link > 1:
-            boards.setdefault((d.location, d.model, d.index // per_link), []).append(i)
-    return {i: tuple(j for j in members if j != i) for members in boards.values() for i in members}
-
-
-def _task(name: str, machine: int, cpus: float, memory_gb: float, grants: list[_Grant],
-          devices: list[Device]) -> _Task:
-    """A task with its devices sorted for the model: transfer-bearing local/remote, remote memory."""
-    t = _Task(name, machine, cpus, memory_gb, grants)
-    for g in grants:
-        if g.kind in TRANSFER_KINDS:
-            (t.remote_transfer if g.remote else t.transfer).append(g)
-        elif g.kind == "memory" and g.remote:
-            t.remote_memory_gb += devices[g.device].capacity
-    t.transfer += t.remote_transfer
-    return t
-
-
-def _as_charged(jp: JobPlacement, tasks: list[_Task]) -> JobPlacement:
+def _as_charged(jp: JobPlacement, tasks: list[SimTask]) -> JobPlacement:
     """The placement with each device's path and bandwidth as the simulator will charge them: the
     placement itself when they agree (a policy's do), else a copy that says so (a grant that left its
     bandwidth out, say), so that the check and the charge never differ."""

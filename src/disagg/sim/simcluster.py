@@ -1,0 +1,164 @@
+"""The simulated cluster: the simulator's own mutable view of what is free and who holds what
+(`SimCluster`, a `commit.Room` for the re-check before a placement starts), and the running jobs'
+tasks and device grants as the execution model reads them (`Running`, `SimTask`, `Grant`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from disagg.model import Allocation, Cluster, Device, Job
+from disagg.model.states import DEVICE_HEALTHY
+from disagg.profiles import Profile
+from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS
+from disagg.sim.workload import Submission
+
+#: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
+TRANSFER_KINDS = ("gpu", "nvme", "fpga")
+
+
+@dataclass(slots=True)
+class Grant:
+    """A device a task holds, as the execution model reads it (an `execution.DeviceView`). For a remote
+    one: the links of its path, their capacities and the slowest of them (fixed for the grant's life),
+    and `load`, the busiest link's use by others, set before each re-evaluation."""
+
+    device: int
+    remote: bool
+    links: tuple[str, ...]
+    gbps: float
+    kind: str = "gpu"
+    caps: tuple[float, ...] = ()
+    bottleneck_gbps: float = REFERENCE_GBPS
+    load: float = 0.0
+    #: The devices that share this one's PCIe link (execution.GPUS_PER_PCIE_LINK), and, set before each
+    #: re-evaluation of a local one, the share of time other jobs move data over that link.
+    peers: tuple[int, ...] = ()
+    pcie: float = 0.0
+
+
+@dataclass(slots=True)
+class SimTask:
+    name: str
+    machine: int
+    cpus: float
+    memory_gb: float
+    grants: list[Grant]
+    #: The transfer-bearing devices, local ones first (the model's sum adds them in this order).
+    transfer: list[Grant] = field(default_factory=list)
+    remote_transfer: list[Grant] = field(default_factory=list)
+    remote_memory_gb: float = 0.0
+
+
+@dataclass(slots=True)
+class Running:
+    sub: Submission
+    job: Job
+    profile: Profile
+    tasks: list[SimTask]
+    start_s: float
+    remaining: float
+    stretch: float
+    last_s: float
+    finish_seq: int = -1
+    own_traffic: dict[str, float] = field(default_factory=dict)
+    machines: set[int] = field(default_factory=set)
+
+
+class SimCluster:
+    """The simulator's own mutable view of the cluster: what is free, who holds what, link traffic."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.base = cluster
+        self.machines = cluster.machines
+        self.m_index = dict(cluster.machine_index)
+        self.cpu_free = [m.cpus for m in cluster.machines]
+        self.mem_free = [m.memory_gb for m in cluster.machines]
+        self.cpu_used = [0.0] * len(cluster.machines)
+        self.devices: list[Device] = list(cluster.devices)
+        self.d_index = {d.id: i for i, d in enumerate(self.devices)}
+        self.holder: dict[int, str] = {}
+        #: Per held device, how much of its PCIe link its holder's transfers use: the holder's transfer
+        #: share, times REMOTE_PCIE_SHARE when the device is remote to it (execution.pcie_factor).
+        self.link_share: dict[int, float] = {}
+        #: Per device, the other devices on its PCIe link.
+        self.peers = pcie_peers(self.devices)
+        self.link_cap = {lk.id: lk.gbps for lk in cluster.links}
+        self.link_used = dict.fromkeys(self.link_cap, 0.0)
+        self.allocations: dict[str, Allocation] = {
+            f"{a.job}#pre{i}": a for i, a in enumerate(cluster.allocations)
+        }
+        for a in cluster.allocations:  # pre-existing use in the spec holds its share for the whole run
+            m = self.m_index[a.machine]
+            self.cpu_free[m] -= a.cpus
+            self.mem_free[m] -= a.memory_gb
+            self.cpu_used[m] += a.cpus
+            for did in a.devices:
+                self.holder[self.d_index[did]] = a.job
+        self._devices_tuple: tuple[Device, ...] = tuple(self.devices)
+        self.total_gpus = sum(1 for d in self.devices if d.kind == "gpu")
+
+    def snapshot(self) -> Cluster:
+        """A fresh immutable snapshot; the static parts are shared, allocations are the current ones."""
+        b = self.base
+        return Cluster(
+            machines=b.machines, pools=b.pools, devices=self._devices_tuple,
+            rack_uplink_gbps=b.rack_uplink_gbps, allocations=tuple(self.allocations.values()),
+        )
+
+    def set_health(self, device: int, health: str) -> None:
+        self.devices[device] = replace(self.devices[device], health=health)  # type: ignore[arg-type]
+        self._devices_tuple = tuple(self.devices)
+
+    # -- what is free now, as `commit.Room` (the re-check before a placement starts) --
+
+    def cpus_left(self, machine: str) -> float | None:
+        m = self.m_index.get(machine)
+        return None if m is None else self.cpu_free[m]
+
+    def memory_left(self, machine: str) -> float:
+        return self.mem_free[self.m_index[machine]]
+
+    def device_problem(self, device_id: str) -> str | None:
+        d = self.d_index.get(device_id)
+        if d is None:
+            return "is not in the inventory"
+        if d in self.holder:
+            return "is already held"
+        health = self.devices[d].health
+        return None if health == DEVICE_HEALTHY else f"is {health}"
+
+    def link_left(self, link: str) -> float:
+        cap = self.link_cap.get(link)
+        return math.inf if cap is None else cap - self.link_used[link]
+
+    def link_down(self, link: str) -> bool:
+        """Links do not fail in the simulator."""
+        return False
+
+
+
+
+def pcie_peers(devices: Sequence[Device]) -> dict[int, tuple[int, ...]]:
+    """Per device of a model whose GPUs share a PCIe link (execution.GPUS_PER_PCIE_LINK), the other
+    devices on its link: at the same location, of the same model, paired up by index (0-1, 2-3, …)."""
+    boards: dict[tuple[str, str, int], list[int]] = {}
+    for i, d in enumerate(devices):
+        per_link = GPUS_PER_PCIE_LINK.get(d.model, 1)
+        if d.kind == "gpu" and per_link > 1:
+            boards.setdefault((d.location, d.model, d.index // per_link), []).append(i)
+    return {i: tuple(j for j in members if j != i) for members in boards.values() for i in members}
+
+
+def sim_task(name: str, machine: int, cpus: float, memory_gb: float, grants: list[Grant],
+          devices: list[Device]) -> SimTask:
+    """A task with its devices sorted for the model: transfer-bearing local/remote, remote memory."""
+    t = SimTask(name, machine, cpus, memory_gb, grants)
+    for g in grants:
+        if g.kind in TRANSFER_KINDS:
+            (t.remote_transfer if g.remote else t.transfer).append(g)
+        elif g.kind == "memory" and g.remote:
+            t.remote_memory_gb += devices[g.device].capacity
+    t.transfer += t.remote_transfer
+    return t

@@ -1,0 +1,109 @@
+"""The flow round's structure: which class prices a shape's machines (the 1b066c6 regression)."""
+
+from __future__ import annotations
+
+from disagg.placement.flow import FlowPlacer, _RoundJobCache
+from disagg.placement.phase_one import classify, shape_representative
+from disagg.profiles import RODINIA
+from tests.builders import make_job
+
+
+def _classes(slos: list[float]):  # type: ignore[no-untyped-def]
+    cache = _RoundJobCache()
+    jobs = [FlowPlacer._job_state(make_job(f"j{i}", gpu=4, slo_s=s), i, cache) for i, s in enumerate(slos)]
+    return classify(jobs)
+
+
+def test_a_shape_is_priced_for_its_first_class_whose_goal_is_met_not_for_its_loosest() -> None:
+    """Pricing every shape for its loosest goal (741bd7c, merged at 1b066c6) sent tighter classes' tasks
+    remote through the aggregator: 9,679 of 10,000 jobs placed at 12,500 machines, in three phase-1
+    solves. The first class in queue order prices the shape, as before that commit..."""
+    base = RODINIA["nw"].base_s
+    cls = _classes([base * 1.2, base * 2.0, base * 50.0])
+    assert len(cls.shapes) == 1 and len(cls.shapes[0]) == 3
+    assert shape_representative(cls, cls.shapes[0]) == 0
+
+
+def test_a_class_whose_goal_no_placement_meets_does_not_price_its_shape() -> None:
+    """... unless no placement meets its goal (a tenant's τ of a millisecond): then the next class that
+    is met does; when none is, the loosest."""
+    base = RODINIA["nw"].base_s
+    cls = _classes([0.001, base * 1.5, base * 2.0])
+    assert shape_representative(cls, cls.shapes[0]) == 1
+    cls = _classes([0.001, 0.01, 0.002])
+    assert shape_representative(cls, cls.shapes[0]) == 1
+
+
+def test_bench_placement_sets_the_round_against_a_bare_solve_of_a_firmament_graph() -> None:
+    from disagg.bench.placement import BARE_PREFERRED, firmament_graph, run_placement_bench
+    from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+
+    cluster, queue = synthetic_cluster(80, 4, 1), rodinia_queue(60, 1)
+    tails, heads, caps, costs, supplies = firmament_graph(cluster, queue, 1)
+    tasks = sum(j.tasks.count for j in queue)
+    assert len(tails) == len(heads) == len(caps) == len(costs) == tasks * (2 + BARE_PREFERRED) + 2 * 80 + 1
+    assert supplies.sum() == 0 and supplies[:tasks].tolist() == [1] * tasks
+    out = run_placement_bench(80, 4, 60, "drmaestro", 1)
+    assert out["bare_solve_s"] > 0 and out["round_over_bare"] > 0
+    assert run_placement_bench(80, 4, 0, "drmaestro", 1)["placed"] == 0
+
+
+def test_machines_of_equal_free_state_are_one_class_taken_in_turn_across_racks() -> None:
+    import numpy as np
+
+    from disagg.placement.phase_one import MachineGroups
+
+    cpu = np.array([4.0, 8.0, 4.0, 4.0, 8.0, 4.0])
+    rack = np.array([0, 0, 0, 1, 1, 1])
+    groups = MachineGroups.of([cpu, np.zeros(6)], rack)
+    assert len(groups.first) == 2
+    four, eight = groups.of_machine[0], groups.of_machine[1]
+    assert groups.members[four] == [0, 3, 2, 5]  # rack 0, rack 1, rack 0, rack 1
+    assert groups.members[eight] == [1, 4]
+    assert sorted(groups.first.tolist()) == [0, 1]
+    totals = groups.total(np.array([1, 2, 1, 1, 2, 1]))
+    assert totals[four] == 4 and totals[eight] == 4
+
+
+def test_a_task_is_settled_on_its_own_devices_only_where_they_serve_every_task_asking_there() -> None:
+    import numpy as np
+
+    from disagg.placement.phase_device import Tasks, settled_locally
+
+    n = 3
+    tasks = Tasks(jobs=[], job_at=[0, 1, 2], task_index=[0, 0, 0], own=np.array([0, 0, 1]),
+                  want=np.array([2, 2, 2]), tau=np.ones(n), z=np.ones(n), gbps=np.ones(n), phi_local=np.ones(n),
+                  u_cost=np.full(n, 100), pinned=np.full(n, -1), params=(), guard=np.zeros(n, dtype=np.int64),
+                  own_up=np.zeros(n), own_rack=np.zeros(n))
+    free = np.array([[3], [2]])
+    local = np.array([10, 10, 10])
+    remote = np.array([20, 20, 5])
+    # Machine 0 has 3 free for 4 asked: neither task is settled; machine 1's task is cheaper remote.
+    assert settled_locally(tasks, free, 2, local, remote).tolist() == [False, False, False]
+    assert settled_locally(tasks, free, 2, local, np.array([20, 20, 20])).tolist() == [False, False, True]
+    assert settled_locally(tasks, np.array([[4], [2]]), 2, local, np.array([20, 20, 20])).all()
+    # Waiting costs less than the local devices: the flow decides.
+    assert not settled_locally(tasks, np.array([[4], [2]]), 2, np.full(3, 200), np.full(3, 300)).any()
+
+
+def test_a_round_at_some_hundred_machines_is_valid_for_every_flow_policy() -> None:
+    from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+    from tests.harness import PlacementHarness
+
+    cluster, queue = synthetic_cluster(400, 4, 3), rodinia_queue(700, 3)
+    for policy in ("drmaestro", "drmaestro-na", "firmament"):
+        decisions = PlacementHarness(cluster, queue).run(policy)
+        assert len(decisions.placed) > 500, policy
+
+
+def test_the_flow_placer_keeps_nothing_of_a_round() -> None:
+    """A round's state is one FlowRound value per place() (it was kept on the placer: the queue length,
+    the job table, the fair-share bonus and the first iteration's fit of the last round)."""
+    from disagg.bench.synthetic import rodinia_queue, synthetic_cluster
+    from disagg.placement.flow import FlowOptions
+
+    placer = FlowPlacer(FlowOptions("drmaestro", "drmaestro"))
+    before = dict(vars(placer))
+    placer.place(synthetic_cluster(40, 4, 1), rodinia_queue(30, 1), 0.0)
+    assert vars(placer) == before
+    assert set(vars(placer)) == {"options", "costs", "graphs"}
