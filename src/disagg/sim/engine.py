@@ -769,12 +769,12 @@ def _as_charged(jp: JobPlacement, tasks: list[_Task]) -> JobPlacement:
 # `waited` fills a fresh Job's slots directly: a frozen dataclass's __init__ goes through
 # object.__setattr__ once per field, twice the cost, and this runs for every queued job each round.
 _JOB_FIELDS = ("name", "image", "tasks", "submit_s", "importance", "slo_s", "wait_rounds", "network_gbps", "command",
-               "tenant", "preemptible")
+               "tenant", "preemptible", "profile")
 if tuple(Job.__slots__) != _JOB_FIELDS:  # pragma: no cover - a new Job field must be copied below
     raise ImportError(f"sim.engine.waited copies {_JOB_FIELDS}, but Job has {Job.__slots__}")
 _new_job = object.__new__
 (_set_name, _set_image, _set_tasks, _set_submit, _set_importance, _set_slo, _set_wait, _set_gbps,
- _set_command, _set_tenant, _set_preemptible) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
+ _set_command, _set_tenant, _set_preemptible, _set_profile) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
 
 
 def waited(job: Job) -> Job:
@@ -791,6 +791,7 @@ def waited(job: Job) -> Job:
     _set_command(new, job.command)
     _set_tenant(new, job.tenant)
     _set_preemptible(new, job.preemptible)
+    _set_profile(new, job.profile)
     return new
 
 
