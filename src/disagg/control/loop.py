@@ -43,6 +43,7 @@ from disagg.control.health import HealthMonitor
 from disagg.control.history import HistorySampler
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.preemption import Preempter
+from disagg.control.profiles import LEARN_EVERY_S, ProfileKeeper
 from disagg.control.slice import SliceRunner
 from disagg.control.tenants import TenancyKeeper, TenantDirectory
 from disagg.engines.base import Engine, with_foreign_holdings
@@ -53,6 +54,7 @@ from disagg.placement.backfill import place_round
 from disagg.placement.decisions import Decisions, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.registry import get_policy
+from disagg.profiles import with_profiles
 from disagg.store import CommitResult, Store
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class Controller:
         self.slices = SliceRunner(store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps)
         self.tenancy = TenancyKeeper(store, TenantDirectory(store, self.config), self.config)
         self.preempter = Preempter(store, engine, self.slices, self.config.preempt_grace_s)
+        self.profiles = ProfileKeeper(store, self.config)
+        self._next_learn = 0.0
         self._in_grace: set[str] = set()
         self.rng = np.random.default_rng(self.config.seed)
         self._wake = threading.Event()
@@ -147,6 +151,9 @@ class Controller:
             self.publish()
         if self.mark is not None:
             self.mark()
+        if time.monotonic() >= self._next_learn:
+            self._next_learn = time.monotonic() + LEARN_EVERY_S
+            self.profiles.learn(time.time())
         if self.collect is not None and time.monotonic() >= self._next_collect:
             from disagg.control.gc import GC_EVERY_S
 
@@ -235,8 +242,9 @@ class Controller:
 
     def _place(self, snapshot: Cluster, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
         starving = self.config.starvation_rounds or None
-        return place_round(self.policy, snapshot, queue, extra or [], time.time(), self.rng, time.perf_counter,
-                           starving).decisions
+        table = self.profiles.round_table()  # what the round knows of each image (control.profiles)
+        return place_round(self.policy, snapshot, with_profiles(queue, table), with_profiles(extra or [], table),
+                           time.time(), self.rng, time.perf_counter, starving).decisions
 
     def _plan_round(self, queue: list[Job], extra: list[Job]) -> tuple[Decisions, list[Job], list[Job]]:
         """Plan the round; if the policy fails on it, set aside the jobs it fails on alone (bisecting the

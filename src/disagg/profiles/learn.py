@@ -34,6 +34,8 @@ from disagg.profiles.table import BOUNDS
 
 #: Standard deviations above the estimate for the pessimistic remote terms (one-sided 95%).
 PESSIMISM = 1.645
+#: The link load at which the pessimistic estimate is taken, and the issue's yardstick φ(1, 0.5)/φ(0).
+REFERENCE_LOAD = 0.5
 #: Prior spread of B and C relative to A when nothing is known about the image's remote behaviour:
 #: wide enough that 20 observations with remote devices decide, narrow enough that the pessimistic
 #: bound of an unknown image still says remote costs (1.645 · 0.25 ≈ 41% slower at r = 1).
@@ -77,22 +79,35 @@ class Estimate:
                 math.sqrt(max(self.cov[2][2], 0.0)))
 
     def profile(self, pessimistic: bool = False) -> Profile:
-        """The estimate as a `Profile` (the policies' form); `pessimistic` takes B and C at their
-        upper quantile."""
+        """The estimate as a `Profile` (the policies' form). `pessimistic`: the coefficients within the
+        PESSIMISM confidence ellipsoid that make the remote extra at the reference point (r = 1,
+        load = REFERENCE_LOAD) largest — (A, B, C) + z·Σg/√(gᵀΣg) with g = (0, 1, load). Along what
+        the runs measured the ellipsoid is thin, so a term the data pins down barely moves: when every
+        run was remote, A + B is known and only the split between them is doubted (local looks faster,
+        remote stays as measured); when every run was local, B and C rise."""
         a, b, c = self.coef
         if pessimistic:
-            _, sb, sc = self.sd
-            b, c = b + PESSIMISM * sb, c + PESSIMISM * sc
+            a, b, c = self._pessimistic()
         source = (f"learned from {self.observations} tasks ({self.remote_observations} with remote devices), "
                   f"prior: {self.prior_kind}" + (", pessimistic" if pessimistic else ""))
         return to_profile(self.image, a, b, c, self.prior, source)
 
-    def slowdown(self, remote_share: float = 1.0, load: float = 0.5, pessimistic: bool = False) -> float:
+    def _pessimistic(self) -> tuple[float, float, float]:
+        g = np.array([0.0, 1.0, REFERENCE_LOAD])
+        cov = np.array(self.cov)
+        spread = float(g @ cov @ g)
+        if spread <= 0.0:
+            return self.coef
+        step = PESSIMISM * (cov @ g) / math.sqrt(spread)
+        a, b, c = (np.array(self.coef) + step).tolist()
+        return float(a), float(b), float(c)
+
+    def slowdown(self, remote_share: float = 1.0, load: float = REFERENCE_LOAD, pessimistic: bool = False) -> float:
         """φ(r, load) / φ(0): how much slower the image runs with remote devices under that load."""
         return remote_slowdown(self.profile(pessimistic), remote_share, load)
 
 
-def remote_slowdown(profile: Profile, remote_share: float = 1.0, load: float = 0.5) -> float:
+def remote_slowdown(profile: Profile, remote_share: float = 1.0, load: float = REFERENCE_LOAD) -> float:
     """φ(r, load) / φ(0, 0) of a profile (1 for the neutral one)."""
     local = expected_s(profile, 0.0, 0.0, 1.0)
     return expected_s(profile, remote_share, load, 1.0) / local if local > 0 else 1.0
@@ -120,11 +135,11 @@ def to_profile(image: str, a: float, b: float, c: float, prior: Profile, source:
     return Profile(image, a, s, f, sigma, gbps, source)
 
 
-def typical(estimates: Iterable[Estimate], min_remote: int = 5) -> Profile | None:
-    """The observed images' typical remote terms (medians of B/A and C/A over images with at least
-    `min_remote` remote observations), as a profile a new image's prior can borrow; None if none."""
-    ratios = [(e.coef[1] / e.coef[0], e.coef[2] / e.coef[0]) for e in estimates
-              if e.remote_observations >= min_remote and e.coef[0] > 0]
+def typical(fits: Iterable[tuple[Sequence[float], int]], min_remote: int = 5) -> Profile | None:
+    """The observed images' typical remote terms (medians of B/A and C/A over the fits — (A, B, C) and
+    their count of remote observations — with at least `min_remote` remote observations), as a profile
+    a new image's prior can borrow; None if there are none."""
+    ratios = [(coef[1] / coef[0], coef[2] / coef[0]) for coef, remote in fits if remote >= min_remote and coef[0] > 0]
     if not ratios:
         return None
     rb, rc = (float(np.median([r[i] for r in ratios])) for i in (0, 1))

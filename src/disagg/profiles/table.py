@@ -148,3 +148,15 @@ def dump_profiles(table: ProfileTable) -> dict[str, Any]:
         entries.append(entry)
     entries.sort(key=lambda e: e["image"])
     return {"profiles": entries}
+
+
+def profile_fields(profile: Profile) -> dict[str, Any]:
+    """A profile as an entry's fields (the API's and the store's JSON form)."""
+    return {"image": profile.name, "base_s": profile.base_s, "transfer_share": profile.transfer_share,
+            "remote_factor": profile.remote_factor, "load_sensitivity": profile.load_sensitivity,
+            "network_gbps": profile.network_gbps, "source": profile.source}
+
+
+def profile_from_fields(fields: dict[str, Any]) -> Profile:
+    """`profile_fields` read back (validated as a file's entry is)."""
+    return ProfileEntry.model_validate({k: fields[k] for k in ProfileEntry.model_fields if k in fields}).profile()
