@@ -35,7 +35,7 @@ def test_the_issue_example_reads_and_is_looked_up_by_any_spelling_of_the_image()
     ("base_s", -1, "base_s: value -1"),
     ("load_sensitivity", "3", "load_sensitivity: value '3'"),
     ("network_gbps", float("nan"), "network_gbps"),
-    ("colour", "red", "unknown field 'colour' (allowed: image, base_s"),
+    ("colour", "red", "unknown field 'colour' (allowed: base_s, transfer_share"),
 ])
 def test_a_bad_entry_names_the_file_the_image_the_field_and_the_range(field: str, value: object, words: str) -> None:
     entry = dict(GOOD["profiles"][0], **{field: value})

@@ -20,7 +20,7 @@ from typing import Any
 from disagg.control.config import Config
 from disagg.model.spec import load_profiles
 from disagg.profiles import SHIPPED, Profile, lookup, normalize_image
-from disagg.profiles.learn import Estimate, Observation, fit, typical
+from disagg.profiles.learn import Estimate, Observation, fit, remote_slowdown, typical
 from disagg.profiles.observe import observation
 from disagg.profiles.table import ProfileTable, profile_fields, profile_from_fields
 from disagg.store import Store
@@ -126,3 +126,67 @@ class ProfileKeeper:
             est = fit(image, obs, table_entry if table_entry.known else None, prior_typical)
             out[image] = estimate_data(est)
         return out
+
+
+# --- what people see: GET /v1/profiles, disagg profiles, the job page -------------------------------
+def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning: bool) -> dict[str, Any]:
+    """One image: the profile the policies use (`used`: table, learned or pinned), the table's entry,
+    the learned estimate with its uncertainty and how many tasks it rests on."""
+    data = row["data"] if row is not None else {}
+    kind = data.get("kind")
+    learned = kind == "learned" and learning and int(data.get("observations", 0)) > 0
+    used = "pinned" if kind == "pinned" else "learned" if learned else "table" if entry is not None else "neutral"
+    out: dict[str, Any] = {
+        "image": image, "used": used, "table": profile_fields(entry) if entry is not None else None,
+        "learned": None, "pinned": data["profile"] if kind == "pinned" else None,
+        "updated_at": row["updated_at"] if row is not None else None,
+    }
+    if kind == "learned":
+        out["learned"] = {k: data[k] for k in ("observations", "remote_observations", "rmse_s", "prior", "sd",
+                                               "slowdown", "slowdown_pessimistic", "profile", "pessimistic")}
+    profile = {"pinned": out["pinned"], "learned": data.get("pessimistic"),
+               "table": out["table"]}.get(used)
+    out["profile"] = profile
+    out["slowdown"] = (data.get("slowdown_pessimistic") if used == "learned"
+                       else round(remote_slowdown(profile_from_fields(profile)), 6) if profile else 1.0)
+    return out
+
+
+class ProfileDirectory:
+    """The API's side: every image the table or the store knows, paged by name; an admin's pins."""
+
+    def __init__(self, store: Store, config: Config) -> None:
+        self.store = store
+        self.config = config
+        self.base: ProfileTable = load_profiles(config.profiles) if config.profiles else SHIPPED
+
+    def _entry(self, image: str) -> Profile | None:
+        p = self.base.get(image)
+        return p if p is not None and p.name == image else None
+
+    def page(self, after: str | None, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+        """Up to `limit` images after `after`, by name, and the last one's name when more may follow."""
+        rows = {r["image"]: r for r in self.store.profile_rows(after, limit + 1)}
+        names = sorted({n for n, p in self.base.items() if p.name == n and (after is None or n > after)} | set(rows))
+        names = names[:limit + 1]
+        more = len(names) > limit
+        items = [view(n, self._entry(n), rows.get(n), self.config.learn_profiles) for n in names[:limit]]
+        return items, (names[limit - 1] if more else None)
+
+    def one(self, image: str) -> dict[str, Any] | None:
+        name = normalize_image(image)
+        row = self.store.profile_row(name)
+        entry = self._entry(name) or (self.base.get(name) if name in self.base else None)
+        if row is None and entry is None:
+            return None
+        return view(name, entry, row, self.config.learn_profiles)
+
+    def pin(self, image: str, profile: Profile) -> dict[str, Any]:
+        name = normalize_image(image)
+        self.store.pin_profile(name, pinned_data(profile), time.time())
+        out = self.one(name)
+        assert out is not None
+        return out
+
+    def unpin(self, image: str) -> bool:
+        return self.store.unpin_profile(normalize_image(image))

@@ -42,22 +42,30 @@ def _number(name: str) -> Any:
     return Field(ge=low, le=high, allow_inf_nan=False)
 
 
-class ProfileEntry(BaseModel):
-    """One image's profile as a file or a request body writes it."""
+class ProfileFields(BaseModel):
+    """A profile's numbers and where they come from: the body of an admin's pin (`PUT /v1/profiles/{image}`)."""
 
     model_config = _STRICT
-    image: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     base_s: float = _number("base_s")
     transfer_share: float = _number("transfer_share")
     remote_factor: float = _number("remote_factor")
     load_sensitivity: float = _number("load_sensitivity")
     network_gbps: float = _number("network_gbps")
-    source: str = Field(default="", max_length=500)
+    source: str = Field(default="", max_length=500, pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$")
+
+    def profile_of(self, image: str) -> Profile:
+        return Profile(normalize_image(image), self.base_s, self.transfer_share, self.remote_factor,
+                       self.load_sensitivity, self.network_gbps, self.source)
+
+
+class ProfileEntry(ProfileFields):
+    """One image's profile as a file writes it."""
+
+    image: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     aliases: list[str] = Field(default=[], max_length=64)
 
     def profile(self) -> Profile:
-        return Profile(normalize_image(self.image), self.base_s, self.transfer_share, self.remote_factor,
-                       self.load_sensitivity, self.network_gbps, self.source)
+        return self.profile_of(self.image)
 
 
 class ProfileTableSpec(BaseModel):

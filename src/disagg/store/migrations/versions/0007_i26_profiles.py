@@ -1,7 +1,7 @@
 """Profiles: what finished tasks say of their image (observations) and the learned or pinned profiles.
 
-Revision ID: i26-profiles
-Revises: 0004
+Revision ID: i26_profiles
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "i26-profiles"
-down_revision = "0004"
+revision = "i26_profiles"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
