@@ -102,7 +102,7 @@ def test_with_no_remote_run_the_pessimistic_estimate_says_remote_costs() -> None
     est = fit("acme", local_only)
     assert est.remote_observations == 0
     assert est.slowdown() == pytest.approx(1.0, abs=1e-6)  # the neutral prior's mean: nothing learned
-    assert est.slowdown(pessimistic=True) > 1.3  # ...but uncertainty never reads as "remote is free"
+    assert est.slowdown(pessimistic=True) > 1.5  # ...but uncertainty never reads as "remote is free"
     # once remote runs come in, the pessimistic bound closes in on the truth
     est = fit("acme", local_only + _runs(TRUTH, 40, 2, shares=(1.0,)))
     assert est.slowdown(pessimistic=True) == pytest.approx(remote_slowdown(TRUTH), rel=0.10)

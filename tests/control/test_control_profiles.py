@@ -90,6 +90,11 @@ def test_a_new_image_is_learned_and_its_profile_changes_the_next_decisions(
     listed = client.get("/v1/profiles", headers=auth(token)).json()["profiles"]
     assert any(v["image"] == "sleeper" and v["used"] == "learned" for v in listed)
     assert any(v["image"] == "nw" and v["used"] == "table" for v in listed)
+    # A job placed now says in its history which profile placed it, and how sure it was.
+    noted = _submit(svc, _body("noted", 0))
+    wait_state(svc, noted, ("completed",), timeout=30)
+    events = client.get(f"/v1/jobs/{noted}/events", headers=auth(token)).json()["events"]
+    assert any("placed by the learned profile of sleeper" in (e["why"] or "") for e in events), events
     # Now the same tight-SLO job, with only remote GPUs free, waits: remote misses its SLO.
     blocker = _submit(svc, _body("blocker2", 1, command="sleep 30"))
     wait_state(svc, blocker, ("running",))

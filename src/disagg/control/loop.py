@@ -205,6 +205,7 @@ class Controller:
         decisions, queue, extra = self._plan_round(queue, extra)
         considered = [j.name for j in queue] + [j.name for j in extra]
         result = self.store.commit_placements(decisions, considered)
+        committed = list(result.placed)
         placed, replans = len(result.placed), 0
         preempted: list[Preemption] = list(decisions.preempted)
         while result.conflicts and replans < self.config.replans:
@@ -214,6 +215,8 @@ class Controller:
             preempted += again.preempted
             result = self.store.commit_placements(again, [j.name for j in retry + retry_extra], count_wait=False)
             placed += len(result.placed)
+            committed += result.placed
+        self.profiles.note_placed([job for job, _ in committed], [*queue, *extra])
         if preempted:
             self.preempter.start(preempted)
         elapsed = time.perf_counter() - t0

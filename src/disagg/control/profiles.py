@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from disagg.control.config import Config
+from disagg.model import Job
 from disagg.model.spec import load_profiles
 from disagg.profiles import SHIPPED, Profile, lookup, normalize_image
 from disagg.profiles.learn import Estimate, Observation, fit, remote_slowdown, typical
@@ -44,6 +45,14 @@ def estimate_data(est: Estimate) -> dict[str, Any]:
     }
 
 
+def _known(image: str, data: dict[str, Any]) -> str:
+    if data.get("kind") == "pinned":
+        return f"placed by the pinned profile of {image} ({data['profile'].get('source') or 'an admin'})"
+    return (f"placed by the learned profile of {image}: {data['observations']} tasks "
+            f"({data['remote_observations']} with remote devices), remote slowdown {data['slowdown']:.3g}, "
+            f"placed as {data['slowdown_pessimistic']:.3g} (its 95% bound)")
+
+
 def pinned_data(profile: Profile) -> dict[str, Any]:
     return {"kind": "pinned", "profile": profile_fields(profile)}
 
@@ -57,19 +66,32 @@ class ProfileKeeper:
         self.base: ProfileTable = load_profiles(config.profiles) if config.profiles else SHIPPED
         self._table: dict[str, Profile] | None = None
         self._read_at = -math.inf
+        self._known: dict[str, str] = {}  # image → what the round knew of it, for the job's history
 
     def round_table(self) -> ProfileTable:
         """The table the round places by (re-read from the store at most every REFRESH_S)."""
         now = time.monotonic()
         if self._table is None or now - self._read_at >= REFRESH_S:
             table = dict(self.base)
+            known: dict[str, str] = {}
             for row in self._rows():
                 data = row["data"]
                 key = "profile" if data.get("kind") == "pinned" else "pessimistic"
                 if data.get("kind") == "pinned" or (self.config.learn_profiles and data.get("observations", 0) > 0):
                     table[row["image"]] = profile_from_fields(data[key])
-            self._table, self._read_at = table, now
+                    known[row["image"]] = _known(row["image"], data)
+            self._table, self._known, self._read_at = table, known, now
         return self._table
+
+    def note_placed(self, job_ids: list[str], jobs: list[Job]) -> None:
+        """Say in each placed job's history which learned or pinned profile placed it, and how sure it was
+        (jobs placed by the table's entry or the neutral profile get no note: the table says it)."""
+        if not self._known or not job_ids:
+            return
+        images = {j.name: normalize_image(j.image) for j in jobs}
+        notes = [(jid, self._known[images[jid]]) for jid in job_ids if images.get(jid) in self._known]
+        if notes:
+            self.store.note_jobs(notes, time.time())
 
     def _rows(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

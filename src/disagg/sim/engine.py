@@ -40,8 +40,11 @@ from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
 from disagg.profiles import Profile, lookup
+from disagg.profiles.learn import Observation
+from disagg.profiles.table import ProfileTable
 from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS, REMOTE_PCIE_SHARE, task_stretch
 from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.learning import knowledge_for
 from disagg.sim.tenants import TenantLedger, held
 from disagg.sim.workload import Submission
 
@@ -77,6 +80,13 @@ class SimConfig:
     #: W from which the oldest waiting job's reservation holds against every younger job (the
     #: controller's `starvation_rounds`, placement/backfill.py); None: the policies alone, as the seed's.
     starvation_rounds: int | None = None
+    #: How jobs really run (`--truth`): their images' true profiles (None: the shipped table).
+    truth: ProfileTable | None = None
+    #: What the policies know of images (`sim.learning.KNOWLEDGE`) and the table given (`--profiles`).
+    knowledge: str = "shipped"
+    profiles: ProfileTable | None = None
+    #: With learning: remote observations before an image is placed by its pessimistic profile.
+    explore: int = 0
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -162,6 +172,8 @@ class SimResult:
     #: The jobs still waiting when the run stopped (stalled, or out of time), in queue order, each with
     #: the policy's last reason for it: the jobs this policy can never place on this cluster.
     stalled_jobs: list[tuple[str, str]] = field(default_factory=list)
+    #: With `--learn`: per image, the learned estimate's error against its finished jobs (`sim.learning`).
+    learning: dict[str, Any] | None = None
 
 
 # -- the simulated cluster -----------------------------------------------------------------------------
@@ -213,6 +225,9 @@ class _Running:
     finish_seq: int = -1
     own_traffic: dict[str, float] = field(default_factory=dict)
     machines: set[int] = field(default_factory=set)
+    #: The busiest remote path's load by others now, and its integral over the run so far (learning).
+    load_now: float = 0.0
+    load_area: float = 0.0
 
 
 class SimCluster:
@@ -343,6 +358,8 @@ class Simulation:
         #: work for nothing, a good part of such a run's time on a long queue.
         #: (The starvation bound reads W whatever the policy.)
         self.track_waits = bool(getattr(policy, "reads_wait_rounds", True)) or self.config.starvation_rounds is not None
+        self.knowledge = knowledge_for(self.config.knowledge, self.config.profiles, self.config.truth,
+                                       self.config.explore)
 
     # -- setup --
 
@@ -387,7 +404,7 @@ class Simulation:
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
             rounds=self.rounds, conflicts=self.conflicts, sim_end_s=k.now, wall_s=self.clock() - wall0,
             stalled=self.stalled, events=k.popped, counters=dict(self.counters), tenants=self._tenant_report(k.now),
-            stalled_jobs=self._stuck(),
+            stalled_jobs=self._stuck(), learning=self.knowledge.report(),
         )
 
     def _tenant_report(self, end_s: float) -> dict[str, Any] | None:
@@ -439,7 +456,7 @@ class Simulation:
         snapshot = self.state.snapshot()
         if self.tenants is not None and self.config.tenants is not None:
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
-        queue = list(self.queue.values())
+        queue = self.knowledge.apply(list(self.queue.values()))
         t0 = self.clock()
         if self.config.starvation_rounds is None:
             decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
@@ -494,7 +511,7 @@ class Simulation:
         st = self.state
         if len(jp.tasks) != job.tasks.count:
             return None
-        profile = lookup(job.image)
+        profile = lookup(job.image, self.config.truth)
         tasks: list[_Task] = []
         for tp in jp.tasks:
             m = st.m_index.get(tp.machine)
@@ -523,7 +540,7 @@ class Simulation:
         st = self.state
         job = self.queue.pop(name)
         sub = self.queued_sub.pop(name)
-        run = _Running(sub, job, lookup(job.image), tasks, now, sub.base_s, 1.0, now)
+        run = _Running(sub, job, lookup(job.image, self.config.truth), tasks, now, sub.base_s, 1.0, now)
         gpus = remote_gpus = 0
         for t in tasks:
             st.cpu_free[t.machine] -= t.cpus
@@ -622,8 +639,10 @@ class Simulation:
             if run is None:
                 continue
             run.remaining = max(0.0, run.remaining - (now - run.last_s) / run.stretch)
+            run.load_area += run.load_now * (now - run.last_s)
             run.last_s = now
             new = self._stretch(run)
+            run.load_now = max((g.load for t in run.tasks for g in t.remote_transfer), default=0.0)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new
@@ -655,6 +674,7 @@ class Simulation:
     def _finish(self, name: str) -> None:
         run = self.running.pop(name)
         now = self.kernel.now
+        self._observe(run, now)
         gpus = self._release(run)
         rec = self.records[name]
         rec.finish_s = now
@@ -664,6 +684,15 @@ class Simulation:
         self._reevaluate(self._neighbours(run), now)
         if self.queue:
             self._want_round()
+
+    def _observe(self, run: _Running, now: float) -> None:
+        """A finished job as an observation of its image, for the policies' learning (`--learn`)."""
+        if self.knowledge.kind != "learned" or now <= run.start_s:
+            return
+        grants = [g for t in run.tasks for g in t.grants]
+        share = sum(g.remote for g in grants) / len(grants) if grants else 0.0
+        load = (run.load_area + run.load_now * (now - run.last_s)) / (now - run.start_s)
+        self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load))
 
     # -- preemption --
 

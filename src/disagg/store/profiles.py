@@ -20,6 +20,7 @@ from disagg.model.slices import SlicePlacement
 from disagg.model.states import SliceOutcome, SliceState, StepStatus
 from disagg.store.base import StoreBase
 from disagg.store.history import HistoryRow
+from disagg.store.lifecycle import note_job
 from disagg.store.models import Base, EventRow, JobRow, LinkRow, SliceRow, StepRow
 
 
@@ -146,6 +147,12 @@ class ProfileOps(StoreBase):
         with self.write_core() as conn:
             conn.execute(delete(ProfileRow).where(ProfileRow.image == image))
             conn.execute(insert(ProfileRow), [{"image": image, "pinned": True, "data": data, "updated_at": now}])
+
+    def note_jobs(self, notes: list[tuple[str, str]], now: float) -> None:
+        """An event (no state change) on each job: why it was placed as it was."""
+        with self.write_core() as conn:
+            for job_id, why in notes:
+                note_job(conn, job_id, why, now)
 
     def unpin_profile(self, image: str) -> bool:
         """Drop an admin's pin (learning takes the image up again at its next observation)."""
