@@ -145,7 +145,7 @@ def build_specs(
 
 
 def with_knowledge(specs: list[RunSpec], truth: Path | None, profiles: Path | None, learn: bool,
-                   knowledge: str | None, explore: int = 0) -> list[RunSpec]:
+                   knowledge: str | None, explore: int = 8) -> list[RunSpec]:
     """Each run once per kind of knowledge the policies are given (`sim.learning`), with the true
     profiles the jobs run by. Default: learned with --learn, the given table with --profiles, else shipped."""
     from disagg.model.spec import load_profiles
@@ -240,7 +240,7 @@ def simulate(
         "neutral, learned."))] = None,
     explore: Annotated[int, typer.Option(help=(
         "With learning: remote observations an image needs before it is placed by its pessimistic profile "
-        "(until then by the estimate itself, so remote placements teach it; 0: cautious at once)."))] = 0,
+        "(until then by the estimate itself, so remote placements teach it; 0: cautious at once)."))] = 8,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()

@@ -76,7 +76,8 @@ class ProfileKeeper:
             known: dict[str, str] = {}
             for row in self._rows():
                 data = row["data"]
-                key = "profile" if data.get("kind") == "pinned" else "pessimistic"
+                cautious = int(data.get("remote_observations", 0)) >= self.config.profiles_explore
+                key = "pessimistic" if data.get("kind") == "learned" and cautious else "profile"
                 if data.get("kind") == "pinned" or (self.config.learn_profiles and data.get("observations", 0) > 0):
                     table[row["image"]] = profile_from_fields(data[key])
                     known[row["image"]] = _known(row["image"], data)
@@ -151,7 +152,8 @@ class ProfileKeeper:
 
 
 # --- what people see: GET /v1/profiles, disagg profiles, the job page -------------------------------
-def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning: bool) -> dict[str, Any]:
+def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning: bool, explore: int = 0
+         ) -> dict[str, Any]:
     """One image: the profile the policies use (`used`: table, learned or pinned), the table's entry,
     the learned estimate with its uncertainty and how many tasks it rests on."""
     data = row["data"] if row is not None else {}
@@ -166,11 +168,12 @@ def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning
     if kind == "learned":
         out["learned"] = {k: data[k] for k in ("observations", "remote_observations", "rmse_s", "prior", "sd",
                                                "slowdown", "slowdown_pessimistic", "profile", "pessimistic")}
-    profile = {"pinned": out["pinned"], "learned": data.get("pessimistic"),
+    cautious = int(data.get("remote_observations", 0)) >= explore
+    out["exploring"] = used == "learned" and not cautious
+    profile = {"pinned": out["pinned"], "learned": data.get("pessimistic" if cautious else "profile"),
                "table": out["table"]}.get(used)
     out["profile"] = profile
-    out["slowdown"] = (data.get("slowdown_pessimistic") if used == "learned"
-                       else round(remote_slowdown(profile_from_fields(profile)), 6) if profile else 1.0)
+    out["slowdown"] = round(remote_slowdown(profile_from_fields(profile)), 6) if profile else 1.0
     return out
 
 
@@ -192,7 +195,8 @@ class ProfileDirectory:
         names = sorted({n for n, p in self.base.items() if p.name == n and (after is None or n > after)} | set(rows))
         names = names[:limit + 1]
         more = len(names) > limit
-        items = [view(n, self._entry(n), rows.get(n), self.config.learn_profiles) for n in names[:limit]]
+        cfg = self.config
+        items = [view(n, self._entry(n), rows.get(n), cfg.learn_profiles, cfg.profiles_explore) for n in names[:limit]]
         return items, (names[limit - 1] if more else None)
 
     def one(self, image: str) -> dict[str, Any] | None:
@@ -201,7 +205,7 @@ class ProfileDirectory:
         entry = self._entry(name) or (self.base.get(name) if name in self.base else None)
         if row is None and entry is None:
             return None
-        return view(name, entry, row, self.config.learn_profiles)
+        return view(name, entry, row, self.config.learn_profiles, self.config.profiles_explore)
 
     def pin(self, image: str, profile: Profile) -> dict[str, Any]:
         name = normalize_image(image)

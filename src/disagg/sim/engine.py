@@ -86,7 +86,7 @@ class SimConfig:
     knowledge: str = "shipped"
     profiles: ProfileTable | None = None
     #: With learning: remote observations before an image is placed by its pessimistic profile.
-    explore: int = 0
+    explore: int = 8
 
 
 # -- events --------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ class Knowledge:
     #: Remote observations an image needs before the policies see its pessimistic profile: until then
     #: they see the estimate itself (optimism under uncertainty, the bandit's way to learn); 0: cautious
     #: from the first observation.
-    explore: int = 0
+    explore: int = 8
 
     def apply(self, jobs: Sequence[Job]) -> list[Job]:
         """The jobs as the policy sees them (`Job.profile` set), or as they are for the shipped table."""
@@ -96,7 +96,7 @@ def _key(image: str) -> str:
     return normalize_image(image)
 
 
-def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 0) -> Knowledge:
+def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 8) -> Knowledge:
     """A fresh `Knowledge` of `kind` (one per run: learning is per run)."""
     if kind not in KNOWLEDGE:
         raise ValueError(f"knowledge {kind!r} is not known; known: {', '.join(KNOWLEDGE)}")

@@ -53,7 +53,7 @@ class RunSpec:
     truth: ProfileTable | None = None
     knowledge: str = "shipped"
     profiles: ProfileTable | None = None
-    explore: int = 0
+    explore: int = 8
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
