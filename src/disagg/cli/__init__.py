@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from disagg.cli import admin, bench, discover, inventory, jobs, place, serve, simulate, tenants, token
+from disagg.cli import admin, bench, discover, inventory, jobs, place, profiles, serve, simulate, tenants, token
 
 app = typer.Typer(
     name="disagg",
@@ -52,6 +52,7 @@ serve.register(app)  # serve
 jobs.register(app)  # submit, jobs, logs, cancel
 inventory.register(app)  # slices, machines, devices, links
 tenants.register(app)  # tenants [set]
+profiles.register(app)  # profiles [IMAGE | export | pin | unpin]
 simulate.register(app)  # simulate
 admin.register(app)  # gc, backup, restore
 bench.register(app)  # bench placement | slices | api | crash | sim

@@ -14,6 +14,8 @@ from rich.table import Table
 
 from disagg.cli.common import err, fail, json_rows
 from disagg.model import SpecError, load_cluster, load_jobs
+from disagg.model.spec import load_profiles
+from disagg.profiles.catalog import with_profiles
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -31,6 +33,9 @@ def place(
     seed: Annotated[int, typer.Option(help="Seed of the policy's randomness.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     dump_graphs: Annotated[Path | None, typer.Option(help="Write each solved flow network (JSON, DOT) here.")] = None,
+    profiles: Annotated[Path | None, typer.Option(help=(
+        "Profile table (YAML or JSON, `profiles:`) the policy knows instead of the shipped Rodinia set; "
+        "images it does not list get the neutral profile."))] = None,
 ) -> None:
     """One scheduling round on a cluster spec and a jobs spec, as a dry run: decisions and reasons."""
     from disagg.placement.registry import UnknownPolicyError, get_policy
@@ -41,7 +46,7 @@ def place(
         raise fail(str(exc)) from None
     try:
         snapshot = load_cluster(cluster)
-        queue = load_jobs(jobs, snapshot)
+        queue = with_profiles(load_jobs(jobs, snapshot), load_profiles(profiles) if profiles else None)
     except SpecError as exc:
         raise fail(str(exc)) from None
     graphs = None

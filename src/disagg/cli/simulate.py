@@ -10,6 +10,7 @@ stuck jobs, unless `--allow-stall`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -143,6 +144,30 @@ def build_specs(
     return grid([source.name], names, seed_list, interval, source, failures, spec, fairness, starvation_rounds)
 
 
+def with_knowledge(specs: list[RunSpec], truth: Path | None, profiles: Path | None, learn: bool,
+                   knowledge: str | None, explore: int = 8) -> list[RunSpec]:
+    """Each run once per kind of knowledge the policies are given (`sim.learning`), with the true
+    profiles the jobs run by. Default: learned with --learn, the given table with --profiles, else shipped."""
+    from disagg.model.spec import load_profiles
+    from disagg.sim.learning import KNOWLEDGE
+
+    kinds = _split(knowledge) if knowledge is not None else [
+        "learned" if learn else "given" if profiles is not None else "shipped"]
+    for kind in kinds:
+        if kind not in KNOWLEDGE:
+            raise BadInput(f"--knowledge: value {kind!r} is not known; known: {', '.join(KNOWLEDGE)}")
+        if kind == "oracle" and truth is None:
+            raise BadInput("--knowledge oracle: the policies would know the truth, but no --truth FILE is given")
+        if kind == "given" and profiles is None:
+            raise BadInput("--knowledge given: give the table with --profiles FILE")
+    true_table = load_profiles(truth) if truth is not None else None
+    given = load_profiles(profiles) if profiles is not None else None
+    if explore < 0:
+        raise BadInput(f"--explore: value {explore} is not allowed: must be >= 0 remote observations")
+    return [replace(spec, truth=true_table, knowledge=kind, profiles=given, explore=explore)
+            for spec in specs for kind in kinds]
+
+
 def _progress(console: Console) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False)
@@ -203,12 +228,26 @@ def simulate(
     allow_stall: Annotated[bool, typer.Option(
         "--allow-stall",
         help="Exit 0 even when a policy leaves jobs waiting for good (the runs still say so).")] = False,
+    truth: Annotated[Path | None, typer.Option(help=(
+        "Profile table the jobs really run by (default: the shipped one); a trace row's duration_s stays "
+        "its base time."))] = None,
+    profiles: Annotated[Path | None, typer.Option(help=(
+        "Profile table the policies are given (and, with --learn, their priors).")) ] = None,
+    learn: Annotated[bool, typer.Option("--learn", help=(
+        "The policies learn each image's profile from its finished jobs (docs/profiles.md).")) ] = False,
+    knowledge: Annotated[str | None, typer.Option(help=(
+        "What the policies know, comma-separated for side-by-side runs: shipped, given, oracle (the --truth), "
+        "neutral, learned."))] = None,
+    explore: Annotated[int, typer.Option(help=(
+        "With learning: remote observations an image needs before it is placed by its pessimistic profile "
+        "(until then by the estimate itself, so remote placements teach it; 0: cautious at once)."))] = 8,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()
     try:
         specs = build_specs(scenario, cluster, trace, trace_format, policies, seeds, interval, sweep,
                             failure_model(mtbf, mttr), tenants, starvation_rounds)
+        specs = with_knowledge(specs, truth, profiles, learn, knowledge, explore)
     except (BadInput, SpecError) as exc:
         raise fail(str(exc)) from None
     outputs = execute(specs, sweep, ray, workers, console)

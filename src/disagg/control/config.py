@@ -70,6 +70,17 @@ class Config(BaseModel):
     redfish_updatable: bool = Field(default=True, description=(
         "Let Redfish clients add and remove blocks of a composed system (AddResourceBlock, RemoveResourceBlock, "
         "PATCH); false: a system is composed at once and only decomposed."))
+    # --- profiles (docs/profiles.md) ---
+    profiles: str | None = Field(default=None, description=(
+        "Profile table (YAML/JSON, `profiles:`) the policies know; default: the shipped Rodinia set."))
+    learn_profiles: bool = Field(default=True, description=(
+        "Learn each image's profile from its completed tasks and place by it (pessimistic while unsure)."))
+    profiles_explore: int = Field(default=8, ge=0, le=1000, description=(
+        "Remote runs an image needs before it is placed by its pessimistic profile (until then: the estimate)."))
+    profiles_max_images: int = Field(default=1000, ge=1, le=1_000_000,
+                                     description="Images whose learned profile the store keeps (least recent go).")
+    profile_observations: int = Field(default=200, ge=3, le=100_000,
+                                      description="Newest completed tasks per image a learned profile is fitted to.")
     preempt_grace_s: float = Field(default=30.0, ge=0.0, le=86_400.0,
                                    description="Seconds a preempted job gets between SIGTERM and the kill.")
     usage_half_life_s: float = Field(default=3600.0, ge=0.0, le=365 * 86_400.0,

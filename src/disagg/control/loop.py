@@ -48,6 +48,7 @@ from disagg.control.health import HealthMonitor
 from disagg.control.history import HistorySampler
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.preemption import Preempter
+from disagg.control.profiles import LEARN_EVERY_S, ProfileKeeper
 from disagg.control.slice import SliceRunner
 from disagg.control.tenants import TenancyKeeper, TenantDirectory
 from disagg.engines.base import Engine, with_foreign_holdings
@@ -59,6 +60,7 @@ from disagg.placement.decisions import Decisions, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.registry import get_policy
 from disagg.placement.unreachable import name_cut_off
+from disagg.profiles import with_profiles
 from disagg.store import CommitResult, Store
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class Controller:
         self.slices = SliceRunner(store, fabric, engine, self.metrics.observe_step, self.config.parallel_steps)
         self.tenancy = TenancyKeeper(store, TenantDirectory(store, self.config), self.config)
         self.preempter = Preempter(store, engine, self.slices, self.config.preempt_grace_s)
+        self.profiles = ProfileKeeper(store, self.config)
+        self._next_learn = 0.0
         self._in_grace: set[str] = set()
         self.rng = np.random.default_rng(self.config.seed)
         self._wake = threading.Event()
@@ -155,6 +159,9 @@ class Controller:
             self.publish()
         if self.mark is not None:
             self.mark()
+        if time.monotonic() >= self._next_learn:
+            self._next_learn = time.monotonic() + LEARN_EVERY_S
+            self.profiles.learn(time.time())
         if self.collect is not None and time.monotonic() >= self._next_collect:
             from disagg.control.gc import GC_EVERY_S
 
@@ -208,6 +215,7 @@ class Controller:
         decisions, queue, extra = self._plan_round(queue, extra)
         considered = [j.name for j in queue] + [j.name for j in extra]
         result = self.store.commit_placements(decisions, considered)
+        committed = list(result.placed)
         placed, replans = len(result.placed), 0
         preempted: list[Preemption] = list(decisions.preempted)
         conflicts = dict(result.conflicts)
@@ -219,7 +227,9 @@ class Controller:
             result = self.store.commit_placements(again, [j.name for j in retry + retry_extra], count_wait=False)
             placed += len(result.placed)
             conflicts.update(result.conflicts)
+            committed += result.placed
         self._note_conflicts(conflicts)
+        self.profiles.note_placed([job for job, _ in committed], [*queue, *extra])
         if preempted:
             self.preempter.start(preempted)
         elapsed = time.perf_counter() - t0
@@ -283,8 +293,9 @@ class Controller:
 
     def _place(self, snapshot: Cluster, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
         starving = self.config.starvation_rounds or None
-        decisions = place_round(self.policy, snapshot, queue, extra or [], time.time(), self.rng, time.perf_counter,
-                                starving).decisions
+        table = self.profiles.round_table()  # what the round knows of each image (control.profiles)
+        decisions = place_round(self.policy, snapshot, with_profiles(queue, table), with_profiles(extra or [], table),
+                                time.time(), self.rng, time.perf_counter, starving).decisions
         return name_cut_off(decisions, snapshot, [*queue, *(extra or [])])  # a down link is named in the reasons
 
     def _plan_round(self, queue: list[Job], extra: list[Job]) -> tuple[Decisions, list[Job], list[Job]]:

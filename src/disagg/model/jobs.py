@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from disagg.model.cluster import DEVICE_KINDS, DeviceKind
+
+if TYPE_CHECKING:
+    from disagg.profiles.model import Profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,8 @@ class Job:
     `network_gbps`, when given, overrides the profile's bandwidth demand per remote device.
     `tenant` is who submitted it (quotas and fair share are per tenant); a job that is not
     `preemptible` is never preempted, and so may not borrow above its tenant's nominal quota.
+    `profile`, when given, is what the caller knows of the job's image (an operator's table, a learned
+    estimate); None: the shipped table's entry, or the neutral profile (`profiles.lookup`).
     """
 
     name: str
@@ -59,6 +65,7 @@ class Job:
     command: tuple[str, ...] = ()
     tenant: str = "default"
     preemptible: bool = True
+    profile: Profile | None = None
 
     def waited(self) -> Job:
         """The same job after one more round unscheduled (W + 1)."""

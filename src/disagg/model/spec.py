@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,6 +26,9 @@ from disagg.model.cluster import (
 from disagg.model.errors import SpecError
 from disagg.model.jobs import Job, TaskRequest
 from disagg.model.states import DEVICE_FAILED, DEVICE_HEALTHY, DeviceHealth
+
+if TYPE_CHECKING:
+    from disagg.profiles.model import Profile
 
 #: Strict types, as the API's (`disagg.api.schemas`): `true` is not a number and `"2"` is not a count, so a
 #: spec file and a request body refuse the same values.
@@ -415,4 +418,11 @@ def load_cluster(path: str | Path) -> Cluster:
 
 def load_jobs(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
     return parse_jobs(read_document(path), cluster, str(path))
+
+
+def load_profiles(path: str | Path) -> dict[str, Profile]:
+    """A profile table file (`profiles.table`): image → profile; `SpecError` naming the file otherwise."""
+    from disagg.profiles.table import parse_profiles  # the profiles package reads model.errors at import
+
+    return parse_profiles(read_document(path), str(path))
 

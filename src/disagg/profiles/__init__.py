@@ -8,8 +8,10 @@ neutral profile, whose expected time equals its SLO (utility 0, cost = preferenc
 
 from __future__ import annotations
 
-from disagg.profiles.catalog import lookup
+from disagg.profiles.catalog import lookup, with_profiles
 from disagg.profiles.model import NEUTRAL, Profile, expected_s, normalize_image
-from disagg.profiles.rodinia import RODINIA
+from disagg.profiles.rodinia import RODINIA, SHIPPED
+from disagg.profiles.table import ProfileTable, dump_profiles, parse_profiles
 
-__all__ = ["NEUTRAL", "RODINIA", "Profile", "expected_s", "lookup", "normalize_image"]
+__all__ = ["NEUTRAL", "RODINIA", "SHIPPED", "Profile", "ProfileTable", "dump_profiles", "expected_s", "lookup",
+           "normalize_image", "parse_profiles", "with_profiles"]

@@ -43,8 +43,11 @@ from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
 from disagg.profiles import lookup
+from disagg.profiles.learn import Observation
+from disagg.profiles.table import ProfileTable
 from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE
 from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.learning import knowledge_for
 from disagg.sim.records import (
     DeviceFailed,
     DeviceRepaired,
@@ -92,6 +95,13 @@ class SimConfig:
     #: W from which the oldest waiting job's reservation holds against every younger job (the
     #: controller's `starvation_rounds`, placement/backfill.py); None: the policies alone, as the seed's.
     starvation_rounds: int | None = None
+    #: How jobs really run (`--truth`): their images' true profiles (None: the shipped table).
+    truth: ProfileTable | None = None
+    #: What the policies know of images (`sim.learning.KNOWLEDGE`) and the table given (`--profiles`).
+    knowledge: str = "shipped"
+    profiles: ProfileTable | None = None
+    #: With learning: remote observations before an image is placed by its pessimistic profile.
+    explore: int = 8
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -153,6 +163,8 @@ class Simulation(Replanning):
         #: work for nothing, a good part of such a run's time on a long queue.
         #: (The starvation bound reads W whatever the policy.)
         self.track_waits = bool(getattr(policy, "reads_wait_rounds", True)) or self.config.starvation_rounds is not None
+        self.knowledge = knowledge_for(self.config.knowledge, self.config.profiles, self.config.truth,
+                                       self.config.explore)
 
     # -- setup --
 
@@ -197,7 +209,7 @@ class Simulation(Replanning):
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,
             rounds=self.rounds, conflicts=self.conflicts, sim_end_s=k.now, wall_s=self.clock() - wall0,
             stalled=self.stalled, events=k.popped, counters=dict(self.counters), tenants=self._tenant_report(k.now),
-            stalled_jobs=self._stuck(),
+            stalled_jobs=self._stuck(), learning=self.knowledge.report(),
         )
 
     def _tenant_report(self, end_s: float) -> dict[str, Any] | None:
@@ -249,7 +261,7 @@ class Simulation(Replanning):
         snapshot = self.state.snapshot()
         if self.tenants is not None and self.config.tenants is not None:
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
-        queue = list(self.queue.values())
+        queue = self.knowledge.apply(list(self.queue.values()))
         t0 = self.clock()
         if self.config.starvation_rounds is None:
             decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
@@ -304,7 +316,7 @@ class Simulation(Replanning):
         st = self.state
         if len(jp.tasks) != job.tasks.count:
             return None
-        profile = lookup(job.image)
+        profile = lookup(job.image, self.config.truth)
         tasks: list[SimTask] = []
         for tp in jp.tasks:
             m = st.m_index.get(tp.machine)
@@ -333,7 +345,7 @@ class Simulation(Replanning):
         st = self.state
         job = self.queue.pop(name)
         sub = self.queued_sub.pop(name)
-        run = Running(sub, job, lookup(job.image), tasks, now, sub.base_s, 1.0, now)
+        run = Running(sub, job, lookup(job.image, self.config.truth), tasks, now, sub.base_s, 1.0, now)
         gpus = remote_gpus = 0
         for t in tasks:
             st.cpu_free[t.machine] -= t.cpus
@@ -400,6 +412,7 @@ class Simulation(Replanning):
     def _finish(self, name: str) -> None:
         run = self.running.pop(name)
         now = self.kernel.now
+        self._observe(run, now)
         gpus = self._release(run)
         rec = self.records[name]
         rec.finish_s = now
@@ -409,6 +422,15 @@ class Simulation(Replanning):
         self._reevaluate(self._neighbours(run), now)
         if self.queue:
             self._want_round()
+
+    def _observe(self, run: Running, now: float) -> None:
+        """A finished job as an observation of its image, for the policies' learning (`--learn`)."""
+        if self.knowledge.kind != "learned" or now <= run.start_s:
+            return
+        grants = [g for t in run.tasks for g in t.grants]
+        share = sum(g.remote for g in grants) / len(grants) if grants else 0.0
+        load = (run.load_area + run.load_now * (now - run.last_s)) / (now - run.start_s)
+        self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load))
 
     # -- preemption --
 
@@ -490,12 +512,12 @@ def _as_charged(jp: JobPlacement, tasks: list[SimTask]) -> JobPlacement:
 # `waited` fills a fresh Job's slots directly: a frozen dataclass's __init__ goes through
 # object.__setattr__ once per field, twice the cost, and this runs for every queued job each round.
 _JOB_FIELDS = ("name", "image", "tasks", "submit_s", "importance", "slo_s", "wait_rounds", "network_gbps", "command",
-               "tenant", "preemptible")
+               "tenant", "preemptible", "profile")
 if tuple(Job.__slots__) != _JOB_FIELDS:  # pragma: no cover - a new Job field must be copied below
     raise ImportError(f"sim.engine.waited copies {_JOB_FIELDS}, but Job has {Job.__slots__}")
 _new_job = object.__new__
 (_set_name, _set_image, _set_tasks, _set_submit, _set_importance, _set_slo, _set_wait, _set_gbps,
- _set_command, _set_tenant, _set_preemptible) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
+ _set_command, _set_tenant, _set_preemptible, _set_profile) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
 
 
 def waited(job: Job) -> Job:
@@ -512,6 +534,7 @@ def waited(job: Job) -> Job:
     _set_command(new, job.command)
     _set_tenant(new, job.tenant)
     _set_preemptible(new, job.preemptible)
+    _set_profile(new, job.profile)
     return new
 
 

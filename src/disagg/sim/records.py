@@ -91,3 +91,5 @@ class SimResult:
     #: The jobs still waiting when the run stopped (stalled, or out of time), in queue order, each with
     #: the policy's last reason for it: the jobs this policy can never place on this cluster.
     stalled_jobs: list[tuple[str, str]] = field(default_factory=list)
+    #: With `--learn`: per image, the learned estimate's error against its finished jobs (`sim.learning`).
+    learning: dict[str, Any] | None = None

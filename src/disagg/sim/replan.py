@@ -76,8 +76,10 @@ class Replanning:
             if run is None:
                 continue
             run.remaining = max(0.0, run.remaining - (now - run.last_s) / run.stretch)
+            run.load_area += run.load_now * (now - run.last_s)
             run.last_s = now
             new = self._stretch(run)
+            run.load_now = max((g.load for t in run.tasks for g in t.remote_transfer), default=0.0)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new

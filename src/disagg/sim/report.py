@@ -58,6 +58,8 @@ def run_output(scenario: str, result: SimResult, seed: int) -> RunOutput:
     norm = np.sort(normalized_exec(result.records))[::-1]
     summary = summarize(result, seed)
     summary["scenario"] = scenario
+    if result.learning is not None:
+        summary["learning"] = result.learning
     series: dict[str, Any] = {}
     if result.tenants is not None:
         summary["tenants"] = result.tenants["tenants"]
@@ -225,7 +227,31 @@ def write_plots(outputs: Sequence[RunOutput], directory: Path) -> list[Path]:
         written.append(_save(fig, directory / f"{scenario}-normalized-exec.png"))
         if any(o.tenant_shares for o in by_policy.values()):
             written.append(_tenant_plot(scenario, by_policy, directory))
+        if any(o.summary.get("learning") for o in by_policy.values()):
+            written.append(_learning_plot(scenario, by_policy, directory))
     return written
+
+
+def _learning_plot(scenario: str, by_policy: dict[str, RunOutput], directory: Path) -> Path:
+    """The learned remote slowdown's relative error against each image's finished jobs, one panel
+    per learning run (`--learn`): how fast the estimate converges, and where the 10% line is."""
+    import matplotlib.pyplot as plt
+
+    runs = [(p, o.summary["learning"]) for p, o in by_policy.items() if o.summary.get("learning")]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.8 * len(runs) + 0.6), sharex=True, squeeze=False)
+    for ax, (policy, learning) in zip(axes[:, 0], runs, strict=True):
+        for image, data in learning["images"].items():
+            points = [p for p in data["points"] if "error" in p]
+            if points:
+                ax.plot([p["n"] for p in points], [100.0 * p["error"] for p in points], label=image, linewidth=1.2)
+        ax.axhline(10.0, color="grey", linestyle=":", linewidth=1, label="10%")
+        ax.axvline(20.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set(ylabel="slowdown error (%)", title=f"{policy}: learned φ(1, 0.5)/φ(0) against the truth",
+               ylim=(0, None))
+        ax.legend(fontsize=7, loc="upper right", ncol=2)
+    axes[-1, 0].set_xlabel("finished jobs of the image")
+    fig.suptitle(f"{scenario}: profiles learned from finished jobs")
+    return _save(fig, directory / f"{scenario}-learning.png")
 
 
 def _tenant_plot(scenario: str, by_policy: dict[str, RunOutput], directory: Path) -> Path:

@@ -64,6 +64,9 @@ class Running:
     finish_seq: int = -1
     own_traffic: dict[str, float] = field(default_factory=dict)
     machines: set[int] = field(default_factory=set)
+    #: The busiest remote path's load by others now, and its integral over the run so far (learning).
+    load_now: float = 0.0
+    load_area: float = 0.0
 
 
 class SimCluster:

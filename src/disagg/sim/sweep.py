@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from disagg.model import Cluster
 from disagg.model.tenants import Tenants
 from disagg.placement.registry import get_policy
+from disagg.profiles.table import ProfileTable
 from disagg.sim.engine import FailureModel, SimConfig, simulate
 from disagg.sim.report import RunOutput, run_output
 from disagg.sim.scenarios import get_scenario
@@ -48,6 +49,11 @@ class RunSpec:
     tenants: Tenants | None = None
     fairness: bool = True
     starvation_rounds: int | None = None
+    #: How jobs run (`--truth`), what the policies know (`sim.learning.KNOWLEDGE`), the table given.
+    truth: ProfileTable | None = None
+    knowledge: str = "shipped"
+    profiles: ProfileTable | None = None
+    explore: int = 8
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
@@ -71,9 +77,14 @@ def run_one(spec: RunSpec, progress: Callable[[float], None] | None = None) -> R
     several = len({s.job.tenant for s in subs}) > 1
     config = SimConfig(interval_s=spec.interval_s, failures=spec.failures,
                        tenants=tenants if spec.fairness else None, report_tenants=several or tenants is not None,
-                       starvation_rounds=spec.starvation_rounds)
+                       starvation_rounds=spec.starvation_rounds, truth=spec.truth, knowledge=spec.knowledge,
+                       profiles=spec.profiles, explore=spec.explore)
     result = simulate(cluster, subs, get_policy(spec.policy), spec.seed, config, progress=progress)
-    return run_output(spec.scenario, result, spec.seed)
+    out = run_output(spec.scenario, result, spec.seed)
+    if spec.knowledge != "shipped":  # runs of one policy with different knowledge, told apart in the tables
+        out.summary["policy"] = f"{out.summary['policy']} ({spec.knowledge})"
+        out.summary["knowledge"] = spec.knowledge
+    return out
 
 
 def default_workers() -> int:

@@ -28,6 +28,7 @@ from disagg.store.models import (
 )
 from disagg.store.plans import PlanOps
 from disagg.store.prefixes import PrefixOps
+from disagg.store.profiles import ProfileOps
 from disagg.store.slices import SliceOps
 from disagg.store.snapshot import SnapshotOps
 from disagg.store.tenants import TenantOps
@@ -36,7 +37,7 @@ from disagg.store.views import ViewOps
 
 
 class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps, HistoryOps,
-            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps):
+            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps, ProfileOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

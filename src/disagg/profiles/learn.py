@@ -1,0 +1,212 @@
+"""Learning an image's profile from its finished tasks: Bayesian least squares on φ's three terms.
+
+φ (`model.expected_s`) is linear in three unknowns per image:
+
+    run_s = A + B·r + C·r·load        A = base_s,  B = base_s·s·(f − 1),  C = base_s·s·f·σ
+
+with r the share of the task's devices that were remote, load the load on its remote path while it
+ran, s the transfer share, f the remote factor and σ the load sensitivity. Every finished task is one
+observation (r, load, run_s); a least-squares fit of (A, B, C) with its covariance is all the
+learning needs. It starts from a prior — the operator's table entry for the image, else the typical
+remote terms of the images already learned, else a wide, neutral one — so that the first estimates
+are the prior's and each observation moves them by what it says (Gaussian prior, Gaussian noise:
+the posterior is closed form, no iteration, no clock).
+
+Caution: while the remote terms are uncertain (every run so far was local, say), the network-aware
+policy is handed the *pessimistic* profile: B and C at an upper quantile (`PESSIMISM` standard
+deviations above the estimate), so that uncertainty never reads as "remote is free". s and f cannot be
+told apart by run times alone (only s·(f − 1) and s·f·σ can): a learned profile keeps its prior's
+transfer share and solves f and σ from B and C, which gives the same φ for every r and load.
+
+Pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from disagg.profiles.model import NEUTRAL, Profile, expected_s
+from disagg.profiles.table import BOUNDS
+
+#: Standard deviations above the estimate for the pessimistic remote terms (one-sided 95%).
+PESSIMISM = 1.645
+#: The link load at which the pessimistic estimate is taken, and the issue's yardstick φ(1, 0.5)/φ(0).
+REFERENCE_LOAD = 0.5
+#: Prior spread of B and C relative to A when nothing is known about the image's remote behaviour: wide
+#: enough for a transfer-bound image (C = 4.8·A for examples/learning's acme/etl) and for a few remote
+#: runs to decide, so that its pessimistic bound covers the truth; measured against 0.25/0.5 (too
+#: confident: etl's bound stayed 18% under the truth) and 1.0/3.0 (more violations, slower to settle)
+#: in docs/profiles.md. An image with only local runs is then placed as if remote were about 1.9x slower
+#: at load 0.5 (1.645 · √(0.5² + (0.5 · 2)²) ≈ 1.84 A extra).
+WIDE_B, WIDE_C = 0.5, 2.0
+#: The same spreads when the prior is an operator's table entry (trusted more, still movable).
+TABLE_B, TABLE_C = 0.1, 0.2
+#: Run-time noise floor, relative to A: a perfect fit still leaves this much doubt.
+NOISE_FLOOR = 0.02
+#: Observations needed before the residuals are trusted as the noise level.
+MIN_FOR_NOISE = 5
+#: A transfer share for a learned image whose prior says nothing (neutral).
+DEFAULT_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One finished task: how long it ran, the share of its devices that were remote, the load
+    (0..1) on its remote path while it ran."""
+
+    run_s: float
+    remote_share: float
+    load: float
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What the observations of one image say: (A, B, C), their covariance, and how sure it is."""
+
+    image: str
+    coef: tuple[float, float, float]
+    cov: tuple[tuple[float, float, float], ...]
+    observations: int
+    remote_observations: int
+    rmse_s: float
+    prior: Profile
+    prior_kind: str  # "table", "typical" or "neutral"
+
+    @property
+    def sd(self) -> tuple[float, float, float]:
+        return (math.sqrt(max(self.cov[0][0], 0.0)), math.sqrt(max(self.cov[1][1], 0.0)),
+                math.sqrt(max(self.cov[2][2], 0.0)))
+
+    def profile(self, pessimistic: bool = False) -> Profile:
+        """The estimate as a `Profile` (the policies' form). `pessimistic`: the coefficients within the
+        PESSIMISM confidence ellipsoid that make the remote extra at the reference point (r = 1,
+        load = REFERENCE_LOAD) largest — (A, B, C) + z·Σg/√(gᵀΣg) with g = (0, 1, load). Along what
+        the runs measured the ellipsoid is thin, so a term the data pins down barely moves: when every
+        run was remote, A + B is known and only the split between them is doubted (local looks faster,
+        remote stays as measured); when every run was local, B and C rise."""
+        a, b, c = self.coef
+        if pessimistic:
+            a, b, c = self._pessimistic()
+        source = (f"learned from {self.observations} tasks ({self.remote_observations} with remote devices), "
+                  f"prior: {self.prior_kind}" + (", pessimistic" if pessimistic else ""))
+        return to_profile(self.image, a, b, c, self.prior, source)
+
+    def _pessimistic(self) -> tuple[float, float, float]:
+        g = np.array([0.0, 1.0, REFERENCE_LOAD])
+        cov = np.array(self.cov)
+        spread = float(g @ cov @ g)
+        if spread <= 0.0:
+            return self.coef
+        step = PESSIMISM * (cov @ g) / math.sqrt(spread)
+        a, b, c = (np.array(self.coef) + step).tolist()
+        return float(a), float(b), float(c)
+
+    def slowdown(self, remote_share: float = 1.0, load: float = REFERENCE_LOAD, pessimistic: bool = False) -> float:
+        """φ(r, load) / φ(0): how much slower the image runs with remote devices under that load."""
+        return remote_slowdown(self.profile(pessimistic), remote_share, load)
+
+
+def remote_slowdown(profile: Profile, remote_share: float = 1.0, load: float = REFERENCE_LOAD) -> float:
+    """φ(r, load) / φ(0, 0) of a profile (1 for the neutral one)."""
+    local = expected_s(profile, 0.0, 0.0, 1.0)
+    return expected_s(profile, remote_share, load, 1.0) / local if local > 0 else 1.0
+
+
+def coefficients(profile: Profile, base_s: float | None = None) -> tuple[float, float, float]:
+    """(A, B, C) of a profile: the linear form of φ. `base_s` stands in for an unknown profile's base."""
+    a = profile.base_s if profile.known else (base_s or 1.0)
+    s, f, sigma = profile.transfer_share, profile.remote_factor, profile.load_sensitivity
+    return a, a * s * (f - 1.0), a * s * f * sigma
+
+
+def to_profile(image: str, a: float, b: float, c: float, prior: Profile, source: str) -> Profile:
+    """A profile with φ = A + B·r + C·r·load: the prior's transfer share kept (raised where f would
+    pass its bound), f and σ solved, every field clamped to the table's bounds."""
+    lo_base, hi_base = BOUNDS["base_s"]
+    a = min(max(a, lo_base), hi_base)
+    b, c = max(b, 0.0), max(c, 0.0)
+    s = prior.transfer_share if prior.known and prior.transfer_share > 0 else DEFAULT_SHARE
+    f_max = BOUNDS["remote_factor"][1]
+    s = min(max(s, b / (a * (f_max - 1.0))), 1.0)
+    f = min(1.0 + b / (a * s), f_max)
+    sigma = min(c / (a * s * f), BOUNDS["load_sensitivity"][1])
+    gbps = prior.network_gbps if prior.known else NEUTRAL.network_gbps
+    return Profile(image, a, s, f, sigma, gbps, source)
+
+
+def typical(fits: Iterable[tuple[Sequence[float], int]], min_remote: int = 5) -> Profile | None:
+    """The observed images' typical remote terms (medians of B/A and C/A over the fits — (A, B, C) and
+    their count of remote observations — with at least `min_remote` remote observations), as a profile
+    a new image's prior can borrow; None if there are none."""
+    ratios = [(coef[1] / coef[0], coef[2] / coef[0]) for coef, remote in fits if remote >= min_remote and coef[0] > 0]
+    if not ratios:
+        return None
+    rb, rc = (float(np.median([r[i] for r in ratios])) for i in (0, 1))
+    return to_profile("typical", 1.0, rb, rc, NEUTRAL, f"typical of {len(ratios)} learned images")
+
+
+def fit(image: str, observations: Sequence[Observation], prior: Profile | None = None,
+        typical_profile: Profile | None = None) -> Estimate:
+    """The posterior of (A, B, C) for one image, from its observations and a prior.
+
+    Prior: `prior` (the operator's table entry) if given and known, else `typical_profile` with the
+    base taken from the runs, else a neutral one (B = C = 0) with wide spreads."""
+    obs = [o for o in observations if o.run_s > 0 and math.isfinite(o.run_s)]
+    x = np.array([[1.0, o.remote_share, o.remote_share * min(max(o.load, 0.0), 1.0)] for o in obs]).reshape(-1, 3)
+    y = np.array([o.run_s for o in obs], dtype=np.float64)
+    base_guess = _base_guess(x, y)
+    kind, used = _prior_kind(prior, typical_profile)
+    # a typical profile's terms are relative (its A is 1): scaled by this image's base
+    m0 = np.array(coefficients(used)) * base_guess if kind == "typical" else np.array(coefficients(used, base_guess))
+    scale = max(m0[0], 1e-3)
+    spread_b, spread_c = (TABLE_B, TABLE_C) if kind == "table" else (WIDE_B, WIDE_C)
+    sd0 = np.array([scale, spread_b * scale, spread_c * scale])
+    precision0 = np.diag(1.0 / sd0 ** 2)
+    if not obs:
+        cov = np.linalg.inv(precision0)
+        return _estimate(image, m0, cov, 0, 0, 0.0, used, kind)
+    noise = _noise(x, y, scale)
+    precision = precision0 + x.T @ x / noise ** 2
+    cov = np.linalg.inv(precision)
+    mean = cov @ (precision0 @ m0 + x.T @ y / noise ** 2)
+    rmse = float(np.sqrt(np.mean((x @ mean - y) ** 2)))
+    remote = int(np.count_nonzero(x[:, 1] > 0))
+    return _estimate(image, mean, cov, len(obs), remote, rmse, used, kind)
+
+
+def _prior_kind(prior: Profile | None, typical_profile: Profile | None) -> tuple[str, Profile]:
+    if prior is not None and prior.known:
+        return "table", prior
+    if typical_profile is not None:
+        return "typical", typical_profile
+    return "neutral", NEUTRAL
+
+
+def _base_guess(x: np.ndarray, y: np.ndarray) -> float:
+    """A's prior mean when no table gives it: the local runs' mean, else every run's minimum."""
+    if y.size == 0:
+        return 1.0
+    local = y[x[:, 1] == 0]
+    return float(local.mean()) if local.size else float(y.min())
+
+
+def _noise(x: np.ndarray, y: np.ndarray, scale: float) -> float:
+    """The run-time noise: the ordinary least-squares residuals' spread once there are enough runs,
+    never below NOISE_FLOOR of A; before that, five times the floor."""
+    floor = NOISE_FLOOR * scale
+    if y.size < MIN_FOR_NOISE:
+        return 5.0 * floor
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    dof = max(y.size - np.linalg.matrix_rank(x), 1)
+    spread = float(np.sqrt(np.sum((x @ coef - y) ** 2) / dof))
+    return max(spread, floor)
+
+
+def _estimate(image: str, mean: np.ndarray, cov: np.ndarray, n: int, remote: int, rmse: float,
+              prior: Profile, kind: str) -> Estimate:
+    c = tuple((float(row[0]), float(row[1]), float(row[2])) for row in cov)
+    return Estimate(image, (float(mean[0]), float(mean[1]), float(mean[2])), c, n, remote, rmse, prior, kind)

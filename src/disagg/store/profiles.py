@@ -1,0 +1,153 @@
+"""Learned and pinned profiles (issue 26): the observations finished tasks give, and the estimates.
+
+`profile_observations` holds one row per completed slice the controller has looked at: its image, how
+long its tasks ran, the share of its devices that were remote and the load on their paths meanwhile
+(`run_s` NULL: looked at, not usable — so it is not looked at again). `profiles` holds one row per
+image the controller knows something of: the fit's numbers as JSON (`data`), or an admin's pinned
+profile (`pinned`), which learning never overwrites. Both are bounded: at most `keep` observations per
+image (the newest) and `max_images` images (the least recently updated go first), whatever the
+tenants submit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, Integer, String, delete, func, insert, select, update
+from sqlalchemy.orm import Mapped, mapped_column
+
+from disagg.model.slices import SlicePlacement
+from disagg.model.states import SliceOutcome, SliceState, StepStatus
+from disagg.store.base import StoreBase
+from disagg.store.history import HistoryRow
+from disagg.store.models import Base, EventRow, JobRow, LinkRow, SliceRow, StepRow
+
+
+class ProfileRow(Base):
+    """What the controller knows of one image: a fit (`data`) or an admin's pinned profile."""
+
+    __tablename__ = "profiles"
+    image: Mapped[str] = mapped_column(String(256), primary_key=True)
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class ObservationRow(Base):
+    """One completed slice as an observation of its image (`run_s` NULL: not usable)."""
+
+    __tablename__ = "profile_observations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    slice_id: Mapped[str] = mapped_column(String(32), unique=True)
+    image: Mapped[str] = mapped_column(String(256), index=True)
+    run_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    remote_share: Mapped[float] = mapped_column(Float)
+    load: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)
+
+
+class ProfileOps(StoreBase):
+    """Reading completed slices to learn from, writing observations and estimates, pinning."""
+
+    def completed_unobserved(self, limit: int = 200) -> list[dict[str, Any]]:
+        """Completed slices not yet looked at, oldest first: slice, image, placement, and the run's
+        start (its launch-task step ended) and end (the slice left `running`)."""
+        seen = select(ObservationRow.slice_id)
+        query = (select(SliceRow.id, JobRow.image, SliceRow.placement)
+                 .join(JobRow, JobRow.id == SliceRow.job_id)
+                 .where(SliceRow.outcome == SliceOutcome.COMPLETED, SliceRow.state == SliceState.DONE,
+                        SliceRow.id.not_in(seen))
+                 .order_by(SliceRow.updated_at).limit(limit))
+        with self.read_core() as conn:
+            rows = [{"slice_id": str(sid), "image": str(image), "placement": SlicePlacement.from_json(sid, data)}
+                    for sid, image, data in conn.execute(query)]
+            ids = [str(r["slice_id"]) for r in rows]
+            starts: dict[str, float | None] = dict(conn.execute(
+                select(StepRow.slice_id, func.max(StepRow.ended_at))
+                .where(StepRow.slice_id.in_(ids), StepRow.op == "launch-task", StepRow.status == StepStatus.DONE)
+                .group_by(StepRow.slice_id)).all()) if ids else {}
+            ends: dict[str, float | None] = {str(k): v for k, v in conn.execute(
+                select(EventRow.slice_id, func.min(EventRow.at))
+                .where(EventRow.slice_id.in_(ids), EventRow.from_state == SliceState.RUNNING)
+                .group_by(EventRow.slice_id))} if ids else {}
+        for r in rows:
+            key = str(r["slice_id"])
+            r["started"], r["ended"] = starts.get(key), ends.get(key)
+        return rows
+
+    def link_samples(self, start: float, end: float) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
+        """The history's link-load samples taken in [start, end] (at, link → Gbit/s) and every link's
+        capacity: what the load on a finished task's path is read from."""
+        with self.read_core() as conn:
+            samples = [(float(at), dict(data.get("link_load_gbps", {})))
+                       for at, data in conn.execute(select(HistoryRow.at, HistoryRow.data)
+                                                    .where(HistoryRow.at >= start, HistoryRow.at <= end)
+                                                    .order_by(HistoryRow.at))]
+            caps = {str(k): float(g) for k, g in conn.execute(select(LinkRow.id, LinkRow.gbps))}
+        return samples, caps
+
+    def add_observations(self, rows: list[dict[str, Any]], keep: int) -> list[str]:
+        """Store observations (slice_id, image, run_s, remote_share, load, at); keep the newest `keep`
+        usable ones per image. The images that got a usable one."""
+        if not rows:
+            return []
+        images = sorted({r["image"] for r in rows if r["run_s"] is not None})
+        with self.write_core() as conn:
+            conn.execute(insert(ObservationRow), rows)
+            for image in images:
+                old = (select(ObservationRow.id).where(ObservationRow.image == image, ObservationRow.run_s.is_not(None))
+                       .order_by(ObservationRow.at.desc(), ObservationRow.id.desc()).offset(keep))
+                conn.execute(update(ObservationRow).where(ObservationRow.id.in_(old)).values(run_s=None))
+        return images
+
+    def observations_of(self, image: str) -> list[tuple[float, float, float]]:
+        """An image's usable observations: (run_s, remote_share, load), oldest first."""
+        query = (select(ObservationRow.run_s, ObservationRow.remote_share, ObservationRow.load)
+                 .where(ObservationRow.image == image, ObservationRow.run_s.is_not(None))
+                 .order_by(ObservationRow.at, ObservationRow.id))
+        with self.read_core() as conn:
+            return [(float(r or 0.0), float(s), float(lo)) for r, s, lo in conn.execute(query)]
+
+    def save_estimates(self, estimates: dict[str, dict[str, Any]], now: float, max_images: int) -> None:
+        """Write the images' fits (a pinned image keeps its pin); then keep the `max_images` newest."""
+        with self.write_core() as conn:
+            pinned = set(conn.execute(select(ProfileRow.image).where(ProfileRow.image.in_(list(estimates)),
+                                                                     ProfileRow.pinned)).scalars())
+            for image, data in estimates.items():
+                if image in pinned:
+                    continue
+                conn.execute(delete(ProfileRow).where(ProfileRow.image == image))
+                conn.execute(insert(ProfileRow), [{"image": image, "pinned": False, "data": data, "updated_at": now}])
+            stale = (select(ProfileRow.image).where(ProfileRow.pinned.is_(False))
+                     .order_by(ProfileRow.updated_at.desc()).offset(max_images))
+            gone = list(conn.execute(stale).scalars())
+            if gone:
+                conn.execute(delete(ProfileRow).where(ProfileRow.image.in_(gone)))
+                conn.execute(delete(ObservationRow).where(ObservationRow.image.in_(gone),
+                                                          ObservationRow.run_s.is_not(None)))
+
+    def profile_rows(self, after: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+        """The images the store knows, by name: image, pinned, data, updated_at."""
+        query = select(ProfileRow).order_by(ProfileRow.image).limit(limit)
+        if after is not None:
+            query = query.where(ProfileRow.image > after)
+        with self.read() as s:
+            return [{"image": r.image, "pinned": r.pinned, "data": dict(r.data), "updated_at": r.updated_at}
+                    for r in s.scalars(query)]
+
+    def profile_row(self, image: str) -> dict[str, Any] | None:
+        with self.read() as s:
+            r = s.get(ProfileRow, image)
+            return None if r is None else {"image": r.image, "pinned": r.pinned, "data": dict(r.data),
+                                           "updated_at": r.updated_at}
+
+    def pin_profile(self, image: str, data: dict[str, Any], now: float) -> None:
+        """An admin's profile for `image`: learning keeps its observations but never replaces it."""
+        with self.write_core() as conn:
+            conn.execute(delete(ProfileRow).where(ProfileRow.image == image))
+            conn.execute(insert(ProfileRow), [{"image": image, "pinned": True, "data": data, "updated_at": now}])
+
+    def unpin_profile(self, image: str) -> bool:
+        """Drop an admin's pin (learning takes the image up again at its next observation)."""
+        with self.write_core() as conn:
+            return bool(conn.execute(delete(ProfileRow).where(ProfileRow.image == image, ProfileRow.pinned)).rowcount)

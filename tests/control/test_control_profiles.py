@@ -1,0 +1,105 @@
+"""Profiles learned by the live controller (issue 26): jobs of a new image whose tasks run longer when
+their device is remote teach the controller a profile that `GET /v1/profiles/{image}` and `disagg
+profiles` show, and that changes the network-aware policy's next decisions."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from tests.control.conftest import auth
+from tests.control.control_helpers import job, make_service, wait_for, wait_state
+
+from disagg.api.app import create_app
+from disagg.control.service import Service
+
+CLUSTER = """
+machines:
+  - {name: m0, rack: r0, cpus: 8, memory_gb: 32, uplink_gbps: 10, devices: {gpu: {model: K80, count: 1}}}
+  - {name: m1, rack: r0, cpus: 8, memory_gb: 32, uplink_gbps: 10}
+pools:
+  - {name: box0, rack: r0, uplink_gbps: 40, devices: {gpu: {model: K80, count: 3}}}
+"""
+
+#: The test image's tasks: 1.2 s when a device of theirs sits elsewhere than their host, 0.3 s otherwise.
+SLEEPER = ('r=""; for d in $(echo "$DISAGG_DEVICES" | tr , " "); do case "$d" in "$DISAGG_HOST"/*) ;; *) r=1;; '
+           'esac; done; if [ -n "$r" ]; then sleep 1.2; else sleep 0.3; fi')
+IMAGE = "acme/sleeper:1"
+
+
+@pytest.fixture
+def learning(tmp_path: Path) -> Iterator[tuple[Service, TestClient, str]]:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(CLUSTER)
+    jobs_dir = Path(tempfile.mkdtemp(prefix="disagg-profiles-jobs-"))  # its own: /var/lib's is shared
+    jobs_dir.chmod(0o711)
+    svc = make_service(tmp_path, cluster=str(spec), history_every_s=0.2, jobs_dir=str(jobs_dir))
+    svc.controller.start()
+    token = svc.store.create_token("admin", admin=True)
+    with TestClient(create_app(svc.jobs)) as client:
+        yield svc, client, token
+    svc.close()
+    shutil.rmtree(jobs_dir, ignore_errors=True)
+
+
+def _body(name: str, gpu: int, slo_s: float = 600.0, command: str = SLEEPER) -> dict[str, Any]:
+    return {"name": name, "image": IMAGE, "command": ["sh", "-c", command], "slo_s": slo_s, "importance": 1.0,
+            "tasks": {"count": 1, "cpus": 1, "memory_gb": 1, "gpu": gpu}}
+
+
+def _submit(svc: Service, body: dict[str, Any]) -> str:
+    created, _ = svc.jobs.submit("t", body)
+    return str(created["id"])
+
+
+def test_a_new_image_is_learned_and_its_profile_changes_the_next_decisions(
+        learning: tuple[Service, TestClient, str]) -> None:
+    svc, client, token = learning
+    # Before any run the image is unknown: neutral, and a tight SLO is no reason to wait.
+    assert client.get(f"/v1/profiles/{IMAGE}", headers=auth(token)).status_code == 404
+    blocker = _submit(svc, _body("blocker", 1, command="sleep 30"))  # takes m0's local GPU
+    wait_state(svc, blocker, ("running",))
+    first = _submit(svc, _body("tight-before", 1, slo_s=0.8))
+    wait_state(svc, first, ("running", "completed"), timeout=10)  # placed at once, remote
+    svc.jobs.cancel(blocker)
+    wait_state(svc, first, ("completed",), timeout=30)
+    # Teach it: local and remote runs of the image (four GPU jobs at once: one local, three remote).
+    for rnd in range(3):
+        ids = [_submit(svc, _body(f"teach{rnd}-{i}", 1)) for i in range(4)]
+        ids.append(_submit(svc, _body(f"teach{rnd}-cpu", 0)))
+        for i in ids:
+            wait_state(svc, i, ("completed",), timeout=60)
+
+    def learned() -> dict[str, Any] | None:
+        out = client.get(f"/v1/profiles/{IMAGE}", headers=auth(token))
+        return out.json() if out.status_code == 200 and (out.json().get("learned") or {}).get(
+            "observations", 0) >= 12 else None
+
+    wait_for(lambda: learned() is not None, 30, "the image's profile to be learned from 12 tasks")
+    view = learned()
+    assert view is not None and view["used"] == "learned" and view["image"] == "sleeper"
+    lr = view["learned"]
+    assert lr["remote_observations"] >= 6
+    assert 2.0 < lr["slowdown"] < 6.0, lr  # 1.2 s remote against 0.3 s local, plus the controller's overheads
+    assert lr["slowdown_pessimistic"] >= lr["slowdown"]
+    listed = client.get("/v1/profiles", headers=auth(token)).json()["profiles"]
+    assert any(v["image"] == "sleeper" and v["used"] == "learned" for v in listed)
+    assert any(v["image"] == "nw" and v["used"] == "table" for v in listed)
+    # A job placed now says in its history which profile placed it, and how sure it was.
+    noted = _submit(svc, _body("noted", 0))
+    wait_state(svc, noted, ("completed",), timeout=30)
+    events = client.get(f"/v1/jobs/{noted}/events", headers=auth(token)).json()["events"]
+    assert any("placed by the learned profile of sleeper" in (e["why"] or "") for e in events), events
+    # Now the same tight-SLO job, with only remote GPUs free, waits: remote misses its SLO.
+    blocker = _submit(svc, _body("blocker2", 1, command="sleep 30"))
+    wait_state(svc, blocker, ("running",))
+    after = _submit(svc, _body("tight-after", 1, slo_s=0.8))
+    wait_for(lambda: job(svc, after)["wait_rounds"] >= 5, 20, "five rounds with the job waiting")
+    seen = job(svc, after)
+    assert seen["state"] == "queued", seen
+    assert seen["reason_code"] in ("slo-at-risk", "postponed"), seen

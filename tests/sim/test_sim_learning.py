@@ -1,0 +1,96 @@
+"""The simulator keeps truth apart from knowledge (issue 26): jobs run by `--truth`, the policies see
+what they learn, a given table, the truth (oracle) or nothing (neutral)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from disagg.cli import app
+from disagg.model import load_cluster
+from disagg.model.spec import load_profiles
+from disagg.sim.sweep import RunSpec, run_one
+from disagg.sim.trace import read_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+LEARNING = ROOT / "examples" / "learning"
+
+
+def _trace(path: Path, jobs: int, seed: int) -> Path:
+    """A trace of the example's four images (none of them in the shipped table), as the example's own."""
+    truth = {p["image"]: p for p in yaml.safe_load((LEARNING / "truth.yaml").read_text())["profiles"]}
+    rng = random.Random(seed)
+    t = 0.0
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["job_id", "submit_s", "image", "tasks", "cpus", "memory_gb", "gpu", "nvme", "duration_s",
+                      "slo_s", "importance"])
+        for i in range(jobs):
+            t += rng.expovariate(1 / 6.0)
+            image = rng.choice(sorted(truth))
+            base = truth[image]["base_s"] * rng.uniform(0.9, 1.1)
+            out.writerow([f"j{i:04d}", round(t, 3), image, 1, 2, 8, rng.choice([1, 1, 2]), 0, round(base, 3),
+                          round(base * 1.3, 3), 1])
+    return path
+
+
+def _run(trace: Path, knowledge: str) -> dict[str, object]:
+    from disagg.sim.sweep import TraceSource
+
+    source = TraceSource("learning", load_cluster(LEARNING / "cluster.yaml"), tuple(read_trace(trace)))
+    spec = RunSpec("learning", "drmaestro-na", 1, 5.0, source, truth=load_profiles(LEARNING / "truth.yaml"),
+                   knowledge=knowledge)
+    return run_one(spec).summary
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
+    trace = _trace(tmp_path_factory.mktemp("learning") / "trace.csv", 240, 7)
+    return {k: _run(trace, k) for k in ("oracle", "learned", "neutral")}
+
+
+def test_learned_profiles_come_close_to_the_truth_after_twenty_jobs(runs: dict[str, dict[str, object]]) -> None:
+    learning = runs["learned"]["learning"]
+    assert isinstance(learning, dict)
+    images = learning["images"]
+    assert sorted(images) == ["etl", "infer", "solver", "trainer"]
+    close = [im for im, v in images.items() if v["after_20"] is not None and v["after_20"]["error"] <= 0.10]
+    assert len(close) >= 3, {im: v["after_20"] for im, v in images.items()}
+    for v in images.values():  # the bound the policy places by is no lower than the estimate
+        assert v["final"]["pessimistic"] >= v["final"]["slowdown"] - 1e-9
+
+
+def test_learning_keeps_the_network_aware_policy_far_below_neutral(runs: dict[str, dict[str, object]]) -> None:
+    # 240 jobs: most of the learned run's violations are its first jobs' (the 600-job runs of
+    # docs/profiles.md come within 15% of the oracle over three seeds)
+    v = {k: int(r["qos_violations"]) for k, r in runs.items()}  # type: ignore[call-overload]
+    assert v["neutral"] > 3 * max(v["oracle"], 1), v
+    assert 3 * v["learned"] < v["neutral"], v
+    assert runs["learned"]["policy"] == "drmaestro-na (learned)"
+    assert "learning" not in runs["oracle"]
+
+
+def test_the_cli_runs_knowledge_side_by_side_and_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.csv", 30, 3)
+    common = ["simulate", "--cluster", str(LEARNING / "cluster.yaml"), "--trace", str(trace), "--policies",
+              "drmaestro"]
+    out = CliRunner().invoke(app, [*common, "--knowledge", "oracle"])
+    assert out.exit_code == 2 and "no --truth FILE" in out.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profiles:\n  - {image: x, base_s: 1, transfer_share: 2, remote_factor: 1, load_sensitivity: 0,"
+                   " network_gbps: 1}\n")
+    out = CliRunner().invoke(app, [*common, "--truth", str(bad)])
+    assert out.exit_code == 2 and "profiles[0] (image 'x').transfer_share" in out.output
+    result = tmp_path / "r.json"
+    out = CliRunner().invoke(app, [*common, "--truth", str(LEARNING / "truth.yaml"), "--knowledge",
+                                   "oracle,learned", "--json", str(result), "--plots", str(tmp_path / "plots")])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(result.read_text())["results"]
+    assert [r["knowledge"] for r in rows] == ["oracle", "learned"]
+    assert (tmp_path / "plots" / "t-learning.png").exists()

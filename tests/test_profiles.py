@@ -1,0 +1,135 @@
+"""Profiles as data and learned from finished tasks (issue 26): the table format, its errors, the fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from disagg.model.errors import SpecError
+from disagg.model.spec import load_profiles
+from disagg.profiles import NEUTRAL, RODINIA, SHIPPED, Profile, dump_profiles, expected_s, lookup, parse_profiles
+from disagg.profiles.learn import Observation, fit, remote_slowdown, typical
+
+GOOD = {"profiles": [{"image": "acme/trainer", "base_s": 240, "transfer_share": 0.4, "remote_factor": 1.6,
+                      "load_sensitivity": 3.0, "network_gbps": 4.0, "source": "measured on our testbed, 2026-10"}]}
+
+
+def test_the_issue_example_reads_and_is_looked_up_by_any_spelling_of_the_image() -> None:
+    table = parse_profiles(GOOD, "t.yaml")
+    p = lookup("registry.io/acme/trainer:2.1", table)
+    numbers = (p.base_s, p.transfer_share, p.remote_factor, p.load_sensitivity, p.network_gbps)
+    assert numbers == (240, 0.4, 1.6, 3.0, 4.0)
+    assert p.known and p.source == "measured on our testbed, 2026-10"
+    assert lookup("rodinia/nw", table) is NEUTRAL  # a table given replaces the shipped one
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("remote_factor", 0.5, "remote_factor: value 0.5 is not allowed"),
+    ("transfer_share", 1.5, "(allowed: 0 to 1)"),
+    ("base_s", -1, "base_s: value -1"),
+    ("load_sensitivity", "3", "load_sensitivity: value '3'"),
+    ("network_gbps", float("nan"), "network_gbps"),
+    ("colour", "red", "unknown field 'colour' (allowed: base_s, transfer_share"),
+])
+def test_a_bad_entry_names_the_file_the_image_the_field_and_the_range(field: str, value: object, words: str) -> None:
+    entry = dict(GOOD["profiles"][0], **{field: value})
+    with pytest.raises(SpecError) as exc:
+        parse_profiles({"profiles": [entry]}, "my-table.yaml")
+    text = str(exc.value)
+    assert text.startswith("my-table.yaml: profiles[0] (image 'acme/trainer')")
+    assert words in text
+
+
+def test_an_image_given_twice_or_a_missing_field_is_refused() -> None:
+    twice = {"profiles": [GOOD["profiles"][0], dict(GOOD["profiles"][0], image="ACME/trainer:v2")]}
+    with pytest.raises(SpecError, match=r"image 'trainer' is already given by profiles\[0\]"):
+        parse_profiles(twice, "t")
+    missing = {"profiles": [{k: v for k, v in GOOD["profiles"][0].items() if k != "base_s"}]}
+    with pytest.raises(SpecError, match=r"base_s: required field is missing"):
+        parse_profiles(missing, "t")
+    with pytest.raises(SpecError, match="expected a mapping"):
+        parse_profiles([1, 2], "t")
+
+
+def test_the_shipped_rodinia_set_is_such_a_file_with_its_aliases() -> None:
+    assert sorted(RODINIA) == ["b+tree", "backprop", "gaussian", "hotspot", "lavamd", "nw", "pathfinder", "srad"]
+    assert lookup("rodinia/needleman-wunsch") is RODINIA["nw"]
+    assert lookup("rodinia-btree:1") is RODINIA["b+tree"]
+    assert RODINIA["nw"].transfer_share == 0.17 and RODINIA["hotspot"].load_sensitivity == 4.04
+
+
+def test_export_reads_back_to_the_same_table(tmp_path: Path) -> None:
+    for suffix, dump in ((".yaml", yaml.safe_dump), (".json", json.dumps)):
+        path = tmp_path / f"table{suffix}"
+        path.write_text(dump(dump_profiles(SHIPPED)))
+        assert load_profiles(path) == SHIPPED
+
+
+# --- learning -------------------------------------------------------------------------------------
+
+TRUTH = Profile("acme", 100.0, 0.4, 1.6, 3.0, 4.0, "truth")
+
+
+def _runs(truth: Profile, n: int, seed: int, shares: tuple[float, ...] = (0.0, 0.5, 1.0),
+          noise: float = 0.02) -> list[Observation]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        r, load = float(rng.choice(shares)), float(rng.uniform(0.0, 0.9))
+        out.append(Observation(expected_s(truth, r, load) * float(rng.normal(1.0, noise)), r, load))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(base=st.floats(10, 5000), share=st.floats(0.02, 0.6), factor=st.floats(1.0, 2.5), sens=st.floats(0.0, 5.0),
+       seed=st.integers(0, 2**16))
+def test_twenty_runs_learn_the_remote_slowdown_within_ten_percent(base: float, share: float, factor: float,
+                                                                  sens: float, seed: int) -> None:
+    truth = Profile("x", base, share, factor, sens, 1.0)
+    est = fit("x", _runs(truth, 20, seed))
+    assert est.slowdown() == pytest.approx(remote_slowdown(truth), rel=0.10)
+    assert est.coef[0] == pytest.approx(base, rel=0.10)
+
+
+def test_with_no_remote_run_the_pessimistic_estimate_says_remote_costs() -> None:
+    local_only = _runs(TRUTH, 20, 1, shares=(0.0,))
+    est = fit("acme", local_only)
+    assert est.remote_observations == 0
+    assert est.slowdown() == pytest.approx(1.0, abs=1e-6)  # the neutral prior's mean: nothing learned
+    assert est.slowdown(pessimistic=True) > 1.5  # ...but uncertainty never reads as "remote is free"
+    # once remote runs come in, the pessimistic bound closes in on the truth
+    est = fit("acme", local_only + _runs(TRUTH, 40, 2, shares=(1.0,)))
+    assert est.slowdown(pessimistic=True) == pytest.approx(remote_slowdown(TRUTH), rel=0.10)
+    assert est.slowdown(pessimistic=True) >= est.slowdown()
+
+
+def test_a_table_prior_is_kept_until_the_runs_say_otherwise() -> None:
+    prior = Profile("acme", 100.0, 0.4, 1.2, 1.0, 4.0, "operator")
+    none = fit("acme", [], prior)
+    assert none.slowdown() == pytest.approx(remote_slowdown(prior), rel=1e-6)
+    assert none.prior_kind == "table" and none.observations == 0
+    learned = fit("acme", _runs(TRUTH, 40, 3), prior)
+    assert learned.slowdown() == pytest.approx(remote_slowdown(TRUTH), rel=0.10)
+
+
+def test_typical_values_of_the_learned_images_are_a_new_image_s_prior() -> None:
+    learned = [fit(f"img{i}", _runs(Profile(f"img{i}", 50.0 * (i + 1), 0.4, 1.6, 3.0, 1.0), 30, i)) for i in range(3)]
+    prior = typical((e.coef, e.remote_observations) for e in learned)
+    assert prior is not None and "typical of 3" in prior.source
+    est = fit("new", _runs(Profile("new", 70.0, 0.4, 1.6, 3.0, 1.0), 3, 9, shares=(0.0,)), None, prior)
+    assert est.prior_kind == "typical"
+    assert est.slowdown() == pytest.approx(remote_slowdown(TRUTH), rel=0.15)
+    assert typical([(fit("x", []).coef, 0)]) is None
+
+
+def test_failed_inputs_never_break_the_fit() -> None:
+    est = fit("x", [Observation(float("nan"), 1.0, 0.5), Observation(-3.0, 0.0, 0.0), Observation(10.0, 2.0, 7.0)])
+    assert est.observations == 1
+    p = est.profile(pessimistic=True)
+    assert 1.0 <= p.remote_factor <= 100.0 and 0.0 <= p.load_sensitivity <= 100.0 and 0 < p.transfer_share <= 1.0
