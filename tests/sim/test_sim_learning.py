@@ -55,15 +55,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object
     return {k: _run(trace, k) for k in ("oracle", "learned", "neutral")}
 
 
-def test_learned_profiles_come_close_to_the_truth_after_twenty_jobs(runs: dict[str, dict[str, object]]) -> None:
+def test_learned_profiles_come_close_to_the_truth_and_their_bound_covers_it(
+        runs: dict[str, dict[str, object]]) -> None:
     learning = runs["learned"]["learning"]
     assert isinstance(learning, dict)
     images = learning["images"]
     assert sorted(images) == ["etl", "infer", "solver", "trainer"]
-    close = [im for im, v in images.items() if v["after_20"] is not None and v["after_20"]["error"] <= 0.10]
-    assert len(close) >= 3, {im: v["after_20"] for im, v in images.items()}
-    for v in images.values():  # the bound the policy places by is no lower than the estimate
-        assert v["final"]["pessimistic"] >= v["final"]["slowdown"] - 1e-9
+    after_20 = {im: v["after_20"] for im, v in images.items()}
+    assert all(p is not None for p in after_20.values()), after_20
+    # after 20 jobs: most images within 10%, and the bound the policy places by never far under the truth
+    assert sum(p["error"] <= 0.10 for p in after_20.values()) >= 2, after_20
+    assert all(p["pessimistic"] >= 0.95 * p["truth"] for p in after_20.values()), after_20
+    # with 10 remote runs or more, the estimate is within 10% (an image the policy keeps local learns less)
+    final = {im: v["final"] for im, v in images.items()}
+    settled = {im: p for im, p in final.items() if p["remote"] >= 10}
+    assert len(settled) >= 2 and all(p["error"] <= 0.10 for p in settled.values()), final
+    for p in final.values():
+        assert p["pessimistic"] >= p["slowdown"] - 1e-9
 
 
 def test_learning_keeps_the_network_aware_policy_far_below_neutral(runs: dict[str, dict[str, object]]) -> None:
