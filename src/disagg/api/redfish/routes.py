@@ -82,11 +82,17 @@ async def log_in(request: Request) -> RedfishResponse:
     body = await _json(request)
     who = await login(_store(request), body.get("UserName"), body.get("Password"))
     sessions: Sessions = request.app.state.sessions
-    s = sessions.open(who, who.tenant)
-    return RedfishResponse(S.session(s), 201, {"X-Auth-Token": s.token, "Location": f"{S.SESSIONS}/{s.id}"})
+    s = sessions.open(who, str(body["Password"]), who.tenant)
+    return RedfishResponse(S.session(s), 201, {"X-Auth-Token": s.key, "Location": f"{S.SESSIONS}/{s.id}"})
 
 
 async def _json(request: Request) -> dict[str, Any]:
+    """The body of a write: a JSON object sent as `application/json` (415 otherwise: a page of another site
+    can send `text/plain` with a browser's Basic credentials, but not `application/json`, without a preflight)."""
+    media = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise RedfishError(415, "GeneralError", f"a write must be sent as application/json, not "
+                           f"{media or 'no Content-Type'}", [media])
     try:
         body = await request.json()
     except ValueError:

@@ -19,6 +19,7 @@ adds and removes it implies. `parse_action` and `parse_patch` turn them into wha
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -134,6 +135,11 @@ def _number(body: dict[str, Any], group: str, key: str) -> float | None:
     return float(value)
 
 
+#: Unicode categories a name may not hold: controls (C0, DEL, C1), format characters (bidi overrides, zero
+#: widths), unassigned, surrogates and private use, and line and paragraph separators.
+_UNPRINTABLE = {"Cc", "Cf", "Cn", "Cs", "Co", "Zl", "Zp"}
+
+
 def parse_compose(body: Any, view: View) -> ComposeRequest:
     """A composition request as `Store.compose` takes it; 400 naming the property at fault."""
     if not isinstance(body, dict):
@@ -145,6 +151,9 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
     name = body.get("Name")
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
         raise RedfishError(400, "PropertyMissing", "Name is required: a string of 1 to 255 characters", ["Name"])
+    if any(unicodedata.category(c) in _UNPRINTABLE for c in name):
+        raise RedfishError(400, "PropertyValueFormatError", f"Name {name!r} has a control character: names are "
+                           "shown in tables, logs and terminals (printable characters only)", [repr(name), "Name"])
     links = body.get("Links")
     members = links.get("ResourceBlocks") if isinstance(links, dict) else None
     if not isinstance(members, list) or not members:
