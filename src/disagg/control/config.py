@@ -70,6 +70,10 @@ class Config(BaseModel):
     redfish_updatable: bool = Field(default=True, description=(
         "Let Redfish clients add and remove blocks of a composed system (AddResourceBlock, RemoveResourceBlock, "
         "PATCH); false: a system is composed at once and only decomposed."))
+    max_compositions_per_tenant: int = Field(default=16, ge=0, le=100_000, description=(
+        "Live Redfish compositions a tenant may hold at once (more: 409 ResourceExhaustion)."))
+    composition_device_gbps: float = Field(default=1.0, ge=0.0, le=10_000.0, description=(
+        "Bandwidth a composed remote device reserves on each link of its path, Gb/s (as a job's device does)."))
     preempt_grace_s: float = Field(default=30.0, ge=0.0, le=86_400.0,
                                    description="Seconds a preempted job gets between SIGTERM and the kill.")
     usage_half_life_s: float = Field(default=3600.0, ge=0.0, le=365 * 86_400.0,

@@ -6,6 +6,7 @@ login itself; everything else needs a session, Basic credentials or a bearer tok
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -18,9 +19,12 @@ from disagg.api.redfish import systems as Y
 from disagg.api.redfish.auth import Sessions, caller, login
 from disagg.api.redfish.protocol import RedfishError, RedfishResponse, check_if_match, etag
 from disagg.control.jobs import JobService
+from disagg.control.tenants import TenantDirectory
 from disagg.model.slices import SliceMachine
 from disagg.model.states import DECOMPOSABLE_SLICE_STATES, SliceState
+from disagg.placement.compositions import composition_problem
 from disagg.store import CompositionRefused, LiveSlice, Principal, Store
+from disagg.store.compositions import Admit
 
 Caller = Annotated[Principal, Depends(caller)]
 router = APIRouter()
@@ -224,9 +228,12 @@ async def compose(request: Request, who: Caller) -> RedfishResponse:
     store = _store(request)
     view = await run_in_threadpool(_view, request, who)
     req = Y.parse_compose(body, view)
+    config = request.app.state.jobs.config
     try:
-        slice_id = await run_in_threadpool(store.compose, who.tenant, req.name, req.host, req.devices, req.cpus,
-                                           req.memory_gb)
+        slice_id = await run_in_threadpool(partial(
+            store.compose, who.tenant, req.name, req.host, req.devices, req.cpus, req.memory_gb,
+            device_gbps=config.composition_device_gbps, admit=_admit(request, who.tenant),
+            most=config.max_compositions_per_tenant))
     except CompositionRefused as exc:
         _refused(exc)
     jobs: JobService = request.app.state.jobs
@@ -236,7 +243,16 @@ async def compose(request: Request, who: Caller) -> RedfishResponse:
     return RedfishResponse(Y.task(s), 202, {"Location": f"{R.MONITORS}/{s.id}"})
 
 
+def _admit(request: Request, tenant: str) -> Admit:
+    """The quota check of a composition of `tenant` (`placement.compositions`), on the tenants spec now."""
+    jobs: JobService = request.app.state.jobs
+    tenants = TenantDirectory(jobs.store, jobs.config).tenants()
+    return lambda held, want: composition_problem(tenants, tenant, held, want)
+
+
 def _refused(exc: CompositionRefused) -> None:
+    if exc.exhausted:
+        raise RedfishError(409, "ResourceExhaustion", str(exc), [str(exc)])
     if exc.unknown:
         uris = [f"{R.BLOCKS}/{R.block_id(x)}" for x in exc.unknown]
         raise RedfishError(400, "ResourceMissingAtURI", str(exc), uris[:1])
@@ -290,8 +306,11 @@ def _update(request: Request, s: LiveSlice, ident: str, add: list[str], remove: 
     naming a block that cannot be added or removed."""
     store = _store(request)
     try:
-        changed = store.update_composition(s.id, add, remove)
+        changed = store.update_composition(s.id, add, remove, request.app.state.jobs.config.composition_device_gbps,
+                                           _admit(request, s.tenant or ""))
     except CompositionRefused as exc:
+        if exc.exhausted:
+            _refused(exc)
         if exc.in_use == (s.id,):
             raise RedfishError(409, "ResourceInUse", str(exc), [f"{R.SYSTEMS}/{ident}"]) from None
         if exc.in_use:

@@ -120,7 +120,12 @@ class ComposeRequest:
     memory_gb: float | None
 
 
-def _number(body: dict[str, Any], group: str, key: str) -> float | None:
+#: The least a composition takes: whole cores (Redfish's CoreCount is an integer), and this much memory, GiB
+#: (the REST API's least for a job; a composition of CoreCount 0.001 held 4 GPUs while counting for nothing).
+MIN_CORES, MIN_MEMORY_GIB = 1, 0.001
+
+
+def _number(body: dict[str, Any], group: str, key: str, least: float, whole: bool = False) -> float | None:
     part = body.get(group)
     if part is None:
         return None
@@ -129,9 +134,13 @@ def _number(body: dict[str, Any], group: str, key: str) -> float | None:
     value = part.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise RedfishError(400, "PropertyValueTypeError", f"{group}.{key} must be a positive number, not {value!r}",
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RedfishError(400, "PropertyValueTypeError", f"{group}.{key} must be a number, not {value!r}",
                            [repr(value), f"{group}.{key}"])
+    if value < least or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a number"
+        raise RedfishError(400, "PropertyValueOutOfRange", f"{group}.{key} must be {kind} of at least {least:g}, "
+                           f"not {value!r}", [repr(value), f"{group}.{key}"])
     return float(value)
 
 
@@ -165,8 +174,9 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
         raise RedfishError(400, "PropertyValueConflict", f"a composition takes exactly one Compute block; "
                            f"{len(hosts)} given", ["Links.ResourceBlocks"])
     devices = [n for n in names if n != hosts[0]]
-    return ComposeRequest(name.strip(), hosts[0], devices, _number(body, "ProcessorSummary", "CoreCount"),
-                          _number(body, "MemorySummary", "TotalSystemMemoryGiB"))
+    return ComposeRequest(name.strip(), hosts[0], devices,
+                          _number(body, "ProcessorSummary", "CoreCount", MIN_CORES, whole=True),
+                          _number(body, "MemorySummary", "TotalSystemMemoryGiB", MIN_MEMORY_GIB))
 
 
 def compute_blocks(view: View, names: list[str]) -> list[str]:
