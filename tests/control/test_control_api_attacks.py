@@ -140,3 +140,38 @@ def test_the_log_tail_reads_only_the_end_of_a_large_log(served: tuple[Service, T
         tracemalloc.stop()
     assert r.status_code == 200 and r.text.endswith("END") and 0 < len(r.text) <= 16_000
     assert peak < 2 * 2**20, f"the tail of a {size >> 20} MiB log took {peak / 2**20:.1f} MiB"
+
+
+def test_a_backup_never_writes_into_an_existing_file_or_through_a_link(tmp_path: Path) -> None:
+    """A tenant's job made the backup's target beforehand (0666, at a predictable path in a shared
+    directory) and received the whole store; a symlink made root overwrite a 0600 file."""
+    from tests.attacks import drop_dir
+    from typer.testing import CliRunner
+
+    from disagg.cli import app
+
+    svc = make_service(tmp_path)
+    db = svc.store.url
+    svc.store.create_token("alice")
+    svc.close()
+    runner = CliRunner()
+    with drop_dir("disagg-backup-") as shared:
+        trap = shared / "nightly.db"
+        trap.write_bytes(b"")
+        trap.chmod(0o666)
+        victim = tmp_path / "precious"
+        victim.write_bytes(b"keep me")
+        victim.chmod(0o600)
+        (shared / "link.db").symlink_to(victim)
+        (shared / "dangling.db").symlink_to(shared / "not-yet")
+        for target in (trap, shared / "link.db", shared / "dangling.db"):
+            r = runner.invoke(app, ["backup", str(target), "--db", db])
+            assert r.exit_code == 2, (target, r.output)
+            assert str(target) in r.output and "exists" in r.output
+        assert trap.read_bytes() == b"" and victim.read_bytes() == b"keep me"
+        assert not (shared / "not-yet").exists()
+        fresh = shared / "fresh.db"
+        r = runner.invoke(app, ["backup", str(fresh), "--db", db])
+        assert r.exit_code == 0, r.output
+        assert fresh.stat().st_mode & 0o777 == 0o600 and fresh.read_bytes().startswith(b"SQLite format 3")
+        assert sorted(p.name for p in shared.iterdir()) == ["dangling.db", "fresh.db", "link.db", "nightly.db"]
