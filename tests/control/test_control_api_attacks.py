@@ -5,6 +5,7 @@ cross-site `text/plain` writes, control characters in a composition's name. Each
 from __future__ import annotations
 
 import json
+import os
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -14,10 +15,15 @@ from typing import Any
 import pytest
 from control_helpers import make_service, wait_for
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disagg.api import create_app
 from disagg.api.sessions import SESSIONS_PER_TENANT
+from disagg.control.config import Config
 from disagg.control.service import Service
+from disagg.engines.accounts import Accounts, default_unix_user
+from disagg.model.tenants import TENANT_NAME, UNIX_USER
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 SYSTEMS = "/redfish/v1/Systems"
@@ -175,3 +181,51 @@ def test_a_backup_never_writes_into_an_existing_file_or_through_a_link(tmp_path:
         assert r.exit_code == 0, r.output
         assert fresh.stat().st_mode & 0o777 == 0o600 and fresh.read_bytes().startswith(b"SQLite format 3")
         assert sorted(p.name for p in shared.iterdir()) == ["dangling.db", "fresh.db", "link.db", "nightly.db"]
+
+
+def test_reserved_and_near_duplicate_tenant_names_are_refused(served: tuple[Service, TestClient]) -> None:
+    """Tenant names `Admin`, `ADMIN` and `admin.` were accepted, and `Alice` beside `alice`."""
+    svc, client = served
+    root = {"Authorization": f"Bearer {svc.store.create_token('root', admin=True)}"}
+    for name in ("Admin", "ADMIN", "admin.", "admin_", "System-", "SYSTEM"):
+        r = client.post("/v1/tokens", headers=root, json={"tenant": name})
+        assert r.status_code == 422 and "reserved" in r.text, (name, r.text)
+    assert client.post("/v1/tokens", headers=root, json={"tenant": "alice"}).status_code == 201
+    for name in ("Alice", "ALICE", "alice.", "alice-", "Alice__"):
+        r = client.post("/v1/tokens", headers=root, json={"tenant": name})
+        assert r.status_code == 422 and "'alice'" in r.json()["problems"][0]["message"], (name, r.text)
+        r = client.put(f"/v1/tenants/{name}", headers=root, json={"weight": 2})
+        assert r.status_code == 422 and "'alice'" in r.text, (name, r.text)
+    assert client.post("/v1/tokens", headers=root, json={"tenant": "alice"}).status_code == 201  # herself: fine
+    assert client.post("/v1/tokens", headers=root, json={"tenant": "alice2"}).status_code == 201
+    from disagg.model import SpecError
+    from disagg.model.tenants import parse_tenants
+
+    with pytest.raises(SpecError, match="only in case"):
+        parse_tenants([{"name": "bob"}, {"name": "Bob"}])
+    with pytest.raises(SpecError, match="reserved"):
+        parse_tenants([{"name": "Admin"}])
+
+
+@given(st.lists(st.from_regex(TENANT_NAME, fullmatch=True), min_size=2, max_size=6, unique=True),
+       st.sampled_from(["disagg-", "disagg-3f2a-", "x"]))
+@settings(max_examples=300, deadline=None)
+def test_no_two_tenants_share_a_default_unix_user(names: list[str], prefix: str) -> None:
+    users = [default_unix_user(n, prefix) for n in names]
+    assert len(set(users)) == len(users), dict(zip(names, users, strict=True))
+    assert all(UNIX_USER.fullmatch(u) for u in users)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making the tenants' users needs root (CI is root)")
+def test_alice_and_alice_3bc510_and_two_controllers_never_share_a_user(tmp_path: Path) -> None:
+    """`Alice` and `alice-3bc510` both ran as `disagg-alice-3bc510`, and two controllers on one host shared
+    `disagg-<name>` users: each could read and signal the other's jobs."""
+    assert default_unix_user("Alice") != default_unix_user("alice-3bc510")
+    accounts = Accounts(prefix="disagg-")
+    a, b = accounts.of("Alice"), accounts.of("alice-3bc510")
+    assert a.user != b.user and a.uid != b.uid
+    one = Config(state_dir=str(tmp_path / "one" / "state")).isolation().unix_user_prefix
+    two = Config(state_dir=str(tmp_path / "two" / "state")).isolation().unix_user_prefix
+    assert one != two and one.startswith("disagg-") and two.startswith("disagg-")
+    mine, theirs = Accounts(prefix=one).of("alice"), Accounts(prefix=two).of("alice")
+    assert mine.user != theirs.user and mine.uid != theirs.uid

@@ -86,6 +86,10 @@ class Config(BaseModel):
     jobs_dir: str | None = Field(
         default=None, description="Jobs' working directories; default: /var/lib/disagg/jobs/<hash> as root, "
                                   "else <state_dir>.jobs.")
+    unix_user_prefix: str | None = Field(
+        default=None, pattern=r"^[a-z_][a-z0-9_-]{0,15}$",
+        description="Prefix of the tenants' default Unix users; null: disagg-<4 hex of the state directory>- "
+                    "(one per controller, so two controllers on a host never share a user).")
     cgroup_parent: str | None = Field(
         default="disagg", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         description="Name of disagg's group in each cgroup hierarchy; null: no cgroups (process groups).")
@@ -126,10 +130,12 @@ class Config(BaseModel):
 
     def isolation(self) -> Isolation:
         """The local engine's isolation settings (users, working directories, cgroups, log cap)."""
+        from disagg.engines.accounts import controller_prefix
         from disagg.engines.local import Isolation
 
         return Isolation(self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
-                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max)
+                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max,
+                         self.unix_user_prefix or controller_prefix(self.resolved_state_dir()))
 
     def tenants_spec(self) -> Tenants:
         """The tenants this config names (none: every tenant gets the defaults). SpecError when bad."""

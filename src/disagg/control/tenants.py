@@ -86,6 +86,17 @@ def _view(t: Tenant, held: Mapping[str, float], decayed: Mapping[str, float], co
     }
 
 
+def known_tenants(store: Store, config: Config) -> set[str]:
+    """Every tenant name the controller knows of: the spec's (config and overrides) and the store's (jobs,
+    tokens): what a new tenant name may not be confused with (`tenant_name_clash`)."""
+    names = store.tenant_names()
+    try:
+        names |= set(TenantDirectory(store, config).tenants().by_name)
+    except SpecError:
+        names |= set(config.tenants_spec().by_name)
+    return names
+
+
 class TenancyKeeper:
     """The loop's side: each round's `Tenancy` (None without tenants), and the decayed usage."""
 
@@ -163,4 +174,4 @@ def check_entry(name: str, entry: Mapping[str, Any]) -> None:
     parse_tenants([{**dict(entry), "name": name}], f"tenant {name}")
 
 
-__all__ = ["TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry"]
+__all__ = ["TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry", "known_tenants"]
