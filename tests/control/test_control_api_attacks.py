@@ -229,3 +229,22 @@ def test_alice_and_alice_3bc510_and_two_controllers_never_share_a_user(tmp_path:
     assert one != two and one.startswith("disagg-") and two.startswith("disagg-")
     mine, theirs = Accounts(prefix=one).of("alice"), Accounts(prefix=two).of("alice")
     assert mine.user != theirs.user and mine.uid != theirs.uid
+
+
+def _cursor(key: Any) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/slices", "/v1/machines", "/v1/devices", "/v1/links", "/v1/tokens"])
+def test_a_crafted_cursor_is_a_4xx_naming_the_cursor(served: tuple[Service, TestClient], path: str) -> None:
+    """Crafted paging cursors (right length, wrong types; numbers past 64 bits) gave 500 with tracebacks."""
+    svc, client = served
+    root = {"Authorization": f"Bearer {svc.store.create_token('root', admin=True)}"}
+    crafted = [["x"], ["x", "y"], [2**70], [2**70, "j"], [1e308 * 10, "j"], ["NaN", 1], [[1], "j"], [{"a": 1}],
+               [True], ["x" * 400], [1.5, 2**80]]
+    for key in crafted:
+        r = client.get(path, headers=root, params={"cursor": _cursor(key)})
+        assert 400 <= r.status_code < 500, (path, key, r.status_code, r.text[:300])
+        assert "cursor" in r.text and "Traceback" not in r.text

@@ -102,7 +102,7 @@ def list_jobs(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Jobs of the caller's tenant (all jobs for an admin), newest first, a page at a time (`next`)."""
-    jobs, key = store.jobs_page(who, state, limit, decode_cursor(cursor, 2))
+    jobs, key = store.jobs_page(who, state, limit, decode_cursor(cursor, int, str))
     return {"jobs": jobs, "next": next_link(request, key)}
 
 
@@ -166,7 +166,7 @@ def job_events(job_id: JobId, request: Request, who: Who, store: StoreDep, limit
     """The job's history, oldest first: each transition of the job and of its slices, with why
     (e.g. "re-queued: device iobox0/gpu4 failed"), a page at a time (`next`)."""
     whole = resolve_job(store, job_id, who)
-    key = decode_cursor(cursor, 1)
+    key = decode_cursor(cursor, int)
     events = store.job_events(whole, int(key[0]) if key else None, limit + 1)
     more = len(events) > limit
     events = events[:limit]

@@ -42,7 +42,7 @@ def create_token(body: S.TokenIn, _who: Admin, store: StoreDep, jobs: Jobs) -> d
 def list_tokens(request: Request, _who: Admin, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
                 cursor: Cursor = None) -> dict[str, Any]:
     """Admin: the tokens that work (not revoked, not expired), oldest first, a page at a time; no secrets."""
-    key = decode_cursor(cursor, 1)
+    key = decode_cursor(cursor, int)
     found = store.tokens(int(key[0]) if key else None, limit + 1)
     page = found[:limit]
     more = [page[-1].id] if len(found) > limit else None
