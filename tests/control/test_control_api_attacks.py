@@ -248,3 +248,21 @@ def test_a_crafted_cursor_is_a_4xx_naming_the_cursor(served: tuple[Service, Test
         r = client.get(path, headers=root, params={"cursor": _cursor(key)})
         assert r.status_code in ((422,) if key in bad else (200, 422)), (path, key, r.status_code, r.text[:300])
         assert r.status_code == 200 or ("cursor" in r.text and "Traceback" not in r.text)
+
+
+def test_logout_ends_the_dashboard_session_and_checks_origin(served: tuple[Service, TestClient]) -> None:
+    """Logout invalidated nothing (the cookie was the token itself, still good after sign-out) and took a
+    cross-site form post."""
+    svc, client = served
+    token = svc.store.create_token("alice")
+    assert client.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+    cookie = client.cookies.get("disagg_session")
+    assert cookie and token not in cookie
+    assert client.get("/ui/queue", follow_redirects=False).status_code == 200
+    evil = client.post("/logout", headers={"Origin": "https://evil.example"}, follow_redirects=False)
+    assert evil.status_code == 403
+    assert client.get("/ui/queue", follow_redirects=False).status_code == 200  # still signed in
+    assert client.post("/logout", headers={"Origin": str(client.base_url)}, follow_redirects=False).status_code == 303
+    client.cookies.set("disagg_session", cookie)  # the copied cookie, replayed after sign-out
+    r = client.get("/ui/queue", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/login")
