@@ -95,6 +95,12 @@ class Config(BaseModel):
         description="Name of disagg's group in each cgroup hierarchy; null: no cgroups (process groups).")
     task_pids_max: int = Field(default=4096, ge=16, le=4_194_304, description="Processes a task may have at once.")
     log_cap_mb: float = Field(default=64.0, gt=0, le=1_000_000, description="What a task's log keeps on disk, MB.")
+    submit_rate_per_tenant: float = Field(default=50.0, ge=0.0, le=1e6, description=(
+        "Job submissions a tenant may make a second, on average (more: 429 with Retry-After); 0: no limit."))
+    compose_rate_per_tenant: float = Field(default=5.0, ge=0.0, le=1e6, description=(
+        "Redfish compositions and updates a tenant may ask for a second, on average (more: 429); 0: no limit."))
+    rate_burst_per_tenant: int = Field(default=100, ge=1, le=1_000_000, description=(
+        "How many submissions (and, apart, compositions) a tenant may make at once before its rate applies."))
     max_queued_per_tenant: int = Field(default=10_000, ge=1, le=10_000_000,
                                        description="Queued jobs a tenant may have at once (more: 429).")
     retention_s: float = Field(default=7 * 86400.0, ge=0,

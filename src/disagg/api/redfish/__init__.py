@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from disagg.api.deps import TokenCache
+from disagg.api.ratelimit import TenantBuckets
 from disagg.api.redfish.auth import Sessions
 from disagg.api.redfish.protocol import Protocol, RedfishError, RedfishResponse, error_response
 from disagg.api.redfish.routes import router
@@ -45,6 +46,8 @@ def redfish_app(jobs: JobService, tokens: TokenCache | None = None) -> FastAPI:
     app.state.store = jobs.store
     app.state.sessions = Sessions()
     app.state.tokens = tokens if tokens is not None else TokenCache()
+    # each tenant's compositions and updates, at `compose_rate_per_tenant` a second (`disagg.api.ratelimit`)
+    app.state.compose_buckets = TenantBuckets(jobs.config.compose_rate_per_tenant, jobs.config.rate_burst_per_tenant)
     # one UUID per store: a restarted controller is the same service
     app.state.service_uuid = uuid.uuid5(uuid.NAMESPACE_URL, "disagg:" + jobs.store.url)
     app.include_router(router)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from disagg.api.ratelimit import TenantBuckets, retry_after
 from disagg.api.redfish import resources as R
 from disagg.api.redfish import services as S
 from disagg.api.redfish import systems as Y
@@ -228,6 +229,7 @@ async def compose(request: Request, who: Caller) -> RedfishResponse:
     store = _store(request)
     view = await run_in_threadpool(_view, request, who)
     req = Y.parse_compose(body, view)
+    _rate(request, who.tenant)
     config = request.app.state.jobs.config
     try:
         slice_id = await run_in_threadpool(partial(
@@ -241,6 +243,17 @@ async def compose(request: Request, who: Caller) -> RedfishResponse:
     s = await run_in_threadpool(store.any_slice, slice_id)
     assert s is not None
     return RedfishResponse(Y.task(s), 202, {"Location": f"{R.MONITORS}/{s.id}"})
+
+
+def _rate(request: Request, tenant: str) -> None:
+    """429 with Retry-After when `tenant` composes (or updates) faster than `compose_rate_per_tenant`."""
+    buckets: TenantBuckets = request.app.state.compose_buckets
+    wait = buckets.take(tenant)
+    if wait:
+        raise RedfishError(429, "GeneralError", f"tenant {tenant!r} composes faster than "
+                           f"{request.app.state.jobs.config.compose_rate_per_tenant:g} a second "
+                           "(compose_rate_per_tenant): retry after Retry-After seconds",
+                           headers={"Retry-After": retry_after(wait)})
 
 
 def _admit(request: Request, tenant: str) -> Admit:
@@ -305,6 +318,7 @@ def _update(request: Request, s: LiveSlice, ident: str, add: list[str], remove: 
     there was nothing to change. 409 ResourceInUse for a block in use (or a system not composed yet), 400
     naming a block that cannot be added or removed."""
     store = _store(request)
+    _rate(request, s.tenant or "")
     try:
         changed = store.update_composition(s.id, add, remove, request.app.state.jobs.config.composition_device_gbps,
                                            _admit(request, s.tenant or ""))

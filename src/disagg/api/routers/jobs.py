@@ -19,6 +19,7 @@ from disagg.api.deps import Jobs, StoreDep, Who
 from disagg.api.errors import R400, R401, R404, R409, R422, R429, ApiError, Responses
 from disagg.api.ids import R409_AMBIGUOUS, resolve
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
+from disagg.api.ratelimit import TenantBuckets, retry_after
 from disagg.control.jobs import JobRejected, QueueFull
 from disagg.store import IdempotencyConflict, JobLive, Principal, Store
 
@@ -76,9 +77,17 @@ def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     responses={**R400, **R401, **R409, **R422_NEVER_FITS, **R429,
                201: {"description": "The job, stored and queued.", "links": _JOB_LINKS}},
 )
-async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
-    """Submit a job. It is queued and placed by the next scheduling round."""
+async def submit_job(request: Request, body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None
+                     ) -> dict[str, Any]:
+    """Submit a job. It is queued and placed by the next scheduling round. 429 with `Retry-After` past the
+    tenant's rate (`submit_rate_per_tenant`) or its queue bound (`max_queued_per_tenant`)."""
     t0 = time.perf_counter()
+    buckets: TenantBuckets = request.app.state.submit_buckets
+    wait = buckets.take(who.tenant)
+    if wait:
+        raise ApiError(429, f"tenant {who.tenant!r} submits faster than {jobs.config.submit_rate_per_tenant:g} jobs "
+                       "a second (submit_rate_per_tenant): retry after Retry-After seconds",
+                       headers={"Retry-After": retry_after(wait)})
     try:
         job, _created = await jobs.submit_async(who.tenant, body.model_dump(), idempotency_key)
     except JobRejected as exc:
