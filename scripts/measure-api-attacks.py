@@ -62,7 +62,9 @@ class Served:
     def __init__(self, root: Path, new: bool) -> None:
         self.root = root
         _cluster(root / "cluster.yaml")
-        config: dict[str, Any] = {"tenants": [{"name": "alice"}, {"name": "bob"}], "log_cap_mb": 80}
+        # the jobs' directories of its own (test sessions clean /var/lib/disagg/jobs of what they did not make)
+        config: dict[str, Any] = {"tenants": [{"name": "alice"}, {"name": "bob"}], "log_cap_mb": 80,
+                                  "jobs_dir": str(root / "jobs")}
         if new:
             config.update(max_compositions_per_tenant=400)
         (root / "disagg.yaml").write_text(yaml.safe_dump(config))
