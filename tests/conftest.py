@@ -21,6 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 #: This session's parent cgroup (under each hierarchy), apart from any real controller's `disagg`.
 TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.getpid()}")
+#: The tenants' users of every controller the tests start: `disagg-<tenant>`, as the tests name them (the
+#: default, one prefix per state directory, would make new users for every test's controller; the test of
+#: that default sets it back).
+os.environ.setdefault("DISAGG_UNIX_USER_PREFIX", "disagg-")
 
 
 @pytest.fixture

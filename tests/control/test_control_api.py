@@ -133,7 +133,8 @@ def test_metrics_dashboard_health_and_openapi(api: Client) -> None:
     signed = client.post("/login", data={"token": tok["bob"], "next": "/ui/fabric"}, follow_redirects=False)
     assert signed.status_code == 303 and signed.headers["location"] == "/ui/fabric"
     cookie = signed.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and tok["bob"] in cookie
+    # the cookie holds a server-side session's key, never the token (issue 22: logout ends the session)
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and tok["bob"] not in cookie
     page = client.get("/ui/fabric")
     assert page.status_code == 200 and "iobox0/gpu0" in page.text and "node3" in page.text
     assert client.get("/healthz").json()["status"] == "ok"

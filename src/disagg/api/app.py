@@ -17,6 +17,7 @@ from fastapi_offline import FastAPIOffline
 from disagg.api import dashboard
 from disagg.api.deps import TokenCache, no_unknown_query
 from disagg.api.errors import install_handlers
+from disagg.api.ratelimit import TenantBuckets
 from disagg.api.routers import ROUTERS
 from disagg.control.jobs import JobService
 
@@ -35,6 +36,8 @@ def create_app(jobs: JobService) -> FastAPI:
     app.state.jobs = jobs  # what `deps.get_jobs` hands the routes
     app.state.store = jobs.store
     app.state.tokens = TokenCache()  # the tokens resolved in the last half second (see `deps.principal`)
+    # each tenant's submissions, at `submit_rate_per_tenant` a second (`ratelimit`)
+    app.state.submit_buckets = TenantBuckets(jobs.config.submit_rate_per_tenant, jobs.config.rate_burst_per_tenant)
     for router in ROUTERS:
         app.include_router(router)
     dashboard.install(app)

@@ -37,8 +37,9 @@ R429: Responses = {429: {"model": S.ErrorOut, "description": "The tenant has as 
 class ApiError(HTTPException):
     """An answer other than 2xx, with the fields at fault for bad input."""
 
-    def __init__(self, status: int, detail: str, problems: list[dict[str, str]] | None = None) -> None:
-        super().__init__(status, detail)
+    def __init__(self, status: int, detail: str, problems: list[dict[str, str]] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(status, detail, headers)
         self.problems = problems or []
 
 
@@ -76,7 +77,9 @@ async def _http_error(routes: Sequence[BaseRoute], req: Request, exc: StarletteH
 
 
 async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    headers = dict(exc.headers or {})  # e.g. a 429's Retry-After
+    if exc.status_code == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse(
         status_code=exc.status_code,
         headers=headers,

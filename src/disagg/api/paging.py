@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -30,18 +31,37 @@ def encode_cursor(key: list[Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
 
 
-def decode_cursor(cursor: str | None, arity: int) -> list[Any] | None:
-    """The key a cursor carries (None: the first page); 422 for one this API did not give."""
+#: The parts a cursor's key may have: a sort key's integer (a position, a sequence number, an id: 64-bit),
+#: float (a time: finite) or string (an id: at most this long).
+MAX_KEY_TEXT = 256
+
+
+def decode_cursor(cursor: str | None, *types: type) -> list[Any] | None:
+    """The key a cursor carries (None: the first page), one part of each of `types` (int, float or str);
+    422 naming the cursor for one this API did not give: not base64 JSON, another length, a part of another
+    type, an integer past 64 bits, a float that is not finite, a string too long (a crafted cursor was a
+    500 with a traceback: `int("x")`, an overflow in the database driver)."""
     if cursor is None:
         return None
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, UnicodeDecodeError):
         key = None
-    if not isinstance(key, list) or len(key) != arity or not all(isinstance(k, str | int | float) for k in key):
+    if not isinstance(key, list) or len(key) != len(types) or not all(map(_fits, key, types)):
         raise ApiError(422, "cursor: not a cursor this API gave (use a page's `next`)",
                        [{"field": "cursor", "message": "not a cursor this API gave"}])
-    return key
+    return [float(k) if t is float else k for k, t in zip(key, types, strict=True)]
+
+
+def _fits(part: Any, kind: type) -> bool:
+    """Whether a cursor's part is a value of `kind` the store can compare with (module docstring)."""
+    if isinstance(part, bool):
+        return False
+    if kind is int:
+        return isinstance(part, int) and -2**63 <= part < 2**63
+    if kind is float:
+        return isinstance(part, int | float) and math.isfinite(part) and abs(part) < 1e300
+    return isinstance(part, str) and len(part) <= MAX_KEY_TEXT
 
 
 def next_link(request: Request, key: list[Any] | None) -> str | None:

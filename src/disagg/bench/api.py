@@ -59,7 +59,8 @@ def _serve(db: str, root: Path, port: int, scale: float, tick_s: float = 0.25,
          str(root / "state"), "--latency-scale", str(scale), "--tick-s", str(tick_s),
          "--api-process" if api_process else "--one-process",
          *(["--allow-same-user"] if os.geteuid() != 0 else [])],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "DISAGG_SUBMIT_RATE_PER_TENANT": "0"})  # the API's throughput, not one tenant's limit
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:

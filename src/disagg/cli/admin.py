@@ -65,12 +65,14 @@ def gc(
 
 
 def backup(
-    target: Annotated[Path, typer.Argument(help="Where to write the backup (made 0600).")],
+    target: Annotated[Path, typer.Argument(help="A new path to write the backup to (made 0600; an existing "
+                                                "file or link there is refused).")],
     db: Db = None,
     config: ConfigFile = None,
 ) -> None:
     """Copy the store to TARGET, consistently, while the controller runs."""
     from disagg.store import Store, StoreError
+    from disagg.store.backup import BackupExists
 
     settings = _settings(config, db=db)
     try:
@@ -81,6 +83,8 @@ def backup(
             store.backup_to(target)
         finally:
             store.close()
+    except BackupExists as exc:
+        raise fail(f"TARGET: {exc}") from None
     except StoreError as exc:
         raise fail(str(exc), EXIT_FAILED) from None
     sys.stdout.write(f"backed up {settings.db} to {target}\n")

@@ -81,6 +81,10 @@ class Config(BaseModel):
                                      description="Images whose learned profile the store keeps (least recent go).")
     profile_observations: int = Field(default=200, ge=3, le=100_000,
                                       description="Newest completed tasks per image a learned profile is fitted to.")
+    max_compositions_per_tenant: int = Field(default=16, ge=0, le=100_000, description=(
+        "Live Redfish compositions a tenant may hold at once (more: 409 ResourceExhaustion)."))
+    composition_device_gbps: float = Field(default=1.0, ge=0.0, le=10_000.0, description=(
+        "Bandwidth a composed remote device reserves on each link of its path, Gb/s (as a job's device does)."))
     preempt_grace_s: float = Field(default=30.0, ge=0.0, le=86_400.0,
                                    description="Seconds a preempted job gets between SIGTERM and the kill.")
     usage_half_life_s: float = Field(default=3600.0, ge=0.0, le=365 * 86_400.0,
@@ -93,11 +97,21 @@ class Config(BaseModel):
     jobs_dir: str | None = Field(
         default=None, description="Jobs' working directories; default: /var/lib/disagg/jobs/<hash> as root, "
                                   "else <state_dir>.jobs.")
+    unix_user_prefix: str | None = Field(
+        default=None, pattern=r"^[a-z_][a-z0-9_-]{0,15}$",
+        description="Prefix of the tenants' default Unix users; null: disagg-<4 hex of the state directory>- "
+                    "(one per controller, so two controllers on a host never share a user).")
     cgroup_parent: str | None = Field(
         default="disagg", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         description="Name of disagg's group in each cgroup hierarchy; null: no cgroups (process groups).")
     task_pids_max: int = Field(default=4096, ge=16, le=4_194_304, description="Processes a task may have at once.")
     log_cap_mb: float = Field(default=64.0, gt=0, le=1_000_000, description="What a task's log keeps on disk, MB.")
+    submit_rate_per_tenant: float = Field(default=50.0, ge=0.0, le=1e6, description=(
+        "Job submissions a tenant may make a second, on average (more: 429 with Retry-After); 0: no limit."))
+    compose_rate_per_tenant: float = Field(default=5.0, ge=0.0, le=1e6, description=(
+        "Redfish compositions and updates a tenant may ask for a second, on average (more: 429); 0: no limit."))
+    rate_burst_per_tenant: int = Field(default=100, ge=1, le=1_000_000, description=(
+        "How many submissions (and, apart, compositions) a tenant may make at once before its rate applies."))
     max_queued_per_tenant: int = Field(default=10_000, ge=1, le=10_000_000,
                                        description="Queued jobs a tenant may have at once (more: 429).")
     retention_s: float = Field(default=7 * 86400.0, ge=0,
@@ -133,10 +147,12 @@ class Config(BaseModel):
 
     def isolation(self) -> Isolation:
         """The local engine's isolation settings (users, working directories, cgroups, log cap)."""
+        from disagg.engines.accounts import controller_prefix
         from disagg.engines.local import Isolation
 
         return Isolation(self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
-                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max)
+                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max,
+                         self.unix_user_prefix or controller_prefix(self.resolved_state_dir()))
 
     def tenants_spec(self) -> Tenants:
         """The tenants this config names (none: every tenant gets the defaults). SpecError when bad."""

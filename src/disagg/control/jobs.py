@@ -154,13 +154,19 @@ class JobService:
         self.wake()
         return out
 
-    def logs(self, job_id: str) -> str:
-        """What the job's latest attempt wrote (empty before it ran, or when the engine has nothing)."""
+    def logs(self, job_id: str, max_bytes: int = 2**20) -> str:
+        """What the job's latest attempt wrote: its last `max_bytes` bytes (a MiB) at most (`log_tail`)."""
+        return self.log_tail(job_id, max_bytes)
+
+    def log_tail(self, job_id: str, max_bytes: int) -> str:
+        """The end of what the job's latest attempt wrote: its last `max_bytes` bytes at most, read from the
+        end of the file whatever its size (empty before it ran, or when the engine has nothing)."""
         handle = self.store.job_handle(job_id)
         if handle is None:
             return ""
         try:
-            return self.engine.logs(handle)
+            size = self.engine.log_page(handle, 0, 0).size
+            return self.engine.log_page(handle, max(0, size - max_bytes), max_bytes).text
         except (OSError, ValueError):
             return ""
 

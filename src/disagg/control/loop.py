@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -49,7 +50,7 @@ from disagg.control.history import HistorySampler
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.preemption import Preempter
 from disagg.control.profiles import LEARN_EVERY_S, ProfileKeeper
-from disagg.control.slice import SliceRunner
+from disagg.control.slice import SliceRunner, fair_pick
 from disagg.control.tenants import TenancyKeeper, TenantDirectory
 from disagg.engines.base import Engine, with_foreign_holdings
 from disagg.fabric.base import FabricDriver, with_fabric_holdings
@@ -94,7 +95,7 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="slice")
-        self._inflight: set[str] = set()
+        self._inflight: dict[str, str] = {}  # slice → tenant, in a worker's hands
         self._lock = threading.Lock()
         self.last_round: dict[str, Any] = {}
         self._last_schedule = 0.0
@@ -368,12 +369,20 @@ class Controller:
         return window, backfill
 
     # --- 4. dispatch -----------------------------------------------------------------------
-    def dispatch(self) -> None:
-        for slice_id, state in self.store.slices_to_work():
-            with self._lock:
-                if slice_id in self._inflight:
-                    continue
-                self._inflight.add(slice_id)
+    def dispatch(self, skip: str | None = None) -> None:
+        """Hand the idle workers the slices to move on, in a fair order between tenants (`slice.fair_pick`),
+        never more than they start at once: what waits stays in the store, ordered again at the next tick
+        or when a worker is done (`skip`: the slice it was on, which waits for the next tick)."""
+        to_work = self.store.slices_to_work()
+        with self._lock:
+            free = self.config.workers - len(self._inflight)
+            if free <= 0:
+                return
+            busy = Counter(self._inflight.values())
+            chosen = fair_pick([w for w in to_work if w[0] not in self._inflight and w[0] != skip], busy, free)
+            for slice_id, _, tenant in chosen:
+                self._inflight[slice_id] = tenant
+        for slice_id, state, _ in chosen:
             self._pool.submit(self._work, slice_id, state)
 
     def _work(self, slice_id: str, state: SliceState) -> None:
@@ -386,8 +395,13 @@ class Controller:
             log.exception("slice %s: %s step failed; will retry", slice_id, state)
         finally:
             with self._lock:
-                self._inflight.discard(slice_id)
+                self._inflight.pop(slice_id, None)
             self._wake.set()
+        if not self._stop.is_set():
+            try:
+                self.dispatch(skip=slice_id)  # this worker is free: the next slice in the fair order now
+            except Exception:
+                log.exception("dispatch after slice %s failed; the next tick dispatches", slice_id)
 
 
 __all__ = ["Controller"]

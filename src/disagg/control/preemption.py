@@ -11,6 +11,11 @@ gone its job is queued again (its wait counter W kept; its next placement is att
 preemption is not a failure, so its retries are not spent). While a slice is in its grace period
 the loop's poll leaves it to this module, so that a job that exits on SIGTERM is not taken for a
 failed one. A job that ends with exit code 0 within its grace period has done its work: it completes.
+
+A composition (a Redfish client's composed system, holder `composition:<slice>`) that borrows can be
+preempted too: nothing runs in it to signal, so its owner has the grace period to decompose it, and at
+its end the controller decomposes it (teardown, the outcome `cancelled` with the reason); its devices
+and cpus then go to the claimant.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from disagg.engines.base import Engine
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
 from disagg.placement.decisions import Preemption
 from disagg.store import Store
+from disagg.store.tenants import COMPOSITION
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +54,8 @@ class Preempter:
         """Signal each victim's running slice; returns the slices now in their grace period."""
         started = []
         for p in preemptions:
-            found = self.store.running_slice_of(p.job)
+            composition = p.job.startswith(COMPOSITION)
+            found = (p.job.removeprefix(COMPOSITION), None) if composition else self.store.running_slice_of(p.job)
             if found is None:
                 continue  # it ended or was torn down since the round's snapshot
             slice_id, handle = found
@@ -57,6 +64,8 @@ class Preempter:
                                                 dict(p.reclaims), why, self.grace_s):
                 continue
             started.append(slice_id)
+            if composition:
+                continue  # nothing runs in it to signal: its owner has the grace period to decompose it
             try:
                 self.engine.terminate(handle or slice_id)
             except Exception:  # the kill at the end of the grace period stops it all the same
@@ -72,6 +81,14 @@ class Preempter:
                 self.store.drop_preemption(rec.slice_id)
                 self.reclaimed.add(rec.for_job)
                 continue
+            if rec.job_id.startswith(COMPOSITION):
+                if rec.slice_state is SliceState.COMPOSED and now >= rec.deadline:
+                    self.store.decompose(rec.slice_id, f"preempted by {rec.for_job} (tenant {rec.for_tenant} "
+                                         f"reclaims its quota lent to {rec.tenant}); decomposed after its "
+                                         f"{rec.deadline - rec.signalled_at:g} s grace")
+                elif rec.slice_state is SliceState.COMPOSED:
+                    waiting.add(rec.slice_id)
+                continue  # an update (composing) finishes first; tearing down: wait
             if rec.slice_state is not SliceState.RUNNING:
                 continue  # composing cannot be (only running slices are preempted); tearing down: wait
             status = self.engine.status(rec.handle or rec.slice_id)

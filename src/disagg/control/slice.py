@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -320,3 +321,24 @@ def _failed_device(exc: StepFailed, fabric: FabricDriver) -> str | None:
     if exc.op == "attach-device" and not fabric.healthy(exc.target):
         return exc.target
     return None
+
+
+def fair_pick(waiting: Sequence[tuple[str, SliceState, str]], busy: Mapping[str, int], free: int
+              ) -> list[tuple[str, SliceState, str]]:
+    """Which of the slices `waiting` for a worker (id, state, tenant; oldest first) the `free` idle workers
+    take now: one at a time, the oldest slice of the tenant with the fewest slices in the workers' hands
+    (`busy`, counting those just taken), so that one tenant's 1,000 slices never queue ahead of another's
+    one. The loop hands a worker no more than it can start at once (no backlog in the pool), so a slice
+    of a tenant with none in flight waits at most for one worker's current slice to end."""
+    queues: dict[str, deque[tuple[int, tuple[str, SliceState, str]]]] = {}
+    for at, item in enumerate(waiting):
+        queues.setdefault(item[2], deque()).append((at, item))
+    load = dict(busy)
+    out: list[tuple[str, SliceState, str]] = []
+    while len(out) < free and queues:
+        tenant = min(queues, key=lambda t: (load.get(t, 0), queues[t][0][0]))
+        out.append(queues[tenant].popleft()[1])
+        load[tenant] = load.get(tenant, 0) + 1
+        if not queues[tenant]:
+            del queues[tenant]
+    return out

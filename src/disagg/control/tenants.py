@@ -120,6 +120,15 @@ class SubmitLimits:
         """Why `job` could never run for `tenant` (`placement.quota.beyond_limit`), or None."""
         t = self.tenants.by_name.get(tenant)
         return None if t is None else beyond_limit(t, job)
+def known_tenants(store: Store, config: Config) -> set[str]:
+    """Every tenant name the controller knows of: the spec's (config and overrides) and the store's (jobs,
+    tokens): what a new tenant name may not be confused with (`tenant_name_clash`)."""
+    names = store.tenant_names()
+    try:
+        names |= set(TenantDirectory(store, config).tenants().by_name)
+    except SpecError:
+        names |= set(config.tenants_spec().by_name)
+    return names
 
 
 class TenancyKeeper:
@@ -211,4 +220,4 @@ def check_entry(name: str, entry: Mapping[str, Any]) -> None:
     parse_tenants([{**dict(entry), "name": name}], f"tenant {name}")
 
 
-__all__ = ["SubmitLimits", "TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry"]
+__all__ = ["SubmitLimits", "TenancyKeeper", "TenantCollector", "TenantDirectory", "check_entry", "known_tenants"]

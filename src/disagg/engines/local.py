@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import disagg
-from disagg.engines.accounts import Account, Accounts
+from disagg.engines.accounts import DEFAULT_PREFIX, Account, Accounts
 from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus, file_page
 from disagg.engines.cgroups import Confinement, detect
 from disagg.engines.local_runner import BOOT, RUNNER_SPEC, claim, start_ticks, write_atomic
@@ -72,6 +72,7 @@ class Isolation:
     log_cap: int = 64 * 2**20
     cgroup_parent: str | None = "disagg"
     pids_max: int = 4096
+    unix_user_prefix: str = DEFAULT_PREFIX
 
 
 def default_jobs_dir(state_root: Path) -> Path:
@@ -94,7 +95,8 @@ class LocalEngine(Engine):
         self.isolation = isolation or Isolation()
         _private_dir(self.root)
         self.latencies = latencies or OperationLatencies().scaled(0.0)
-        self.accounts = Accounts(self.isolation.tenants, self.isolation.allow_same_user)
+        self.accounts = Accounts(self.isolation.tenants, self.isolation.allow_same_user,
+                                 self.isolation.unix_user_prefix)
         self.jobs_dir = (self.isolation.jobs_dir or default_jobs_dir(self.root.parent)).absolute()
         make_jobs_root(self.jobs_dir, self.root.parent)
         parent = self.isolation.cgroup_parent

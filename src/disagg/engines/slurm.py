@@ -150,7 +150,7 @@ class SlurmEngine(Engine):
         self._cache: tuple[float, list[dict[str, Any]]] | None = None
         self._cache_lock = threading.Lock()
         isolation = isolation or Isolation()
-        self.accounts = Accounts(isolation.tenants, isolation.allow_same_user)
+        self.accounts = Accounts(isolation.tenants, isolation.allow_same_user, isolation.unix_user_prefix)
         self.work_root = (isolation.jobs_dir or site.workdirs or default_jobs_dir(site.root)).absolute()
         make_jobs_root(self.work_root, site.root)
         site.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -34,13 +34,25 @@ from disagg.fabric.base import FabricError
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 
 
+#: The longest a client waits on a service's 429 before its next try (the service's Retry-After, capped).
+MAX_RETRY_AFTER_S = 5.0
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The seconds a 429's `Retry-After` asks for (1 when it names none a client can read)."""
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", "1")))
+    except ValueError:
+        return 1.0
+
+
 class RedfishFault(FabricError):
     """A Redfish request failed: HTTP `status` (0: no answer), the service's message ids and messages,
     and for `ResourceInUse` the URIs in use (`in_use`)."""
 
     def __init__(self, message: str, status: int = 0, message_ids: tuple[str, ...] = (),
                  in_use: tuple[str, ...] = (), retryable: bool | None = None) -> None:
-        super().__init__(message, retryable=status == 0 or status >= 500 if retryable is None else retryable)
+        super().__init__(message, retryable=status in (0, 429) or status >= 500 if retryable is None else retryable)
         self.status, self.message_ids, self.in_use = status, message_ids, in_use
 
     @property
@@ -129,7 +141,8 @@ class RedfishClient:
 
     def _send(self, method: str, path: str, json: Any = None, headers: dict[str, str] | None = None,
               auth: bool = True) -> httpx.Response:
-        """One request, retried with backoff on a connection error or a 5xx; a 401 logs in again once."""
+        """One request, retried with backoff on a connection error or a 5xx, after the service's Retry-After
+        on a 429 (its rate limit); a 401 logs in again once."""
         relogged = False
         for attempt in range(self.retries + 1):
             try:
@@ -143,6 +156,9 @@ class RedfishClient:
                     relogged = True
                     with self._lock:
                         self._token = None
+                    continue
+                if response.status_code == 429 and attempt < self.retries:  # the service's rate limit
+                    time.sleep(min(_retry_after(response), MAX_RETRY_AFTER_S))
                     continue
                 if response.status_code < 500 or attempt == self.retries:
                     return response

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,31 @@ TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 UNIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 
 
+def canonical_name(name: str) -> str:
+    """What two tenant names must not share: the name in lower case without trailing '.', '_' or '-'
+    (`Alice`, `alice.` and `alice` are one tenant to a reader, and `Admin` is `admin`)."""
+    return name.lower().rstrip("._-")
+
+
 def tenant_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a tenant's name (None when it can)."""
-    if name in RESERVED_NAMES:
-        return f"{name!r} is reserved (not allowed: {', '.join(sorted(RESERVED_NAMES))})"
+    """Why `name` cannot be a tenant's name (None when it can): a reserved name in any case, with or without
+    trailing punctuation, is refused, as is anything that is not 1–64 letters, digits, '_', '.', '-'."""
+    if canonical_name(name) in RESERVED_NAMES:
+        return (f"{name!r} is reserved (not allowed: {', '.join(sorted(RESERVED_NAMES))}, in any case, with or "
+                "without trailing '.', '_' or '-')")
     if not TENANT_NAME.fullmatch(name):
         return f"{name!r} is not allowed; use 1–64 letters, digits, '_', '.', '-', starting with a letter or digit"
+    return None
+
+
+def tenant_name_clash(name: str, existing: Iterable[str]) -> str | None:
+    """Why `name` may not be a new tenant's name beside the `existing` ones: it differs from one of them
+    only in case or trailing punctuation (`canonical_name`). None when it is one of them, or clashes with none."""
+    mine = canonical_name(name)
+    for other in sorted(set(existing)):
+        if other != name and canonical_name(other) == mine:
+            return (f"{name!r} differs from the existing tenant {other!r} only in case or trailing '.', '_' or '-' "
+                    "(tenant names must differ in more than that)")
     return None
 
 
@@ -138,6 +157,10 @@ def parse_tenants(data: Any, source: str = "<tenants>") -> Tenants:
     dup = sorted(n for n, c in counts.items() if c > 1)
     if dup:
         raise SpecError(source, [f"tenants: the name {n!r} is used more than once" for n in dup])
+    names = [t.name for t in spec.tenants]
+    clashes = [f"tenants[{i}].name: {c}" for i, n in enumerate(names) if (c := tenant_name_clash(n, names[:i]))]
+    if clashes:
+        raise SpecError(source, clashes)
     problems = []
     for i, t in enumerate(spec.tenants):
         for res, extra in _given(t.borrow).items():
@@ -181,5 +204,5 @@ def _given(limits: Limits) -> dict[str, float]:
     return {k: float(v) for k, v in limits.model_dump().items() if v is not None}
 
 
-__all__ = ["RESERVED_NAMES", "RESOURCES", "TENANT_NAME", "Limits", "Tenant", "TenantSpec", "Tenants", "load_tenants",
-           "merge_tenants", "parse_tenants", "tenant_entry", "tenant_name_problem"]
+__all__ = ["RESERVED_NAMES", "RESOURCES", "TENANT_NAME", "Limits", "Tenant", "TenantSpec", "Tenants", "canonical_name",
+           "load_tenants", "merge_tenants", "parse_tenants", "tenant_entry", "tenant_name_clash", "tenant_name_problem"]

@@ -13,7 +13,9 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import IO
 
 from disagg.store.base import StoreBase, StoreError, normalize_url
 
@@ -58,15 +60,44 @@ class BackupOps(StoreBase):
         return changed
 
     def backup_to(self, target: Path) -> None:
-        """A consistent copy of the store in `target` (0600), taken while it is in use."""
+        """A consistent copy of the store in `target`, a new file (0600), taken while it is in use.
+
+        `target` is made with O_CREAT|O_EXCL|O_NOFOLLOW: an existing file or link there is refused
+        (`BackupExists`), so a file someone made beforehand (0666, in a shared directory) never receives
+        the store, and a link never makes the controller's user overwrite what it points to. The copy is
+        written through that descriptor only: SQLite's backup goes to a private (0700) directory first,
+        pg_dump to the descriptor as its stdout."""
         db = sqlite_file(self.url)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        os.close(fd)
-        if db is None:
-            _run([_tool("pg_dump"), "--format=custom", "--no-owner", "--file", str(target), _pg_url(self.url)])
-            return
-        _sqlite_copy(db, target)
+        fd = _create_new(target)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if db is None:
+                    _run([_tool("pg_dump"), "--format=custom", "--no-owner", _pg_url(self.url)], stdout=out)
+                    return
+                with tempfile.TemporaryDirectory(prefix=".disagg-backup-", dir=target.parent) as private:
+                    copy = Path(private) / "store.db"
+                    _sqlite_copy(db, copy)
+                    with open(copy, "rb") as f:
+                        shutil.copyfileobj(f, out, 2**20)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+
+
+class BackupExists(StoreError):
+    """The backup's target exists already (a file, a link, anything): a backup is always a new file."""
+
+
+def _create_new(target: Path) -> int:
+    """A new file at `target`, 0600, opened for writing; BackupExists when anything is there (a link
+    included, even a dangling one)."""
+    try:
+        return os.open(target, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        what = "a symbolic link" if target.is_symlink() else "a file" if target.is_file() else "something"
+        raise BackupExists(f"{target} exists ({what}): a backup is written to a new path only, never over a "
+                           "file or through a link; choose a path that does not exist") from None
 
 
 def restore_store(url: str, source: Path) -> None:
@@ -100,10 +131,13 @@ def _sqlite_copy(source: Path, target: Path) -> None:
         raise StoreError(f"cannot copy {source} to {target}: {exc}") from None
 
 
-def _run(argv: list[str]) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+def _run(argv: list[str], stdout: IO[bytes] | None = None) -> None:
+    """Run a PostgreSQL tool; its output to `stdout` when given. StoreError with what it said when it fails."""
+    result = subprocess.run(argv, stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE,
+                            check=False, timeout=3600)
     if result.returncode != 0:
-        raise StoreError(f"{Path(argv[0]).name} failed: {(result.stderr or result.stdout).strip()}")
+        said = (result.stderr or result.stdout or b"").decode("utf-8", "replace").strip()
+        raise StoreError(f"{Path(argv[0]).name} failed: {said}")
 
 
-__all__ = ["BackupOps", "restore_store", "sqlite_file"]
+__all__ = ["BackupExists", "BackupOps", "restore_store", "sqlite_file"]

@@ -24,10 +24,12 @@ The Redfish service's read side is here too (`redfish_inventory`): the inventory
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection, Table, delete, insert, select
+from sqlalchemy import Connection, Table, delete, func, insert, select
 
 from disagg.model.cluster import Reach
 from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
@@ -39,11 +41,13 @@ from disagg.model.states import (
     SliceState,
     StepStatus,
 )
+from disagg.placement.usage import placement_usage
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import hold_devices, move_slice, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, MachineRow, SliceRow, StepRow
-from disagg.store.snapshot import read_reach, room_left
+from disagg.store.snapshot import live_placements, read_reach, room_left
+from disagg.store.tenants import holdings_by_tenant
 
 _machines: Table = MachineRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -61,9 +65,15 @@ class CompositionRefused(ValueError):
     """A composition cannot be made as asked. `in_use`: the parts someone else holds (Redfish
     `ResourceInUse`); `unknown`: parts that do not exist; the message says which and why."""
 
-    def __init__(self, message: str, in_use: tuple[str, ...] = (), unknown: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, in_use: tuple[str, ...] = (), unknown: tuple[str, ...] = (),
+                 exhausted: bool = False) -> None:
         super().__init__(message)
-        self.in_use, self.unknown = in_use, unknown
+        self.in_use, self.unknown, self.exhausted = in_use, unknown, exhausted
+
+
+#: `compose`'s admission check: (what each tenant holds now, what the composition would hold) → why it may
+#: not (its tenant's quota and borrowing), or None.
+Admit = Callable[[Mapping[str, Mapping[str, float]], Mapping[str, float]], str | None]
 
 
 @dataclass(frozen=True)
@@ -124,15 +134,21 @@ class CompositionOps(StoreBase):
     """Composing and decomposing slices with no job, and the Redfish service's read of the inventory."""
 
     def compose(self, tenant: str, name: str, host: str, devices: list[str], cpus: float | None = None,
-                memory_gb: float | None = None) -> str:
+                memory_gb: float | None = None, device_gbps: float = 0.0, admit: Admit | None = None,
+                most: int | None = None) -> str:
         """A composition of `host` with `devices` for `tenant`: the new slice's id (it is `composing`).
 
         `cpus`/`memory_gb`: the share of the machine it holds; both None: the whole machine, which must then
-        be held by no other slice; one None: the same fraction of the machine as the other. CompositionRefused
-        naming the parts in use or unknown.
+        be held by no other slice; one None: the same fraction of the machine as the other. `device_gbps`:
+        the bandwidth each remote device reserves on every link of its path, as a job's device does. `admit`:
+        the tenant's quota check, made on what every tenant holds in the same transaction; `most`: how many
+        live compositions a tenant may hold. CompositionRefused naming the parts in use or unknown, the link
+        without the bandwidth, or the limit (`exhausted`).
         """
         now = time.time()
         with self.write_core(urgent=True) as conn:
+            if most is not None:
+                _check_count(conn, tenant, most)
             query = select(_machines).where(_machines.c.name == host, _machines.c.kind == "machine")
             node = conn.execute(query).first()
             if node is None:
@@ -143,9 +159,14 @@ class CompositionOps(StoreBase):
                 raise CompositionRefused(
                     f"machine {host} has {cpu_left[host]:g} cpus and {mem_left[host]:g} GB left; "
                     f"the composition asks for {want_cpus:g} cpus and {want_mem:g} GB", in_use=(host,))
-            placed = _devices_for(conn, host, node.rack, devices)
+            placed = _devices_for(conn, host, node.rack, devices, device_gbps)
             slice_id = new_id("s")
             placement = SlicePlacement(slice_id, (PlacedTask(f"{slice_id}/0", host, want_cpus, want_mem, placed),))
+            _check_bandwidth(conn, placement)
+            if admit is not None:
+                problem = admit(holdings_by_tenant(conn), placement_usage(placement))
+                if problem:
+                    raise CompositionRefused(problem, exhausted=True)
             new_slices(conn, [{"id": slice_id, "job_id": None, "tenant": tenant, "name": name, "attempt": 1,
                                "state": SliceState.COMPOSING, "outcome": None, "detail": None,
                                "placement": placement.to_json(), "handle": None, "created_at": now,
@@ -160,15 +181,17 @@ class CompositionOps(StoreBase):
             return move_slice(conn, slice_id, SliceState.TEARING_DOWN, why, DECOMPOSABLE_SLICE_STATES, time.time(),
                               outcome=SliceOutcome.CANCELLED, detail=why) is not None
 
-    def update_composition(self, slice_id: str, add: list[str], remove: list[str]) -> bool:
+    def update_composition(self, slice_id: str, add: list[str], remove: list[str], device_gbps: float = 0.0,
+                           admit: Admit | None = None) -> bool:
         """Add devices to and remove devices from a composed composition (module docstring): the slice goes
         back to `composing` until the loop has attached and detached them.
 
         CompositionRefused: `in_use` for a device added that is not free, or for a composition that is not
         `composed` (it is composing, or being torn down: an update waits for the last one to end);
         `unknown` for a device added that does not exist or one removed that the composition does not hold,
-        or for its machine (a composition is its machine: decompose it instead). False: nothing to change
-        (a repeat of an update that was made).
+        or for its machine (a composition is its machine: decompose it instead); `exhausted` when what is
+        added passes its tenant's quota (`admit`) or a link's bandwidth, as for `compose`. False: nothing to
+        change (a repeat of an update that was made).
         """
         now = time.time()
         with self.write_core(urgent=True) as conn:
@@ -183,9 +206,15 @@ class CompositionOps(StoreBase):
             task = placement.tasks[0]
             new = _removable(task, remove)
             host_rack = conn.execute(select(_machines.c.rack).where(_machines.c.name == task.machine)).scalar_one()
-            added = _devices_for(conn, task.machine, host_rack, [d for d in add if placement.device(d) is None])
+            added = _devices_for(conn, task.machine, host_rack, [d for d in add if placement.device(d) is None],
+                                 device_gbps)
             if not added and not new:
                 return False
+            more = SlicePlacement(slice_id, (replace(task, cpus=0.0, memory_gb=0.0, devices=added),))
+            _check_bandwidth(conn, more)
+            problem = admit(holdings_by_tenant(conn), placement_usage(more)) if admit is not None and added else None
+            if problem:
+                raise CompositionRefused(problem, exhausted=True)
             placement = SlicePlacement(slice_id, (replace(task, devices=task.devices + added), *placement.tasks[1:]))
             why = "; ".join([f"adding {', '.join(d.id for d in added)}"] * bool(added) +
                             [f"removing {', '.join(new)}"] * bool(new))
@@ -251,8 +280,9 @@ def _share(have_cpus: float, have_mem: float, cpus: float | None, memory_gb: flo
     """The cpus and memory a composition holds: as asked; the whole machine; or one in proportion to the other."""
     if cpus is None and memory_gb is None:
         return have_cpus, have_mem
-    if cpus is None:
-        return have_cpus * min(1.0, (memory_gb or 0.0) / have_mem), float(memory_gb or 0.0)
+    if cpus is None:  # whole cores, at least one (as a Redfish CoreCount is), in proportion to the memory
+        share = have_cpus * min(1.0, (memory_gb or 0.0) / have_mem)
+        return min(have_cpus, max(1.0, math.ceil(share - 1e-9))), float(memory_gb or 0.0)
     if memory_gb is None:
         return cpus, have_mem * min(1.0, cpus / have_cpus)
     return cpus, memory_gb
@@ -273,13 +303,43 @@ def _slices_read(conn: Connection, slice_id: str | None = None, live: bool = Tru
             for r in conn.execute(query)]
 
 
-def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]) -> tuple[PlacedDevice, ...]:
+def _check_count(conn: Connection, tenant: str, most: int) -> None:
+    """CompositionRefused (`exhausted`) when `tenant` holds `most` live compositions already."""
+    s = _slices.c
+    n = conn.execute(select(func.count()).select_from(_slices).where(
+        s.job_id.is_(None), s.tenant == tenant, s.state.in_(LIVE_SLICE_STATES))).scalar_one()
+    if n >= most:
+        raise CompositionRefused(f"tenant {tenant!r} holds {n} compositions; at most {most} at once "
+                                 "(max_compositions_per_tenant): decompose one first", exhausted=True)
+
+
+def _check_bandwidth(conn: Connection, placement: SlicePlacement) -> None:
+    """CompositionRefused (`exhausted`) when a link of a remote device's path lacks the bandwidth it reserves
+    after the live slices' traffic (what a round's commit checks for a job's slice)."""
+    load = placement.link_load()
+    if not load:
+        return
+    left = {str(i): float(g) for i, g in conn.execute(select(_links.c.id, _links.c.gbps)
+                                                       .where(_links.c.id.in_(list(load))))}
+    for other in live_placements(conn):
+        for link, gbps in other.link_load().items():
+            if link in left:
+                left[link] -= gbps
+    short = sorted(link for link, gbps in load.items() if link in left and left[link] + 1e-9 < gbps)
+    if short:
+        raise CompositionRefused(f"link {short[0]} has {max(left[short[0]], 0.0):g} Gb/s left; the composition's "
+                                 f"remote devices reserve {load[short[0]]:g} Gb/s on it", exhausted=True)
+
+
+def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str], gbps: float = 0.0
+                 ) -> tuple[PlacedDevice, ...]:
     """The devices as the composition's placement holds them; CompositionRefused unless each is free and
     neither it nor the host is behind a down link (what a commit's snapshot would not offer either).
 
     Read with a lock (FOR UPDATE on PostgreSQL), as a commit reads the devices it grants. A remote
     device's path crosses its location's and the host's uplinks (and the racks' when they differ);
-    a composition reserves no bandwidth on them (it names no traffic).
+    a remote device reserves `gbps` on each (`composition_device_gbps`), as a job's device reserves its
+    profile's bandwidth.
     """
     if len(set(devices)) != len(devices):
         raise CompositionRefused("a device is named twice", unknown=tuple(d for d in devices if devices.count(d) > 1))
@@ -311,7 +371,7 @@ def _devices_for(conn: Connection, host: str, host_rack: str, devices: list[str]
             rack = racks.get(r.location, host_rack)
             path = (f"up:{r.location}", f"up:{host}") if rack == host_rack else (
                 f"up:{r.location}", f"rack:{rack}", f"rack:{host_rack}", f"up:{host}")
-        out.append(PlacedDevice(r.id, r.kind, remote, r.location, path, 0.0, r.model))
+        out.append(PlacedDevice(r.id, r.kind, remote, r.location, path, gbps if remote else 0.0, r.model))
     return tuple(out)
 
 

@@ -185,13 +185,15 @@ class SliceOps(StoreBase):
         with self.read_core() as conn:
             return [(str(i), h) for i, h in conn.execute(query)]
 
-    def slices_to_work(self) -> list[tuple[str, SliceState]]:
-        """Slices a worker must move on (composing or tearing down), oldest first."""
-        query = (select(_slices.c.id, _slices.c.state)
+    def slices_to_work(self) -> list[tuple[str, SliceState, str]]:
+        """Slices a worker must move on (composing or tearing down), oldest first, each with its tenant (a
+        composition's own, a job's slice its job's): the loop hands them to the workers in a fair order."""
+        query = (select(_slices.c.id, _slices.c.state, func.coalesce(_slices.c.tenant, _jobs.c.tenant))
+                 .outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
                  .where(_slices.c.state.in_((SliceState.COMPOSING, SliceState.TEARING_DOWN)))
                  .order_by(_slices.c.created_at))
         with self.read_core() as conn:
-            return [(str(i), SliceState(st)) for i, st in conn.execute(query)]
+            return [(str(i), SliceState(st), str(t or "")) for i, st, t in conn.execute(query)]
 
     # --- steps -------------------------------------------------------------------------------
     def begin_step(self, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:

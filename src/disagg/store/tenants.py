@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, delete, func, insert, select
+from sqlalchemy import Connection, Table, delete, func, insert, select
 
 from disagg.model import Job
 from disagg.model.states import LIVE_SLICE_STATES, Health, JobReason, JobState, SliceState
@@ -32,7 +32,7 @@ from disagg.store.models import (
     TenantUsageRow,
     TokenRow,
 )
-from disagg.store.snapshot import live_slices_placed
+from disagg.store.snapshot import holder, live_slices_placed
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
@@ -43,6 +43,23 @@ _tokens: Table = TokenRow.__table__  # type: ignore[assignment]
 _machines: Table = MachineRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
 _LIVE_JOB = (JobState.COMPOSING, JobState.RUNNING)
+#: How a composition's holder id begins (`snapshot.holder`).
+COMPOSITION = "composition:"
+
+
+def holdings_by_tenant(conn: Connection) -> dict[str, dict[str, float]]:
+    """What each tenant's live slices hold, read on `conn` (a composition's tenant is its slice's own)."""
+    placed = live_slices_placed(conn)
+    jobs = [j for _, j, _ in placed if not j.startswith(COMPOSITION)]
+    owners = {str(j): str(t) for j, t in conn.execute(select(_jobs.c.id, _jobs.c.tenant).where(_jobs.c.id.in_(jobs)))}
+    if len(jobs) < len(placed):
+        owners.update({holder(str(i), None): str(t) for i, t in conn.execute(
+            select(_slices.c.id, _slices.c.tenant).where(_slices.c.job_id.is_(None),
+                                                         _slices.c.state.in_(LIVE_SLICE_STATES)))})
+    out: dict[str, dict[str, float]] = {}
+    for _, job, p in placed:
+        placement_usage(p, out.setdefault(str(owners.get(job, "?")), {}))
+    return out
 
 
 @dataclass(frozen=True)
@@ -88,26 +105,29 @@ class TenantOps(StoreBase):
 
     # --- holdings -----------------------------------------------------------------------------
     def holders(self) -> dict[str, Holder]:
-        """Every job whose slice holds resources: its tenant, whether it may be preempted, when its slice
-        was made, and whom it is being preempted for."""
+        """Every job whose slice holds resources, and every live composition (`composition:<slice>`, as the
+        snapshot's allocations name it: a composition is held by its tenant like a job, and may be preempted
+        when it borrows): its tenant, whether it may be preempted, when its slice was made, and whom it is
+        being preempted for."""
         query = (select(_jobs.c.id, _jobs.c.tenant, _jobs.c.preemptible, _slices.c.created_at, _preemptions.c.for_job)
                  .join(_slices, _slices.c.id == _jobs.c.slice_id)
                  .outerjoin(_preemptions, _preemptions.c.slice_id == _slices.c.id)
                  .where(_jobs.c.state.in_(_LIVE_JOB), _slices.c.state.in_(LIVE_SLICE_STATES)))
+        composed = (select(_slices.c.id, _slices.c.tenant, _slices.c.created_at, _preemptions.c.for_job)
+                    .outerjoin(_preemptions, _preemptions.c.slice_id == _slices.c.id)
+                    .where(_slices.c.job_id.is_(None), _slices.c.state.in_(LIVE_SLICE_STATES)))
         with self.read_core() as conn:
-            return {str(j): Holder(str(t), p is not False, float(c), None if f is None else str(f))
-                    for j, t, p, c, f in conn.execute(query)}
+            out = {str(j): Holder(str(t), p is not False, float(c), None if f is None else str(f))
+                   for j, t, p, c, f in conn.execute(query)}
+            out.update({holder(str(i), None): Holder(str(t or "?"), True, float(c), None if f is None else str(f))
+                        for i, t, c, f in conn.execute(composed)})
+        return out
 
     def tenant_holdings(self) -> dict[str, dict[str, float]]:
-        """What each tenant's live slices hold: cpus, memory, devices by kind, remote bandwidth."""
+        """What each tenant's live slices hold (its jobs' and its compositions'): cpus, memory, devices by
+        kind, remote bandwidth."""
         with self.read_core() as conn:
-            placed = live_slices_placed(conn)
-            owners = {str(j): str(t) for j, t in conn.execute(
-                select(_jobs.c.id, _jobs.c.tenant).where(_jobs.c.id.in_([j for _, j, _ in placed])))}
-        out: dict[str, dict[str, float]] = {}
-        for _, job, p in placed:
-            placement_usage(p, out.setdefault(str(owners.get(job, "?")), {}))
-        return out
+            return holdings_by_tenant(conn)
 
     def capacity(self) -> dict[str, float]:
         """What the cluster has of each resource (as `placement.usage.capacity` counts it), summed in SQL:
@@ -177,18 +197,21 @@ class TenantOps(StoreBase):
     # --- preemptions ----------------------------------------------------------------------------
     def record_preemption(self, slice_id: str, job_id: str, tenant: str, for_job: str, for_tenant: str,
                           reclaims: dict[str, float], why: str, grace_s: float) -> bool:
-        """Note that a running slice is being preempted (its job's event says why); False when it is
-        already being preempted, or no longer running."""
+        """Note that a running slice (or a composed composition: `job_id` is its holder id) is being
+        preempted (its job's event says why); False when it is already being preempted, or no longer
+        running (composed)."""
         now = time.time()
         with self.write_core() as conn:
             state = conn.execute(select(_slices.c.state).where(_slices.c.id == slice_id)).scalar()
             known = conn.execute(select(_preemptions.c.slice_id).where(_preemptions.c.slice_id == slice_id)).first()
-            if state != SliceState.RUNNING or known is not None:
+            composition = job_id.startswith(COMPOSITION)
+            if state != (SliceState.COMPOSED if composition else SliceState.RUNNING) or known is not None:
                 return False
             conn.execute(insert(_preemptions), {
                 "slice_id": slice_id, "job_id": job_id, "tenant": tenant, "for_job": for_job,
                 "for_tenant": for_tenant, "reclaims": reclaims, "signalled_at": now, "deadline": now + grace_s})
-            note_job(conn, job_id, why, now)
+            if not composition:
+                note_job(conn, job_id, why, now)
         return True
 
     def preemptions(self) -> list[PreemptionRecord]:
@@ -215,4 +238,4 @@ class TenantOps(StoreBase):
         return None if row is None else (str(row[0]), row[1])
 
 
-__all__ = ["PreemptionRecord", "TenantOps"]
+__all__ = ["COMPOSITION", "PreemptionRecord", "TenantOps", "holdings_by_tenant"]

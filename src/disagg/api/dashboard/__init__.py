@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from disagg.api.dashboard import auth, fabric, history, job, queue
 from disagg.api.dashboard.csp import SameOriginOnly
 from disagg.api.dashboard.errors import error_page
+from disagg.api.sessions import SessionTable
 
 #: The dashboard's routers, in the order the app includes them.
 ROUTERS = (auth.router, queue.router, job.router, fabric.router, history.router)
@@ -27,6 +28,7 @@ STATIC = Path(__file__).with_name("static")
 def install(app: FastAPI) -> None:
     """Add the dashboard's pages and its static files to `app`; a page asked for without a session
     sends the browser to /login; every answer says the browser may load from this origin only."""
+    app.state.dashboard_sessions = SessionTable()  # the signed-in browsers (`auth`)
     for router in ROUTERS:
         app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="dashboard-static")

@@ -1,10 +1,13 @@
-"""Signing in to the dashboard: a token (the same bearer tokens the API takes) becomes a session cookie.
+"""Signing in to the dashboard: a token (the same bearer tokens the API takes) opens a session.
 
-The cookie holds the token itself: HttpOnly (no script reads it), SameSite=Strict (no other site's
-page can make the browser send it, so a form on another site cannot cancel a job), Secure when the
-page came over HTTPS, and it lasts as long as the browser session. Every page asks `viewer`: no valid
-cookie sends the browser to /login, and back to the page after signing in. A tenant sees its own
-jobs only; an admin sees all.
+The cookie holds the session's key, never the token: the session (`disagg.api.sessions`, in the API
+process) stands for the token, which every page looks up again (a revoked or expired token ends it), and
+`POST /logout` ends it on the server, so a copied cookie is worth nothing after sign-out. Logout, like
+cancel, takes a form post from this site only (Origin). The cookie is HttpOnly (no script reads it),
+SameSite=Strict (no other site's page can make the browser send it), Secure when the page came over
+HTTPS, and lasts as long as the browser session. Every page asks `viewer`: no valid session sends the
+browser to /login, and back to the page after signing in. A tenant sees its own jobs only; an admin
+sees all.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from disagg.api.dashboard.render import ENV
 from disagg.api.deps import lookup_token
+from disagg.api.errors import ApiError
+from disagg.api.sessions import SessionTable
 from disagg.store import Principal
 
 COOKIE = "disagg_session"
@@ -31,10 +36,21 @@ class SignInRequired(Exception):
         self.back_to = back_to
 
 
+def _sessions(request: Request) -> SessionTable:
+    table: SessionTable = request.app.state.dashboard_sessions
+    return table
+
+
 async def signed_in(request: Request) -> Principal | None:
-    """Who is looking (from the session cookie), or None without a valid one."""
-    token = request.cookies.get(COOKIE)
-    return await lookup_token(request, token) if token else None
+    """Who is looking (the session of the cookie, its token looked up again), or None without a valid one."""
+    key = request.cookies.get(COOKIE)
+    s = _sessions(request).by_key(key) if key else None
+    if s is None:
+        return None
+    who = await lookup_token(request, s.token)
+    if who is None:  # the token was revoked or expired: the session ends with it
+        _sessions(request).close(s.id)
+    return who
 
 
 async def viewer(request: Request) -> Principal:
@@ -82,14 +98,23 @@ async def login(request: Request) -> Response:
     if who is None:
         page = ENV.get_template("login.html").render(next=target, error="That token is not valid.")
         return HTMLResponse(page, status_code=401)
+    session = _sessions(request).open(who, token, who.tenant)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https",
+    response.set_cookie(COOKIE, session.key, httponly=True, samesite="strict", secure=request.url.scheme == "https",
                         path="/")
     return response
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(request: Request) -> Response:
+    """End the session on the server (its cookie is then worth nothing) and drop the cookie; a form post
+    from this site only."""
+    if not same_origin(request):
+        raise ApiError(403, "cross-site form post refused")
+    key = request.cookies.get(COOKIE)
+    s = _sessions(request).by_key(key) if key else None
+    if s is not None:
+        _sessions(request).close(s.id)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response

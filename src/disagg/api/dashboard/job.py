@@ -23,8 +23,10 @@ from disagg.store import Store
 
 router = APIRouter(include_in_schema=False)
 
-#: The log tail: the last this many characters.
+#: The log tail: the last this many characters, of at most LOG_TAIL_BYTES read from the end of the log (a
+#: character is at most 4 bytes: the tail is whole unless the log's end is not UTF-8).
 LOG_TAIL = 16_000
+LOG_TAIL_BYTES = 4 * LOG_TAIL
 
 JobPath = Annotated[str, Path(min_length=1, max_length=64)]
 
@@ -76,8 +78,9 @@ def job_page(request: Request, job_id: JobPath, who: Viewer, store: StoreDep,
 
 @router.get("/ui/jobs/{job_id}/log", response_class=PlainTextResponse)
 def job_log(job_id: JobPath, who: Viewer, store: StoreDep, jobs: Jobs) -> PlainTextResponse:
-    """The last LOG_TAIL characters the job's latest attempt wrote (the page's live tail)."""
-    text = jobs.logs(resolve_job(store, job_id, who))
+    """The last LOG_TAIL characters the job's latest attempt wrote (the page's live tail), from at most
+    LOG_TAIL_BYTES at the end of its log: a 64 MiB log costs what a small one does."""
+    text = jobs.log_tail(resolve_job(store, job_id, who), LOG_TAIL_BYTES)
     return PlainTextResponse(text[-LOG_TAIL:], headers={"Cache-Control": "no-store"})
 
 
@@ -91,4 +94,4 @@ def cancel(request: Request, job_id: JobPath, who: Viewer, store: StoreDep, jobs
     return RedirectResponse(f"/ui/jobs/{whole}", status_code=303)
 
 
-__all__ = ["LOG_TAIL", "placement_rows", "router", "timeline"]
+__all__ = ["LOG_TAIL", "LOG_TAIL_BYTES", "placement_rows", "router", "timeline"]

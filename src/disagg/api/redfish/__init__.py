@@ -26,6 +26,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from disagg.api.deps import TokenCache
+from disagg.api.ratelimit import TenantBuckets
 from disagg.api.redfish.auth import Sessions
 from disagg.api.redfish.protocol import Protocol, RedfishError, RedfishResponse, error_response
 from disagg.api.redfish.routes import router
@@ -36,12 +38,16 @@ from disagg.control.jobs import JobService
 ROOT = "/redfish"
 
 
-def redfish_app(jobs: JobService) -> FastAPI:
-    """The Redfish service over one controller's JobService, as a sub-application to mount at `/redfish`."""
+def redfish_app(jobs: JobService, tokens: TokenCache | None = None) -> FastAPI:
+    """The Redfish service over one controller's JobService, as a sub-application to mount at `/redfish`;
+    `tokens`: the REST API's token cache (a revocation through it ends Redfish sessions at once)."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, redirect_slashes=False)
     app.state.jobs = jobs
     app.state.store = jobs.store
     app.state.sessions = Sessions()
+    app.state.tokens = tokens if tokens is not None else TokenCache()
+    # each tenant's compositions and updates, at `compose_rate_per_tenant` a second (`disagg.api.ratelimit`)
+    app.state.compose_buckets = TenantBuckets(jobs.config.compose_rate_per_tenant, jobs.config.rate_burst_per_tenant)
     # one UUID per store: a restarted controller is the same service
     app.state.service_uuid = uuid.uuid5(uuid.NAMESPACE_URL, "disagg:" + jobs.store.url)
     app.include_router(router)
@@ -70,7 +76,7 @@ def mount_redfish(app: FastAPI, jobs: JobService) -> None:
         return RedfishResponse(version_document(), headers={"OData-Version": "4.0", "Allow": "GET, HEAD"})
 
     app.add_route(ROOT, version, methods=["GET", "HEAD"], include_in_schema=False)
-    app.mount(ROOT, redfish_app(jobs))
+    app.mount(ROOT, redfish_app(jobs, app.state.tokens))
 
 
 __all__ = ["ROOT", "mount_redfish", "redfish_app"]

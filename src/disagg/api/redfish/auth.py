@@ -2,72 +2,26 @@
 
 A Redfish user is a disagg tenant and its password a disagg token of that tenant (`disagg token
 create`): `POST /redfish/v1/SessionService/Sessions {"UserName": tenant, "Password": token}` opens a
-session whose `X-Auth-Token` stands for the tenant from then on. Sessions live in the API process
-(a restarted controller forgets them; a client logs in again on 401, as it must with any service).
+session whose `X-Auth-Token` stands for that token from then on: each request through it looks the token
+up again, so the session ends when the token is revoked or expires (`disagg.api.sessions`). Sessions live
+in the API process (a restarted controller forgets them; a client logs in again on 401, as it must with
+any service), at most `SESSIONS_PER_TENANT` per tenant.
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
-import time
 from base64 import b64decode
-from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from disagg.api.deps import lookup_token
 from disagg.api.redfish.protocol import RedfishError
+from disagg.api.sessions import SESSION_TIMEOUT_S, Session, SessionTable
 from disagg.store import Principal, Store
 
-#: Sessions end after this long without a request (seconds): Redfish's SessionTimeout.
-SESSION_TIMEOUT_S = 1800
-
-
-@dataclass
-class Session:
-    id: str
-    token: str
-    who: Principal
-    user: str
-    last_used: float
-
-
-class Sessions:
-    """The open sessions of one API process, by token and by id."""
-
-    def __init__(self) -> None:
-        self._by_token: dict[str, Session] = {}
-        self._lock = threading.Lock()
-
-    def open(self, who: Principal, user: str) -> Session:
-        s = Session(secrets.token_hex(8), secrets.token_urlsafe(24), who, user, time.monotonic())
-        with self._lock:
-            self._by_token[s.token] = s
-        return s
-
-    def by_token(self, token: str) -> Session | None:
-        now = time.monotonic()
-        with self._lock:
-            s = self._by_token.get(token)
-            if s is None or now - s.last_used > SESSION_TIMEOUT_S:
-                self._by_token.pop(token, None)
-                return None
-            s.last_used = now
-            return s
-
-    def by_id(self, ident: str) -> Session | None:
-        with self._lock:
-            return next((s for s in self._by_token.values() if s.id == ident), None)
-
-    def close(self, ident: str) -> bool:
-        with self._lock:
-            token = next((t for t, s in self._by_token.items() if s.id == ident), None)
-            return token is not None and self._by_token.pop(token, None) is not None
-
-    def all(self) -> list[Session]:
-        with self._lock:
-            return sorted(self._by_token.values(), key=lambda s: s.id)
+#: The Redfish service's sessions (`disagg.api.sessions`: bounded per tenant, each request re-checks its token).
+Sessions = SessionTable
 
 
 async def login(store: Store, user: object, password: object) -> Principal:
@@ -84,12 +38,16 @@ async def caller(request: Request) -> Principal:
     """The principal of a request: session token, Basic credentials or bearer token; 401 otherwise."""
     sessions: Sessions = request.app.state.sessions
     store: Store = request.app.state.store
-    token = request.headers.get("X-Auth-Token")
-    if token:
-        s = sessions.by_token(token)
-        if s is None:
-            raise RedfishError(401, "NoValidSession", "the session has ended or never was; log in again")
-        return s.who
+    key = request.headers.get("X-Auth-Token")
+    if key:
+        s = sessions.by_key(key)
+        who = None if s is None else await lookup_token(request, s.token)
+        if who is None:  # its token was revoked or expired meanwhile: the session ends with it
+            if s is not None:
+                sessions.close(s.id)
+            raise RedfishError(401, "NoValidSession", "the session has ended or never was (or its token was "
+                               "revoked or expired); log in again")
+        return who
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "basic":
         try:

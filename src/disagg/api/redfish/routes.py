@@ -6,21 +6,26 @@ login itself; everything else needs a session, Basic credentials or a bearer tok
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from disagg.api.ratelimit import TenantBuckets, retry_after
 from disagg.api.redfish import resources as R
 from disagg.api.redfish import services as S
 from disagg.api.redfish import systems as Y
 from disagg.api.redfish.auth import Sessions, caller, login
 from disagg.api.redfish.protocol import RedfishError, RedfishResponse, check_if_match, etag
 from disagg.control.jobs import JobService
+from disagg.control.tenants import TenantDirectory
 from disagg.model.slices import SliceMachine
 from disagg.model.states import DECOMPOSABLE_SLICE_STATES, SliceState
+from disagg.placement.compositions import composition_problem
 from disagg.store import CompositionRefused, LiveSlice, Principal, Store
+from disagg.store.compositions import Admit
 
 Caller = Annotated[Principal, Depends(caller)]
 router = APIRouter()
@@ -82,11 +87,17 @@ async def log_in(request: Request) -> RedfishResponse:
     body = await _json(request)
     who = await login(_store(request), body.get("UserName"), body.get("Password"))
     sessions: Sessions = request.app.state.sessions
-    s = sessions.open(who, who.tenant)
-    return RedfishResponse(S.session(s), 201, {"X-Auth-Token": s.token, "Location": f"{S.SESSIONS}/{s.id}"})
+    s = sessions.open(who, str(body["Password"]), who.tenant)
+    return RedfishResponse(S.session(s), 201, {"X-Auth-Token": s.key, "Location": f"{S.SESSIONS}/{s.id}"})
 
 
 async def _json(request: Request) -> dict[str, Any]:
+    """The body of a write: a JSON object sent as `application/json` (415 otherwise: a page of another site
+    can send `text/plain` with a browser's Basic credentials, but not `application/json`, without a preflight)."""
+    media = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise RedfishError(415, "GeneralError", f"a write must be sent as application/json, not "
+                           f"{media or 'no Content-Type'}", [media])
     try:
         body = await request.json()
     except ValueError:
@@ -218,9 +229,13 @@ async def compose(request: Request, who: Caller) -> RedfishResponse:
     store = _store(request)
     view = await run_in_threadpool(_view, request, who)
     req = Y.parse_compose(body, view)
+    _rate(request, who.tenant)
+    config = request.app.state.jobs.config
     try:
-        slice_id = await run_in_threadpool(store.compose, who.tenant, req.name, req.host, req.devices, req.cpus,
-                                           req.memory_gb)
+        slice_id = await run_in_threadpool(partial(
+            store.compose, who.tenant, req.name, req.host, req.devices, req.cpus, req.memory_gb,
+            device_gbps=config.composition_device_gbps, admit=_admit(request, who.tenant),
+            most=config.max_compositions_per_tenant))
     except CompositionRefused as exc:
         _refused(exc)
     jobs: JobService = request.app.state.jobs
@@ -230,7 +245,27 @@ async def compose(request: Request, who: Caller) -> RedfishResponse:
     return RedfishResponse(Y.task(s), 202, {"Location": f"{R.MONITORS}/{s.id}"})
 
 
+def _rate(request: Request, tenant: str) -> None:
+    """429 with Retry-After when `tenant` composes (or updates) faster than `compose_rate_per_tenant`."""
+    buckets: TenantBuckets = request.app.state.compose_buckets
+    wait = buckets.take(tenant)
+    if wait:
+        raise RedfishError(429, "GeneralError", f"tenant {tenant!r} composes faster than "
+                           f"{request.app.state.jobs.config.compose_rate_per_tenant:g} a second "
+                           "(compose_rate_per_tenant): retry after Retry-After seconds",
+                           headers={"Retry-After": retry_after(wait)})
+
+
+def _admit(request: Request, tenant: str) -> Admit:
+    """The quota check of a composition of `tenant` (`placement.compositions`), on the tenants spec now."""
+    jobs: JobService = request.app.state.jobs
+    tenants = TenantDirectory(jobs.store, jobs.config).tenants()
+    return lambda held, want: composition_problem(tenants, tenant, held, want)
+
+
 def _refused(exc: CompositionRefused) -> None:
+    if exc.exhausted:
+        raise RedfishError(409, "ResourceExhaustion", str(exc), [str(exc)])
     if exc.unknown:
         uris = [f"{R.BLOCKS}/{R.block_id(x)}" for x in exc.unknown]
         raise RedfishError(400, "ResourceMissingAtURI", str(exc), uris[:1])
@@ -283,9 +318,13 @@ def _update(request: Request, s: LiveSlice, ident: str, add: list[str], remove: 
     there was nothing to change. 409 ResourceInUse for a block in use (or a system not composed yet), 400
     naming a block that cannot be added or removed."""
     store = _store(request)
+    _rate(request, s.tenant or "")
     try:
-        changed = store.update_composition(s.id, add, remove)
+        changed = store.update_composition(s.id, add, remove, request.app.state.jobs.config.composition_device_gbps,
+                                           _admit(request, s.tenant or ""))
     except CompositionRefused as exc:
+        if exc.exhausted:
+            _refused(exc)
         if exc.in_use == (s.id,):
             raise RedfishError(409, "ResourceInUse", str(exc), [f"{R.SYSTEMS}/{ident}"]) from None
         if exc.in_use:

@@ -19,6 +19,7 @@ adds and removes it implies. `parse_action` and `parse_patch` turn them into wha
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -119,7 +120,12 @@ class ComposeRequest:
     memory_gb: float | None
 
 
-def _number(body: dict[str, Any], group: str, key: str) -> float | None:
+#: The least a composition takes: whole cores (Redfish's CoreCount is an integer), and this much memory, GiB
+#: (the REST API's least for a job; a composition of CoreCount 0.001 held 4 GPUs while counting for nothing).
+MIN_CORES, MIN_MEMORY_GIB = 1, 0.001
+
+
+def _number(body: dict[str, Any], group: str, key: str, least: float, whole: bool = False) -> float | None:
     part = body.get(group)
     if part is None:
         return None
@@ -128,10 +134,19 @@ def _number(body: dict[str, Any], group: str, key: str) -> float | None:
     value = part.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise RedfishError(400, "PropertyValueTypeError", f"{group}.{key} must be a positive number, not {value!r}",
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RedfishError(400, "PropertyValueTypeError", f"{group}.{key} must be a number, not {value!r}",
                            [repr(value), f"{group}.{key}"])
+    if value < least or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a number"
+        raise RedfishError(400, "PropertyValueOutOfRange", f"{group}.{key} must be {kind} of at least {least:g}, "
+                           f"not {value!r}", [repr(value), f"{group}.{key}"])
     return float(value)
+
+
+#: Unicode categories a name may not hold: controls (C0, DEL, C1), format characters (bidi overrides, zero
+#: widths), unassigned, surrogates and private use, and line and paragraph separators.
+_UNPRINTABLE = {"Cc", "Cf", "Cn", "Cs", "Co", "Zl", "Zp"}
 
 
 def parse_compose(body: Any, view: View) -> ComposeRequest:
@@ -145,6 +160,9 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
     name = body.get("Name")
     if not isinstance(name, str) or not name.strip() or len(name) > 255:
         raise RedfishError(400, "PropertyMissing", "Name is required: a string of 1 to 255 characters", ["Name"])
+    if any(unicodedata.category(c) in _UNPRINTABLE for c in name):
+        raise RedfishError(400, "PropertyValueFormatError", f"Name {name!r} has a control character: names are "
+                           "shown in tables, logs and terminals (printable characters only)", [repr(name), "Name"])
     links = body.get("Links")
     members = links.get("ResourceBlocks") if isinstance(links, dict) else None
     if not isinstance(members, list) or not members:
@@ -156,8 +174,9 @@ def parse_compose(body: Any, view: View) -> ComposeRequest:
         raise RedfishError(400, "PropertyValueConflict", f"a composition takes exactly one Compute block; "
                            f"{len(hosts)} given", ["Links.ResourceBlocks"])
     devices = [n for n in names if n != hosts[0]]
-    return ComposeRequest(name.strip(), hosts[0], devices, _number(body, "ProcessorSummary", "CoreCount"),
-                          _number(body, "MemorySummary", "TotalSystemMemoryGiB"))
+    return ComposeRequest(name.strip(), hosts[0], devices,
+                          _number(body, "ProcessorSummary", "CoreCount", MIN_CORES, whole=True),
+                          _number(body, "MemorySummary", "TotalSystemMemoryGiB", MIN_MEMORY_GIB))
 
 
 def compute_blocks(view: View, names: list[str]) -> list[str]:

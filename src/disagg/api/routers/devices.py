@@ -36,7 +36,7 @@ def _act(jobs: Jobs, device_id: str, action: str, who: Principal) -> dict[str, A
 def list_devices(request: Request, _who: Who, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
                  cursor: Cursor = None) -> dict[str, Any]:
     """Devices: free, attached (with the slice), failed or drained."""
-    items, key = store.devices_page(limit, decode_cursor(cursor, 1))
+    items, key = store.devices_page(limit, decode_cursor(cursor, int))
     return {"devices": items, "next": next_link(request, key)}
 
 

@@ -19,6 +19,7 @@ from disagg.api.deps import Jobs, StoreDep, Who
 from disagg.api.errors import R400, R401, R404, R409, R422, R429, ApiError, Responses
 from disagg.api.ids import R409_AMBIGUOUS, resolve
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
+from disagg.api.ratelimit import TenantBuckets, retry_after
 from disagg.control.jobs import JobRejected, QueueFull
 from disagg.store import IdempotencyConflict, JobLive, Principal, Store
 
@@ -77,9 +78,17 @@ def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     responses={**R400, **R401, **R409, **R422_NEVER_FITS, **R429,
                201: {"description": "The job, stored and queued.", "links": _JOB_LINKS}},
 )
-async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
-    """Submit a job. It is queued and placed by the next scheduling round."""
+async def submit_job(request: Request, body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None
+                     ) -> dict[str, Any]:
+    """Submit a job. It is queued and placed by the next scheduling round. 429 with `Retry-After` past the
+    tenant's rate (`submit_rate_per_tenant`) or its queue bound (`max_queued_per_tenant`)."""
     t0 = time.perf_counter()
+    buckets: TenantBuckets = request.app.state.submit_buckets
+    wait = buckets.take(who.tenant)
+    if wait:
+        raise ApiError(429, f"tenant {who.tenant!r} submits faster than {jobs.config.submit_rate_per_tenant:g} jobs "
+                       "a second (submit_rate_per_tenant): retry after Retry-After seconds",
+                       headers={"Retry-After": retry_after(wait)})
     try:
         job, _created = await jobs.submit_async(who.tenant, body.model_dump(), idempotency_key)
     except JobRejected as exc:
@@ -103,7 +112,7 @@ def list_jobs(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Jobs of the caller's tenant (all jobs for an admin), newest first, a page at a time (`next`)."""
-    jobs, key = store.jobs_page(who, state, limit, decode_cursor(cursor, 2))
+    jobs, key = store.jobs_page(who, state, limit, decode_cursor(cursor, int, str))
     return {"jobs": jobs, "next": next_link(request, key)}
 
 
@@ -167,7 +176,7 @@ def job_events(job_id: JobId, request: Request, who: Who, store: StoreDep, limit
     """The job's history, oldest first: each transition of the job and of its slices, with why
     (e.g. "re-queued: device iobox0/gpu4 failed"), a page at a time (`next`)."""
     whole = resolve_job(store, job_id, who)
-    key = decode_cursor(cursor, 1)
+    key = decode_cursor(cursor, int)
     events = store.job_events(whole, int(key[0]) if key else None, limit + 1)
     more = len(events) > limit
     events = events[:limit]

@@ -44,7 +44,7 @@ def _act(jobs: Jobs, link_id: str, action: str, who: Principal) -> dict[str, Any
 def list_links(request: Request, _who: Who, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
                cursor: Cursor = None) -> dict[str, Any]:
     """Network links: bandwidth, up or down, the load the live slices put on them, and who uses them."""
-    items, key = store.links_page(limit, decode_cursor(cursor, 1))
+    items, key = store.links_page(limit, decode_cursor(cursor, str))
     return {"links": items, "next": next_link(request, key)}
 
 

@@ -18,5 +18,5 @@ router = APIRouter()
 def list_machines(request: Request, _who: Who, store: StoreDep, limit: Limit = DEFAULT_LIMIT,
                   cursor: Cursor = None) -> dict[str, Any]:
     """Machines and pools, with the slices that use them."""
-    items, key = store.machines_page(limit, decode_cursor(cursor, 1))
+    items, key = store.machines_page(limit, decode_cursor(cursor, int))
     return {"machines": items, "next": next_link(request, key)}

@@ -27,10 +27,7 @@ Image = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f
 def list_profiles(request: Request, _who: Who, jobs: Jobs, limit: Limit = DEFAULT_LIMIT,
                   cursor: Cursor = None) -> dict[str, Any]:
     """Every image the table or the store knows: the profile used, the learned estimate, the pin."""
-    key = decode_cursor(cursor, 1)
-    if key is not None and not isinstance(key[0], str):
-        raise ApiError(422, "cursor: not a cursor this API gave (use a page's `next`)",
-                       [{"field": "cursor", "message": "not a cursor this API gave"}])
+    key = decode_cursor(cursor, str)
     items, last = ProfileDirectory(jobs.store, jobs.config).page(None if key is None else str(key[0]), limit)
     return {"profiles": items, "next": next_link(request, None if last is None else [last])}
 

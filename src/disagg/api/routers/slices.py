@@ -31,7 +31,7 @@ def list_slices(
 ) -> dict[str, Any]:
     """Slices (of the caller's jobs; all for an admin), newest first, a page at a time (`next`); `steps`
     adds their step records."""
-    slices, key = store.slices_page(who, state, steps, limit, decode_cursor(cursor, 2))
+    slices, key = store.slices_page(who, state, steps, limit, decode_cursor(cursor, float, str))
     return {"slices": slices, "next": next_link(request, key)}
 
 

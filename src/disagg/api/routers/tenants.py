@@ -20,9 +20,9 @@ from disagg.api import schemas as S
 from disagg.api.deps import Admin, Jobs, Who
 from disagg.api.errors import R400, R401, R403, R404, R422, ApiError
 from disagg.api.ids import R409_AMBIGUOUS, one_match
-from disagg.control.tenants import TenantDirectory
+from disagg.control.tenants import TenantDirectory, known_tenants
 from disagg.model import SpecError
-from disagg.model.tenants import tenant_name_problem
+from disagg.model.tenants import tenant_name_clash, tenant_name_problem
 from disagg.store.prefixes import matching
 
 router = APIRouter()
@@ -51,7 +51,7 @@ def get_tenant(name: Annotated[str, Path(min_length=1, max_length=64, descriptio
             responses={**R400, **R401, **R403, **R422})
 def set_tenant(name: TenantName, body: S.TenantIn, who: Admin, jobs: Jobs) -> dict[str, Any]:
     """Admin: set a tenant's weight, cohort, quota and borrowing limit (from the next round on)."""
-    problem = tenant_name_problem(name)
+    problem = tenant_name_problem(name) or tenant_name_clash(name, known_tenants(jobs.store, jobs.config))
     if problem:
         raise ApiError(422, f"tenant name {problem}", [{"field": "name", "message": problem}])
     directory = TenantDirectory(jobs.store, jobs.config)
