@@ -191,7 +191,17 @@ def _announce(service: Service, settings: Config, loop_pid: int, note: str, url:
     )
     for line in service.engine.notes():
         sys.stdout.write(f"jobs: {line}\n")
+    sys.stdout.write(client_hint(url, settings.resolved_state_dir() / ADMIN_TOKEN_FILE))
     sys.stdout.flush()
+
+
+def client_hint(url: str, token_file: Path) -> str:
+    """What to type in another shell to use this controller: the URL it really listens on (so
+    `scripts/demo.sh --port 8391` and `--port 0` name the right one) and, when the first admin token's
+    file is there, the token."""
+    where = url.split(" ", 1)[0]  # `http://host:port (every interface)` → the URL alone
+    token = f" DISAGG_TOKEN=$(cat {token_file.absolute()})" if token_file.exists() else ""
+    return f"clients: export DISAGG_URL={where}{token}\n"
 
 
 def _write_private(path: Path, text: str) -> None:
