@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from disagg.model import states
+from disagg.model.spec import TasksSpec
 from disagg.model.tenants import Limits
 
 _IN = ConfigDict(extra="forbid", strict=True)
@@ -45,21 +46,9 @@ DeviceState = states.DeviceState
 SliceState = states.SliceState
 
 
-class TasksIn(BaseModel):
-    """Each task of the job (a job is a gang of `count` identical tasks)."""
-
-    model_config = _IN
-    count: Int = Field(default=1, ge=1, le=64)
-    cpus: float = Field(default=1.0, ge=0.001, le=1024)
-    memory_gb: float = Field(default=1.0, ge=0.001, le=65536)
-    gpu: Int = Field(default=0, ge=0, le=64)
-    nvme: Int = Field(default=0, ge=0, le=64)
-    fpga: Int = Field(default=0, ge=0, le=64)
-    memory: Int = Field(default=0, ge=0, le=64)
-    gpu_model: Model | None = None
-    nvme_model: Model | None = None
-    fpga_model: Model | None = None
-    memory_model: Model | None = None
+class TasksIn(TasksSpec):
+    """Each task of the job (a job is a gang of `count` identical tasks): the jobs spec's `TasksSpec`,
+    so a spec file and a request body take the same values and name the same allowed fields."""
 
 
 class JobIn(BaseModel):
