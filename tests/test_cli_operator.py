@@ -53,3 +53,20 @@ def test_demo_names_no_port_of_its_own() -> None:
     demo = (ROOT / "scripts" / "demo.sh").read_text()
     said = demo[demo.index("cat <<'MSG'"):demo.index("\nMSG\n")]
     assert not re.search(r"127\.0\.0\.1:\d+", said)  # the serve banner's `clients:` line names the real URL
+
+
+def test_every_links_example_of_the_docs_names_one_link_of_the_shipped_cluster() -> None:
+    from disagg.model import load_cluster
+
+    cluster = load_cluster(ROOT / "src" / "disagg" / "control" / "default_cluster.yaml")
+    links = [f"up:{m.name}" for m in cluster.machines] + [f"up:{p.name}" for p in cluster.pools] + [
+        f"rack:{r}" for r in {m.rack for m in cluster.machines}]
+    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "src" / "disagg" / "cli" / "inventory.py"]
+    examples = [(p.name, ex) for p in texts for ex in re.findall(r"disagg links (?:fail|repair)(?:\|repair)? ([^\s`]+)",
+                                                                  p.read_text())]
+    assert examples
+    for where, ex in examples:
+        if ex.startswith("<"):
+            continue  # a placeholder, not an example
+        matches = [lk for lk in links if lk.startswith(ex)]
+        assert len(matches) == 1, f"{where}: `disagg links fail {ex}` matches {matches}"

@@ -4,7 +4,7 @@ controller holds, through its REST API, and an admin's actions on a device or a 
 Each listing is GET /v1/<kind>, every page of it, printed as a table with one row per item (ids whole,
 never cut: `disagg.cli.tables`), `-o wide` with every column the API gives, or the API's JSON with
 `--json` (`-o json`). An id may be any unique beginning of it (`disagg slices s-3f`,
-`disagg devices drain iobox0/gpu3`, `disagg links fail up:iob`); one that several share exits 2
+`disagg devices drain iobox0/gpu3`, `disagg links fail up:iobox1`); one that several share exits 2
 naming them.
 """
 
