@@ -4,8 +4,21 @@ hold and release, allocation per machine and pool, true job times, and the serve
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
 import pytest
-from control_helpers import body
+from control_helpers import Server, admin_token, body, wait_for
 from fastapi.testclient import TestClient
 
 from disagg.api import schemas as S
@@ -43,3 +56,113 @@ def test_a_body_that_is_not_json_is_a_400_that_says_so(api: Client) -> None:
     r = client.post("/v1/jobs", headers={**h(tok["alice"]), "content-type": "application/json"}, content=b"{nope")
     assert r.status_code == 400
     assert r.json()["detail"].startswith("the body is not valid JSON: ") and r.json()["problems"][0]["field"] == "body"
+
+
+# --- against a real `disagg serve` ------------------------------------------------------------------
+def started(root: Path, *options: str) -> Server:
+    """A `disagg serve` with its jobs' directories in a folder of its own (not under /var/lib/disagg/jobs,
+    where a concurrent test session's clean-up removes the directories that appeared while it ran)."""
+    jobs = Path(tempfile.mkdtemp(prefix="disagg-i25-jobs-", dir="/var/tmp"))
+    jobs.chmod(0o755)
+    srv = Server(root, f"sqlite:///{root / 'd.db'}", ["--latency-scale", "0.002", "--tick-s", "0.02", *options])
+    os.environ["DISAGG_JOBS_DIR"] = str(jobs)
+    try:
+        srv.start()
+    finally:
+        os.environ.pop("DISAGG_JOBS_DIR", None)
+    srv.jobs_dir = jobs  # type: ignore[attr-defined]
+    return srv
+
+
+def stopped(srv: Server) -> None:
+    with contextlib.suppress(ProcessLookupError, ChildProcessError, RuntimeError):
+        srv.kill()
+    shutil.rmtree(srv.jobs_dir, ignore_errors=True)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    root = tmp_path_factory.mktemp("day")
+    srv = started(root, "--round-gap-s", "0.02")
+    try:
+        srv.ready()
+        yield srv, admin_token(root)
+    finally:
+        stopped(srv)
+
+
+def cli(served: tuple[Server, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`disagg ARGS` in its own process, its stdout a pipe."""
+    srv, token = served
+    env = {"DISAGG_URL": srv.url, "DISAGG_TOKEN": token, "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "disagg.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def submitted(served: tuple[Server, str], name: str, script: str, *options: str) -> str:
+    out = cli(served, "submit", name, "--json", *options, "--", "sh", "-c", script)
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout)["id"])
+
+
+def api_job(served: tuple[Server, str], job_id: str) -> dict[str, Any]:
+    srv, token = served
+    return dict(httpx.get(f"{srv.url}/v1/jobs/{job_id}", headers=h(token), timeout=10).json())
+
+
+def server_log(served: tuple[Server, str]) -> str:
+    return (served[0].root / "server.log").read_text()
+
+
+def test_the_banner_gives_the_clients_line_with_the_real_url(served: tuple[Server, str]) -> None:
+    srv, _ = served
+    assert f"clients: export DISAGG_URL={srv.url} DISAGG_TOKEN=$(cat " in server_log(served)
+
+
+def test_logs_follow_waits_for_the_start_and_exits_with_the_jobs_code(served: tuple[Server, str]) -> None:
+    jid = submitted(served, "three", "sleep 0.5; echo before-exit; exit 3")
+    out = cli(served, "logs", jid, "--follow")  # at once: the job is queued or composing
+    assert (out.returncode, out.stdout) == (3, "before-exit\n"), out.stderr
+    ok = submitted(served, "zero", "echo fine")
+    out = cli(served, "logs", ok, "-f")
+    assert (out.returncode, out.stdout) == (0, "fine\n"), out.stderr
+
+
+def test_cancel_with_grace_sends_sigterm_and_waits_like_a_preemption(served: tuple[Server, str]) -> None:
+    script = "trap 'echo got-term; exit 7' TERM; echo ready; while true; do sleep 0.1; done"
+    jid = submitted(served, "trapper", script)
+    wait_for(lambda: api_job(served, jid)["state"] == "running", timeout=60,
+             what=f"running: {cli(served, 'slices', '-o', 'wide').stdout}")
+    wait_for(lambda: "ready" in cli(served, "logs", jid).stdout, what="the trap set")
+    out = cli(served, "cancel", jid, "--grace", "60", "--signal", "TERM")
+    assert out.returncode == 0 and "SIGTERM sent" in out.stdout, out.stdout + out.stderr
+    wait_for(lambda: api_job(served, jid)["state"] == "cancelled", timeout=40, what="cancelled on its trap")
+    assert "got-term" in cli(served, "logs", jid).stdout  # its trap ran: it was not killed at once
+    why = [e["why"] for e in httpx.get(f"{served[0].url}/v1/jobs/{jid}/events", headers=h(served[1]),
+                                       timeout=10).json()["events"]]
+    assert "cancel requested: SIGTERM, grace 60 s" in why
+    log = server_log(served)
+    assert f"job {jid}: cancel requested: SIGTERM, grace 60 s" in log
+    assert f"job {jid}: cancelled by user; it stopped on the signal" in log
+    bad = cli(served, "cancel", jid, "--grace", "1", "--signal", "STOP")
+    assert bad.returncode == 2 and "--signal: 'STOP' is not allowed" in bad.stderr
+
+
+def test_faults_and_shutdown_leave_lines_in_the_servers_log(tmp_path: Path) -> None:
+    srv = started(tmp_path)
+    try:
+        srv.ready()
+        one = (srv, admin_token(tmp_path))
+        jid = submitted(one, "long", "sleep 60")
+        wait_for(lambda: api_job(one, jid)["state"] == "running", what="running")
+        assert cli(one, "devices", "fail", "iobox0/gpu0").returncode == 0
+        assert cli(one, "links", "fail", "up:iobox1").returncode == 0
+        os.kill(srv.pid, signal.SIGINT)  # Ctrl-C
+        os.waitpid(srv.pid, 0)
+    finally:
+        stopped(srv)
+    log = (tmp_path / "server.log").read_text()
+    assert "device iobox0/gpu0: failed (an admin's action)" in log
+    assert "link up:iobox1: failed (an admin's action)" in log
+    assert "stopping: 1 job composing or running left running, by design" in log

@@ -92,6 +92,12 @@ class JobIn(BaseModel):
         return value
 
 
+#: The signals `POST /v1/jobs/{id}/cancel?signal=` may send first (`disagg cancel --signal`).
+CancelSignal = Literal["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"]
+#: The longest grace period a cancel may give, seconds (as `preempt_grace_s`).
+MAX_CANCEL_GRACE_S = 86_400.0
+
+
 class TasksOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     count: int

@@ -17,7 +17,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, escape_controls, get_all, print_json
+from disagg.cli.common import (
+    DEFAULT_API,
+    AsJson,
+    Output,
+    Token,
+    Url,
+    call_api,
+    escape_controls,
+    fail,
+    get_all,
+    print_json,
+)
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
 from disagg.model.states import JobState
@@ -145,7 +156,9 @@ def jobs(
 
 def logs(
     job_id: Annotated[str, typer.Argument(help="The job.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help=(
+        "Wait for the job to start, print as it writes until it ends, then exit with its exit code "
+        "(1 when it failed or was cancelled without one)."))] = False,
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
@@ -163,11 +176,27 @@ def logs(
         last = page
     if as_json:
         print_json({"job": job_id, "slice": last.get("slice"), "logs": "".join(text), "size": last.get("size", 0)})
+    if follow:
+        code = exit_code_of(call_api("GET", url, f"/v1/jobs/{job_id}", token))
+        if code:
+            raise typer.Exit(code)
+
+
+def exit_code_of(job: dict[str, Any]) -> int:
+    """What `logs --follow` exits with once the job has ended, as `srun` does: the job's own exit code,
+    or 1 for a job that failed or was cancelled without one."""
+    code = job["exit_code"]
+    if code is None:
+        return 0 if job["state"] == JobState.COMPLETED else 1
+    if code < 0:  # killed by a signal: the shell's 128 + its number
+        return min(128 - int(code), 255)
+    return int(code) if code < 256 else 1
 
 
 def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterator[dict[str, Any]]:
     """The pages of the job's output from the start; with `follow`, new ones as they come until the job
-    ends (a re-queued job's new attempt starts again from its beginning, after a line that says so)."""
+    ends: a job not started yet is waited for (as `kubectl logs -f`), and a re-queued job's new attempt
+    starts again from its beginning, after a line that says so."""
     offset, attempt = 0, None
     while True:
         page = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token, params={"offset": offset, "limit": 2**20})
@@ -179,23 +208,44 @@ def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterat
         attempt, offset = page["slice"], page["next_offset"]
         if offset < page["size"]:
             continue  # more is there already
-        if not follow or page["complete"]:
+        if not follow or (page["complete"] and _ended(url, job_id, token)):
             return
         time.sleep(FOLLOW_EVERY_S)
 
 
+def _ended(url: str, job_id: str, token: str | None) -> bool:
+    """Whether the job has reached a final state (a complete attempt may be followed by another one)."""
+    return JobState(call_api("GET", url, f"/v1/jobs/{job_id}", token)["state"]).final
+
+
 def cancel(
     job_id: Annotated[str, typer.Argument(help="The job.")],
+    grace: Annotated[float, typer.Option("--grace", min=0.0, help=(
+        "Seconds a running job has to stop after the signal (its `trap` runs), before it is killed, as a "
+        "preempted job has; 0: kill at once.  (scancel --signal, kubectl delete --grace-period)"))] = 0.0,
+    sig: Annotated[str, typer.Option("--signal", help=(
+        "The signal sent first with --grace: TERM, INT, HUP, QUIT, USR1, USR2 or KILL."))] = "TERM",
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Cancel a job; its slice is torn down. Repeating it is harmless."""
-    job = call_api("POST", url, f"/v1/jobs/{job_id}/cancel", token)
+    """Cancel a job; its slice is torn down (with --grace, after the job has had its signal and its grace
+    period). Repeating it is harmless."""
+    name = sig.upper().removeprefix("SIG")
+    if name not in CANCEL_SIGNALS:
+        raise fail(f"--signal: {sig!r} is not allowed; use one of {', '.join(CANCEL_SIGNALS)}")
+    params = {"grace_s": grace, "signal": name} if grace > 0 else None
+    job = call_api("POST", url, f"/v1/jobs/{job_id}/cancel", token, params=params)
     if as_json:
         print_json(job)
+    elif job["state"] == JobState.RUNNING and grace > 0:
+        Console().print(f"job [bold]{job['id']}[/] is running: SIG{name} sent, killed in {grace:g} s unless it stops")
     else:
         Console().print(f"job [bold]{job['id']}[/] is {job['state']}")
+
+
+#: What `--signal` may name (the API's `CancelSignal`).
+CANCEL_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
 
 
 def events(

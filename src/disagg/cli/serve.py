@@ -81,7 +81,7 @@ def serve(
                          allow_same_user=allow_same_user, accept_state_loss=accept_state_loss)
     service, loop_pid, wake_fd, note = _open(settings)
     sock = _listen(service, settings, loop_pid)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
     _announce(service, settings, loop_pid, note, served_url(sock.getsockname(), settings.host))
     _run(service, settings, loop_pid, wake_fd, sock)
 
@@ -232,9 +232,28 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: 
         serve_http(create_app(service.jobs), settings, sock)
     finally:
         stopping.set()
+        _say_left_running(service)
         if loop_pid:
             stop_loop_process(loop_pid)
         service.close()
+
+
+def _say_left_running(service: Service) -> None:
+    """At shutdown, say what happens to the jobs: they are left running, by design (the next start
+    reconciles them), and how many there are; the log says the controller stopped."""
+    from disagg.model.states import JobState
+
+    try:
+        counts = service.store.counts()["jobs"]
+    except Exception:  # a store that is gone cannot be counted; say the rest all the same
+        counts = {}
+    live = sum(counts.get(st, 0) for st in (JobState.COMPOSING, JobState.RUNNING))
+    queued = counts.get(JobState.QUEUED, 0)
+    from disagg.display import count
+
+    logging.getLogger("disagg.serve").warning(
+        "stopping: %s composing or running left running, by design (the next start picks them up); "
+        "%s queued wait for it", count(live, "job"), count(queued, "job"))
 
 
 def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
@@ -250,7 +269,7 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
     except (SpecError, UnknownPolicyError) as exc:
         failed(str(exc))
         return
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
     if settings.loop_nice:
         import os
 

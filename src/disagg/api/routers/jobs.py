@@ -116,11 +116,20 @@ def get_job(job_id: JobId, who: Who, store: StoreDep) -> dict[str, Any]:
 
 
 @router.post("/v1/jobs/{job_id}/cancel", status_code=202, response_model=S.JobOut, tags=["jobs"], responses=_ONE)
-def cancel_job(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+def cancel_job(
+    job_id: JobId, who: Who, store: StoreDep, jobs: Jobs,
+    grace_s: Annotated[float, Query(ge=0, le=S.MAX_CANCEL_GRACE_S, description=(
+        "A running job gets `signal` first and this long to stop (its `trap` runs), then it is killed, as a "
+        "preempted job is; 0 (the default): at once."))] = 0.0,
+    signal: Annotated[S.CancelSignal, Query(description="The signal sent first when `grace_s` > 0.")] = "TERM",
+) -> dict[str, Any]:
     """Cancel a job: a queued one stops waiting, a live slice is torn down (it happens after the answer,
-    hence 202). Repeating it is harmless, and so is cancelling a job that has ended: it stays as it is."""
+    hence 202). With `grace_s`, a running job is signalled first and stays `running` until it stops or
+    the grace period ends. Repeating it is harmless (a second cancel does not wait again), and so is
+    cancelling a job that has ended: it stays as it is."""
     whole = resolve_job(store, job_id, who)
-    jobs.cancel(whole)
+    job = _job(store, whole, who)
+    jobs.cancel(whole, grace_s, signal, job["tenant"])
     return _job(store, whole, who)
 
 
