@@ -166,3 +166,32 @@ def test_faults_and_shutdown_leave_lines_in_the_servers_log(tmp_path: Path) -> N
     assert "device iobox0/gpu0: failed (an admin's action)" in log
     assert "link up:iobox1: failed (an admin's action)" in log
     assert "stopping: 1 job composing or running left running, by design" in log
+
+
+def test_tenants_entitled_share_is_the_same_for_the_tenant_and_the_admin(api: Client) -> None:
+    client, tok = api
+    for who in ("alice", "bob"):
+        assert client.post("/v1/jobs", headers=h(tok[who]), json=body(f"{who}-job", ["sleep", "30"], gpu=0)
+                           ).status_code == 201
+    mine = client.get("/v1/tenants", headers=h(tok["alice"])).json()["tenants"]
+    every = {t["name"]: t for t in client.get("/v1/tenants", headers=h(tok["admin"])).json()["tenants"]}
+    assert [t["name"] for t in mine] == ["alice"]
+    assert mine[0]["entitled_share"] == every["alice"]["entitled_share"] < 1.0
+    assert all(t["unix_user"] for t in every.values())  # who the jobs run as, never blank
+
+
+def test_the_tenants_table_says_what_its_columns_mean_in_words() -> None:
+    from disagg.cli.tenants import LEGEND, _table
+    from disagg.cli.tables import console as table_console
+
+    row = {"name": "alice", "weight": 1.0, "cohort": None, "unix_user": "disagg-alice", "quota": {"gpu": 2.0},
+           "borrow": {}, "limit": {"gpu": 2.0}, "usage": {"memory_gb": 3.0, "network_gbps": 1.8, "cpus": 2.0},
+           "borrowed": {}, "decayed_usage": {}, "dominant_share": 0.25, "fair_share": 0.1, "entitled_share": 0.5,
+           "queued": 0, "running": 1}
+    out = table_console()
+    with out.capture() as cap:
+        out.print(_table([row], wide=True))
+    text = cap.get()
+    assert "3 GB memory, 1.8 Gbit/s network, 2 cpus" in text and "memory_gb" not in text
+    assert "entitled share" in text and "50.0%" in text and "disagg-alice" in text
+    assert " ".join(LEGEND.split()) in " ".join(text.split())
