@@ -181,8 +181,8 @@ def test_tenants_entitled_share_is_the_same_for_the_tenant_and_the_admin(api: Cl
 
 
 def test_the_tenants_table_says_what_its_columns_mean_in_words() -> None:
-    from disagg.cli.tenants import LEGEND, _table
     from disagg.cli.tables import console as table_console
+    from disagg.cli.tenants import LEGEND, _table
 
     row = {"name": "alice", "weight": 1.0, "cohort": None, "unix_user": "disagg-alice", "quota": {"gpu": 2.0},
            "borrow": {}, "limit": {"gpu": 2.0}, "usage": {"memory_gb": 3.0, "network_gbps": 1.8, "cpus": 2.0},
