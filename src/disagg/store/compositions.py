@@ -25,6 +25,7 @@ The Redfish service's read side is here too (`redfish_inventory`): the inventory
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection, Table, delete, insert, select, update
@@ -115,6 +116,8 @@ class Inventory:
     devices: tuple[DeviceInfo, ...]
     slices: tuple[LiveSlice, ...]
     down_links: frozenset[str] = field(default_factory=frozenset)
+    #: Each link's bandwidth, Gbit/s (`up:<node>`, `rack:<rack>`): the Chassis show their uplinks' speeds.
+    link_gbps: Mapping[str, float] = field(default_factory=dict)
 
 
 class CompositionOps(StoreBase):
@@ -216,7 +219,8 @@ class CompositionOps(StoreBase):
             query = select(d.id, d.kind, d.model, d.location, d.index, d.capacity, d.health, d.drained, d.slice_id)
             devices = tuple(DeviceInfo(*row) for row in conn.execute(query.order_by(d.position)))
             down = frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
-            return Inventory(nodes, devices, tuple(_slices_read(conn)), down)
+            gbps = {str(i): float(g) for i, g in conn.execute(select(_links.c.id, _links.c.gbps))}
+            return Inventory(nodes, devices, tuple(_slices_read(conn)), down, gbps)
 
 
 def _removable(task: PlacedTask, remove: list[str]) -> list[str]:
