@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,3 +197,57 @@ def test_the_tenants_table_says_what_its_columns_mean_in_words() -> None:
     assert "3 GB memory, 1.8 Gbit/s network, 2 cpus" in text and "memory_gb" not in text
     assert "entitled share" in text and "50.0%" in text and "disagg-alice" in text
     assert " ".join(LEGEND.split()) in " ".join(text.split())
+
+
+def _expected_allocation(jobs: list[dict[str, Any]]) -> tuple[dict[str, list[float]], Counter[str]]:
+    """A hand count from the placements: cpus and memory per machine, devices used per location."""
+    held: dict[str, list[float]] = {}
+    used: Counter[str] = Counter()
+    for j in jobs:
+        for t in j["placement"] or []:
+            mine = held.setdefault(t["machine"], [0.0, 0.0])
+            mine[0] += t["cpus"]
+            mine[1] += t["memory_gb"]
+            for d in t["devices"]:
+                used[d["location"]] += 1
+    return held, used
+
+
+def test_machines_json_and_the_dashboard_agree_with_a_hand_count(served: tuple[Server, str]) -> None:
+    srv, token = served
+    ids = [submitted(served, "alloc-a", "sleep 60", "--cpus", "3", "--memory-gb", "5", "--gpus", "2"),
+           submitted(served, "alloc-b", "sleep 60", "--tasks", "2", "--cpus", "1.5", "--memory-gb", "2", "--gpus", "1"),
+           submitted(served, "alloc-c", "sleep 60", "--cpus", "2", "--memory-gb", "7", "--nvme", "1")]
+    try:
+        wait_for(lambda: all(api_job(served, j)["state"] == "running" for j in ids), timeout=60, what="running")
+        running = [api_job(served, j) for j in ids]
+        held, used = _expected_allocation(running)
+        out = cli(served, "machines", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        machines = {m["id"]: m for m in json.loads(out.stdout)["machines"]}
+        for name, m in machines.items():
+            a = m["allocation"]
+            assert [a["cpus"]["allocated"], a["memory_gb"]["allocated"]] == pytest.approx(held.get(name, [0, 0])), name
+            assert (a["cpus"]["total"], a["memory_gb"]["total"]) == (m["cpus"], m["memory_gb"])
+            assert sum(g["used"] for g in a["devices"]) == used[name], name
+            assert sum(g["total"] for g in a["devices"]) == len(m["devices"]), name
+        assert sum(used.values()) == 2 + 2 + 1
+        table = cli(served, "machines").stdout
+        busy = next(n for n in held if n in machines)
+        cpus = machines[busy]["allocation"]["cpus"]
+        assert f"{cpus['allocated']:g}/{cpus['total']:g}" in table
+        signed = {"disagg_session": token}  # the dashboard's session cookie
+        page = httpx.get(f"{srv.url}/ui/fabric", cookies=signed, timeout=10).text
+        for name, m in machines.items():
+            if m["kind"] == "machine":
+                a = m["allocation"]
+                assert (f'data-node="{name}"' in page and
+                        f'data-node-cpus="{a["cpus"]["allocated"]:g}/{a["cpus"]["total"]:g}"' in page), name
+        queue = httpx.get(f"{srv.url}/ui/queue", cookies=signed, timeout=10).text
+        total_gpu_used = sum(g["used"] for m in machines.values() for g in m["allocation"]["devices"]
+                             if g["kind"] == "gpu")
+        shown = sum(int(x) for x in re.findall(r'data-resource="gpu [^"]+" data-used="(\d+)"', queue))
+        assert shown == total_gpu_used == 4
+    finally:
+        for j in ids:
+            cli(served, "cancel", j)

@@ -231,6 +231,32 @@ class SliceList(BaseModel):
     next: str | None = _next()
 
 
+class AmountOut(BaseModel):
+    model_config = _OUT
+    allocated: float = Field(description="What the live slices hold.")
+    total: float
+
+
+class DeviceGroupOut(BaseModel):
+    """The devices of one kind and model at a place (or in the cluster)."""
+
+    model_config = _OUT
+    kind: str
+    model: str
+    used: int = Field(description="Attached to a slice.")
+    total: int
+    unavailable: int = Field(description="Neither used nor offered: failed, drained, or behind a link that is down.")
+
+
+class AllocationOut(BaseModel):
+    """What a machine or pool has and how much of it is held (a pool has no cpus or memory: 0 / 0)."""
+
+    model_config = _OUT
+    cpus: AmountOut
+    memory_gb: AmountOut
+    devices: list[DeviceGroupOut]
+
+
 class MachineOut(BaseModel):
     model_config = _OUT
     id: str
@@ -242,6 +268,8 @@ class MachineOut(BaseModel):
     cpus: float
     memory_gb: float
     devices: list[str]
+    allocation: AllocationOut = Field(description="cpus and memory allocated / total; devices by kind and model, "
+                                                  "used / total.")
 
 
 class MachineList(BaseModel):

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from disagg.model.allocation import node_allocation
 from disagg.model.slices import SlicePlacement
 from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health
 from disagg.store.base import StoreBase
@@ -114,7 +115,8 @@ def live_placements(s: Session) -> list[SlicePlacement]:
 
 
 # --- the inventory -----------------------------------------------------------------------------
-def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], link_down: bool = False) -> dict[str, Any]:
+def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], link_down: bool = False,
+                 held: Iterable[tuple[float, float]] = ()) -> dict[str, Any]:
     """One machine or pool: failed while its uplink is down (nothing behind it can be used) or, for a
     pool, when all its devices failed; attached while a live slice uses it or any of its devices."""
     states = [device_state(d) for d in devs]
@@ -131,6 +133,8 @@ def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], link_down:
         "cpus": r.cpus,
         "memory_gb": r.memory_gb,
         "devices": [d.id for d in devs],
+        "allocation": node_allocation(r.cpus, r.memory_gb, held,
+                                      ((d, device_state(d), not link_down) for d in devs)),
     }
 
 
@@ -297,9 +301,11 @@ class ViewOps(StoreBase):
             more, rows = _split_page(list(s.execute(_limited(nodes.order_by(MachineRow.position), limit))), limit)
             names = {r.name for r in rows}
             holders: dict[str, list[str]] = {}
+            held: dict[str, list[tuple[float, float]]] = {}  # host → (cpus, memory GB) of each slice machine
             for placement in live_placements(s):
                 for m in placement.machines:
                     holders.setdefault(m.host, []).append(placement.slice_id)
+                    held.setdefault(m.host, []).append((m.cpus, m.memory_gb))
             devs: dict[str, list[DeviceFields]] = {}
             dq = select(*DEVICE_FIELDS).order_by(DeviceRow.position)
             if limit is not None:
@@ -307,8 +313,8 @@ class ViewOps(StoreBase):
             for d in s.execute(dq):
                 devs.setdefault(d.location, []).append(d)
             down = set(s.scalars(select(LinkRow.id).where(LinkRow.up.is_(False))))
-            out = [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []), f"up:{r.name}" in down)
-                   for r in rows]
+            out = [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []), f"up:{r.name}" in down,
+                                held.get(r.name, ())) for r in rows]
             return out, ([rows[-1].position] if more else None)
 
     def machine_racks(self, names: Iterable[str]) -> dict[str, str]:
