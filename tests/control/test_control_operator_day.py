@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 from disagg.api import schemas as S
 from disagg.model import SpecError
 from disagg.model.spec import TasksSpec, parse_jobs
+from disagg.model.states import JOB_TRANSITIONS, JobState
 
 Client = tuple[TestClient, dict[str, str]]
 
@@ -251,3 +252,78 @@ def test_machines_json_and_the_dashboard_agree_with_a_hand_count(served: tuple[S
     finally:
         for j in ids:
             cli(served, "cancel", j)
+
+
+def test_hold_release_and_requeue_with_true_times_and_no_stale_placement(api: Client, service: Any) -> None:
+    client, tok = api
+    admin, alice = h(tok["admin"]), h(tok["alice"])
+    assert "held" in {str(s) for s in JOB_TRANSITIONS[JobState.QUEUED]}
+    # hold a job before any round places it: a gang larger than the free GPUs would do, but a fresh queue is
+    # placed within a tick, so hold the job that cannot be placed yet: ask for every GPU twice
+    blocker = client.post("/v1/jobs", headers=alice, json=body("blocker", ["sleep", "30"], gpu=5)).json()["id"]
+    wait_for(lambda: client.get(f"/v1/jobs/{blocker}", headers=alice).json()["state"] == "running", what="running")
+    waiting = client.post("/v1/jobs", headers=alice, json=body("waiter", ["sleep", "30"], gpu=5)).json()["id"]
+    assert client.post(f"/v1/jobs/{waiting}/hold", headers=alice).status_code == 403
+    r = client.post(f"/v1/jobs/{waiting}/hold", headers=admin)
+    assert r.status_code == 200 and r.json()["state"] == "held"
+    r = client.post(f"/v1/jobs/{waiting}/hold", headers=admin)  # again: harmless
+    assert r.status_code == 200 and r.json()["state"] == "held"
+    r = client.post(f"/v1/jobs/{blocker}/release", headers=admin)
+    assert r.status_code == 409 and "running" in r.json()["detail"]
+    # requeue the running one: it shows no placement until placed again, its earlier attempt in its history
+    running = client.get(f"/v1/jobs/{blocker}", headers=alice).json()
+    assert running["started_at"] and running["ran_s"] is not None and running["waited_s"] >= 0
+    first_slice = running["slice"]
+    r = client.post(f"/v1/jobs/{blocker}/requeue", headers=admin)
+    assert r.status_code == 202
+
+    def requeued_or_again() -> bool:
+        j = client.get(f"/v1/jobs/{blocker}", headers=alice).json()
+        return j["attempts"] >= 2 or (j["state"] == "queued")
+    wait_for(requeued_or_again, what="re-queued")
+    j = client.get(f"/v1/jobs/{blocker}", headers=alice).json()
+    if j["state"] == "queued":
+        assert j["slice"] is None and j["placement"] is None and j["started_at"] is None
+    else:
+        assert j["slice"] != first_slice
+    events = client.get(f"/v1/jobs/{blocker}/events", headers=alice).json()["events"]
+    assert any(e["slice"] == first_slice for e in events) and any("re-queued by admin" in (e["why"] or "")
+                                                                  for e in events)
+    # the held job stays out of placement while the GPUs are free; released, it runs
+    assert client.get(f"/v1/jobs/{waiting}", headers=alice).json()["state"] == "held"
+    client.post(f"/v1/jobs/{blocker}/cancel", headers=alice)
+    r = client.post(f"/v1/jobs/{waiting}/release", headers=admin)
+    assert r.status_code == 200 and r.json()["state"] in ("queued", "composing", "running")
+    wait_for(lambda: client.get(f"/v1/jobs/{waiting}", headers=alice).json()["state"] == "running",
+             what="the released job running")
+    client.post(f"/v1/jobs/{waiting}/cancel", headers=alice)
+    wait_for(lambda: client.get(f"/v1/jobs/{waiting}", headers=alice).json()["ended_at"] is not None, what="ended")
+    done = client.get(f"/v1/jobs/{waiting}", headers=alice).json()
+    assert done["ended_at"] >= done["started_at"] >= done["submitted_at"]
+    assert done["waited_s"] == pytest.approx(done["started_at"] - done["submitted_at"], abs=1e-6)
+    assert done["ran_s"] == pytest.approx(done["ended_at"] - done["started_at"], abs=1e-6)
+
+
+def test_the_dashboards_actions_ask_first_and_refuse_a_cross_site_post(api: Client) -> None:
+    client, tok = api
+    client.post("/login", data={"token": tok["alice"]})
+    assert client.get("/ui/confirm/device/drain/iobox0/gpu0").status_code == 403
+    client.post("/logout")
+    client.post("/login", data={"token": tok["admin"]})
+    page = client.get("/ui/fabric").text
+    assert 'href="/ui/confirm/device/drain/iobox0/gpu0"' in page and 'href="/ui/confirm/link/fail/up:iobox0"' in page
+    ask = client.get("/ui/confirm/device/drain/iobox0/gpu0")
+    assert ask.status_code == 200 and 'action="/ui/act/device/drain/iobox0/gpu0"' in ask.text
+    evil = client.post("/ui/act/device/drain/iobox0/gpu0", headers={"Origin": "https://evil.example"},
+                       follow_redirects=False)
+    assert evil.status_code == 403
+    devices = {d["id"]: d for d in client.get("/v1/devices", headers=h(tok["admin"])).json()["devices"]}
+    assert not devices["iobox0/gpu0"]["drained"]
+    done = client.post("/ui/act/device/drain/iobox0/gpu0", follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/ui/fabric"
+    devices = {d["id"]: d for d in client.get("/v1/devices", headers=h(tok["admin"])).json()["devices"]}
+    assert devices["iobox0/gpu0"]["drained"]
+    assert client.post("/ui/act/link/fail/up:iobox1", follow_redirects=False).status_code == 303
+    links = {lk["id"]: lk for lk in client.get("/v1/links", headers=h(tok["admin"])).json()["links"]}
+    assert links["up:iobox1"]["state"] == "down"
+    assert client.get("/ui/confirm/link/drain/up:iobox1").status_code == 404  # a link has no drain

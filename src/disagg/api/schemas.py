@@ -146,6 +146,10 @@ class JobOut(BaseModel):
     submitted_at: float
     updated_at: float
     preemptible: bool = True
+    started_at: float | None = Field(default=None, description="When its latest attempt started running.")
+    ended_at: float | None = Field(default=None, description="When it ended (completed, failed or cancelled).")
+    waited_s: float | None = Field(default=None, description="Submission to its first start (to now while it waits).")
+    ran_s: float | None = Field(default=None, description="Its latest attempt's run time (to now while it runs).")
 
 
 def _next() -> Any:

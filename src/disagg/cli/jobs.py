@@ -97,25 +97,30 @@ def _devices_per_task(tasks: dict[str, Any]) -> str:
 
 
 def _waited(job: dict[str, Any], now: float) -> str:
-    """How long a job has waited (a queued job: until now) and over how many rounds."""
-    end = now if job["state"] == JobState.QUEUED else job["updated_at"]
-    return f"{duration(end - job['submitted_at'])} / {job['wait_rounds']}"
+    """How long a job waited until it first started (a waiting one: until now) and over how many rounds."""
+    waited = job.get("waited_s")
+    if waited is None:  # an older controller: until now while it waits
+        waited = (now if job["state"] == JobState.QUEUED else job["updated_at"]) - job["submitted_at"]
+    return f"{duration(waited)} / {job['wait_rounds']}"
 
 
 def _jobs_table(jobs: list[dict[str, Any]], wide: bool = False) -> Table:
     """Jobs, one a row; per-task columns say so, times say their unit."""
     now = time.time()
     cols = [Col("id", "id"), Col("name", "id"), Col("state"), Col("tasks", "num"), Col("devices per task"),
-            Col("slice", "id"), Col("waited (time / rounds)", "num"), Col("reason", "text")]
+            Col("slice", "id"), Col("waited (until start / rounds)", "num"), Col("ran", "num"), Col("reason", "text")]
     rows = [[j["id"], j["name"], j["state"], j["tasks"]["count"], _devices_per_task(j["tasks"]), j["slice"] or "",
-             _waited(j, now), j["reason"] or ""] for j in jobs]
+             _waited(j, now), duration(j["ran_s"]) if j.get("ran_s") is not None else "", j["reason"] or ""]
+            for j in jobs]
     if wide:
         cols += [Col("tenant", "id"), Col("cpus per task", "num"), Col("memory GB per task", "num"),
-                 Col("gpus in all", "num"), Col("image", "id"), Col("attempts", "num"), Col("exit code", "num")]
+                 Col("gpus in all", "num"), Col("image", "id"), Col("attempts", "num"), Col("exit code", "num"),
+                 Col("submitted (UTC)", "num"), Col("started (UTC)", "num"), Col("ended (UTC)", "num")]
         for row, j in zip(rows, jobs, strict=True):
             t = j["tasks"]
             row += [j["tenant"], f"{t['cpus']:g}", f"{t['memory_gb']:g}", int(t.get("gpu", 0)) * int(t["count"]),
-                    j["image"], j["attempts"], "" if j["exit_code"] is None else j["exit_code"]]
+                    j["image"], j["attempts"], "" if j["exit_code"] is None else j["exit_code"],
+                    clock(j["submitted_at"]), clock(j.get("started_at")), clock(j.get("ended_at"))]
     return make_table("jobs", cols, rows)
 
 
@@ -265,7 +270,34 @@ def events(
     console().print(make_table(f"job {data['job']}", cols, rows))
 
 
+def _act(action: str, job_id: str, url: str, token: str | None, as_json: bool) -> None:
+    job = call_api("POST", url, f"/v1/jobs/{job_id}/{action}", token)
+    if as_json:
+        print_json(job)
+    else:
+        Console().print(f"job [bold]{job['id']}[/] is {job['state']}")
+
+
+def hold(job_id: Annotated[str, typer.Argument(help="The job (queued).")], url: Url = DEFAULT_API,
+         token: Token = None, as_json: AsJson = False) -> None:
+    """Admin: keep a queued job out of placement until `disagg release` (scontrol hold)."""
+    _act("hold", job_id, url, token, as_json)
+
+
+def release(job_id: Annotated[str, typer.Argument(help="The job (held).")], url: Url = DEFAULT_API,
+            token: Token = None, as_json: AsJson = False) -> None:
+    """Admin: put a held job back in the queue."""
+    _act("release", job_id, url, token, as_json)
+
+
+def requeue(job_id: Annotated[str, typer.Argument(help="The job (composing or running).")], url: Url = DEFAULT_API,
+            token: Token = None, as_json: AsJson = False) -> None:
+    """Admin: stop a job and queue it again, its retries kept (scontrol requeue)."""
+    _act("requeue", job_id, url, token, as_json)
+
+
 def register(app: typer.Typer) -> None:
-    """Add submit, jobs, logs, cancel and events to the `disagg` app (in the order `--help` lists them)."""
-    for fn in (submit, jobs, logs, cancel, events):
+    """Add submit, jobs, logs, cancel, events, hold, release and requeue to the `disagg` app (in the order
+    `--help` lists them)."""
+    for fn in (submit, jobs, logs, cancel, events, hold, release, requeue):
         app.command()(fn)

@@ -167,6 +167,17 @@ class JobService:
             log.info("job %s: cancelled by user (it is %s)", job_id, out["state"])
         self.wake()
 
+    def hold(self, job_id: str, who: str, action: str) -> str | None:
+        """An admin's `hold`, `release` or `requeue` of a job: its state now (None: no such job); raises
+        `store.NotInState` when the job is in no state the action applies to."""
+        do = {"hold": self.store.hold_job, "release": self.store.release_job, "requeue": self.store.requeue_job}
+        out = do[action](job_id, who)
+        if out is not None:
+            log.warning("job %s: %s by %s", job_id, {"hold": "held", "release": "released",
+                                                     "requeue": "re-queued"}[action], who)
+        self.wake()
+        return out
+
     def logs(self, job_id: str) -> str:
         """What the job's latest attempt wrote (empty before it ran, or when the engine has nothing)."""
         handle = self.store.job_handle(job_id)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from disagg.model.allocation import node_allocation
 from disagg.model.slices import SlicePlacement
-from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health
+from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health, JobState
 from disagg.store.base import StoreBase
 from disagg.store.jobs import job_dict
 from disagg.store.models import (
@@ -35,6 +35,8 @@ from disagg.store.models import (
 )
 from disagg.store.tokens import Principal
 
+#: A job that waits to be placed (again): it shows no slice and no placement.
+_WAITING = (JobState.QUEUED, JobState.HELD)
 #: The live slice states as the plain strings stored in the column.
 _LIVE = tuple(st.value for st in LIVE_SLICE_STATES)
 
@@ -98,7 +100,9 @@ def _own_job(s: Session, job_id: str, who: Principal) -> JobRow | None:
 def _job_out(s: Session, row: JobRow) -> dict[str, Any]:
     out = job_dict(row)
     out["placement"] = None
-    if row.slice_id is not None:
+    if row.state in _WAITING:  # re-queued or held: no placement (nor slice) until it is placed again
+        out["slice"] = None
+    elif row.slice_id is not None:
         sl = s.get(SliceRow, row.slice_id)
         if sl is not None:
             out["placement"] = [t.to_json() for t in SlicePlacement.from_json(sl.id, sl.placement).tasks]
@@ -180,7 +184,13 @@ class ViewOps(StoreBase):
         """A job with its placement (the tasks of its current slice), or None if `who` may not see it."""
         with self.read() as s:
             row = _own_job(s, job_id, who)
-            return None if row is None else _job_out(s, row)
+            out = None if row is None else _job_out(s, row)
+        return None if out is None else self.with_times([out])[0]
+
+    def with_times(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The jobs with their true times (`OperatorOps.job_times`: started, ended, waited, ran)."""
+        times = self.job_times(jobs)  # type: ignore[attr-defined]
+        return [{**j, **times[j["id"]]} for j in jobs]
 
     def jobs_list(self, who: Principal, state: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         """`who`'s jobs (every tenant's for an admin), newest first, in `state` if given, at most `limit`."""
@@ -196,7 +206,8 @@ class ViewOps(StoreBase):
             if state is not None:
                 q = q.where(JobRow.state == state)
             rows, key = _newest_first(s, q, JobRow.seq, JobRow.id, after, limit, int)
-            return [_job_out(s, r) for r in rows], key
+            out = [_job_out(s, r) for r in rows]
+        return self.with_times(out), key
 
     def slices_list(self, who: Principal, state: str | None = None, steps: bool = False, limit: int = 1000
     ) -> list[dict[str, Any]]:

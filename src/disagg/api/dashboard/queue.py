@@ -45,7 +45,9 @@ def ask(tasks: dict[str, Any]) -> str:
 
 
 def _row(job: dict[str, Any], now: float) -> dict[str, Any]:
-    waited = (now if job["state"] == JobState.QUEUED else job["updated_at"]) - job["submitted_at"]
+    waited = job.get("waited_s")
+    if waited is None:
+        waited = (now if job["state"] == JobState.QUEUED else job["updated_at"]) - job["submitted_at"]
     return {**job, "ask": ask(job["tasks"]), "waited": waited, "rounds": job["wait_rounds"]}
 
 
@@ -66,7 +68,7 @@ def queue_sections(store: Store, who: Principal, state: JobState | None, now: fl
     """The page's three sections (waiting, live, recent) and the counts, as `who` may see them."""
     def rows(st: JobState, limit: int = MAX_ROWS) -> list[dict[str, Any]]:
         return [_row(j, now) for j in store.jobs_list(who, st, limit)] if state in (None, st) else []
-    waiting = rows(JobState.QUEUED)
+    waiting = rows(JobState.QUEUED) + rows(JobState.HELD)
     live = rows(JobState.COMPOSING) + rows(JobState.RUNNING)
     recent = [r for st in JobState if st in JOB_FINAL for r in rows(st, RECENT)]
     recent = sorted(recent, key=lambda r: r["updated_at"], reverse=True)[: RECENT if state is None else MAX_ROWS]

@@ -15,12 +15,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from disagg.api import schemas as S
-from disagg.api.deps import Jobs, StoreDep, Who
-from disagg.api.errors import R400, R401, R404, R409, R422, R429, ApiError, Responses
+from disagg.api.deps import Admin, Jobs, StoreDep, Who
+from disagg.api.errors import R400, R401, R403, R404, R409, R422, R429, ApiError, Responses
 from disagg.api.ids import R409_AMBIGUOUS, resolve
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
-from disagg.control.jobs import JobRejected, QueueFull
+from disagg.control.jobs import JobRejected, JobService, QueueFull
 from disagg.store import IdempotencyConflict, JobLive, Principal, Store
+from disagg.store.operator import NotInState
 
 router = APIRouter()
 
@@ -131,6 +132,40 @@ def cancel_job(
     job = _job(store, whole, who)
     jobs.cancel(whole, grace_s, signal, job["tenant"])
     return _job(store, whole, who)
+
+
+def _admin_action(action: str, job_id: str, who: Principal, store: Store, jobs: JobService) -> dict[str, Any]:
+    whole = resolve_job(store, job_id, who)
+    try:
+        jobs.hold(whole, who.tenant, action)
+    except NotInState as exc:
+        raise ApiError(409, str(exc), [{"field": "job_id", "message": f"the job is {exc.state}"}]) from None
+    return _job(store, whole, who)
+
+
+_ADMIN_ONE: Responses = {**R401, **R403, **R404, **R422, 409: {
+    "model": S.ErrorOut, "description": "The job is in no state the action applies to (the message says which "
+                                        "it is in), or the id prefix matches several jobs."}}
+
+
+@router.post("/v1/jobs/{job_id}/hold", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
+def hold_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: keep a queued job out of placement (`held`) until released; 409 for a job in another state."""
+    return _admin_action("hold", job_id, who, store, jobs)
+
+
+@router.post("/v1/jobs/{job_id}/release", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
+def release_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: put a held job back in the queue; 409 for a job that is not held."""
+    return _admin_action("release", job_id, who, store, jobs)
+
+
+@router.post("/v1/jobs/{job_id}/requeue", status_code=202, response_model=S.JobOut, tags=["jobs"],
+             responses=_ADMIN_ONE)
+def requeue_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: stop a composing or running job and queue it again (its slice is torn down after the answer,
+    hence 202; its retries are kept); a queued job stays as it is; 409 for one that has ended or is held."""
+    return _admin_action("requeue", job_id, who, store, jobs)
 
 
 @router.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"], responses={
