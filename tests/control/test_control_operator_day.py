@@ -327,3 +327,25 @@ def test_the_dashboards_actions_ask_first_and_refuse_a_cross_site_post(api: Clie
     links = {lk["id"]: lk for lk in client.get("/v1/links", headers=h(tok["admin"])).json()["links"]}
     assert links["up:iobox1"]["state"] == "down"
     assert client.get("/ui/confirm/link/drain/up:iobox1").status_code == 404  # a link has no drain
+
+
+def test_the_charts_have_capacity_lines_and_mark_a_fault_and_its_repair(api: Client, service: Any) -> None:
+    client, tok = api
+    service.controller.history.every_s = 0.05
+    admin = h(tok["admin"])
+
+    def samples() -> int:
+        return len(service.store.history_samples(0.0, 1e12))
+    wait_for(lambda: samples() >= 2, what="samples")
+    assert client.post("/v1/devices/iobox1/nvme0/fail", headers=admin).status_code == 200
+    seen = samples()
+    wait_for(lambda: samples() >= seen + 2, what="samples after the fault")
+    assert client.post("/v1/devices/iobox1/nvme0/repair", headers=admin).status_code == 200
+    seen = samples()
+    wait_for(lambda: samples() >= seen + 2, what="samples after the repair")
+    client.post("/login", data={"token": tok["admin"]})
+    page = client.get("/ui/history").text  # no window: the one that fits the samples (15 minutes)
+    assert 'href="?window=15m" class="here"' in page
+    assert 'id="chart-devices-gpu-in-all"' in page and 'id="chart-devices-gpu"' in page
+    assert re.search(r'id="chart-devices-mark-fault-\d+"', page) and re.search(r'id="chart-devices-mark-repair-\d+"',
+                                                                               page)
