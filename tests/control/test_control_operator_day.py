@@ -166,8 +166,8 @@ def test_faults_and_shutdown_leave_lines_in_the_servers_log(tmp_path: Path) -> N
     finally:
         stopped(srv)
     log = (tmp_path / "server.log").read_text()
-    assert "device iobox0/gpu0: failed (an admin's action)" in log
-    assert "link up:iobox1: failed (an admin's action)" in log
+    assert "device iobox0/gpu0: marked failed (an admin's action)" in log
+    assert "link up:iobox1: marked failed (an admin's action)" in log
     assert "stopping: 1 job composing or running left running, by design" in log
 
 

@@ -32,7 +32,7 @@ from disagg.store.batch import GroupInsert
 
 log = logging.getLogger(__name__)
 #: An admin's action on a device or a link, as the server's log says it.
-_DONE = {"fail": "failed", "repair": "repaired", "drain": "drained"}
+_DONE = {"fail": "marked failed", "repair": "repaired", "drain": "marked drained"}
 
 
 class JobRejected(ValueError):
@@ -173,7 +173,7 @@ class JobService:
         do = {"hold": self.store.hold_job, "release": self.store.release_job, "requeue": self.store.requeue_job}
         out = do[action](job_id, who)
         if out is not None:
-            log.warning("job %s: %s by %s", job_id, {"hold": "held", "release": "released",
+            log.warning("job %s: %s by %s", job_id, {"hold": "put on hold", "release": "released",
                                                      "requeue": "re-queued"}[action], who)
         self.wake()
         return out

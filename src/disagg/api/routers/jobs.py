@@ -134,40 +134,6 @@ def cancel_job(
     return _job(store, whole, who)
 
 
-def _admin_action(action: str, job_id: str, who: Principal, store: Store, jobs: JobService) -> dict[str, Any]:
-    whole = resolve_job(store, job_id, who)
-    try:
-        jobs.hold(whole, who.tenant, action)
-    except NotInState as exc:
-        raise ApiError(409, str(exc), [{"field": "job_id", "message": f"the job is {exc.state}"}]) from None
-    return _job(store, whole, who)
-
-
-_ADMIN_ONE: Responses = {**R401, **R403, **R404, **R422, 409: {
-    "model": S.ErrorOut, "description": "The job is in no state the action applies to (the message says which "
-                                        "it is in), or the id prefix matches several jobs."}}
-
-
-@router.post("/v1/jobs/{job_id}/hold", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
-def hold_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """Admin: keep a queued job out of placement (`held`) until released; 409 for a job in another state."""
-    return _admin_action("hold", job_id, who, store, jobs)
-
-
-@router.post("/v1/jobs/{job_id}/release", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
-def release_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """Admin: put a held job back in the queue; 409 for a job that is not held."""
-    return _admin_action("release", job_id, who, store, jobs)
-
-
-@router.post("/v1/jobs/{job_id}/requeue", status_code=202, response_model=S.JobOut, tags=["jobs"],
-             responses=_ADMIN_ONE)
-def requeue_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
-    """Admin: stop a composing or running job and queue it again (its slice is torn down after the answer,
-    hence 202; its retries are kept); a queued job stays as it is; 409 for one that has ended or is held."""
-    return _admin_action("requeue", job_id, who, store, jobs)
-
-
 @router.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"], responses={
     **_ONE, 409: {"model": S.ErrorOut, "description": "The job has not ended (cancel it first), or the id prefix "
                                                         "matches several of your jobs."}})
@@ -215,3 +181,38 @@ def job_events(job_id: JobId, request: Request, who: Who, store: StoreDep, limit
     more = len(events) > limit
     events = events[:limit]
     return {"job": whole, "events": events, "next": next_link(request, [events[-1]["id"]] if more else None)}
+
+
+# --- an admin's actions on a job (after the others: clients' operation order stays) ----------------
+def _admin_action(action: str, job_id: str, who: Principal, store: Store, jobs: JobService) -> dict[str, Any]:
+    whole = resolve_job(store, job_id, who)
+    try:
+        jobs.hold(whole, who.tenant, action)
+    except NotInState as exc:
+        raise ApiError(409, str(exc), [{"field": "job_id", "message": f"the job is {exc.state}"}]) from None
+    return _job(store, whole, who)
+
+
+_ADMIN_ONE: Responses = {**R401, **R403, **R404, **R422, 409: {
+    "model": S.ErrorOut, "description": "The job is in no state the action applies to (the message says which "
+                                        "it is in), or the id prefix matches several jobs."}}
+
+
+@router.post("/v1/jobs/{job_id}/hold", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
+def hold_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: keep a queued job out of placement (`held`) until released; 409 for a job in another state."""
+    return _admin_action("hold", job_id, who, store, jobs)
+
+
+@router.post("/v1/jobs/{job_id}/release", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
+def release_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: put a held job back in the queue; 409 for a job that is not held."""
+    return _admin_action("release", job_id, who, store, jobs)
+
+
+@router.post("/v1/jobs/{job_id}/requeue", status_code=202, response_model=S.JobOut, tags=["jobs"],
+             responses=_ADMIN_ONE)
+def requeue_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: stop a composing or running job and queue it again (its slice is torn down after the answer,
+    hence 202; its retries are kept); a queued job stays as it is; 409 for one that has ended or is held."""
+    return _admin_action("requeue", job_id, who, store, jobs)
