@@ -108,19 +108,20 @@ def _jobs_table(jobs: list[dict[str, Any]], wide: bool = False) -> Table:
     """Jobs, one a row; per-task columns say so, times say their unit."""
     now = time.time()
     cols = [Col("id", "id"), Col("name", "id"), Col("state"), Col("tasks", "num"), Col("devices per task"),
-            Col("slice", "id"), Col("waited (until start / rounds)", "num"), Col("ran", "num"), Col("reason", "text")]
+            Col("slice", "id"), Col("waited (until start / rounds)", "num"), Col("reason", "text")]
     rows = [[j["id"], j["name"], j["state"], j["tasks"]["count"], _devices_per_task(j["tasks"]), j["slice"] or "",
-             _waited(j, now), duration(j["ran_s"]) if j.get("ran_s") is not None else "", j["reason"] or ""]
-            for j in jobs]
+             _waited(j, now), j["reason"] or ""] for j in jobs]
     if wide:
         cols += [Col("tenant", "id"), Col("cpus per task", "num"), Col("memory GB per task", "num"),
                  Col("gpus in all", "num"), Col("image", "id"), Col("attempts", "num"), Col("exit code", "num"),
-                 Col("submitted (UTC)", "num"), Col("started (UTC)", "num"), Col("ended (UTC)", "num")]
+                 Col("submitted (UTC)", "num"), Col("started (UTC)", "num"), Col("ended (UTC)", "num"),
+                 Col("ran", "num")]
         for row, j in zip(rows, jobs, strict=True):
             t = j["tasks"]
             row += [j["tenant"], f"{t['cpus']:g}", f"{t['memory_gb']:g}", int(t.get("gpu", 0)) * int(t["count"]),
                     j["image"], j["attempts"], "" if j["exit_code"] is None else j["exit_code"],
-                    clock(j["submitted_at"]), clock(j.get("started_at")), clock(j.get("ended_at"))]
+                    clock(j["submitted_at"]), clock(j.get("started_at")), clock(j.get("ended_at")),
+                    duration(j.get("ran_s"))]
     return make_table("jobs", cols, rows)
 
 
