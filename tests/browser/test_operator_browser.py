@@ -145,5 +145,16 @@ def test_an_admin_drains_fails_holds_and_releases_and_the_figures_agree(browser:
     events = [e["why"] for e in day.api.get(f"/v1/jobs/{waiter}/events").json()["events"]]
     assert "held by admin" in events and "released by admin" in events
     shot(browser, "job-released")
+
+    # the charts: a capacity line, and the link's fault marked, then its repair
     day.api.post(f"/v1/links/up:{node}/repair")
     day.api.post(f"/v1/devices/{device}/repair")
+
+    def marked() -> bool:
+        browser.get(day.url + "/ui/history")
+        return bool(browser.find_elements(By.CSS_SELECTOR, '[id^="chart-devices-mark-repair-"]'))
+    day.until(marked, "the repair marked on the devices chart")
+    assert browser.find_elements(By.CSS_SELECTOR, '[id^="chart-devices-mark-fault-"]')
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart-devices-gpu-in-all")
+    assert "here" in browser.find_element(By.CSS_SELECTOR, 'a[href="?window=15m"]').get_attribute("class")
+    shot(browser, "history")

@@ -33,12 +33,12 @@ MARK_COLOURS = {"fault": "#d62728", "repair": "#2ca02c"}
 
 
 def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple[float, float],
-               capacity: Collection[str] = (), marks: Sequence[tuple[float, str]] = ()) -> str:
+               capacity: Collection[str] = (), marks: Sequence[tuple[float, str]] = (), counts: bool = False) -> str:
     """An SVG line chart of `series` (name → [(epoch seconds, value)]) over `span`, as inline SVG text.
 
     A series named in `capacity` is a capacity line: dashed, without markers, in the colour of the series
     it bounds (the one whose name it begins with). `marks` are vertical lines at (time, "fault" | "repair"),
-    each in an SVG group `<chart>-mark-<kind>-<n>`."""
+    each in an SVG group `<chart>-mark-<kind>-<n>`. A chart of `counts` has whole-number ticks only."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -68,8 +68,13 @@ def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple
             mark.set_gid(f"{chart_id}-mark-{kind}-{n}")
         ax.set_xlim(_day(span[0]), _day(span[1]))
         ax.set_ylim(bottom=0)
+        if counts:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=UTC))  # type: ignore[no-untyped-call]
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(  # type: ignore[no-untyped-call]
+            "%H:%M:%S" if span[1] - span[0] < 600 else "%H:%M", tz=UTC))
         ax.set_ylabel(unit)
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)

@@ -75,10 +75,12 @@ def history_page(request: Request, who: Viewer, store: StoreDep, jobs: Jobs,
     samples = store.history_samples(start, end)
     series = chart_series(buckets(samples, start, step))
     found = marks(samples)
+    # the default view fits the data: its axis starts at the first sample (a window asked for is shown whole)
+    axis = (max(start, samples[0][0] - step) if window is None and samples else start, end)
     charts = [{"id": f"chart-{key}", "title": title, "points": sum(len(s) for s in series[key].values()),
-               "svg": line_chart(f"chart-{key}", title, unit, series[key], (start, end),
+               "svg": line_chart(f"chart-{key}", title, unit, series[key], axis,
                                  capacity=[n for n in series[key] if n.endswith(" in all")],
-                                 marks=found if key in MARKED else ())
+                                 marks=found if key in MARKED else (), counts=unit in ("devices", "jobs"))
                if any(series[key].values()) else None} for key, title, unit in CHARTS]
     return page(request, "history.html", who, partial, charts=charts, window=shown, windows=list(WINDOWS),
                 every_s=jobs.config.history_every_s, samples=len(samples), marks=found, title="Over time")
