@@ -43,7 +43,10 @@ _JOB_LINKS = {name: {"operationId": op, "parameters": {"job_id": "$response.body
                                ("CancelJob", "cancel_job_v1_jobs__job_id__cancel_post"),
                                ("DeleteJob", "delete_job_v1_jobs__job_id__delete"),
                                ("JobLogs", "job_logs_v1_jobs__job_id__logs_get"),
-                               ("JobEvents", "job_events_v1_jobs__job_id__events_get"))}
+                               ("JobEvents", "job_events_v1_jobs__job_id__events_get"),
+                               ("HoldJob", "hold_job_v1_jobs__job_id__hold_post"),
+                               ("ReleaseJob", "release_job_v1_jobs__job_id__release_post"),
+                               ("RequeueJob", "requeue_job_v1_jobs__job_id__requeue_post"))}
 IdempotencyKey = Annotated[
     str | None,
     Header(
