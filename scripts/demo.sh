@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: one placement round on the shipped testbeds, then the
 # controller (`disagg serve`: SQLite in ./disagg.db, the FlowOS-RM testbed as an emulated cluster,
-# local processes) on 127.0.0.1:8080 in the foreground. Ctrl-C stops it; extra arguments go to serve.
+# local processes) in the foreground, on 127.0.0.1:8080 unless told (its banner names the real URL).
+# Ctrl-C stops it; extra arguments go to serve.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/bootstrap.sh"
@@ -11,9 +12,10 @@ echo "== one scheduling round: the DRMaestro testbed (warm cluster), DRMaestro w
 echo "== the same jobs, server-centric (Firmament): GPUs on CPU-starved machines stay idle"
 .venv/bin/disagg place --cluster examples/drmaestro-testbed.yaml --jobs examples/drmaestro-jobs.yaml --policy firmament
 cat <<'MSG'
-== the controller: disagg serve on http://127.0.0.1:8080 (dashboard at /, API docs at /docs)
-   Its first start writes an admin token to disagg.db.d/admin-token (0600). In another shell:
-     export DISAGG_URL=http://127.0.0.1:8080 DISAGG_TOKEN=$(cat disagg.db.d/admin-token)
+== the controller: disagg serve (dashboard at /, API docs at /docs); its banner below names the URL it
+   really listens on (--port, --host, a config file or DISAGG_PORT may change it) and the line to paste:
+     clients: export DISAGG_URL=http://... DISAGG_TOKEN=$(cat disagg.db.d/admin-token)
+   Its first start writes that admin token to disagg.db.d/admin-token (0600). In another shell, after the export:
      .venv/bin/disagg submit hello --image rodinia/nw --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
      .venv/bin/disagg jobs; .venv/bin/disagg slices; .venv/bin/disagg devices
    At the seed's latencies a slice takes about 40 s to compose (attach 4 s, launch-machine 30 s, ...);

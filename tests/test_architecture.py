@@ -243,6 +243,8 @@ STATE_WORDS_ALLOWED = frozenset({
     ("disagg.api.dashboard.fabric", "down"),  # the fabric page's list of the down links
     ("disagg.engines.slurm_cluster", "up"), ("disagg.engines.slurm_node", "up"),  # `ip link set <if> up`
     ("disagg.fabric.redfish_client", "unreachable"),  # an AssertionError's text for code never reached
+    ("disagg.engines.slurm", "held"),  # Slurm's own word for a job it holds (the engine's RunState)
+    ("disagg.sim.tenants", "held"),  # what a tenant holds (its usage), not the job state `held`
 })
 
 

@@ -36,3 +36,11 @@ def number(value: float | None, digits: int = 3) -> str:
 
 
 __all__ = ["clock", "duration", "number"]
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 job`, `2 jobs`, `no jobs`: a number of things, in words that agree with it."""
+    many = plural or noun + "s"
+    if n == 0:
+        return f"no {many}"
+    return f"{n} {noun if n == 1 else many}"

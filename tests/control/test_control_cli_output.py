@@ -65,7 +65,7 @@ def test_ids_are_whole_piped_and_in_a_narrow_terminal_and_prefixes_work(server: 
         assert code == 0 and first["id"] in out and second in out, out
     code, out, _ = cli(server, "jobs")
     header = next(line for line in out.splitlines() if "devices per task" in line)
-    assert "waited (time / rounds)" in header
+    assert "waited (until start / rounds)" in header
     row = next(line for line in out.splitlines() if first["id"] in line)
     assert "1 gpu, 1 nvme" in row and "a-job-with-a-rather-long-name" in row
     # any unique beginning of an id, in every command that takes one
@@ -79,6 +79,7 @@ def test_ids_are_whole_piped_and_in_a_narrow_terminal_and_prefixes_work(server: 
     assert code == 0 and f"job {first['id']} is cancelled" in out
     wide = cli(server, "jobs", "-o", "wide")[1]
     assert "cpus per task" in wide and "gpus in all" in wide
+    assert "submitted (UTC)" in wide and "started (UTC)" in wide and "ended (UTC)" in wide and "ran" in wide
 
 
 def test_device_and_link_names_are_whole_when_piped(server: tuple[Server, str]) -> None:

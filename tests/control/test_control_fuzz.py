@@ -120,7 +120,7 @@ def test_the_stateful_links_reach_every_job_route() -> None:
     """The links the stateful run follows exist: from the POST to each route that takes a job id."""
     links = schema.raw_schema["paths"]["/v1/jobs"]["post"]["responses"]["201"]["links"]
     assert {link["operationId"].split("_v1_")[0] for link in links.values()} == {
-        "get_job", "cancel_job", "delete_job", "job_logs", "job_events"}
+        "get_job", "cancel_job", "delete_job", "job_logs", "job_events", "hold_job", "release_job", "requeue_job"}
 
 
 def test_the_stateful_run_followed_the_links() -> None:

@@ -102,7 +102,7 @@ def test_the_openapi_document_states_what_a_client_meets(api: Client) -> None:
     assert "can never fit" in never["detail"] and "never fit" in post["responses"]["422"]["description"]
     ops = {o["operationId"] for methods in spec["paths"].values() for o in methods.values()}
     links = post["responses"]["201"]["links"]
-    assert {link["operationId"] for link in links.values()} <= ops and len(links) == 5
+    assert {link["operationId"] for link in links.values()} <= ops and len(links) == 8
     assert set(spec["paths"]["/v1/jobs/{job_id}"]) == {"get", "delete"}
     assert spec["paths"]["/v1/jobs/{job_id}/cancel"]["post"]["responses"].keys() >= {"202", "404", "409"}
     for page in ("/docs", "/redoc"):

@@ -110,3 +110,33 @@ def test_the_redfish_driver_refuses_bad_options_naming_them(tmp_path: Path, opti
     cluster = parse_cluster(SHAPES["one-machine"])
     with pytest.raises(UnknownDriverError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_driver("redfish", DriverOptions(cluster, tmp_path, OperationLatencies(), options))
+
+
+def test_held_devices_are_on_the_machine_of_their_system_and_the_network_round_trips(tmp_path: Path) -> None:
+    """Issue 25 (defect 4): devices composed with c1 are held on c1 (not on the first machine), and the
+    uplinks and the racks' uplink come back as the served spec has them."""
+    shape = {**SHAPES["every-kind-two-racks"], "network": {"rack_uplink_gbps": 400.0}}
+    shape["machines"] = [{**m, "uplink_gbps": 25.0 + i} for i, m in enumerate(shape["machines"])]
+    shape["pools"] = [{**p, "uplink_gbps": 80.0 + i} for i, p in enumerate(shape["pools"])]
+    svc, alice = _served(tmp_path, shape)
+    alice.close()
+    test_client = TestClient(create_app(svc.jobs))  # an admin sees every system, so whose devices they are
+    client = RedfishClient(str(test_client.base_url), "ops", svc.store.create_token("ops", admin=True),
+                           transport=test_client._transport)
+    try:
+        sid = svc.store.compose("bob", "bob's", "c1", ["gpubox/gpu1", "flash/nvme0"])
+        svc.controller.wake()
+        end = time.monotonic() + 20
+        while svc.store.any_slice(sid).state != "composed" and time.monotonic() < end:  # type: ignore[union-attr]
+            time.sleep(0.05)
+        spec, warnings = discover(client)
+    finally:
+        client.close()
+        svc.close()
+    found = parse_cluster(spec, "discovered")
+    held = {d: a.machine for a in found.allocations for d in a.devices}
+    assert held == {"gpubox/gpu1": "c1", "flash/nvme0": "c1"}
+    assert spec["network"] == {"rack_uplink_gbps": 400.0} and found.rack_uplink_gbps == 400.0
+    assert {m.name: m.uplink_gbps for m in found.machines} == {"c0": 25.0, "c1": 26.0}
+    assert {p.name: p.uplink_gbps for p in found.pools} == {p["name"]: p["uplink_gbps"] for p in shape["pools"]}
+    assert not [w for w in warnings if "uplink" in w]

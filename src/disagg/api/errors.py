@@ -17,6 +17,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
@@ -49,16 +50,46 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "body"
 
 
-async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-    """422 naming every field at fault (an unknown field says so), the first five in `detail`."""
+async def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming every field at fault (an unknown field says so and lists the allowed ones, as a spec
+    file's error does), the first five in `detail`; a body that is not JSON at all is a 400 saying where."""
+    errors = exc.errors()
+    bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
+    if bad_json is not None:
+        why = (bad_json.get("ctx") or {}).get("error", "not valid JSON")
+        where = bad_json.get("loc", ("body", 0))[-1]
+        detail = f"the body is not valid JSON: {why} (at character {where})"
+        return JSONResponse(status_code=400, content={"detail": detail, "problems": [
+            {"field": "body", "message": detail}]})
+    body = _body_model(req)
     problems = []
-    for e in exc.errors():
+    for e in errors:
         msg = str(e.get("msg", "invalid"))
+        loc = tuple(e.get("loc", ()))
         if e.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        problems.append({"field": _field(e.get("loc", ())), "message": msg})
+            allowed = _allowed_at(body, loc[1:-1]) if loc[:1] == ("body",) else None
+            msg = f"unknown field {loc[-1]!r}" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        problems.append({"field": _field(loc), "message": msg})
     detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems[:5]) or "invalid request"
     return JSONResponse(status_code=422, content={"detail": detail, "problems": problems})
+
+
+def _body_model(req: Request) -> type[BaseModel] | None:
+    """The model of the route's JSON body, if it has one."""
+    route = req.scope.get("route")
+    field = getattr(route, "body_field", None)
+    kind = getattr(getattr(field, "field_info", None), "annotation", None)
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+
+
+def _allowed_at(model: type[BaseModel] | None, path: tuple[Any, ...]) -> list[str] | None:
+    """The field names allowed at `path` inside `model` (following nested models), or None if unknown."""
+    for part in path:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        kind = model.model_fields[part].annotation
+        model = kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+    return list(model.model_fields) if model is not None else None
 
 
 async def _http_error(routes: Sequence[BaseRoute], req: Request, exc: StarletteHTTPException) -> JSONResponse:

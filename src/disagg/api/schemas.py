@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from disagg.model import states
+from disagg.model.spec import TasksSpec
 from disagg.model.tenants import Limits
 
 _IN = ConfigDict(extra="forbid", strict=True)
@@ -46,21 +47,9 @@ SliceState = states.SliceState
 LinkState = states.LinkState
 
 
-class TasksIn(BaseModel):
-    """Each task of the job (a job is a gang of `count` identical tasks)."""
-
-    model_config = _IN
-    count: Int = Field(default=1, ge=1, le=64)
-    cpus: float = Field(default=1.0, ge=0.001, le=1024)
-    memory_gb: float = Field(default=1.0, ge=0.001, le=65536)
-    gpu: Int = Field(default=0, ge=0, le=64)
-    nvme: Int = Field(default=0, ge=0, le=64)
-    fpga: Int = Field(default=0, ge=0, le=64)
-    memory: Int = Field(default=0, ge=0, le=64)
-    gpu_model: Model | None = None
-    nvme_model: Model | None = None
-    fpga_model: Model | None = None
-    memory_model: Model | None = None
+class TasksIn(TasksSpec):
+    """Each task of the job (a job is a gang of `count` identical tasks): the jobs spec's `TasksSpec`,
+    so a spec file and a request body take the same values and name the same allowed fields."""
 
 
 class JobIn(BaseModel):
@@ -102,6 +91,12 @@ class JobIn(BaseModel):
         if size > MAX_COMMAND_BYTES:
             raise ValueError(f"the command is {size} bytes in all; at most {MAX_COMMAND_BYTES} are allowed")
         return value
+
+
+#: The signals `POST /v1/jobs/{id}/cancel?signal=` may send first (`disagg cancel --signal`).
+CancelSignal = Literal["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"]
+#: The longest grace period a cancel may give, seconds (as `preempt_grace_s`).
+MAX_CANCEL_GRACE_S = 86_400.0
 
 
 class TasksOut(BaseModel):
@@ -152,6 +147,10 @@ class JobOut(BaseModel):
     submitted_at: float
     updated_at: float
     preemptible: bool = True
+    started_at: float | None = Field(default=None, description="When its latest attempt started running.")
+    ended_at: float | None = Field(default=None, description="When it ended (completed, failed or cancelled).")
+    waited_s: float | None = Field(default=None, description="Submission to its first start (to now while it waits).")
+    ran_s: float | None = Field(default=None, description="Its latest attempt's run time (to now while it runs).")
 
 
 def _next() -> Any:
@@ -237,6 +236,32 @@ class SliceList(BaseModel):
     next: str | None = _next()
 
 
+class AmountOut(BaseModel):
+    model_config = _OUT
+    allocated: float = Field(description="What the live slices hold.")
+    total: float
+
+
+class DeviceGroupOut(BaseModel):
+    """The devices of one kind and model at a place (or in the cluster)."""
+
+    model_config = _OUT
+    kind: str
+    model: str
+    used: int = Field(description="Attached to a slice.")
+    total: int
+    unavailable: int = Field(description="Neither used nor offered: failed, drained, or behind a link that is down.")
+
+
+class AllocationOut(BaseModel):
+    """What a machine or pool has and how much of it is held (a pool has no cpus or memory: 0 / 0)."""
+
+    model_config = _OUT
+    cpus: AmountOut
+    memory_gb: AmountOut
+    devices: list[DeviceGroupOut]
+
+
 class MachineOut(BaseModel):
     model_config = _OUT
     id: str
@@ -248,6 +273,8 @@ class MachineOut(BaseModel):
     cpus: float
     memory_gb: float
     devices: list[str]
+    allocation: AllocationOut = Field(description="cpus and memory allocated / total; devices by kind and model, "
+                                                  "used / total.")
 
 
 class MachineList(BaseModel):

@@ -13,12 +13,19 @@ import typer
 
 from disagg.cli import admin, bench, discover, inventory, jobs, place, profiles, serve, simulate, tenants, token
 
+#: The widest help text: a terminal's own width (click's default stops at 80 and cuts commands' summaries).
+HELP_WIDTH_MAX = 10_000
+
 app = typer.Typer(
     name="disagg",
     help="An orchestrator for disaggregated data centers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's plain help: it wraps long option names and lists instead of cutting them at 80 columns
+    # (`--not-preemptib…`), and shows a flag without a `<bool>` type
+    rich_markup_mode=None,
+    context_settings={"max_content_width": HELP_WIDTH_MAX},
 )
 
 
@@ -63,5 +70,9 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The console script `disagg` (and `python -m disagg.cli`)."""
-    app()
+    """The console script `disagg` (and `python -m disagg.cli`). Piped, help is printed at its natural
+    width (as tables are), so `disagg --help | grep` sees whole lines."""
+    import sys
+
+    extra = {} if sys.stdout.isatty() else {"terminal_width": HELP_WIDTH_MAX}
+    app(**extra)

@@ -4,7 +4,7 @@ controller holds, through its REST API, and an admin's actions on a device or a 
 Each listing is GET /v1/<kind>, every page of it, printed as a table with one row per item (ids whole,
 never cut: `disagg.cli.tables`), `-o wide` with every column the API gives, or the API's JSON with
 `--json` (`-o json`). An id may be any unique beginning of it (`disagg slices s-3f`,
-`disagg devices drain iobox0/gpu3`, `disagg links fail up:iob`); one that several share exits 2
+`disagg devices drain iobox0/gpu3`, `disagg links fail up:iobox1`); one that several share exits 2
 naming them.
 """
 
@@ -79,13 +79,28 @@ def slices(
     out.print(make_table("steps", step_cols, steps))
 
 
+def _used(amount: dict[str, float]) -> str:
+    """`allocated/total` (`9/10`)."""
+    return f"{amount['allocated']:g}/{amount['total']:g}"
+
+
+def device_groups(groups: list[dict[str, Any]], unavailable: bool = False) -> str:
+    """Devices by kind and model, used/total (`gpu K80 2/4`); `unavailable` adds how many cannot be offered."""
+    return ", ".join(f"{g['kind']} {g['model']} {g['used']}/{g['total']}"
+                     + (f" ({g['unavailable']} unavailable)" if unavailable and g["unavailable"] else "")
+                     for g in groups) or "-"
+
+
 def machines(url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False, output: Output = "table") -> None:
-    """List machines and pools."""
-    columns = ((Col("id", "id"), Col("kind"), Col("rack", "id"), Col("state"), Col("cpus", "num"),
-                Col("memory GB", "num"), Col("slices", "text")), (Col("devices", "text"),))
+    """List machines and pools: cpus and memory allocated/total, devices by kind and model used/total."""
+    columns = ((Col("id", "id"), Col("kind"), Col("rack", "id"), Col("state"), Col("cpus used/total", "num"),
+                Col("memory GB used/total", "num"), Col("devices used/total"), Col("slices", "text")),
+               (Col("unavailable (failed, drained, unreachable)"), Col("devices", "text")))
     _listing(url, token, _output(as_json, output), "machines", columns, (lambda m: [
-        m["id"], m["kind"], m["location"], m["state"], f"{m['cpus']:g}", f"{m['memory_gb']:g}",
-        ", ".join(m["slices"])], lambda m: [", ".join(m["devices"])]))
+        m["id"], m["kind"], m["location"], m["state"], _used(m["allocation"]["cpus"]),
+        _used(m["allocation"]["memory_gb"]), device_groups(m["allocation"]["devices"]), ", ".join(m["slices"])],
+        lambda m: [device_groups([g for g in m["allocation"]["devices"] if g["unavailable"]], True),
+                   ", ".join(m["devices"])]))
 
 
 devices_app = typer.Typer(help="Devices: free, attached, failed or drained (drain, fail, repair: admin).",

@@ -17,7 +17,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, escape_controls, get_all, print_json
+from disagg.cli.common import (
+    DEFAULT_API,
+    AsJson,
+    Output,
+    Token,
+    Url,
+    call_api,
+    escape_controls,
+    fail,
+    get_all,
+    print_json,
+)
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
 from disagg.model.states import JobState
@@ -86,25 +97,31 @@ def _devices_per_task(tasks: dict[str, Any]) -> str:
 
 
 def _waited(job: dict[str, Any], now: float) -> str:
-    """How long a job has waited (a queued job: until now) and over how many rounds."""
-    end = now if job["state"] == JobState.QUEUED else job["updated_at"]
-    return f"{duration(end - job['submitted_at'])} / {job['wait_rounds']}"
+    """How long a job waited until it first started (a waiting one: until now) and over how many rounds."""
+    waited = job.get("waited_s")
+    if waited is None:  # an older controller: until now while it waits
+        waited = (now if job["state"] == JobState.QUEUED else job["updated_at"]) - job["submitted_at"]
+    return f"{duration(waited)} / {job['wait_rounds']}"
 
 
 def _jobs_table(jobs: list[dict[str, Any]], wide: bool = False) -> Table:
     """Jobs, one a row; per-task columns say so, times say their unit."""
     now = time.time()
     cols = [Col("id", "id"), Col("name", "id"), Col("state"), Col("tasks", "num"), Col("devices per task"),
-            Col("slice", "id"), Col("waited (time / rounds)", "num"), Col("reason", "text")]
+            Col("slice", "id"), Col("waited (until start / rounds)", "num"), Col("reason", "text")]
     rows = [[j["id"], j["name"], j["state"], j["tasks"]["count"], _devices_per_task(j["tasks"]), j["slice"] or "",
              _waited(j, now), j["reason"] or ""] for j in jobs]
     if wide:
         cols += [Col("tenant", "id"), Col("cpus per task", "num"), Col("memory GB per task", "num"),
-                 Col("gpus in all", "num"), Col("image", "id"), Col("attempts", "num"), Col("exit code", "num")]
+                 Col("gpus in all", "num"), Col("image", "id"), Col("attempts", "num"), Col("exit code", "num"),
+                 Col("submitted (UTC)", "num"), Col("started (UTC)", "num"), Col("ended (UTC)", "num"),
+                 Col("ran", "num")]
         for row, j in zip(rows, jobs, strict=True):
             t = j["tasks"]
             row += [j["tenant"], f"{t['cpus']:g}", f"{t['memory_gb']:g}", int(t.get("gpu", 0)) * int(t["count"]),
-                    j["image"], j["attempts"], "" if j["exit_code"] is None else j["exit_code"]]
+                    j["image"], j["attempts"], "" if j["exit_code"] is None else j["exit_code"],
+                    clock(j["submitted_at"]), clock(j.get("started_at")), clock(j.get("ended_at")),
+                    duration(j.get("ran_s"))]
     return make_table("jobs", cols, rows)
 
 
@@ -145,7 +162,9 @@ def jobs(
 
 def logs(
     job_id: Annotated[str, typer.Argument(help="The job.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help=(
+        "Wait for the job to start, print as it writes until it ends, then exit with its exit code "
+        "(1 when it failed or was cancelled without one)."))] = False,
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
@@ -163,11 +182,27 @@ def logs(
         last = page
     if as_json:
         print_json({"job": job_id, "slice": last.get("slice"), "logs": "".join(text), "size": last.get("size", 0)})
+    if follow:
+        code = exit_code_of(call_api("GET", url, f"/v1/jobs/{job_id}", token))
+        if code:
+            raise typer.Exit(code)
+
+
+def exit_code_of(job: dict[str, Any]) -> int:
+    """What `logs --follow` exits with once the job has ended, as `srun` does: the job's own exit code,
+    or 1 for a job that failed or was cancelled without one."""
+    code = job["exit_code"]
+    if code is None:
+        return 0 if job["state"] == JobState.COMPLETED else 1
+    if code < 0:  # killed by a signal: the shell's 128 + its number
+        return min(128 - int(code), 255)
+    return int(code) if code < 256 else 1
 
 
 def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterator[dict[str, Any]]:
     """The pages of the job's output from the start; with `follow`, new ones as they come until the job
-    ends (a re-queued job's new attempt starts again from its beginning, after a line that says so)."""
+    ends: a job not started yet is waited for (as `kubectl logs -f`), and a re-queued job's new attempt
+    starts again from its beginning, after a line that says so."""
     offset, attempt = 0, None
     while True:
         page = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token, params={"offset": offset, "limit": 2**20})
@@ -179,23 +214,44 @@ def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterat
         attempt, offset = page["slice"], page["next_offset"]
         if offset < page["size"]:
             continue  # more is there already
-        if not follow or page["complete"]:
+        if not follow or (page["complete"] and _ended(url, job_id, token)):
             return
         time.sleep(FOLLOW_EVERY_S)
 
 
+def _ended(url: str, job_id: str, token: str | None) -> bool:
+    """Whether the job has reached a final state (a complete attempt may be followed by another one)."""
+    return JobState(call_api("GET", url, f"/v1/jobs/{job_id}", token)["state"]).final
+
+
 def cancel(
     job_id: Annotated[str, typer.Argument(help="The job.")],
+    grace: Annotated[float, typer.Option("--grace", min=0.0, help=(
+        "Seconds a running job has to stop after the signal (its `trap` runs), before it is killed, as a "
+        "preempted job has; 0: kill at once.  (scancel --signal, kubectl delete --grace-period)"))] = 0.0,
+    sig: Annotated[str, typer.Option("--signal", help=(
+        "The signal sent first with --grace: TERM, INT, HUP, QUIT, USR1, USR2 or KILL."))] = "TERM",
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Cancel a job; its slice is torn down. Repeating it is harmless."""
-    job = call_api("POST", url, f"/v1/jobs/{job_id}/cancel", token)
+    """Cancel a job; its slice is torn down (with --grace, after the job has had its signal and its grace
+    period). Repeating it is harmless."""
+    name = sig.upper().removeprefix("SIG")
+    if name not in CANCEL_SIGNALS:
+        raise fail(f"--signal: {sig!r} is not allowed; use one of {', '.join(CANCEL_SIGNALS)}")
+    params = {"grace_s": grace, "signal": name} if grace > 0 else None
+    job = call_api("POST", url, f"/v1/jobs/{job_id}/cancel", token, params=params)
     if as_json:
         print_json(job)
+    elif job["state"] == JobState.RUNNING and grace > 0:
+        Console().print(f"job [bold]{job['id']}[/] is running: SIG{name} sent, killed in {grace:g} s unless it stops")
     else:
         Console().print(f"job [bold]{job['id']}[/] is {job['state']}")
+
+
+#: What `--signal` may name (the API's `CancelSignal`).
+CANCEL_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
 
 
 def events(
@@ -215,7 +271,34 @@ def events(
     console().print(make_table(f"job {data['job']}", cols, rows))
 
 
+def _act(action: str, job_id: str, url: str, token: str | None, as_json: bool) -> None:
+    job = call_api("POST", url, f"/v1/jobs/{job_id}/{action}", token)
+    if as_json:
+        print_json(job)
+    else:
+        Console().print(f"job [bold]{job['id']}[/] is {job['state']}")
+
+
+def hold(job_id: Annotated[str, typer.Argument(help="The job (queued).")], url: Url = DEFAULT_API,
+         token: Token = None, as_json: AsJson = False) -> None:
+    """Admin: keep a queued job out of placement until `disagg release` (scontrol hold)."""
+    _act("hold", job_id, url, token, as_json)
+
+
+def release(job_id: Annotated[str, typer.Argument(help="The job (held).")], url: Url = DEFAULT_API,
+            token: Token = None, as_json: AsJson = False) -> None:
+    """Admin: put a held job back in the queue."""
+    _act("release", job_id, url, token, as_json)
+
+
+def requeue(job_id: Annotated[str, typer.Argument(help="The job (composing or running).")], url: Url = DEFAULT_API,
+            token: Token = None, as_json: AsJson = False) -> None:
+    """Admin: stop a job and queue it again, its retries kept (scontrol requeue)."""
+    _act("requeue", job_id, url, token, as_json)
+
+
 def register(app: typer.Typer) -> None:
-    """Add submit, jobs, logs, cancel and events to the `disagg` app (in the order `--help` lists them)."""
-    for fn in (submit, jobs, logs, cancel, events):
+    """Add submit, jobs, logs, cancel, events, hold, release and requeue to the `disagg` app (in the order
+    `--help` lists them)."""
+    for fn in (submit, jobs, logs, cancel, events, hold, release, requeue):
         app.command()(fn)

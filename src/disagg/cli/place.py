@@ -13,9 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from disagg.cli.common import err, fail, json_rows
+from disagg.cli.tables import console as table_console
 from disagg.model import SpecError, load_cluster, load_jobs
 from disagg.model.spec import load_profiles
 from disagg.profiles.catalog import with_profiles
+
+#: The policy `disagg place` uses unless told: the controller's (`Config.policy`), so a dry run shows what
+#: `disagg serve` would decide. (A literal here: the config module is not imported for `--help`.)
+DEFAULT_POLICY = "drmaestro-na"
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -26,7 +31,8 @@ if TYPE_CHECKING:
 def place(
     cluster: Annotated[Path, typer.Option(help="Cluster spec (YAML or JSON).")],
     jobs: Annotated[Path, typer.Option(help="Jobs spec (YAML or JSON).")],
-    policy: Annotated[str, typer.Option(help="Policy name (see --policy list).")] = "drmaestro",
+    policy: Annotated[str, typer.Option(
+        help="Policy name (`disagg policies`); the default is `disagg serve`'s.")] = DEFAULT_POLICY,
     now: Annotated[float, typer.Option(help=(
         "The time of the round, seconds (every listed job is queued; the longest waiting, now − submit_s, goes "
         "first)."))] = 0.0,
@@ -64,9 +70,9 @@ def place(
         return
     from disagg.placement.render import decisions_table
 
-    console = Console()
+    out = table_console()  # its natural width when piped: `disagg place | grep` sees whole ids
     for table in decisions_table(decisions):
-        console.print(table)
+        out.print(table)
 
 
 def _write_graphs(graphs: list[tuple[str, FlowNetwork, NDArray[np.int64]]], directory: Path) -> None:

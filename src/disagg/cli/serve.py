@@ -81,7 +81,7 @@ def serve(
                          allow_same_user=allow_same_user, accept_state_loss=accept_state_loss)
     service, loop_pid, wake_fd, note = _open(settings)
     sock = _listen(service, settings, loop_pid)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
     _announce(service, settings, loop_pid, note, served_url(sock.getsockname(), settings.host))
     _run(service, settings, loop_pid, wake_fd, sock)
 
@@ -191,7 +191,17 @@ def _announce(service: Service, settings: Config, loop_pid: int, note: str, url:
     )
     for line in service.engine.notes():
         sys.stdout.write(f"jobs: {line}\n")
+    sys.stdout.write(client_hint(url, settings.resolved_state_dir() / ADMIN_TOKEN_FILE))
     sys.stdout.flush()
+
+
+def client_hint(url: str, token_file: Path) -> str:
+    """What to type in another shell to use this controller: the URL it really listens on (so
+    `scripts/demo.sh --port 8391` and `--port 0` name the right one) and, when the first admin token's
+    file is there, the token."""
+    where = url.split(" ", 1)[0]  # `http://host:port (every interface)` → the URL alone
+    token = f" DISAGG_TOKEN=$(cat {token_file.absolute()})" if token_file.exists() else ""
+    return f"clients: export DISAGG_URL={where}{token}\n"
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -222,9 +232,28 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: 
         serve_http(create_app(service.jobs), settings, sock)
     finally:
         stopping.set()
+        _say_left_running(service)
         if loop_pid:
             stop_loop_process(loop_pid)
         service.close()
+
+
+def _say_left_running(service: Service) -> None:
+    """At shutdown, say what happens to the jobs: they are left running, by design (the next start
+    reconciles them), and how many there are; the log says the controller stopped."""
+    from disagg.model.states import JobState
+
+    try:
+        counts = service.store.counts()["jobs"]
+    except Exception:  # a store that is gone cannot be counted; say the rest all the same
+        counts = {}
+    live = sum(counts.get(st, 0) for st in (JobState.COMPOSING, JobState.RUNNING))
+    queued = counts.get(JobState.QUEUED, 0)
+    from disagg.display import count
+
+    logging.getLogger("disagg.serve").warning(
+        "stopping: %s composing or running left running, by design (the next start picks them up); "
+        "%s queued wait for it", count(live, "job"), count(queued, "job"))
 
 
 def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
@@ -240,7 +269,7 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
     except (SpecError, UnknownPolicyError) as exc:
         failed(str(exc))
         return
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
     if settings.loop_nice:
         import os
 

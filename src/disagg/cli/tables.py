@@ -51,6 +51,9 @@ def make_table(title: str | None, columns: Sequence[Col], rows: Sequence[Sequenc
                              justify="right" if col.kind == "num" else "left")
     for row in rows:
         table.add_row(*(str(c) for c in row))
+    if not rows:  # an empty listing says so, not a bare header
+        table.caption = f"no {title or 'rows'}"
+        table.caption_justify = "left"
     return table
 
 

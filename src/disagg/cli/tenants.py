@@ -1,7 +1,7 @@
 """`disagg tenants [show | set]`: the tenants' quotas, usage and fair share; an admin sets a tenant.
 
 `disagg tenants` is GET /v1/tenants (a tenant's token shows that tenant; an admin's, every one) as a
-table (`-o wide`: also the Unix user, limit, decayed usage and entitled share) or JSON;
+table (`-o wide`: also the Unix user, limit and decayed usage; a legend says what the shares mean) or JSON;
 `disagg tenants show NAME` is one tenant (any unique beginning of its name);
 `disagg tenants set NAME --quota gpu=8,cpus=64 --borrow gpu=8 --weight 2 --cohort lab` is
 PUT /v1/tenants/NAME (admin; the name whole: it may be a new tenant).
@@ -43,24 +43,37 @@ def parse_limits(option: str, text: str | None) -> dict[str, float]:
     return out
 
 
+#: Each resource as a reader says it, after its amount (`3 GB memory`, not `3 memory_gb`).
+_WORDS = {"cpus": "cpus", "memory_gb": "GB memory", "network_gbps": "Gbit/s network", "gpu": "gpu",
+          "nvme": "nvme", "fpga": "fpga", "memory": "memory devices"}
+#: What the share columns mean, under the table.
+LEGEND = ("share: the tenant's largest fraction of any resource it holds now (DRF's dominant share); "
+          "fair share: that share of its decayed usage over its weight (lower goes first); "
+          "entitled share: its weight over the weights of all tenants with jobs; "
+          "borrowed: what it holds above its quota, lent by its cohort.")
+
+
 def _amounts(values: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {r}" for r, v in values.items()) or "-"
+    return ", ".join(f"{v:g} {_WORDS.get(r, r)}" for r, v in values.items()) or "-"
 
 
 def _table(tenants: list[dict[str, Any]], wide: bool = False) -> Table:
     """Tenants, one a row (names whole: `disagg.cli.tables`); `wide` adds what the API gives besides."""
     cols = [Col("tenant", "id"), Col("weight", "num"), Col("cohort", "id"), Col("quota"), Col("borrow"),
-            Col("usage"), Col("borrowed"), Col("share", "num"), Col("fair share", "num"),
+            Col("usage"), Col("borrowed"), Col("share", "num"), Col("entitled share", "num"), Col("fair share", "num"),
             Col(JobState.QUEUED, "num"), Col(JobState.RUNNING, "num")]
     rows = [[t["name"], f"{t['weight']:g}", t["cohort"] or "", _amounts(t["quota"]), _amounts(t["borrow"]),
-             _amounts(t["usage"]), _amounts(t["borrowed"]), f"{t['dominant_share']:.1%}", f"{t['fair_share']:.3f}",
+             _amounts(t["usage"]), _amounts(t["borrowed"]), f"{t['dominant_share']:.1%}",
+             f"{t['entitled_share']:.1%}", f"{t['fair_share']:.3f}",
              t[JobState.QUEUED], t[JobState.RUNNING]] for t in tenants]
     if wide:
-        cols += [Col("unix user", "id"), Col("limit"), Col("decayed usage"), Col("entitled share", "num")]
+        cols += [Col("unix user", "id"), Col("limit"), Col("decayed usage")]
         for row, t in zip(rows, tenants, strict=True):
-            row += [t["unix_user"] or "", _amounts(t["limit"]), _amounts(t["decayed_usage"]),
-                    f"{t['entitled_share']:.1%}"]
-    return make_table("tenants", cols, rows)
+            row += [t["unix_user"] or "", _amounts(t["limit"]), _amounts(t["decayed_usage"])]
+    table = make_table("tenants", cols, rows)
+    if rows:
+        table.caption, table.caption_justify = LEGEND, "left"
+    return table
 
 
 @tenants_app.callback()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,12 +22,18 @@ import anyio.to_thread
 from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
 from disagg.control.metrics import ControllerMetrics
+from disagg.control.preemption import CANCEL_MARK
 from disagg.control.tenants import SubmitLimits, TenantDirectory
 from disagg.engines.base import Engine, LogPage
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
+from disagg.model.states import RunState
 from disagg.store import DuplicateKey, Store, job_dict, new_job_row
 from disagg.store.batch import GroupInsert
+
+log = logging.getLogger(__name__)
+#: An admin's action on a device or a link, as the server's log says it.
+_DONE = {"fail": "marked failed", "repair": "repaired", "drain": "marked drained"}
 
 
 class JobRejected(ValueError):
@@ -148,9 +156,37 @@ class JobService:
         return new_job_row(tenant, request, key, digest, time.time())
 
     # --- a job's life ------------------------------------------------------------------------
-    def cancel(self, job_id: str) -> dict[str, Any] | None:
-        """Cancel a job: a queued one stops waiting; a live slice is torn down. Safe to repeat."""
+    def cancel(self, job_id: str, grace_s: float = 0.0, sig: str = "TERM", tenant: str = "") -> None:
+        """Cancel a job: a queued one stops waiting; a live slice is torn down. Safe to repeat.
+
+        With `grace_s`, a running job first gets SIG`sig` (SIGTERM by default) and keeps running until it
+        stops or the grace period is over, as a preempted job does (`control.preemption`: the loop's
+        preempter ends it, cancelled); a queued or composing job is cancelled at once, and so is a job
+        already in a grace period (a second cancel does not wait again)."""
+        found = self.store.running_slice_of(job_id) if grace_s > 0 else None
+        why = f"cancel requested: SIG{sig}, grace {grace_s:g} s"
+        if found is not None and self.store.record_preemption(found[0], job_id, tenant, CANCEL_MARK, "", {}, why,
+                                                              grace_s):
+            log.info("job %s: %s", job_id, why)
+            try:
+                self.engine.terminate(found[1] or found[0], getattr(signal, f"SIG{sig}"))
+            except Exception:  # the kill at the end of the grace period stops it all the same
+                log.exception("cancel of %s: SIG%s failed", job_id, sig)
+            self.wake()
+            return
         out = self.store.cancel_job(job_id)
+        if out is not None:
+            log.info("job %s: cancelled by user (it is %s)", job_id, out["state"])
+        self.wake()
+
+    def hold(self, job_id: str, who: str, action: str) -> str | None:
+        """An admin's `hold`, `release` or `requeue` of a job: its state now (None: no such job); raises
+        `store.NotInState` when the job is in no state the action applies to."""
+        do = {"hold": self.store.hold_job, "release": self.store.release_job, "requeue": self.store.requeue_job}
+        out = do[action](job_id, who)
+        if out is not None:
+            log.warning("job %s: %s by %s", job_id, {"hold": "put on hold", "release": "released",
+                                                     "requeue": "re-queued"}[action], who)
         self.wake()
         return out
 
@@ -181,7 +217,10 @@ class JobService:
         ended = self.store.job_ended(job_id)
         try:
             page = self.engine.log_page(handle, offset, limit)
-            ended = ended or self.engine.status(handle).state.ended
+            # the engine's word counts once the job's process has ended; `lost` is not an end (a job
+            # not launched yet is unknown to the engine: `logs --follow` on a composing job must wait)
+            state = self.engine.status(handle).state
+            ended = ended or (state.ended and state is not RunState.LOST)
         except (OSError, ValueError):
             page = LogPage("", offset, offset, 0)
         return {"job": job_id, "slice": slice_id, "logs": page.text, "offset": page.offset,
@@ -201,6 +240,7 @@ class JobService:
             self.store.drain_device(device_id)
         else:
             raise ValueError(f"unknown device action {action!r}")
+        log.warning("device %s: %s (an admin's action)", device_id, _DONE[action])
         self.wake()
         return next(d for d in self.store.devices_view() if d["id"] == device_id)
 
@@ -218,6 +258,7 @@ class JobService:
         if action not in actions:
             raise ValueError(f"unknown link action {action!r}")
         self.health.inject(actions[action])
+        log.warning("link %s: %s (an admin's action)", link_id, _DONE[action])
         self.wake()
         return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
 

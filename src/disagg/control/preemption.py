@@ -33,6 +33,10 @@ from disagg.store.tenants import COMPOSITION
 
 log = logging.getLogger(__name__)
 
+#: The `for_job` of a graceful cancel's record (`disagg cancel --grace`): a signal, a grace period, then the
+#: kill, as a preemption has, but the job ends cancelled (not re-queued) and claims nothing for anyone.
+CANCEL_MARK = "(cancel)"
+
 
 class Preempter:
     """Starts preemptions and ends them when their grace period is over."""
@@ -64,6 +68,7 @@ class Preempter:
                                                 dict(p.reclaims), why, self.grace_s):
                 continue
             started.append(slice_id)
+            log.info("%s %s (tenant %s): %s", "composition" if composition else "job", p.job, p.tenant, why)
             if composition:
                 continue  # nothing runs in it to signal: its owner has the grace period to decompose it
             try:
@@ -79,7 +84,8 @@ class Preempter:
         for rec in self.store.preemptions():
             if rec.slice_state in (None, SliceState.DONE):
                 self.store.drop_preemption(rec.slice_id)
-                self.reclaimed.add(rec.for_job)
+                if rec.for_job != CANCEL_MARK:
+                    self.reclaimed.add(rec.for_job)
                 continue
             if rec.job_id.startswith(COMPOSITION):
                 if rec.slice_state is SliceState.COMPOSED and now >= rec.deadline:
@@ -92,6 +98,10 @@ class Preempter:
             if rec.slice_state is not SliceState.RUNNING:
                 continue  # composing cannot be (only running slices are preempted); tearing down: wait
             status = self.engine.status(rec.handle or rec.slice_id)
+            if rec.for_job == CANCEL_MARK:
+                if not self._end_cancel(rec.job_id, status.state.ended, now >= rec.deadline):
+                    waiting.add(rec.slice_id)
+                continue
             if status.state is RunState.COMPLETED:
                 # it finished its work (exit code 0) within its grace period: done, not to be run again
                 self.store.finish_slice(rec.slice_id, JobState.COMPLETED, status.exit_code)
@@ -103,8 +113,19 @@ class Preempter:
             how = "it stopped on SIGTERM" if ended else f"killed after its {rec.deadline - rec.signalled_at:g} s grace"
             detail = (f"preempted by {rec.for_job} (tenant {rec.for_tenant} reclaims its quota lent to "
                       f"{rec.tenant}); {how}")
+            log.info("job %s: %s", rec.job_id, detail)
             self.slices.abort(rec.slice_id, SliceOutcome.PREEMPTED, detail)
         return waiting
 
+    def _end_cancel(self, job_id: str, ended: bool, over: bool) -> bool:
+        """A graceful cancel ends once the job has stopped or its grace period is over: the job is
+        cancelled and its slice torn down (stop-task kills what is left). False while it goes on."""
+        if not ended and not over:
+            return False
+        self.store.cancel_job(job_id)
+        log.info("job %s: cancelled by user; %s", job_id,
+                 "it stopped on the signal" if ended else "killed at the end of its grace period")
+        return True
 
-__all__ = ["Preempter"]
+
+__all__ = ["CANCEL_MARK", "Preempter"]

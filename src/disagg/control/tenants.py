@@ -70,11 +70,25 @@ class TenantDirectory:
         history = self.store.load_usage()
         counts = self.store.tenant_counts()
         cap = self.store.capacity()
-        active = [n for n in set(counts) | set(holdings) if n in names or who.admin]
+        # every tenant with jobs counts, whoever asks: a tenant sees the share an admin sees for it
+        active = set(counts) | set(holdings)
         total_weight = sum(tenants.get(n).weight for n in active) or 1.0
-        return [_view(tenants.get(n), holdings.get(n, {}), history.get(n, {}), counts.get(n, {}), cap,
-                      tenants.get(n).weight / total_weight if n in active else 0.0)
+        return [{**_view(tenants.get(n), holdings.get(n, {}), history.get(n, {}), counts.get(n, {}), cap,
+                         tenants.get(n).weight / total_weight if n in active else 0.0),
+                 "unix_user": self.unix_user(tenants.get(n))}
                 for n in sorted(names)]
+
+    def unix_user(self, tenant: Tenant) -> str:
+        """The Unix user the tenant's jobs run as: its spec's, else `disagg-<tenant>` (as root), else, with
+        `allow_same_user`, the controller's own user (`engines.accounts`)."""
+        import os
+        import pwd
+
+        from disagg.engines.accounts import default_unix_user
+
+        if os.geteuid() != 0 and self.config.allow_same_user:
+            return pwd.getpwuid(os.geteuid()).pw_name
+        return tenant.unix_user or default_unix_user(tenant.name)
 
 
 def _view(t: Tenant, held: Mapping[str, float], decayed: Mapping[str, float], counts: Mapping[str, int],

@@ -10,6 +10,7 @@ the controller persists, so a restarted controller can ask the engine about them
 from __future__ import annotations
 
 import os
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
@@ -120,10 +121,10 @@ class Engine(ABC):
     def cancel(self, handle: str) -> None:
         """Stop the job if it runs. Safe to repeat."""
 
-    def terminate(self, handle: str) -> bool:
-        """Ask the job's tasks to stop (SIGTERM), leaving them their grace period before `cancel` kills
-        them (a preemption). False when this engine cannot signal a job: it is killed at the end of
-        the grace period all the same. Safe to repeat."""
+    def terminate(self, handle: str, sig: signal.Signals = signal.SIGTERM) -> bool:
+        """Ask the job's tasks to stop (SIGTERM, or `sig`: `disagg cancel --signal`), leaving them their
+        grace period before `cancel` kills them (a preemption, a graceful cancel). False when this engine
+        cannot signal a job: it is killed at the end of the grace period all the same. Safe to repeat."""
         return False
 
     @abstractmethod

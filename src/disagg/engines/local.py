@@ -250,15 +250,15 @@ class LocalEngine(Engine):
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, RunState.CANCELLED: True, "at": time.time()}))
 
-    def terminate(self, handle: str) -> bool:
-        """SIGTERM to the job's tasks (the runner's children), not to the runner: it stays to record
-        their exit code. False when no runner of the job lives."""
+    def terminate(self, handle: str, sig: signal.Signals = signal.SIGTERM) -> bool:
+        """SIGTERM (or `sig`) to the job's tasks (the runner's children), not to the runner: it stays to
+        record their exit code. False when no runner of the job lives."""
         pid = self._runner(self._dir(handle))
         if pid is None:
             return False
         for child in _children(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child, signal.SIGTERM)
+                os.kill(child, sig)
         return True
 
     def _kill_groups(self, d: Path) -> None:

@@ -40,6 +40,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import threading
 import time
@@ -431,7 +432,7 @@ class SlurmEngine(Engine):
                 for name in self._slice_nodes(key):
                     self.nodes.kill_user_processes(name, uid)
 
-    def terminate(self, handle: str) -> bool:
+    def terminate(self, handle: str, sig: signal.Signals = signal.SIGTERM) -> bool:
         """SIGTERM to the job's tasks (`scancel --signal=TERM`: its steps), which keep running for their
         grace period if they catch it. Not `--full`: the batch script and the `srun` in it would get it
         too, and srun ends the step at once, killing the tasks before they see the signal (measured)."""
@@ -440,7 +441,7 @@ class SlurmEngine(Engine):
             return False
         if self._job_dir(key).is_dir():
             (self._job_dir(key) / "terminated").touch()
-        self.site.run(["scancel", "--signal=TERM", job_id], check=False)
+        self.site.run(["scancel", f"--signal={sig.name.removeprefix('SIG')}", job_id], check=False)
         return True
 
     def _open_output(self, handle: str) -> int | None:

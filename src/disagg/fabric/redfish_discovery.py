@@ -45,6 +45,8 @@ class Found:
     machines: dict[str, dict[str, Any]] = field(default_factory=dict)   # name → machine spec
     #: (location, kind, model, capacity, block URI, CompositionState) of each device
     devices: list[tuple[str, str, str, float, str, str]] = field(default_factory=list)
+    #: A held device block's URI → the machine it is attached to (the Compute block of its System)
+    owners: dict[str, str] = field(default_factory=dict)
     racks: dict[str, str] = field(default_factory=dict)                 # location → rack
     held_machines: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -56,6 +58,9 @@ class Discovery:
     def __init__(self, client: RedfishClient) -> None:
         self.client = client
         self._cache: dict[str, dict[str, Any]] = {}
+        #: Uplink speeds the chassis give (Oem.disagg.UplinkGbps): of machines and pools, of racks
+        self.uplinks: dict[str, float] = {}
+        self.rack_uplinks: dict[str, float] = {}
 
     def get(self, uri: str) -> dict[str, Any]:
         key = self.client.path(uri)
@@ -71,11 +76,13 @@ class Discovery:
         if chassis:
             c = self.get(chassis[0])
             name = safe_name(str(c.get("Name") or c.get("Id", "")), "chassis")
+            _note_uplink(self.uplinks, name, c)
             parent = c.get("Links", {}).get("ContainedBy")
             rack = None
             if isinstance(parent, dict) and parent.get("@odata.id"):
                 p = self.get(parent["@odata.id"])
                 rack = safe_name(str(p.get("Name") or p.get("Id", "")), "r0")
+                _note_uplink(self.rack_uplinks, rack, p)
             return name, rack or (self._zone_name(zones[0]) if zones else None)
         if zones:
             return self._zone_name(zones[0]), None
@@ -116,7 +123,24 @@ class Discovery:
             location = compute_chassis.get(name or "", name or safe_name(str(b.get("Id", "")), "pool"))
             found.racks.setdefault(location, rack or "r0")
             self._devices(uri, b, types, location, found)
+            if _state(b) in _COMPOSED:
+                owner = self._owner(b, {m["redfish_uri"]: n for n, m in found.machines.items()})
+                if owner is not None:
+                    found.owners[uri] = owner
         return found
+
+    def _owner(self, block: dict[str, Any], machines: dict[str, str]) -> str | None:
+        """The machine a composed device block is attached to: the Compute block among those of the
+        ComputerSystem it is linked to (None when the service does not say)."""
+        for system in block.get("Links", {}).get("ComputerSystems", []):
+            if not isinstance(system, dict) or not system.get("@odata.id"):
+                continue
+            links = self.get(system["@odata.id"]).get("Links", {}).get("ResourceBlocks", [])
+            for b in links:
+                uri = self.client.path(b.get("@odata.id", "")) if isinstance(b, dict) else ""
+                if uri in machines:
+                    return machines[uri]
+        return None
 
     def _machine(self, uri: str, b: dict[str, Any], chassis: str | None, rack: str, found: Found) -> str:
         cpus = sum(int(p.get("TotalCores") or 0) for p in self._parts(b, "Processors")
@@ -157,6 +181,14 @@ class Discovery:
                 found.devices.append((location, "memory", str(m.get("Model") or "generic"), cap, uri, state))
 
 
+def _note_uplink(into: dict[str, float], name: str, chassis: dict[str, Any]) -> None:
+    """Keep a chassis' uplink speed when it gives one (disagg's own service does, in its Oem section)."""
+    oem = chassis.get("Oem")
+    gbps = oem.get("disagg", {}).get("UplinkGbps") if isinstance(oem, dict) else None
+    if isinstance(gbps, int | float) and not isinstance(gbps, bool) and gbps > 0:
+        into[name] = float(gbps)
+
+
 def _types(block: dict[str, Any]) -> list[str]:
     """ResourceBlockType: an array in the schema (a scalar from services written for sushy's bug)."""
     t = block.get("ResourceBlockType", [])
@@ -188,9 +220,9 @@ def to_spec(found: Found) -> dict[str, Any]:
     allocations = [{"job": f"foreign:{safe_name(uri.rsplit('/', 1)[-1], 'block')}", "machine": m["name"],
                     "cpus": m["cpus"], "memory_gb": m["memory_gb"]}
                    for m in found.machines.values() if m["name"] in found.held_machines for uri in [m["redfish_uri"]]]
-    if held and machines:
-        allocations += [{"job": f"foreign:{safe_name(uri.rsplit('/', 1)[-1], 'block')}", "machine": machines[0]["name"],
-                         "devices": [d]} for d, uri in held]
+    if held and machines:  # each held device on the machine its system holds (the first one when not said)
+        allocations += [{"job": f"foreign:{safe_name(uri.rsplit('/', 1)[-1], 'block')}",
+                         "machine": found.owners.get(uri, machines[0]["name"]), "devices": [d]} for d, uri in held]
     if allocations:
         spec["allocations"] = allocations
     return spec
@@ -213,10 +245,35 @@ def _groups(kinds: dict[str, list[tuple[str, float, str]]]) -> dict[str, list[di
 
 def discover(client: RedfishClient) -> tuple[dict[str, Any], list[str]]:
     """(the cluster spec, warnings) of the service `client` speaks to. RedfishFault when it cannot be read."""
-    found = Discovery(client).scan()
+    discovery = Discovery(client)
+    found = discovery.scan()
     if not found.machines:
         found.warnings.append("no Compute block found: a cluster spec needs at least one machine")
-    return to_spec(found), found.warnings
+    return with_network(to_spec(found), discovery.uplinks, discovery.rack_uplinks, found.warnings), found.warnings
+
+
+def with_network(spec: dict[str, Any], uplinks: dict[str, float], racks: dict[str, float],
+                 warnings: list[str]) -> dict[str, Any]:
+    """The spec with its network: each machine's and pool's `uplink_gbps` and the `network` section's
+    `rack_uplink_gbps`, as the service gives them (the spec's defaults, with a warning, where it does not)."""
+    from disagg.model.spec import MachineSpec, NetworkSpec, PoolSpec
+
+    defaults = {"machines": MachineSpec.model_fields["uplink_gbps"].default,
+                "pools": PoolSpec.model_fields["uplink_gbps"].default}
+    missing = []
+    for part, default in defaults.items():
+        for node in spec.get(part, []):
+            node["uplink_gbps"] = uplinks.get(node["name"], default)
+            if node["name"] not in uplinks:
+                missing.append(node["name"])
+    rack = max(racks.values()) if racks else NetworkSpec.model_fields["rack_uplink_gbps"].default
+    if len(set(racks.values())) > 1:
+        warnings.append(f"racks' uplinks differ ({sorted(set(racks.values()))} Gbit/s); a spec has one: "
+                        f"rack_uplink_gbps {rack:g}")
+    if missing:
+        warnings.append(f"no uplink speed given for {', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}: "
+                        "the spec's defaults are written (edit uplink_gbps)")
+    return {**spec, "network": {"rack_uplink_gbps": rack}}
 
 
 __all__ = ["Discovery", "discover", "safe_name", "to_spec"]

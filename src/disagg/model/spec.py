@@ -128,19 +128,27 @@ class ClusterSpec(BaseModel):
     failed_devices: list[str] = []
 
 
+#: A device model's name (`P100`, `H100-80GB`).
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", min_length=1, max_length=64)]
+
+
 class TasksSpec(BaseModel):
+    """Each task of a job (a job is a gang of `count` identical tasks): the one model of a jobs spec's
+    `tasks` and of POST /v1/jobs' (`disagg.api.schemas.TasksIn` is this model), so both accept the same
+    values within the same bounds and refuse the rest with the same words."""
+
     model_config = _STRICT
     count: Count = Field(default=1, ge=1, le=10_000)
-    cpus: float = Field(default=1.0, gt=0)
-    memory_gb: float = Field(default=1.0, gt=0)
+    cpus: float = Field(default=1.0, ge=0.001, le=1024)
+    memory_gb: float = Field(default=1.0, ge=0.001, le=65536)
     gpu: Count = Field(default=0, ge=0, le=4096)
     nvme: Count = Field(default=0, ge=0, le=4096)
     fpga: Count = Field(default=0, ge=0, le=4096)
     memory: Count = Field(default=0, ge=0, le=4096)
-    gpu_model: str | None = None
-    nvme_model: str | None = None
-    fpga_model: str | None = None
-    memory_model: str | None = None
+    gpu_model: ModelName | None = None
+    nvme_model: ModelName | None = None
+    fpga_model: ModelName | None = None
+    memory_model: ModelName | None = None
 
 
 class JobSpec(BaseModel):

@@ -12,6 +12,7 @@ every move it makes is recorded as an event (from, to, when, why) — the histor
             composing | running → queued   (re-queued: a device failed, the engine lost the job, or it
                                             was preempted for a tenant within its quota)
             queued | composing | running → cancelled | failed
+            queued → held → queued | cancelled   (an admin's hold and release)
     slice:  composing → running → tearing-down → done;  composing → tearing-down
             composing → composed → tearing-down   (a composition with no job: a Redfish client's system)
             composed → composing                   (its owner adds or removes a device: composed again after)
@@ -41,6 +42,8 @@ class JobState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: Kept out of placement by an admin (`disagg hold`) until released (`disagg release`): back to queued.
+    HELD = "held"
 
     @property
     def final(self) -> bool:
@@ -114,6 +117,7 @@ class JobReason(StrEnum):
     REFUSED = "refused"                      # the engine would not run it (no Unix user it may run as)
     UNPLACEABLE = "unplaceable"              # planning it made a scheduling round fail: set aside
     OVER_LIMIT = "over-limit"                # its request is above what its tenant may ever hold (a lowered limit)
+    HELD = "held"                            # an admin holds it out of placement (`disagg hold`)
 
 
 class DeviceState(StrEnum):
@@ -190,6 +194,15 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
+
+# --- hold and release (issue 25: an admin's actions) ---------------------------------------------------
+#: A queued job may be held (kept out of placement); a held one is released to the queue, or cancelled.
+JOB_TRANSITIONS[JobState.QUEUED] = JOB_TRANSITIONS[JobState.QUEUED] | {JobState.HELD}
+JOB_TRANSITIONS[JobState.HELD] = frozenset({JobState.QUEUED, JobState.CANCELLED})
+#: The jobs `disagg hold` may hold, and `disagg release` release.
+HOLDABLE: tuple[JobState, ...] = (JobState.QUEUED,)
+RELEASABLE: tuple[JobState, ...] = (JobState.HELD,)
+# --- end of hold and release ---------------------------------------------------------------------------
 
 #: The slice moves: from → the states it may go to.
 SLICE_TRANSITIONS: dict[SliceState, frozenset[SliceState]] = {
@@ -272,10 +285,12 @@ __all__ = [
     "DEVICE_UNREACHABLE",
     "DRAIN_TRANSITIONS",
     "HEALTH_TRANSITIONS",
+    "HOLDABLE",
     "JOB_FINAL",
     "JOB_TRANSITIONS",
     "LINK_TRANSITIONS",
     "LIVE_SLICE_STATES",
+    "RELEASABLE",
     "SLICE_TRANSITIONS",
     "DeviceHealth",
     "DeviceState",

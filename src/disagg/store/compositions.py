@@ -128,6 +128,8 @@ class Inventory:
     down_links: frozenset[str] = field(default_factory=frozenset)
     #: What the down links cut off (`model.cluster.Reach`): a block there is unavailable.
     reach: Reach = field(default_factory=Reach)
+    #: Each link's bandwidth, Gbit/s (`up:<node>`, `rack:<rack>`): the Chassis show their uplinks' speeds.
+    link_gbps: Mapping[str, float] = field(default_factory=dict)
 
 
 class CompositionOps(StoreBase):
@@ -248,7 +250,8 @@ class CompositionOps(StoreBase):
             query = select(d.id, d.kind, d.model, d.location, d.index, d.capacity, d.health, d.drained, d.slice_id)
             devices = tuple(DeviceInfo(*row) for row in conn.execute(query.order_by(d.position)))
             reach = read_reach(conn)
-            return Inventory(nodes, devices, tuple(_slices_read(conn)), reach.down, reach)
+            gbps = {str(i): float(g) for i, g in conn.execute(select(_links.c.id, _links.c.gbps))}
+            return Inventory(nodes, devices, tuple(_slices_read(conn)), reach.down, reach, gbps)
 
 
 def _removable(task: PlacedTask, remove: list[str]) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, Integer, delete, func, insert, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from disagg.model.states import JobState
+from disagg.model.states import Health, JobState
 from disagg.store.base import StoreBase
 from disagg.store.models import Base, DeviceRow, JobRow, LinkRow
 from disagg.store.views import live_placements
@@ -83,6 +83,8 @@ class HistoryOps(StoreBase):
             jobs = {str(st): int(n) for st, n in s.execute(by_state.group_by(JobRow.state))}
             total = {str(k): int(n) for k, n in s.execute(by_kind)}
             used = {str(k): int(n) for k, n in s.execute(by_kind.where(DeviceRow.slice_id.is_not(None)))}
+            failed = {str(k): int(n) for k, n in s.execute(by_kind.where(DeviceRow.health == Health.FAILED))}
+            down = int(s.execute(select(func.count()).select_from(LinkRow).where(LinkRow.up.is_(False))).scalar_one())
             load: dict[str, float] = {}
             for placement in live_placements(s):
                 for _, d in placement.devices():
@@ -98,6 +100,9 @@ class HistoryOps(StoreBase):
             "devices_total": {str(k): int(n) for k, n in sorted(total.items())},
             "link_load_gbps": {k: round(v, 6) for k, v in sorted(load.items()) if v > 0},
             "link_utilisation_max": round(max(utilisation, default=0.0), 6),
+            # not in the API's points: the dashboard's fault and repair markers read them (`history_samples`)
+            "devices_failed": failed,
+            "links_down": down,
         }
 
     def record_history(self, at: float, data: dict[str, Any], keep_after: float | None = None) -> None:
@@ -114,6 +119,14 @@ class HistoryOps(StoreBase):
         with self.read_core() as conn:
             samples = [(float(at), dict(data)) for at, data in conn.execute(query)]
         return bucket(samples, start, end, step)
+
+    def history_samples(self, start: float, end: float) -> list[tuple[float, dict[str, Any]]]:
+        """The samples in [start, end) as they were taken, oldest first (the dashboard buckets them itself:
+        counts by their largest value, never averaged into fractions)."""
+        query = (select(HistoryRow.at, HistoryRow.data).where(HistoryRow.at >= start, HistoryRow.at < end)
+                 .order_by(HistoryRow.at))
+        with self.read_core() as conn:
+            return [(float(at), dict(data)) for at, data in conn.execute(query)]
 
     def history_span(self) -> tuple[float, float] | None:
         """The times of the oldest and the newest sample kept (None: none yet)."""

@@ -25,7 +25,7 @@ _JOB_BY_ID = select(_jobs).where(_jobs.c.id == bindparam("k_id"))
 #: What a job shows of itself (`job_dict`), by column: not its order key nor its idempotency record.
 _SHOWN = tuple(c for c in _jobs.c if c.key not in ("seq", "idempotency_key", "request_hash"))
 #: Jobs that a cancel still stops.
-_CANCELLABLE = (JobState.QUEUED, JobState.COMPOSING, JobState.RUNNING)
+_CANCELLABLE = (JobState.QUEUED, JobState.COMPOSING, JobState.RUNNING, JobState.HELD)
 
 
 class IdempotencyConflict(ValueError):

@@ -26,6 +26,7 @@ from disagg.store.models import (
     LinkRow,
     MachineRow,
 )
+from disagg.store.operator import OperatorOps
 from disagg.store.plans import PlanOps
 from disagg.store.prefixes import PrefixOps
 from disagg.store.profiles import ProfileOps
@@ -37,7 +38,7 @@ from disagg.store.views import ViewOps
 
 
 class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps, HistoryOps,
-            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps, ProfileOps):
+            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps, ProfileOps, OperatorOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

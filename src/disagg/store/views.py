@@ -16,8 +16,9 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from disagg.model.allocation import node_allocation
 from disagg.model.slices import SlicePlacement
-from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health, LinkState
+from disagg.model.states import LIVE_SLICE_STATES, DeviceState, Health, JobState, LinkState
 from disagg.store.base import StoreBase
 from disagg.store.jobs import job_dict
 from disagg.store.models import (
@@ -35,6 +36,8 @@ from disagg.store.models import (
 from disagg.store.snapshot import read_reach
 from disagg.store.tokens import Principal
 
+#: A job that waits to be placed (again): it shows no slice and no placement.
+_WAITING = (JobState.QUEUED, JobState.HELD)
 #: The live slice states as the plain strings stored in the column.
 _LIVE = tuple(st.value for st in LIVE_SLICE_STATES)
 
@@ -98,7 +101,9 @@ def _own_job(s: Session, job_id: str, who: Principal) -> JobRow | None:
 def _job_out(s: Session, row: JobRow) -> dict[str, Any]:
     out = job_dict(row)
     out["placement"] = None
-    if row.slice_id is not None:
+    if row.state in _WAITING:  # re-queued or held: no placement (nor slice) until it is placed again
+        out["slice"] = None
+    elif row.slice_id is not None:
         sl = s.get(SliceRow, row.slice_id)
         if sl is not None:
             out["placement"] = [t.to_json() for t in SlicePlacement.from_json(sl.id, sl.placement).tasks]
@@ -115,7 +120,8 @@ def live_placements(s: Session) -> list[SlicePlacement]:
 
 
 # --- the inventory -----------------------------------------------------------------------------
-def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], reachable: bool = True) -> dict[str, Any]:
+def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], reachable: bool = True,
+                 held: Iterable[tuple[float, float]] = ()) -> dict[str, Any]:
     """One machine or pool: unreachable while a down link cuts it off (nothing behind it can be used),
     failed for a pool whose devices all failed; attached while a live slice uses it or any of its devices."""
     states = [device_state(d) for d in devs]
@@ -134,6 +140,8 @@ def _machine_out(r: Any, slices: list[str], devs: list[DeviceFields], reachable:
         "cpus": r.cpus,
         "memory_gb": r.memory_gb,
         "devices": [d.id for d in devs],
+        "allocation": node_allocation(r.cpus, r.memory_gb, held,
+                                      ((d, device_state(d), reachable) for d in devs)),
     }
 
 
@@ -179,7 +187,13 @@ class ViewOps(StoreBase):
         """A job with its placement (the tasks of its current slice), or None if `who` may not see it."""
         with self.read() as s:
             row = _own_job(s, job_id, who)
-            return None if row is None else _job_out(s, row)
+            out = None if row is None else _job_out(s, row)
+        return None if out is None else self.with_times([out])[0]
+
+    def with_times(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The jobs with their true times (`OperatorOps.job_times`: started, ended, waited, ran)."""
+        times = self.job_times(jobs)  # type: ignore[attr-defined]
+        return [{**j, **times[j["id"]]} for j in jobs]
 
     def jobs_list(self, who: Principal, state: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         """`who`'s jobs (every tenant's for an admin), newest first, in `state` if given, at most `limit`."""
@@ -195,7 +209,8 @@ class ViewOps(StoreBase):
             if state is not None:
                 q = q.where(JobRow.state == state)
             rows, key = _newest_first(s, q, JobRow.seq, JobRow.id, after, limit, int)
-            return [_job_out(s, r) for r in rows], key
+            out = [_job_out(s, r) for r in rows]
+        return self.with_times(out), key
 
     def slices_list(self, who: Principal, state: str | None = None, steps: bool = False, limit: int = 1000
     ) -> list[dict[str, Any]]:
@@ -300,9 +315,11 @@ class ViewOps(StoreBase):
             more, rows = _split_page(list(s.execute(_limited(nodes.order_by(MachineRow.position), limit))), limit)
             names = {r.name for r in rows}
             holders: dict[str, list[str]] = {}
+            held: dict[str, list[tuple[float, float]]] = {}  # host → (cpus, memory GB) of each slice machine
             for placement in live_placements(s):
                 for m in placement.machines:
                     holders.setdefault(m.host, []).append(placement.slice_id)
+                    held.setdefault(m.host, []).append((m.cpus, m.memory_gb))
             devs: dict[str, list[DeviceFields]] = {}
             dq = select(*DEVICE_FIELDS).order_by(DeviceRow.position)
             if limit is not None:
@@ -311,7 +328,7 @@ class ViewOps(StoreBase):
                 devs.setdefault(d.location, []).append(d)
             reach = read_reach(s.connection())
             out = [_machine_out(r, sorted(set(holders.get(r.name, []))), devs.get(r.name, []),
-                                reach.reachable(r.name)) for r in rows]
+                                reach.reachable(r.name), held.get(r.name, ())) for r in rows]
             return out, ([rows[-1].position] if more else None)
 
     def machine_racks(self, names: Iterable[str]) -> dict[str, str]:

@@ -4,7 +4,8 @@ are SVG drawn on the server). Sign in with a token; a tenant sees its own jobs, 
 
 Pages: `/ui/queue` (waiting jobs with the policy's reason, live and recent jobs), `/ui/jobs/{id}`
 (placement, step timeline, history, log tail, cancel), `/ui/fabric` (racks, nodes, devices by
-state, link load, failures), `/ui/history` (the numbers over time). `/` leads to the queue. An error
+state, link load, failures), `/ui/history` (the numbers over time), an admin's actions with a
+confirmation page each (`actions.py`). `/` leads to the queue. An error
 of a page (an unknown job, a cross-site form, a bad filter) is a page too (`errors.error_page`).
 """
 
@@ -15,13 +16,13 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from disagg.api.dashboard import auth, fabric, history, job, queue
+from disagg.api.dashboard import actions, auth, fabric, history, job, queue
 from disagg.api.dashboard.csp import SameOriginOnly
 from disagg.api.dashboard.errors import error_page
 from disagg.api.sessions import SessionTable
 
 #: The dashboard's routers, in the order the app includes them.
-ROUTERS = (auth.router, queue.router, job.router, fabric.router, history.router)
+ROUTERS = (auth.router, queue.router, job.router, fabric.router, history.router, actions.router)
 STATIC = Path(__file__).with_name("static")
 
 

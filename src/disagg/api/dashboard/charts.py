@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC
 
 #: Colours for the series, in order (matplotlib's default cycle, colour-blind safe enough).
@@ -28,8 +28,17 @@ def _day(epoch: float) -> float:
     return epoch / 86400.0
 
 
-def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple[float, float]) -> str:
-    """An SVG line chart of `series` (name → [(epoch seconds, value)]) over `span`, as inline SVG text."""
+#: The colour of a fault's and of a repair's marker line.
+MARK_COLOURS = {"fault": "#d62728", "repair": "#2ca02c"}
+
+
+def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple[float, float],
+               capacity: Collection[str] = (), marks: Sequence[tuple[float, str]] = (), counts: bool = False) -> str:
+    """An SVG line chart of `series` (name → [(epoch seconds, value)]) over `span`, as inline SVG text.
+
+    A series named in `capacity` is a capacity line: dashed, without markers, in the colour of the series
+    it bounds (the one whose name it begins with). `marks` are vertical lines at (time, "fault" | "repair"),
+    each in an SVG group `<chart>-mark-<kind>-<n>`. A chart of `counts` has whole-number ticks only."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -41,15 +50,31 @@ def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple
         fig = Figure(figsize=(6.4, 2.3), dpi=100)
         FigureCanvasSVG(fig)
         ax = fig.add_subplot()
-        for i, (name, points) in enumerate(series.items()):
+        colour: dict[str, str] = {}
+        for name in series:
+            if name not in capacity:
+                colour[name] = COLOURS[len(colour) % len(COLOURS)]
+        for name, points in series.items():
             xs = [_day(t) for t, _ in points]
-            (line,) = ax.plot(xs, [v for _, v in points], marker="o", markersize=2.5, linewidth=1.4,
-                              color=COLOURS[i % len(COLOURS)], label=name)
+            bound = next((n for n in colour if name.startswith(n)), None)
+            style = ({"linestyle": "--", "linewidth": 1.0, "color": colour.get(bound or "", "#7f7f7f")}
+                     if name in capacity else
+                     {"marker": "o", "markersize": 2.5, "linewidth": 1.4, "color": colour[name]})
+            (line,) = ax.plot(xs, [v for _, v in points], label=name, **style)  # type: ignore[arg-type]
             line.set_gid(f"{chart_id}-{slug(name)}")
+        for n, (at, kind) in enumerate(marks):
+            mark = ax.axvline(_day(at), color=MARK_COLOURS.get(kind, "#7f7f7f"), linewidth=1.0, alpha=0.8,
+                              linestyle=":")
+            mark.set_gid(f"{chart_id}-mark-{kind}-{n}")
         ax.set_xlim(_day(span[0]), _day(span[1]))
         ax.set_ylim(bottom=0)
+        if counts:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.xaxis.set_major_locator(mdates.AutoDateLocator(tz=UTC))  # type: ignore[no-untyped-call]
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_formatter(mdates.DateFormatter(  # type: ignore[no-untyped-call]
+            "%H:%M:%S" if span[1] - span[0] < 600 else "%H:%M", tz=UTC))
         ax.set_ylabel(unit)
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
@@ -63,4 +88,4 @@ def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple
     return svg.replace("<svg ", f'<svg id="{chart_id}" role="img" aria-label="{title}" ', 1)
 
 
-__all__ = ["COLOURS", "line_chart", "slug"]
+__all__ = ["COLOURS", "MARK_COLOURS", "line_chart", "slug"]

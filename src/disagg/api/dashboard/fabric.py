@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse
 from disagg.api.dashboard.auth import Viewer
 from disagg.api.dashboard.render import page
 from disagg.api.deps import StoreDep
+from disagg.model.allocation import capacity
 from disagg.model.states import DeviceState, LinkState
 from disagg.store import Store
 
@@ -91,8 +92,9 @@ def fabric_page(request: Request, who: Viewer, store: StoreDep,
     counts = store.counts()["devices"]
     if sum(nodes.values()) <= FULL_NODES:
         data = {**fabric_full(store), "summary": None}
+        data["capacity"] = capacity(n for r in data["racks"] for n in (x["allocation"] for x in r["nodes"]))
     else:
-        data = {**fabric_summary(store, nodes), "racks": []}
+        data = {**fabric_summary(store, nodes), "racks": [], "capacity": None}
     return page(request, "fabric.html", who, partial, **data, device_counts=counts, states=STATES,
                 max_rows=MAX_ROWS, title="Fabric")
 

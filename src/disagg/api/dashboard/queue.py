@@ -17,6 +17,7 @@ from disagg.api.dashboard.render import page
 from disagg.api.deps import Jobs, StoreDep
 from disagg.control.tenants import TenantDirectory
 from disagg.model import DEVICE_KINDS
+from disagg.model.allocation import capacity
 from disagg.model.states import JOB_FINAL, JobState
 from disagg.store import Principal, Store
 
@@ -44,7 +45,9 @@ def ask(tasks: dict[str, Any]) -> str:
 
 
 def _row(job: dict[str, Any], now: float) -> dict[str, Any]:
-    waited = (now if job["state"] == JobState.QUEUED else job["updated_at"]) - job["submitted_at"]
+    waited = job.get("waited_s")
+    if waited is None:
+        waited = (now if job["state"] == JobState.QUEUED else job["updated_at"]) - job["submitted_at"]
     return {**job, "ask": ask(job["tasks"]), "waited": waited, "rounds": job["wait_rounds"]}
 
 
@@ -65,7 +68,7 @@ def queue_sections(store: Store, who: Principal, state: JobState | None, now: fl
     """The page's three sections (waiting, live, recent) and the counts, as `who` may see them."""
     def rows(st: JobState, limit: int = MAX_ROWS) -> list[dict[str, Any]]:
         return [_row(j, now) for j in store.jobs_list(who, st, limit)] if state in (None, st) else []
-    waiting = rows(JobState.QUEUED)
+    waiting = rows(JobState.QUEUED) + rows(JobState.HELD)
     live = rows(JobState.COMPOSING) + rows(JobState.RUNNING)
     recent = [r for st in JobState if st in JOB_FINAL for r in rows(st, RECENT)]
     recent = sorted(recent, key=lambda r: r["updated_at"], reverse=True)[: RECENT if state is None else MAX_ROWS]
@@ -85,8 +88,20 @@ def queue_page(request: Request, who: Viewer, store: StoreDep, jobs: Jobs,
     counts = store.counts()["jobs"] if who.admin and not tenant else None
     tenants = sorted(store.tenant_names()) if who.admin else [who.tenant]
     return page(request, "queue.html", who, partial, **sections, state=state, tenant=tenant or "",
+                capacity=cluster_capacity(store),
                 sort=sort, direction=direction, counts=counts, tenants=tenants, states=list(JobState),
                 max_rows=MAX_ROWS, title="Queue", shares=tenant_rows(TenantDirectory(store, jobs.config), scope))
+
+
+#: Past this many machines and pools the queue page shows no capacity header (the machines view reads all).
+CAPACITY_NODES = 2_000
+
+
+def cluster_capacity(store: Store) -> dict[str, Any] | None:
+    """The cluster's cpus, memory and devices by kind and model, used / total (None for a large one)."""
+    if sum(store.node_counts().values()) > CAPACITY_NODES:
+        return None
+    return capacity(m["allocation"] for m in store.machines_view())
 
 
 def tenant_rows(directory: TenantDirectory, who: Principal) -> list[dict[str, Any]]:

@@ -258,10 +258,17 @@ def chassis(view: View, ident: str) -> dict[str, Any] | None:
         inside = [n.name for n in view.inv.nodes if n.rack == rack]
         if not inside:
             return None
-        return {**base, "Name": rack, "ChassisType": "Rack",
+        return {**base, "Name": rack, "ChassisType": "Rack", **_uplink(view, f"rack:{rack}"),
                 "Links": {"Contains": [ref(f"{CHASSIS}/{x}") for x in inside]}}
     node = view.nodes.get(ident)
     if node is None:
         return None
     return {**base, "Name": node.name, "ChassisType": "RackMount" if node.kind == "machine" else "Enclosure",
-            "Links": {"ContainedBy": ref(f"{CHASSIS}/{rack_id(node.rack)}")}}
+            **_uplink(view, f"up:{node.name}"), "Links": {"ContainedBy": ref(f"{CHASSIS}/{rack_id(node.rack)}")}}
+
+
+def _uplink(view: View, link: str) -> dict[str, Any]:
+    """The chassis' uplink speed, in its Oem section (Redfish has no standard property for it):
+    `disagg discover redfish` writes it back as the spec's `uplink_gbps` / `rack_uplink_gbps`."""
+    gbps = view.inv.link_gbps.get(link)
+    return {} if gbps is None else {"Oem": {"disagg": {"UplinkGbps": gbps}}}

@@ -15,13 +15,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from disagg.api import schemas as S
-from disagg.api.deps import Jobs, StoreDep, Who
-from disagg.api.errors import R400, R401, R404, R409, R422, R429, ApiError, Responses
+from disagg.api.deps import Admin, Jobs, StoreDep, Who
+from disagg.api.errors import R400, R401, R403, R404, R409, R422, R429, ApiError, Responses
 from disagg.api.ids import R409_AMBIGUOUS, resolve
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 from disagg.api.ratelimit import TenantBuckets, retry_after
-from disagg.control.jobs import JobRejected, QueueFull
+from disagg.control.jobs import JobRejected, JobService, QueueFull
 from disagg.store import IdempotencyConflict, JobLive, Principal, Store
+from disagg.store.operator import NotInState
 
 router = APIRouter()
 
@@ -44,7 +45,10 @@ _JOB_LINKS = {name: {"operationId": op, "parameters": {"job_id": "$response.body
                                ("CancelJob", "cancel_job_v1_jobs__job_id__cancel_post"),
                                ("DeleteJob", "delete_job_v1_jobs__job_id__delete"),
                                ("JobLogs", "job_logs_v1_jobs__job_id__logs_get"),
-                               ("JobEvents", "job_events_v1_jobs__job_id__events_get"))}
+                               ("JobEvents", "job_events_v1_jobs__job_id__events_get"),
+                               ("HoldJob", "hold_job_v1_jobs__job_id__hold_post"),
+                               ("ReleaseJob", "release_job_v1_jobs__job_id__release_post"),
+                               ("RequeueJob", "requeue_job_v1_jobs__job_id__requeue_post"))}
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -126,11 +130,20 @@ def get_job(job_id: JobId, who: Who, store: StoreDep) -> dict[str, Any]:
 
 
 @router.post("/v1/jobs/{job_id}/cancel", status_code=202, response_model=S.JobOut, tags=["jobs"], responses=_ONE)
-def cancel_job(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+def cancel_job(
+    job_id: JobId, who: Who, store: StoreDep, jobs: Jobs,
+    grace_s: Annotated[float, Query(ge=0, le=S.MAX_CANCEL_GRACE_S, description=(
+        "A running job gets `signal` first and this long to stop (its `trap` runs), then it is killed, as a "
+        "preempted job is; 0 (the default): at once."))] = 0.0,
+    signal: Annotated[S.CancelSignal, Query(description="The signal sent first when `grace_s` > 0.")] = "TERM",
+) -> dict[str, Any]:
     """Cancel a job: a queued one stops waiting, a live slice is torn down (it happens after the answer,
-    hence 202). Repeating it is harmless, and so is cancelling a job that has ended: it stays as it is."""
+    hence 202). With `grace_s`, a running job is signalled first and stays `running` until it stops or
+    the grace period ends. Repeating it is harmless (a second cancel does not wait again), and so is
+    cancelling a job that has ended: it stays as it is."""
     whole = resolve_job(store, job_id, who)
-    jobs.cancel(whole)
+    job = _job(store, whole, who)
+    jobs.cancel(whole, grace_s, signal, job["tenant"])
     return _job(store, whole, who)
 
 
@@ -181,3 +194,38 @@ def job_events(job_id: JobId, request: Request, who: Who, store: StoreDep, limit
     more = len(events) > limit
     events = events[:limit]
     return {"job": whole, "events": events, "next": next_link(request, [events[-1]["id"]] if more else None)}
+
+
+# --- an admin's actions on a job (after the others: clients' operation order stays) ----------------
+def _admin_action(action: str, job_id: str, who: Principal, store: Store, jobs: JobService) -> dict[str, Any]:
+    whole = resolve_job(store, job_id, who)
+    try:
+        jobs.hold(whole, who.tenant, action)
+    except NotInState as exc:
+        raise ApiError(409, str(exc), [{"field": "job_id", "message": f"the job is {exc.state}"}]) from None
+    return _job(store, whole, who)
+
+
+_ADMIN_ONE: Responses = {**R401, **R403, **R404, **R422, 409: {
+    "model": S.ErrorOut, "description": "The job is in no state the action applies to (the message says which "
+                                        "it is in), or the id prefix matches several jobs."}}
+
+
+@router.post("/v1/jobs/{job_id}/hold", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
+def hold_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: keep a queued job out of placement (`held`) until released; 409 for a job in another state."""
+    return _admin_action("hold", job_id, who, store, jobs)
+
+
+@router.post("/v1/jobs/{job_id}/release", response_model=S.JobOut, tags=["jobs"], responses=_ADMIN_ONE)
+def release_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: put a held job back in the queue; 409 for a job that is not held."""
+    return _admin_action("release", job_id, who, store, jobs)
+
+
+@router.post("/v1/jobs/{job_id}/requeue", status_code=202, response_model=S.JobOut, tags=["jobs"],
+             responses=_ADMIN_ONE)
+def requeue_job(job_id: JobId, who: Admin, store: StoreDep, jobs: Jobs) -> dict[str, Any]:
+    """Admin: stop a composing or running job and queue it again (its slice is torn down after the answer,
+    hence 202; its retries are kept); a queued job stays as it is; 409 for one that has ended or is held."""
+    return _admin_action("requeue", job_id, who, store, jobs)
