@@ -195,10 +195,10 @@ def hold_devices(conn: Connection, device_ids: Collection[str], slice_id: str) -
         result = conn.execute(update(_devices).where(_devices.c.id.in_(chunk), _devices.c.slice_id.is_(None))
                               .values(slice_id=slice_id))
         if result.rowcount != len(chunk):
-            held = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(
+            other = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(
                 _devices.c.id.in_(chunk), _devices.c.slice_id != slice_id)).first()
-            who = f"held by {held.slice_id}" if held is not None else "held"
-            raise IllegalTransition("device", held.id if held is not None else chunk[0], who, f"held by {slice_id}")
+            who = f"held by {other.slice_id}" if other is not None else "held by another slice"
+            raise IllegalTransition("device", other.id if other is not None else chunk[0], who, f"held by {slice_id}")
 
 
 def release_devices(conn: Connection, slice_id: str, device_ids: Collection[str] | None = None) -> None:
