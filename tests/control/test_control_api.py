@@ -229,6 +229,8 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
         "fail_link_v1_links__link_id__fail_post", "repair_link_v1_links__link_id__repair_post",
         "list_tenants_v1_tenants_get", "get_tenant_v1_tenants__name__get", "set_tenant_v1_tenants__name__put",
         "create_token_v1_tokens_post", "list_tokens_v1_tokens_get", "revoke_token_v1_tokens__token_id__delete",
+        "list_profiles_v1_profiles_get", "get_profile_v1_profiles__image__get", "pin_profile_v1_profiles__image__put",
+        "unpin_profile_v1_profiles__image__delete",
         "get_history_v1_history_get", "healthz_healthz_get",
     ]
 
