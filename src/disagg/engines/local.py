@@ -47,6 +47,7 @@ from disagg.engines.local_runner import (
     BOOT,
     CONTROLLER_OOM_SCORE_ADJ,
     RUNNER_SPEC,
+    TASK_OOM_SCORE_ADJ,
     claim,
     oom_score_adj,
     start_ticks,
@@ -130,8 +131,7 @@ class LocalEngine(Engine):
         parent = self.isolation.cgroup_parent
         self.confinement = detect(parent) if parent and os.geteuid() == 0 else Confinement(
             notes=("not root: no cgroups can be made",) if parent else ("cgroups are off (cgroup_parent unset)",))
-        if os.geteuid() == 0:
-            oom_score_adj(CONTROLLER_OOM_SCORE_ADJ)  # the loop's process and the runners it starts
+        self._oom = os.geteuid() == 0 and oom_score_adj(CONTROLLER_OOM_SCORE_ADJ)  # the loop and its runners
         self.host = host_limits(self.isolation.reserve_memory, self.isolation.reserve_pids)
         self._host_notes = limit_parent(self.confinement, self.host) if self.confinement.usable else []
         self.sandbox, self._sandbox_note = sandbox_tools(self.isolation)
@@ -145,7 +145,9 @@ class LocalEngine(Engine):
             host += f" — not enforced: {'; '.join(self._host_notes) or 'no cgroups'}"
         disk = (f"a job's working directory: at most {self.isolation.disk_bytes // 2**20} MiB"
                 if self.isolation.disk_bytes else "a job's working directory: no disk limit")
-        return [*self.accounts.notes(), self.confinement.describe(), host, self._sandbox_note,
+        oom = (f"the OOM killer takes tasks (oom_score_adj {TASK_OOM_SCORE_ADJ}) before the controller "
+               f"({CONTROLLER_OOM_SCORE_ADJ if self._oom else 'unchanged: no CAP_SYS_RESOURCE to lower it'})")
+        return [*self.accounts.notes(), self.confinement.describe(), host, oom, self._sandbox_note,
                 f"jobs' working directories under {self.jobs_dir}; {disk}"]
 
     def _sandbox_of(self, tenant: str) -> dict[str, Any] | None:

@@ -253,13 +253,15 @@ def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | No
         os._exit(CANNOT_START)
 
 
-def oom_score_adj(value: int) -> None:
-    """Set the OOM killer's bias of this process (and of what it starts): -1000 never … 1000 first."""
+def oom_score_adj(value: int) -> bool:
+    """Set the OOM killer's bias of this process (and of what it starts): -1000 never … 1000 first.
+    Whether it took (a negative value needs CAP_SYS_RESOURCE, which a container may not give root)."""
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write(str(value))
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _pidfd(pid: int) -> int | None:

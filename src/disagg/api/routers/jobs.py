@@ -74,10 +74,14 @@ def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     response_model=S.JobOut,
     tags=["jobs"],
     responses={**R400, **R401, **R409, **R422_NEVER_FITS, **R429,
-               201: {"description": "The job, stored and queued.", "links": _JOB_LINKS}},
+               201: {"description": "The job, stored and queued.", "links": _JOB_LINKS},
+               503: {"model": S.ErrorOut, "description": "The store's disk is low (min_free_disk_mb): try later."}},
 )
 async def submit_job(body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
     """Submit a job. It is queued and placed by the next scheduling round."""
+    low = jobs.disk.trouble()
+    if low:  # what is left of the store's disk is kept for cancels and the jobs that end
+        raise ApiError(503, low)
     t0 = time.perf_counter()
     try:
         job, _created = await jobs.submit_async(who.tenant, body.model_dump(), idempotency_key)
