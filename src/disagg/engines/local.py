@@ -349,6 +349,7 @@ class LocalEngine(Engine):
             return
         for i in range(len(job.get("tasks", ()))):
             confinement.group(f"{job['handle']}.{i}").remove()
+        confinement.group(f"{job['handle']}.runner").remove()  # the runner's (it has ended, or was killed)
 
     def _await_claim(self, d: Path, timeout: float = 5.0) -> int | None:
         """A runner creates `started` and then writes its pid into it: a cancel that lands between the
