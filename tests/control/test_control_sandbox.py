@@ -284,6 +284,19 @@ def test_the_api_answers_others_while_a_loopback_job_holds_300_slow_connections(
     assert codes == [200] * 20, codes
 
 
+def test_the_api_answers_others_while_a_host_network_job_holds_300_slow_connections(three: Tenants3) -> None:
+    """The job reaches the API; it holds at most `http_max_connections_per_peer` (its tenant's Unix user):
+    before, its 300 took all 256 and every other client got 503."""
+    hog = three.submit("carol", ["python3", "-c", HOLD, str(three.server.port), "300", "60"])
+    three.wait("carol", hog, "running")
+    time.sleep(3)  # its connections open (its log cannot be polled through an API it may hold)
+    codes = [httpx.get(three.server.url + "/v1/jobs", headers=three.h("bob"), timeout=10).status_code
+             for _ in range(20)]
+    three.cancel("carol", hog)
+    assert codes == [200] * 20, codes
+    assert "HOLDING 300" in three.logs("carol", hog)  # it did open them all (most were refused at once)
+
+
 def _engine(tmp_path: Path) -> LocalEngine:
     return LocalEngine(tmp_path / "state" / "tasks", isolation=Isolation(cgroup_parent=TEST_CGROUP))
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -52,11 +53,36 @@ class HttpLimits:
     max_header_bytes: int
     max_body_bytes: int
     max_connections: int
+    max_connections_per_peer: int = 0  # 0: no limit per peer
 
     @classmethod
     def of(cls, settings: Config) -> HttpLimits:
         return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.http_max_header_bytes,
-                   settings.http_max_body_bytes, settings.http_max_connections)
+                   settings.http_max_body_bytes, settings.http_max_connections, settings.http_max_connections_per_peer)
+
+
+def peer_of(peer: Any) -> str | None:
+    """Who a connection comes from, for the per-peer limit: its address; on loopback, the Unix user that
+    made the client's socket (from /proc/net/tcp, by the client's port: a job with the host's network
+    and the operator's CLI share 127.0.0.1). None: not limited (root, this server's own user, unknown)."""
+    if not isinstance(peer, tuple) or len(peer) < 2:
+        return None
+    host, port = str(peer[0]), int(peer[1])
+    if host not in ("127.0.0.1", "::1", "::ffff:127.0.0.1") and not host.startswith("127."):
+        return f"addr {host}"
+    want = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 7 and fields[1].endswith(want):
+                        uid = int(fields[7])
+                        return None if uid in (0, os.geteuid()) else f"uid {uid}"
+        except OSError:
+            continue
+    return None
 
 
 def refusal(status: int, detail: str) -> bytes:
@@ -88,6 +114,8 @@ class GuardedProtocol(HttpToolsProtocol):
     _refused = False
     _owed = b""  # a refusal to write once the answers to earlier pipelined requests are written
     _app_cycle: Any = None  # the app's request/answer of the request being read, once it has one
+    _peer: str | None = None  # who the connection is counted against (`peer_of`), if anyone
+    _peers: ClassVar[dict[str, int]] = {}  # the server's: connections open per peer
 
     def _deadline(self, seconds: float, status: int | None, detail: str) -> None:
         """Refuse the request with `status` unless `_clear` is called within `seconds`."""
@@ -145,6 +173,17 @@ class GuardedProtocol(HttpToolsProtocol):
             transport.write(refusal(503, f"more than {self.limits.max_connections} connections at once"))
             transport.close()
             return
+        most = self.limits.max_connections_per_peer
+        if most:
+            self._peer = peer_of(transport.get_extra_info("peername"))
+            if self._peer is not None:
+                held = self._peers.get(self._peer, 0)
+                self._peers[self._peer] = held + 1
+                if held >= most:
+                    self._refused = True
+                    transport.write(refusal(503, f"more than {most} connections at once from {self._peer}"))
+                    transport.close()
+                    return
         self._begin_head()
 
     def _begin_head(self) -> None:
@@ -220,12 +259,20 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._clear()
+        if self._peer is not None:
+            left = self._peers.get(self._peer, 1) - 1
+            if left > 0:
+                self._peers[self._peer] = left
+            else:
+                self._peers.pop(self._peer, None)
+            self._peer = None
         super().connection_lost(exc)
 
 
 def guarded_protocol(limits: HttpLimits) -> type[GuardedProtocol]:
-    """The protocol class uvicorn is given: GuardedProtocol with `limits`."""
-    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
+    """The protocol class uvicorn is given: GuardedProtocol with `limits` (and the server's count of the
+    connections each peer holds)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "_peers": {}})
 
 
 def serve_http(app: FastAPI, settings: Config, sock: socket.socket) -> None:

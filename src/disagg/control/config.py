@@ -122,6 +122,9 @@ class Config(BaseModel):
     http_idle_timeout_s: int = Field(default=5, ge=1, le=3600, description="Idle keep-alive connections close, s.")
     http_max_connections: int = Field(default=256, ge=1, le=100_000,
                                       description="Connections open at once; more are answered 503 and closed.")
+    http_max_connections_per_peer: int = Field(default=64, ge=0, le=100_000, description=(
+        "Connections one peer may hold at once (an address; on loopback a Unix user, root and the server's own "
+        "excepted); more are answered 503 (0: no limit)."))
     http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576,
                                        description="Bytes of a request's line and headers (more: 431).")
     http_max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824,
