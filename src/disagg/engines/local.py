@@ -18,7 +18,10 @@ paths, wherever the store and the state directory are).
 
 The runner (`disagg.engines.local_runner`) supervises the tasks: it runs in its own session as the
 controller's user, so jobs outlive a controller killed with SIGKILL and a restarted controller finds
-them again from these files. Who a job runs as: `accounts`; how a task is confined: `cgroups`.
+them again from these files. Who a job runs as: `accounts`; how a task is confined: `cgroups` (its
+limits, under a parent limited to the host less the controller's reserve) and, as root, `sandbox` (its
+namespaces: bubblewrap); a root controller without bwrap refuses to start unless `allow_no_sandbox`, and
+one whose jobs' directories share the store's filesystem unless `allow_jobs_on_store_disk`.
 """
 
 from __future__ import annotations
