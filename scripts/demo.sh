@@ -5,6 +5,10 @@
 # Ctrl-C stops it; extra arguments go to serve.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# As root, each job runs in its own namespaces with Debian's bubblewrap (docs/security.md); a demo keeps
+# the store and the jobs' directories on one disk, which a root controller refuses unless told it may.
+export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} bubblewrap"
+export DISAGG_ALLOW_JOBS_ON_STORE_DISK="${DISAGG_ALLOW_JOBS_ON_STORE_DISK:-true}"
 bash "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
 echo "== one scheduling round: the DRMaestro testbed (warm cluster), DRMaestro with the network-aware policy"

@@ -5,9 +5,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages for the real Slurm of tests/slurm and the throw-away PostgreSQL of tests/control
 # (its client's pg_dump/pg_restore for `disagg backup`), the headless Chromium (with its WebDriver) that
 # the dashboard's browser tests drive, and for the isolation tests: the system's python3 (the tests' jobs
-# run as tenants' users, who cannot reach a python under /root) and passwd (useradd/userdel); bootstrap
+# run as tenants' users, who cannot reach a python under /root), passwd (useradd/userdel) and bubblewrap
+# (each job's namespaces; util-linux gives setpriv and nsenter); bootstrap
 # installs the missing ones when root.
-export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql chromium chromium-driver python3 passwd"
+export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql chromium chromium-driver python3 passwd bubblewrap"
 bash "$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"
 echo "== ruff"; .venv/bin/ruff check src tests

@@ -3,6 +3,7 @@ tests so that both engines are attacked by the same code."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -54,11 +55,19 @@ open(f"{d}/done-{job}", "a").write(attempt + "\\n")
 """
 
 
+#: Where the tests' drop directories go: every controller the tests start binds it into its jobs' sandboxes
+#: (`job_shared_dirs`, set for the session by tests/conftest.py; a job's /tmp is its own).
+SHARED_ROOT = Path(os.environ.setdefault("DISAGG_TEST_SHARED", f"/var/tmp/disagg-test-shared-{os.getpid()}"))
+
+
 @contextmanager
 def drop_dir(prefix: str = "disagg-drop-") -> Iterator[Path]:
     """A directory every tenant's user may write to (1777, like /tmp): where test jobs leave marks that the
-    test reads (jobs run as their tenant's user, who cannot write into pytest's 0700 tmp_path)."""
-    d = Path(tempfile.mkdtemp(prefix=prefix))
+    test reads (jobs run as their tenant's user, who cannot write into pytest's 0700 tmp_path), under
+    SHARED_ROOT, the one directory besides its own that a test job may write."""
+    SHARED_ROOT.mkdir(mode=0o1777, exist_ok=True)
+    SHARED_ROOT.chmod(0o1777)
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=SHARED_ROOT))
     d.chmod(0o1777)
     try:
         yield d

@@ -9,6 +9,7 @@ at its end, kills what is left there, removes the groups, the jobs' working dire
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.attacks import SHARED_ROOT
+
 ROOT = Path(__file__).resolve().parent.parent
 #: This session's parent cgroup (under each hierarchy), apart from any real controller's `disagg`.
 TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.getpid()}")
@@ -25,6 +28,12 @@ TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.ge
 #: default, one prefix per state directory, would make new users for every test's controller; the test of
 #: that default sets it back).
 os.environ.setdefault("DISAGG_UNIX_USER_PREFIX", "disagg-")
+#: Every controller the tests start: the drop directories writable in its jobs' sandboxes, and the jobs'
+#: working directories on the store's filesystem (this machine has one).
+os.environ.setdefault("DISAGG_JOB_SHARED_DIRS", json.dumps([str(SHARED_ROOT)]))
+os.environ.setdefault("DISAGG_ALLOW_JOBS_ON_STORE_DISK", "true")
+SHARED_ROOT.mkdir(mode=0o1777, exist_ok=True)
+SHARED_ROOT.chmod(0o1777)
 
 
 @pytest.fixture
@@ -49,6 +58,7 @@ def _clean_up_users_and_cgroups() -> Iterator[None]:
     before = _tenant_users() if os.geteuid() == 0 else set()
     dirs = _jobs_dirs() if os.geteuid() == 0 else set()
     yield
+    shutil.rmtree(SHARED_ROOT, ignore_errors=True)
     if os.geteuid() != 0:
         return
     for made in sorted(_jobs_dirs()):  # this session's, and those of state directories that are gone

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.attacks import SHARED_ROOT
 from tests.server_files import admin_token  # noqa: F401 - re-exported for the controller tests
 
 from disagg.bench.crash import ForkedServer
@@ -34,7 +35,8 @@ class Server(ForkedServer):
 def make_service(tmp_path: Path, db: str | None = None, cluster: str | None = None, scale: float = FAST,
                  **kw: object) -> Service:
     kw = {"cgroup_parent": TEST_CGROUP, "allow_same_user": SAME_USER,
-          "unix_user_prefix": os.environ.get("DISAGG_UNIX_USER_PREFIX"), **kw}
+          "unix_user_prefix": os.environ.get("DISAGG_UNIX_USER_PREFIX"), "job_shared_dirs": [str(SHARED_ROOT)],
+          "allow_jobs_on_store_disk": True, **kw}
     settings = Config(db=db or f"sqlite:///{tmp_path / 'disagg.db'}", cluster=cluster,
                         state_dir=str(tmp_path / "state"), latency_scale=scale, tick_s=0.02, round_gap_s=0.02, **kw)  # type: ignore[arg-type]
     return open_service(settings)

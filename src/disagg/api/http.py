@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -52,11 +54,54 @@ class HttpLimits:
     max_header_bytes: int
     max_body_bytes: int
     max_connections: int
+    max_connections_per_peer: int = 0  # 0: no limit per peer
 
     @classmethod
     def of(cls, settings: Config) -> HttpLimits:
         return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.http_max_header_bytes,
-                   settings.http_max_body_bytes, settings.http_max_connections)
+                   settings.http_max_body_bytes, settings.http_max_connections, settings.http_max_connections_per_peer)
+
+
+#: Netlink's socket-diagnostics protocol and its request type (linux/sock_diag.h).
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+
+
+def socket_owner(family: int, local: tuple[str, int], remote: tuple[str, int]) -> int | None:
+    """The uid that made the TCP socket with this local and remote address (the kernel's inet_diag, one
+    exact lookup: about 56 µs here; reading /proc/net/tcp took 57 ms with 600 sockets). None: not found."""
+    src = socket.inet_pton(family, local[0]).ljust(16, b"\0")
+    dst = socket.inet_pton(family, remote[0]).ljust(16, b"\0")
+    req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+    req += struct.pack("!HH", local[1], remote[1]) + src + dst + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    msg = struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req  # NLM_F_REQUEST
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
+            nl.settimeout(0.5)
+            nl.send(msg)
+            data = nl.recv(8192)
+    except OSError:
+        return None
+    if len(data) < 84 or struct.unpack_from("=H", data, 4)[0] != SOCK_DIAG_BY_FAMILY:
+        return None
+    uid: int = struct.unpack_from("=I", data, 16 + 64)[0]  # inet_diag_msg: 4 + sockid 48 + 12, then uid
+    return uid
+
+
+def peer_of(peer: Any, local: Any = None) -> str | None:
+    """Who a connection comes from, for the per-peer limit: its address; on loopback, the Unix user that
+    made the client's socket (a job with the host's network and the operator's CLI share 127.0.0.1).
+    None: not limited (root, this server's own user, unknown)."""
+    if not isinstance(peer, tuple) or len(peer) < 2:
+        return None
+    host = str(peer[0])
+    if host not in ("::1", "::ffff:127.0.0.1") and not host.startswith("127."):
+        return f"addr {host}"
+    if not isinstance(local, tuple) or len(local) < 2:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    uid = socket_owner(family, (host, int(peer[1])), (str(local[0]), int(local[1])))
+    return None if uid is None or uid in (0, os.geteuid()) else f"uid {uid}"
 
 
 def refusal(status: int, detail: str) -> bytes:
@@ -88,6 +133,8 @@ class GuardedProtocol(HttpToolsProtocol):
     _refused = False
     _owed = b""  # a refusal to write once the answers to earlier pipelined requests are written
     _app_cycle: Any = None  # the app's request/answer of the request being read, once it has one
+    _peer: str | None = None  # who the connection is counted against (`peer_of`), if anyone
+    _peers: ClassVar[dict[str, int]] = {}  # the server's: connections open per peer
 
     def _deadline(self, seconds: float, status: int | None, detail: str) -> None:
         """Refuse the request with `status` unless `_clear` is called within `seconds`."""
@@ -145,6 +192,17 @@ class GuardedProtocol(HttpToolsProtocol):
             transport.write(refusal(503, f"more than {self.limits.max_connections} connections at once"))
             transport.close()
             return
+        most = self.limits.max_connections_per_peer
+        if most:
+            self._peer = peer_of(transport.get_extra_info("peername"), transport.get_extra_info("sockname"))
+            if self._peer is not None:
+                held = self._peers.get(self._peer, 0)
+                self._peers[self._peer] = held + 1
+                if held >= most:
+                    self._refused = True
+                    transport.write(refusal(503, f"more than {most} connections at once from {self._peer}"))
+                    transport.close()
+                    return
         self._begin_head()
 
     def _begin_head(self) -> None:
@@ -220,12 +278,20 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._clear()
+        if self._peer is not None:
+            left = self._peers.get(self._peer, 1) - 1
+            if left > 0:
+                self._peers[self._peer] = left
+            else:
+                self._peers.pop(self._peer, None)
+            self._peer = None
         super().connection_lost(exc)
 
 
 def guarded_protocol(limits: HttpLimits) -> type[GuardedProtocol]:
-    """The protocol class uvicorn is given: GuardedProtocol with `limits`."""
-    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
+    """The protocol class uvicorn is given: GuardedProtocol with `limits` (and the server's count of the
+    connections each peer holds)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "_peers": {}})
 
 
 def serve_http(app: FastAPI, settings: Config, sock: socket.socket) -> None:

@@ -118,10 +118,15 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
     Split: the loop process opens the store first (migrates, syncs, reconciles), then this process opens
     it for the API alone. One process: open and reconcile here.
     """
+    import os
+
     from disagg.control.service import open_service
     from disagg.control.split import LoopStartError, start_loop_process
+    from disagg.engines.local_runner import CONTROLLER_OOM_SCORE_ADJ, oom_score_adj
     from disagg.placement.registry import UnknownPolicyError
 
+    if os.geteuid() == 0:
+        oom_score_adj(CONTROLLER_OOM_SCORE_ADJ)  # the OOM killer takes any job's task before the controller
     try:
         if settings.api_process:
             loop_pid, wake_fd, note = start_loop_process(

@@ -112,6 +112,26 @@ class Config(BaseModel):
         "Redfish compositions and updates a tenant may ask for a second, on average (more: 429); 0: no limit."))
     rate_burst_per_tenant: int = Field(default=100, ge=1, le=1_000_000, description=(
         "How many submissions (and, apart, compositions) a tenant may make at once before its rate applies."))
+    sandbox: bool = Field(default=True, description=(
+        "As root, run each job in its own namespaces (bubblewrap: pid, ipc, uts, mount, network); docs/security.md."))
+    allow_no_sandbox: bool = Field(default=False, description=(
+        "As root without bwrap: start anyway, jobs without namespaces (else the start is refused)."))
+    job_shared_dirs: list[str] = Field(default_factory=list, max_length=64, description=(
+        "Directories every job may write besides its working directory (bound into each sandbox)."))
+    job_tmp_mb: float = Field(default=1024.0, ge=1, le=1_048_576, description=(
+        "Size of each task's private /tmp and /dev/shm (tmpfs, counted in its memory), MB each."))
+    job_disk_mb: float = Field(default=10240.0, ge=0, le=1e9, description=(
+        "Disk a job's working directory may hold, MB; past it the job is killed and its files removed (0: none)."))
+    tenant_disk_mb: float = Field(default=0.0, ge=0, le=1e12, description=(
+        "Disk all running jobs of one tenant may hold together (their limits' sum), MB (0: no total)."))
+    allow_jobs_on_store_disk: bool = Field(default=False, description=(
+        "As root: accept jobs' working directories on the store's filesystem (else the start is refused)."))
+    min_free_disk_mb: float = Field(default=512.0, ge=0, le=1e9, description=(
+        "Below this free space on the store's filesystem /healthz is degraded and submissions get 503."))
+    controller_reserve_mb: float = Field(default=2048.0, ge=0, le=1e9, description=(
+        "Memory left to the controller: all jobs together get the host's MemTotal less this, MB."))
+    controller_reserve_pids: int = Field(default=2048, ge=0, le=4_194_304, description=(
+        "Processes left to the controller: all jobs together get kernel.pid_max less this."))
     max_queued_per_tenant: int = Field(default=10_000, ge=1, le=10_000_000,
                                        description="Queued jobs a tenant may have at once (more: 429).")
     retention_s: float = Field(default=7 * 86400.0, ge=0,
@@ -127,6 +147,9 @@ class Config(BaseModel):
     http_idle_timeout_s: int = Field(default=5, ge=1, le=3600, description="Idle keep-alive connections close, s.")
     http_max_connections: int = Field(default=256, ge=1, le=100_000,
                                       description="Connections open at once; more are answered 503 and closed.")
+    http_max_connections_per_peer: int = Field(default=64, ge=0, le=100_000, description=(
+        "Connections one peer may hold at once (an address; on loopback a Unix user, root and the server's own "
+        "excepted); more are answered 503 (0: no limit)."))
     http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576,
                                        description="Bytes of a request's line and headers (more: 431).")
     http_max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824,
@@ -150,9 +173,29 @@ class Config(BaseModel):
         from disagg.engines.accounts import controller_prefix
         from disagg.engines.local import Isolation
 
-        return Isolation(self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
-                         self.log_cap_bytes, self.cgroup_parent, self.task_pids_max,
-                         self.unix_user_prefix or controller_prefix(self.resolved_state_dir()))
+        store = self.sqlite_path()
+        return Isolation(
+            self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
+            self.log_cap_bytes, self.cgroup_parent, self.task_pids_max,
+            self.unix_user_prefix or controller_prefix(self.resolved_state_dir()), sandbox=self.sandbox,
+            allow_no_sandbox=self.allow_no_sandbox,
+            hide_files=tuple(Path(f"{store}{end}") for end in ("", "-wal", "-shm", "-journal")) if store else (),
+            shared_dirs=tuple(Path(p) for p in self.job_shared_dirs), tmp_bytes=int(self.job_tmp_mb * 2**20),
+            disk_bytes=int(self.job_disk_mb * 2**20), tenant_disk_bytes=int(self.tenant_disk_mb * 2**20),
+            allow_jobs_on_store_disk=self.allow_jobs_on_store_disk, store_dir=self.store_dir(),
+            reserve_memory=int(self.controller_reserve_mb * 2**20), reserve_pids=self.controller_reserve_pids)
+
+    def sqlite_path(self) -> Path | None:
+        """The store's file, for SQLite (None: PostgreSQL, or in memory)."""
+        url = normalize_url(self.db)
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            return Path(url[len("sqlite:///"):]).absolute()
+        return None
+
+    def store_dir(self) -> Path:
+        """Where the store writes on this host: the SQLite file's directory, else the state directory."""
+        path = self.sqlite_path()
+        return path.parent if path is not None else self.resolved_state_dir().absolute()
 
     def tenants_spec(self) -> Tenants:
         """The tenants this config names (none: every tenant gets the defaults). SpecError when bad."""

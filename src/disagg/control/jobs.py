@@ -20,6 +20,7 @@ from typing import Any
 import anyio.to_thread
 
 from disagg.control.config import Config
+from disagg.control.disk import DiskWatch
 from disagg.control.health import HealthMonitor
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.preemption import CANCEL_MARK
@@ -92,6 +93,7 @@ class JobService:
         self._jobs: GroupInsert = store.submissions()
         self.queued = QueueCounts(store)
         self.limits = SubmitLimits(TenantDirectory(store, config))
+        self.disk = DiskWatch(config.store_dir(), int(config.min_free_disk_mb * 2**20))
 
     def close(self) -> None:
         self._jobs.close()

@@ -246,6 +246,53 @@ def _enable(root: Path, parent: Path) -> tuple[str, ...]:
     return tuple(enabled)
 
 
+class HostLimits(_Record):
+    """What all of disagg's tasks together may use (the parent groups' limits): memory in bytes and
+    processes, the host's less a reserve for the controller (`host_limits`)."""
+
+    __slots__ = ("memory_bytes", "pids")  # in the order of __init__
+    memory_bytes: int
+    pids: int
+
+    def __init__(self, memory_bytes: int, pids: int) -> None:
+        super().__init__(memory_bytes, pids)
+
+
+def host_limits(memory_reserve: int, pids_reserve: int, meminfo: str | None = None,
+                pid_max: str | None = None) -> HostLimits:
+    """The host's memory (`MemTotal`) and process numbers (`kernel.pid_max`), each less its reserve for
+    the controller and the system (at least a tenth of the host's is left to the tasks)."""
+    if meminfo is None:
+        meminfo = _read("/proc/meminfo")
+    if pid_max is None:
+        pid_max = _read("/proc/sys/kernel/pid_max")
+    total = next(int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemTotal:"))
+    pids = int(pid_max.strip())
+    return HostLimits(max(total - memory_reserve, total // 10), max(pids - pids_reserve, pids // 10))
+
+
+def limit_parent(confinement: Confinement, limits: HostLimits) -> list[str]:
+    """Set the host-wide limits on disagg's parent groups (memory and pids, where there is a controller
+    for them); what could not be set, in words (the controller prints it at start)."""
+    notes = []
+    writes: list[tuple[str, str]] = []
+    if confinement.v2 is not None:
+        if "memory" in confinement.v2_controllers:
+            writes.append((f"{confinement.v2}/memory.max", str(limits.memory_bytes)))
+        if "pids" in confinement.v2_controllers:
+            writes.append((f"{confinement.v2}/pids.max", str(limits.pids)))
+    if "memory" in confinement.v1:
+        writes.append((f"{confinement.v1['memory']}/memory.limit_in_bytes", str(limits.memory_bytes)))
+    if "pids" in confinement.v1:
+        writes.append((f"{confinement.v1['pids']}/pids.max", str(limits.pids)))
+    for path, value in writes:
+        try:
+            _write(path, value)
+        except OSError as exc:
+            notes.append(str(exc))
+    return notes
+
+
 class Limits(_Record):
     """What a task may use: cpus (bandwidth, may be fractional), memory in bytes, processes."""
 
@@ -392,4 +439,5 @@ def _quota(cpus: float) -> int:
     return max(1000, round(cpus * CPU_PERIOD_US))
 
 
-__all__ = ["CgroupError", "Confinement", "Limits", "TaskGroup", "cgroup_mounts", "detect"]
+__all__ = ["CgroupError", "Confinement", "HostLimits", "Limits", "TaskGroup", "cgroup_mounts", "detect", "host_limits",
+           "limit_parent"]

@@ -18,7 +18,10 @@ paths, wherever the store and the state directory are).
 
 The runner (`disagg.engines.local_runner`) supervises the tasks: it runs in its own session as the
 controller's user, so jobs outlive a controller killed with SIGKILL and a restarted controller finds
-them again from these files. Who a job runs as: `accounts`; how a task is confined: `cgroups`.
+them again from these files. Who a job runs as: `accounts`; how a task is confined: `cgroups` (its
+limits, under a parent limited to the host less the controller's reserve) and, as root, `sandbox` (its
+namespaces: bubblewrap); a root controller without bwrap refuses to start unless `allow_no_sandbox`, and
+one whose jobs' directories share the store's filesystem unless `allow_jobs_on_store_disk`.
 """
 
 from __future__ import annotations
@@ -42,8 +45,18 @@ from typing import Any
 import disagg
 from disagg.engines.accounts import DEFAULT_PREFIX, Account, Accounts
 from disagg.engines.base import Engine, LogPage, SliceMachine, SliceSpec, TaskRefused, TaskStatus, file_page
-from disagg.engines.cgroups import Confinement, detect
-from disagg.engines.local_runner import BOOT, RUNNER_SPEC, claim, start_ticks, write_atomic
+from disagg.engines.cgroups import Confinement, detect, host_limits, limit_parent
+from disagg.engines.local_runner import (
+    BOOT,
+    CONTROLLER_OOM_SCORE_ADJ,
+    RUNNER_SPEC,
+    TASK_OOM_SCORE_ADJ,
+    claim,
+    oom_score_adj,
+    start_ticks,
+    write_atomic,
+)
+from disagg.engines.sandbox import NETWORK_HOST, NETWORK_LOOPBACK
 from disagg.fabric.emulated import OperationLatencies
 from disagg.model.states import RunState
 from disagg.model.tenants import Tenants
@@ -73,6 +86,27 @@ class Isolation:
     cgroup_parent: str | None = "disagg"
     pids_max: int = 4096
     unix_user_prefix: str = DEFAULT_PREFIX
+    #: Namespaces (bubblewrap) for every job as root; `allow_no_sandbox`: start without them when bwrap is missing.
+    sandbox: bool = True
+    allow_no_sandbox: bool = False
+    #: What every job's sandbox hides besides the state directory and the jobs' root: the store's files.
+    hide_files: tuple[Path, ...] = ()
+    hide_dirs: tuple[Path, ...] = ()
+    #: Directories every job may write (bound read-write into each sandbox), e.g. a shared filesystem.
+    shared_dirs: tuple[Path, ...] = ()
+    #: Each task's private /tmp and /dev/shm (tmpfs, charged to its memory), bytes each.
+    tmp_bytes: int = 1024 * 2**20
+    #: A job's working directory (the runner kills the job past it; 0: no limit).
+    disk_bytes: int = 10 * 2**30
+    #: What all jobs' working directories of one tenant may hold together (0: no limit).
+    tenant_disk_bytes: int = 0
+    #: Whether the jobs' working directories may share the store's filesystem (else refused at start).
+    allow_jobs_on_store_disk: bool = False
+    #: The store's directory (SQLite) or the state directory: its filesystem must not be the jobs'.
+    store_dir: Path | None = None
+    #: Left to the controller and the system by the jobs' parent cgroup: memory in bytes, processes.
+    reserve_memory: int = 2 * 2**30
+    reserve_pids: int = 2048
 
 
 def default_jobs_dir(state_root: Path) -> Path:
@@ -102,11 +136,35 @@ class LocalEngine(Engine):
         parent = self.isolation.cgroup_parent
         self.confinement = detect(parent) if parent and os.geteuid() == 0 else Confinement(
             notes=("not root: no cgroups can be made",) if parent else ("cgroups are off (cgroup_parent unset)",))
+        self._oom = os.geteuid() == 0 and oom_score_adj(CONTROLLER_OOM_SCORE_ADJ)  # the loop and its runners
+        self.host = host_limits(self.isolation.reserve_memory, self.isolation.reserve_pids)
+        self._host_notes = limit_parent(self.confinement, self.host) if self.confinement.usable else []
+        self.sandbox, self._sandbox_note = sandbox_tools(self.isolation)
+        check_disks(self.isolation, self.jobs_dir, self.sandbox is not None)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def notes(self) -> list[str]:
-        return [*self.accounts.notes(), self.confinement.describe(),
-                f"jobs' working directories under {self.jobs_dir}"]
+        host = (f"all jobs together: at most {self.host.memory_bytes / 2**30:.1f} GiB of memory and "
+                f"{self.host.pids} processes (the host's less the controller's reserve)")
+        if not self.confinement.usable or self._host_notes:
+            host += f" — not enforced: {'; '.join(self._host_notes) or 'no cgroups'}"
+        disk = (f"a job's working directory: at most {self.isolation.disk_bytes // 2**20} MiB"
+                if self.isolation.disk_bytes else "a job's working directory: no disk limit")
+        oom = (f"the OOM killer takes tasks (oom_score_adj {TASK_OOM_SCORE_ADJ}) before the controller "
+               f"({CONTROLLER_OOM_SCORE_ADJ if self._oom else 'unchanged: no CAP_SYS_RESOURCE to lower it'})")
+        return [*self.accounts.notes(), self.confinement.describe(), host, oom, self._sandbox_note,
+                f"jobs' working directories under {self.jobs_dir}; {disk}"]
+
+    def _sandbox_of(self, tenant: str) -> dict[str, Any] | None:
+        """The sandbox a job of `tenant` gets (None: no namespaces: not root, or accepted without bwrap)."""
+        if self.sandbox is None:
+            return None
+        network = self.isolation.tenants.get(tenant).network or NETWORK_LOOPBACK
+        root = self.root.parent
+        hide = [str(p) for p in (root, *self.isolation.hide_dirs)]
+        return {**self.sandbox, "network": network, "hide": hide, "jobs_dir": str(self.jobs_dir),
+                "hide_files": [str(p) for p in self.isolation.hide_files if p.exists()],
+                "shared": [str(p) for p in self.isolation.shared_dirs], "tmp_bytes": self.isolation.tmp_bytes}
 
     def _dir(self, handle: str) -> Path:
         if not handle or "/" in handle or handle.startswith("."):
@@ -158,11 +216,13 @@ class LocalEngine(Engine):
             env = {**base, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "DISAGG_DEVICES": ",".join(devices),
                    "DISAGG_TASK_INDEX": str(i), "DISAGG_MACHINE": machine.name, "DISAGG_HOST": machine.host}
             tasks.append({"machine": machine.name, "env": env, "cpus": machine.cpus,
-                          "memory_bytes": int(machine.memory_gb * 2**30)})
+                          "memory_bytes": min(int(machine.memory_gb * 2**30), self.host.memory_bytes)})
         job = {"handle": spec.slice_id, "command": list(spec.command), "tasks": tasks, "workdir": str(work),
                "account": {"user": account.user, "uid": account.uid, "gid": account.gid, "drop": account.drop},
                "confinement": self.confinement.to_json() if self.confinement.usable else None,
-               "log_cap": self.isolation.log_cap, "pids_max": self.isolation.pids_max}
+               "log_cap": self.isolation.log_cap, "pids_max": min(self.isolation.pids_max, self.host.pids),
+               "sandbox": self._sandbox_of(spec.tenant), "disk_bytes": self._disk_limit(spec.tenant),
+               "tenant": spec.tenant}
         write_atomic(d / RUNNER_SPEC, marshal.dumps(job))  # first: `spec.json` says the job is prepared
         write_atomic(d / "spec.json", json.dumps(job))
         return spec.slice_id
@@ -250,13 +310,36 @@ class LocalEngine(Engine):
         if _read_exit(d) is None:
             write_atomic(d / "exit", json.dumps({"code": -9, RunState.CANCELLED: True, "at": time.time()}))
 
+    def _disk_limit(self, tenant: str) -> int:
+        """A new job's disk limit: `disk_bytes`, less what the tenant's other live jobs may already hold
+        past its total (`tenant_disk_bytes`). TaskRefused when nothing is left of that total."""
+        limit, total = self.isolation.disk_bytes, self.isolation.tenant_disk_bytes
+        if not total:
+            return limit
+        held = 0
+        for d in self.root.iterdir():
+            if (d / "exit").exists():
+                continue
+            try:
+                job = json.loads((d / "spec.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if job.get("tenant") == tenant:
+                held += int(job.get("disk_bytes") or 0)
+        left = total - held
+        if left < 2**20:
+            raise TaskRefused(f"tenant {tenant}'s running jobs hold its whole disk total "
+                              f"({total // 2**20} MiB, tenant_disk_mb)")
+        return min(limit, left) if limit else left
+
     def terminate(self, handle: str, sig: signal.Signals = signal.SIGTERM) -> bool:
-        """SIGTERM (or `sig`) to the job's tasks (the runner's children), not to the runner: it stays to
-        record their exit code. False when no runner of the job lives."""
+        """SIGTERM (or `sig`) to the job's tasks (the runner's children; in a sandbox, the command under
+        bwrap's two processes), not to the runner: it stays to record their exit code. False when no runner
+        of the job lives."""
         pid = self._runner(self._dir(handle))
         if pid is None:
             return False
-        for child in _children(pid):
+        for child in _commands(_children(pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(child, sig)
         return True
@@ -272,6 +355,7 @@ class LocalEngine(Engine):
             return
         for i in range(len(job.get("tasks", ()))):
             confinement.group(f"{job['handle']}.{i}").remove()
+        confinement.group(f"{job['handle']}.runner").remove()  # the runner's (it has ended, or was killed)
 
     def _await_claim(self, d: Path, timeout: float = 5.0) -> int | None:
         """A runner creates `started` and then writes its pid into it: a cancel that lands between the
@@ -324,6 +408,46 @@ class LocalEngine(Engine):
             self._reap(handle)
 
 
+def sandbox_tools(isolation: Isolation) -> tuple[dict[str, str] | None, str]:
+    """The tools a job's sandbox needs (bwrap, setpriv, nsenter), and one line for the controller's start.
+
+    Not root: no sandbox (jobs run as the controller's own user anyway). Root without bwrap: ValueError,
+    unless `allow_no_sandbox` accepts jobs without namespaces (they then see each other's processes, share
+    loopback, /tmp, /dev/shm and IPC, and reach the API on 127.0.0.1)."""
+    if os.geteuid() != 0 or not isolation.sandbox:
+        why = "not root" if os.geteuid() != 0 else "sandbox: false"
+        return None, f"no namespaces for jobs ({why}): a job sees the host's processes, network, /tmp and IPC"
+    tools = {name: shutil.which(name, path=TASK_PATH) for name in ("bwrap", "setpriv", "nsenter")}
+    missing = sorted(name for name, path in tools.items() if path is None)
+    if missing:
+        lost = ("jobs would see every process's command line, share loopback (and reach the API on "
+                "127.0.0.1), /tmp, /dev/shm and IPC")
+        if not isolation.allow_no_sandbox:
+            raise ValueError(f"sandbox: {', '.join(missing)} not found (install Debian's bubblewrap and "
+                             f"util-linux): without namespaces {lost}; allow_no_sandbox: true starts anyway")
+        return None, f"NO NAMESPACES for jobs ({', '.join(missing)} missing, allow_no_sandbox): {lost}"
+    network = sorted(t.name for t in isolation.tenants.by_name.values() if t.network == NETWORK_HOST)
+    host = f"; the host's network for {', '.join(network)}" if network else ""
+    return ({k: str(v) for k, v in tools.items()},
+            f"each job in its own namespaces (bubblewrap: pid, ipc, uts, mount, network with loopback only{host}); "
+            f"private /tmp and /dev/shm of {isolation.tmp_bytes // 2**20} MiB each")
+
+
+def check_disks(isolation: Isolation, jobs_dir: Path, sandboxed: bool) -> None:
+    """Refuse (ValueError) jobs' working directories on the store's filesystem: a job filling its disk
+    would stop the store (every write, even a cancel, failing) — unless `allow_jobs_on_store_disk`."""
+    store = isolation.store_dir
+    if os.geteuid() != 0 or store is None or isolation.allow_jobs_on_store_disk:
+        return
+    probe = store if store.exists() else store.parent
+    if not probe.exists() or probe.stat().st_dev != jobs_dir.stat().st_dev:
+        return
+    raise ValueError(f"jobs_dir: {jobs_dir} is on the same filesystem as the store ({store}): jobs writing "
+                     f"{'up to job_disk_mb each' if isolation.disk_bytes else 'without a disk limit'} could fill it "
+                     "and stop the store (submissions and cancels failing); put jobs_dir on another filesystem, "
+                     "or accept the risk with allow_jobs_on_store_disk: true")
+
+
 def _children(pid: int) -> list[int]:
     """The processes whose parent is `pid` (from /proc: its `children` list, else every process's stat)."""
     try:
@@ -339,6 +463,26 @@ def _children(pid: int) -> list[int]:
         if int(text[text.rindex(")") + 2:].split()[1]) == pid:
             out.append(int(proc.parent.name))
     return out
+
+def _commands(pids: list[int]) -> list[int]:
+    """The tasks' own commands among the runner's children: below a sandbox's bwrap (its monitor, then
+    the namespace's first process), the process bwrap started."""
+    out = []
+    for pid in pids:
+        below = pid
+        for _ in range(2):
+            try:
+                if Path(f"/proc/{below}/comm").read_text().strip() != "bwrap":
+                    break
+            except OSError:
+                break
+            kids = _children(below)
+            if not kids:
+                break
+            below = kids[0]
+        out.append(below)
+    return out
+
 
 def _private_dir(path: Path) -> None:
     """Make `path` (and its parents) and keep it the controller's alone (0700)."""
@@ -440,7 +584,8 @@ def _read_exit(d: Path) -> TaskStatus | None:
     if info.get(RunState.CANCELLED):
         return TaskStatus(RunState.CANCELLED, exit_code=info.get("code"))
     code = int(info["code"])
-    return TaskStatus(RunState.COMPLETED if code == 0 else RunState.FAILED, exit_code=code)
+    detail = "killed: its working directory passed its disk limit (job_disk_mb)" if info.get("disk") else ""
+    return TaskStatus(RunState.COMPLETED if code == 0 else RunState.FAILED, exit_code=code, detail=detail)
 
 
 def _task_layout(spec: SliceSpec) -> list[tuple[SliceMachine, tuple[str, ...]]]:

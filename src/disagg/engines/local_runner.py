@@ -62,6 +62,21 @@ CANNOT_START = 125
 #: The job as the runner reads it: what `spec.json` holds, in marshal's format (the controller writes
 #: both, this one first; `spec.json` is the one it and people read).
 RUNNER_SPEC = "spec.marshal"
+#: The OOM killer's bias for a task: taken before anything else of the host's.
+TASK_OOM_SCORE_ADJ = 500
+#: The controller's processes' (and their runners'): taken last, after every task.
+CONTROLLER_OOM_SCORE_ADJ = -900
+#: The runner's own group (`Runner.confine_self`): memory, and processes (itself, a holder, a forked task
+#: before it joins its own group).
+RUNNER_MEMORY = 256 * 2**20
+#: The least cpu a runner's group gets: at a 0.001-cpu job's own share its start took a second
+#: (the interpreter's 13 ms of CPU at 1 ms per 100 ms period).
+RUNNER_MIN_CPUS = 0.1
+RUNNER_PIDS = 64
+#: How often the runner measures the job's working directory against its disk limit, seconds.
+DISK_CHECK_S = 1.0
+#: Entries of a working directory the runner counts at most (each costs it a stat at each check).
+DISK_MAX_ENTRIES = 100_000
 
 
 def start_ticks(pid: int) -> str | None:
@@ -204,17 +219,26 @@ class Task:
         self.exit_fd: int | None = None
 
 
-def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | None, out: int, err: int) -> None:
-    """In the forked child: confine, drop privileges, execute the command. Never returns."""
+def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | None, out: int, err: int,
+               netns_pid: int | None = None) -> None:
+    """In the forked child: confine, drop privileges, execute the command (in its sandbox, where the job
+    has one: `sandbox`). Never returns."""
     try:
         if group is not None:
             group.join()
+        oom_score_adj(TASK_OOM_SCORE_ADJ)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
         os.closerange(3, 65536)
         _no_new_privileges()
+        if spec.get("sandbox"):
+            from disagg.engines.sandbox import task_argv
+
+            os.umask(0o077)
+            argv = task_argv(spec["sandbox"], spec["account"], spec["workdir"], list(spec["command"]), netns_pid)
+            os.execve(argv[0], argv, task["env"])
         # os.execvpe imports warnings: import it while the standard library can be read (the tenant's
         # user may not reach the interpreter's directory, e.g. under /root)
         import warnings  # noqa: F401
@@ -234,6 +258,17 @@ def _exec_task(spec: dict[str, Any], task: dict[str, Any], group: TaskGroup | No
         except OSError:
             pass
         os._exit(CANNOT_START)
+
+
+def oom_score_adj(value: int) -> bool:
+    """Set the OOM killer's bias of this process (and of what it starts): -1000 never … 1000 first.
+    Whether it took (a negative value needs CAP_SYS_RESOURCE, which a container may not give root)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+    except OSError:
+        return False
+    return True
 
 
 def _pidfd(pid: int) -> int | None:
@@ -262,6 +297,11 @@ class Runner:
         self.log = JobLog(os.path.join(directory, "output"), len(spec["tasks"]), int(spec["log_cap"]))
         self.poll = select.poll()
         self.watching: dict[int, Task] = {}  # every pipe still open, and every exit not yet seen → its task
+        self.netns_pid: int | None = None  # the job's network holder's sandboxed child (several tasks)
+        self.holder = 0  # the holder's bwrap (ours to end)
+        self.disk_limit = int(spec.get("disk_bytes") or 0)
+        self.disk_checked = time.monotonic()
+        self.disk_note = ""  # why the runner killed the job, once it has
 
     def group(self, i: int) -> TaskGroup | None:
         if self.confinement is None or not self.confinement.usable:
@@ -281,7 +321,7 @@ class Runner:
         r_err, w_err = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _exec_task(self.spec, {**task, "index": i}, group, w_out, w_err)
+            _exec_task(self.spec, {**task, "index": i}, group, w_out, w_err, self.netns_pid)
         os.close(w_out)
         os.close(w_err)
         t = Task(i, pid, group, {r_out: 1, r_err: 2})
@@ -296,8 +336,56 @@ class Runner:
         self.poll.register(fd, select.POLLIN)
         self.watching[fd] = t
 
+    def confine_self(self) -> None:
+        """Move the runner into a group of its job's (`<slice>.runner`): its cpu at most the job's request
+        (at least RUNNER_MIN_CPUS: a task that spews output makes its runner work within that bound, not on
+        the host's whole), memory RUNNER_MEMORY, few processes. Without cgroups it stays where it is."""
+        if self.confinement is None or not self.confinement.usable:
+            return
+        cpus = max(RUNNER_MIN_CPUS, sum(float(t["cpus"]) for t in self.spec["tasks"]))
+        group = self.confinement.group(f"{self.spec['handle']}.runner")
+        try:
+            group.create(Limits(cpus, RUNNER_MEMORY, RUNNER_PIDS + len(self.spec["tasks"])))
+            group.join()
+        except OSError as exc:
+            self.log.note(f"[disagg: the runner stays outside the job's groups: {exc}]\n")
+
+    def start_holder(self) -> None:
+        """A job of several tasks in a network of its own: start the holder of that namespace, which
+        each task enters (`sandbox`). Without it (it failed), each task gets a namespace of its own."""
+        from disagg.engines.sandbox import child_pid, holder_argv
+
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                os.set_inheritable(w, True)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1):
+                    os.dup2(null, fd)
+                argv = holder_argv(self.spec["sandbox"], w)
+                os.execv(argv[0], argv)
+            finally:
+                os._exit(CANNOT_START)
+        os.close(w)
+        info = b""
+        while b"}" not in info:
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            info += chunk
+        os.close(r)
+        try:
+            self.netns_pid, self.holder = child_pid(info), pid
+        except ValueError:
+            self.log.note("[disagg: the job's network holder did not start: each task gets a network of its own]\n")
+
     def run(self) -> int:
         """Start every task, copy their output until they end, clean up their groups; the job's code."""
+        sandbox = self.spec.get("sandbox")
+        if sandbox and sandbox["network"] != "host" and len(self.spec["tasks"]) > 1:
+            self.start_holder()
         tasks = [self.start(i, t) for i, t in enumerate(self.spec["tasks"])]
         while any(t.code is None or t.pipes for t in tasks):
             # Wakes at output, at a pipe's end (read as b""), at a task's exit (its pidfd: without one, a
@@ -312,11 +400,38 @@ class Runner:
                     self._read(t, fd)
             for t in tasks:
                 self._reap(t)
+            self._check_disk(tasks)
         for t in tasks:
             if t.group is not None:
                 t.group.remove()
+        if self.holder:
+            os.kill(self.holder, 9)
+            os.waitpid(self.holder, 0)
         codes = [t.code or 0 for t in tasks]
         return next((c for c in codes if c != 0), 0)
+
+    def _check_disk(self, tasks: list[Task]) -> None:
+        """Every DISK_CHECK_S: a job whose working directory holds more than its disk limit is killed, its
+        files removed (they would hold the disk until the job's retention ends), and the log says why."""
+        if not self.disk_limit or self.disk_note or time.monotonic() - self.disk_checked < DISK_CHECK_S:
+            return
+        self.disk_checked = time.monotonic()
+        used, entries = disk_usage(self.spec["workdir"], DISK_MAX_ENTRIES)
+        if used <= self.disk_limit and entries < DISK_MAX_ENTRIES:
+            return
+        what = f"more than {DISK_MAX_ENTRIES} files" if entries >= DISK_MAX_ENTRIES else f"{used // 2**20} MiB"
+        self.disk_note = (f"[disagg: the job's working directory holds {what}, past its disk limit of "
+                          f"{self.disk_limit // 2**20} MiB (job_disk_mb): the job is killed and its files removed]\n")
+        for t in tasks:
+            if t.group is not None:
+                t.group.kill()
+            elif t.code is None:
+                try:  # noqa: SIM105 - contextlib is one import more at each runner's start
+                    os.kill(t.pid, 9)
+                except OSError:
+                    pass
+        empty_dir(self.spec["workdir"])
+        self.log.note(self.disk_note)
 
     def _read(self, t: Task, fd: int) -> None:
         try:
@@ -356,6 +471,43 @@ class Runner:
             t.pipes.clear()
 
 
+def disk_usage(top: str, most: int) -> tuple[int, int]:
+    """(bytes allocated, entries) under directory `top`, counting at most `most` entries (links not
+    followed; a file's allocated blocks, so that `fallocate` and sparse files count as they take disk)."""
+    used, entries, todo = 0, 0, [top]
+    while todo and entries < most:
+        try:
+            scan = os.scandir(todo.pop())
+        except OSError:
+            continue
+        with scan:
+            for entry in scan:
+                entries += 1
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(entry.path)
+    return used, entries
+
+
+def empty_dir(top: str) -> None:
+    """Remove everything under `top` (not `top`): what a job wrote past its disk limit."""
+    import shutil
+
+    for name in os.listdir(top):
+        path = os.path.join(top, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:  # noqa: SIM105 - contextlib is one import more at each runner's start
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def main(argv: list[str]) -> int:
     """`python -I -S -c <boot> DIR`: run the job prepared in DIR unless another runner or a cancel claimed it."""
     d = argv[0]
@@ -363,8 +515,13 @@ def main(argv: list[str]) -> int:
     ticks = start_ticks(os.getpid())
     if not claim(os.path.join(d, "started"), flat_json({"pid": os.getpid(), "start": ticks})):
         return 0
-    code = Runner(d, read_spec(d)).run()
-    write_atomic(os.path.join(d, "exit"), flat_json({"code": code, "at": time.time()}))
+    runner = Runner(d, read_spec(d))
+    runner.confine_self()
+    code = runner.run()
+    record: dict[str, int | float | str | None] = {"code": code, "at": time.time()}
+    if runner.disk_note:
+        record["disk"] = 1
+    write_atomic(os.path.join(d, "exit"), flat_json(record))
     return 0
 
 

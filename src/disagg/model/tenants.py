@@ -7,6 +7,7 @@ A tenants spec (YAML or JSON, a file or the `tenants:` section of the serve conf
          quota:  {gpu: 8, cpus: 64, memory_gb: 512, network_gbps: 40},   # nominal: guaranteed
          borrow: {gpu: 8}}                                                # at most this much above nominal
       - {name: bob, weight: 1, cohort: research, quota: {gpu: 4, cpus: 32, memory_gb: 256}}
+      - {name: web, network: host}    # its jobs use the host's network (default: loopback of their own)
 
 Resources are `cpus`, `memory_gb`, `network_gbps` and the device kinds (`gpu`, `nvme`, `fpga`,
 `memory`); a resource a tenant's quota does not name is unlimited for it. A tenant the spec does not
@@ -22,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -92,6 +93,7 @@ class TenantSpec(BaseModel):
     weight: float = Field(default=1.0, gt=0, le=1_000_000)
     cohort: str | None = Field(default=None, min_length=1, max_length=64)
     unix_user: str | None = None
+    network: Literal["loopback", "host"] | None = None
     quota: Limits = Limits()
     borrow: Limits = Limits()
 
@@ -127,6 +129,8 @@ class Tenant:
     unix_user: str | None = None
     quota: Mapping[str, float] = field(default_factory=dict)
     borrow: Mapping[str, float] = field(default_factory=dict)
+    #: Its jobs' network: `loopback` (a namespace of the job's own, the default) or `host` (the host's).
+    network: str | None = None
 
     def limit(self, resource: str) -> float:
         """The most of `resource` the tenant may hold: quota + borrow (inf when its quota does not name it)."""
@@ -168,8 +172,8 @@ def parse_tenants(data: Any, source: str = "<tenants>") -> Tenants:
                 problems.append(f"tenants[{i}].borrow.{res}: borrowing {extra:g} needs a quota of {res} to add to")
     if problems:
         raise SpecError(source, problems)
-    return Tenants({t.name: Tenant(t.name, t.weight, t.cohort, t.unix_user, _given(t.quota), _given(t.borrow))
-                    for t in spec.tenants})
+    return Tenants({t.name: Tenant(t.name, t.weight, t.cohort, t.unix_user, _given(t.quota), _given(t.borrow),
+                                   t.network) for t in spec.tenants})
 
 
 def load_tenants(path: str | Path) -> Tenants:
@@ -183,6 +187,8 @@ def tenant_entry(t: Tenant) -> dict[str, Any]:
         out["cohort"] = t.cohort
     if t.unix_user is not None:
         out["unix_user"] = t.unix_user
+    if t.network is not None:
+        out["network"] = t.network
     if t.quota:
         out["quota"] = dict(t.quota)
     if t.borrow:

@@ -80,12 +80,17 @@ def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
     response_model=S.JobOut,
     tags=["jobs"],
     responses={**R400, **R401, **R409, **R422_NEVER_FITS, **R429,
-               201: {"description": "The job, stored and queued.", "links": _JOB_LINKS}},
+               201: {"description": "The job, stored and queued.", "links": _JOB_LINKS},
+               503: {"model": S.ErrorOut, "description": "The store's disk is low (min_free_disk_mb): try later."}},
 )
 async def submit_job(request: Request, body: S.JobIn, who: Who, jobs: Jobs, idempotency_key: IdempotencyKey = None
                      ) -> dict[str, Any]:
     """Submit a job. It is queued and placed by the next scheduling round. 429 with `Retry-After` past the
-    tenant's rate (`submit_rate_per_tenant`) or its queue bound (`max_queued_per_tenant`)."""
+    tenant's rate (`submit_rate_per_tenant`) or its queue bound (`max_queued_per_tenant`); 503 while the
+    store's disk is low (`min_free_disk_mb`)."""
+    low = jobs.disk.trouble()
+    if low:  # what is left of the store's disk is kept for cancels and the jobs that end
+        raise ApiError(503, low)
     t0 = time.perf_counter()
     buckets: TenantBuckets = request.app.state.submit_buckets
     wait = buckets.take(who.tenant)

@@ -20,12 +20,14 @@ router = APIRouter()
 @router.get("/healthz", response_model=S.HealthOut, tags=["ops"])
 def healthz(store: StoreDep, jobs: Jobs) -> dict[str, Any]:
     """Liveness: the API answers and the store is reachable; `degraded`, with the cause, for a minute after
-    a scheduling round failed (the loop goes on, setting aside the jobs it failed on)."""
+    a scheduling round failed (the loop goes on, setting aside the jobs it failed on), and while the
+    store's filesystem has less than `min_free_disk_mb` free (submissions are then refused with 503)."""
     store.ping()
     info = jobs.round_info()
     trouble = info.get("trouble")
     last = {k: float(v) for k, v in info.items() if isinstance(v, int | float)}
     cause = str(trouble.get("cause")) if isinstance(trouble, dict) else None
+    cause = jobs.disk.trouble() or cause
     return {"status": "degraded" if cause else "ok", "cause": cause, "policy": jobs.config.policy,
             "last_round": last}
 
