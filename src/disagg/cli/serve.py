@@ -112,6 +112,11 @@ def _settings(config: str | None, **options: Any) -> Config:
     try:
         settings = load_config(config, os.environ, **options)
         get_policy(settings.policy)
+        if not settings.replica_name:  # one name for the API and the loop process, even with --port 0
+            from disagg.control.leadership import replica_name
+
+            name = replica_name("", settings.host, settings.port)
+            settings = settings.model_copy(update={"replica_name": name})
     except (SpecError, UnknownPolicyError) as exc:
         raise fail(str(exc)) from None
     return settings

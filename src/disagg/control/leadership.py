@@ -31,8 +31,11 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from disagg.model import SpecError
 from disagg.store import Store
@@ -195,5 +198,59 @@ class Leadership:
                 self.store.replica_seen(self.name, self.address, Role.STANDBY, self.epoch)
 
 
-__all__ = ["LEASE_S", "POLL_S", "RENEW_S", "STEPPED_DOWN", "Leadership", "NotLeader", "SingleControllerError",
-           "lock_sqlite", "replica_name"]
+
+
+def controller_view(store: Store, name: str) -> dict[str, object]:
+    """What `GET /v1/controller` and `/healthz` say: this replica's role, the lease (its epoch, its age:
+    seconds since its last renewal, the database's clock), and every replica the store knows."""
+    lease = store.lease()
+    if lease is None:
+        return {"replica": name, "role": Role.STANDBY, "epoch": 0, "leader": None, "lease_age_s": None,
+                "lease": None, "replicas": []}
+    info = lease.as_dict()
+    return {"replica": name, "role": lease.role_of(name), "epoch": lease.epoch, "leader": info["holder"],
+            "leader_since": info["acquired_at"] if lease.live else None, "lease_age_s": info["age_s"],
+            "lease": info, "replicas": store.replicas()}
+
+
+class LeaseCollector(Collector):
+    """Prometheus, read from the store at scrape time: disagg_leader (1 on the replica that leads),
+    disagg_lease_epoch, disagg_failovers_total, disagg_fenced_writes_total (the store's counts, so every
+    replica shows them, and a fenced replica's refusals outlive it)."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store, self.name = store, name
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        lease = self.store.lease()
+        if lease is None:
+            return
+        leader = GaugeMetricFamily("disagg_leader", "1 when this replica holds the lease, else 0.",
+                                   labels=["replica"])
+        leader.add_metric([self.name], 1 if lease.role_of(self.name) == Role.LEADER else 0)
+        yield leader
+        epoch = GaugeMetricFamily("disagg_lease_epoch", "The lease's epoch (raised by every acquisition).")
+        epoch.add_metric([], lease.epoch)
+        yield epoch
+        failovers = CounterMetricFamily("disagg_failovers", "Leases taken from a holder that had not released it.")
+        failovers.add_metric([], lease.failovers)
+        yield failovers
+        fenced = CounterMetricFamily("disagg_fenced_writes", "Leader writes refused: their epoch was no longer "
+                                     "the lease's.")
+        fenced.add_metric([], lease.fenced_writes)
+        yield fenced
+
+
+__all__ = [
+    "LEASE_S",
+    "POLL_S",
+    "RENEW_S",
+    "STEPPED_DOWN",
+    "Leadership",
+    "LeaseCollector",
+    "NotLeader",
+    "SingleControllerError",
+    "controller_view",
+    "lock_sqlite",
+    "replica_name",
+]

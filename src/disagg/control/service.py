@@ -15,7 +15,7 @@ from typing import Any
 from disagg.control.config import Config
 from disagg.control.gc import collect
 from disagg.control.jobs import JobService
-from disagg.control.leadership import Leadership, replica_name
+from disagg.control.leadership import Leadership, LeaseCollector, replica_name
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.reconcile import ReconcileReport, reconcile
@@ -104,6 +104,7 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
         raise
     metrics = ControllerMetrics(store, fabric)
     metrics.registry.register(TenantCollector(TenantDirectory(store, config)))  # gauges per tenant
+    metrics.registry.register(LeaseCollector(store, this_replica(config)))
     controller = Controller(store, fabric, engine, config, metrics)
     if leadership is not None:
         controller.lead(leadership)
@@ -114,9 +115,14 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
     return Service(config, store, fabric, engine, controller, jobs, report, leadership)
 
 
+def this_replica(config: Config) -> str:
+    """This replica's name (`--replica-name`, else host:port)."""
+    return replica_name(config.replica_name, config.host, config.port)
+
+
 def _lead(config: Config, store: Store, waiting: Callable[[str], None] | None) -> Leadership:
     """Wait for the store's lease and keep renewing it (`control.leadership`)."""
-    name = replica_name(config.replica_name, config.host, config.port)
+    name = this_replica(config)
     leadership = Leadership(store, name, f"http://{config.host}:{config.port}", config.lease_s,
                             single=store.dialect == "sqlite")
     try:
@@ -147,4 +153,4 @@ def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine,
     return report
 
 
-__all__ = ["DEFAULT_CLUSTER", "Service", "open_service"]
+__all__ = ["DEFAULT_CLUSTER", "Service", "open_service", "this_replica"]
