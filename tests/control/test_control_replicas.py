@@ -139,7 +139,6 @@ def test_two_replicas_on_postgresql_fail_over_without_losing_or_repeating_a_job(
     """Real `disagg serve` replicas: the leader is killed (kill -9) or paused past its lease (SIGSTOP, then
     SIGCONT: it must be fenced and step down); jobs keep flowing, each completes exactly once."""
     from disagg.bench.failover import run_failover_trials
-
     from disagg.cli.serve import serve_main
 
     db = pg_server.create_database("failover_" + str(os.getpid()))
@@ -149,5 +148,5 @@ def test_two_replicas_on_postgresql_fail_over_without_losing_or_repeating_a_job(
     assert result["jobs"]["completed"] == result["jobs"]["accepted"] > 0
     assert result["fenced_writes"]["accepted"] == 0
     assert result["takeovers"] == 4
-    assert {t["how"] for t in result["trials"]} == {"kill", "stop"}
+    assert {t["how"] for t in result["trials_detail"]} == {"kill", "stop"}
 

@@ -183,5 +183,14 @@ class LeaseOps:
                  "started_at": r.started_at, "last_seen": r.last_seen,
                  "seen_s_ago": round(float(now) - r.last_seen, 3)} for r in rows]
 
+    def stale_writes(self) -> int:
+        """Transitions written under an epoch after one of a later epoch: fenced writes that were accepted
+        (must be 0). An acquisition waits for every transaction of the old epoch, so an old epoch's event
+        with a higher id than a newer epoch's can only be a write the fence let through."""
+        with self.read_core() as conn:  # type: ignore[attr-defined]
+            return int(conn.execute(text(
+                "SELECT COUNT(*) FROM events a WHERE a.epoch IS NOT NULL AND EXISTS "
+                "(SELECT 1 FROM events b WHERE b.epoch > a.epoch AND b.id < a.id)")).scalar_one())
+
 
 __all__ = ["FencedWrite", "LeaseOps", "LeaseView", "Role", "db_now", "fence_check", "read_lease"]
