@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from control_helpers import make_service, wait_for
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from disagg.api import create_app
 from disagg.control.leadership import Leadership, NotLeader, SingleControllerError, lock_sqlite
@@ -52,6 +53,31 @@ def test_a_paused_leaders_write_is_refused_and_counted(db_url: str) -> None:
         new.first_round(second)  # the new leader writes
         after = new.lease()
         assert after is not None and after.first_round_at is not None
+    finally:
+        old.close()
+        new.close()
+
+
+def test_a_leader_paused_inside_a_transaction_does_not_block_the_takeover(db_url: str) -> None:
+    """A leader stopped (SIGSTOP) in the middle of a write holds the lease row FOR SHARE: the standby must
+    not wait on it forever. Its look gives up on the lock (lock_timeout) and PostgreSQL ends the idle
+    session (idle_in_transaction_session_timeout), after which the standby takes over; the paused
+    write never commits."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite: one controller, one writer at a time")
+    old, new = _store(db_url), _store(db_url)
+    try:
+        first = old.acquire_lease("old", 1.0)
+        assert first is not None
+        old.epoch = first
+        with pytest.raises(Exception), old.write_core() as conn:  # noqa: B017 - the server ended the session
+            time.sleep(1.2)  # the lease lapses while the transaction is open, as if the process was stopped
+            assert new.acquire_lease("new", 5.0) is None  # the row is locked: no wait, look again later
+            wait_for(lambda: new.acquire_lease("new", 5.0) is not None, timeout=30,
+                     what="the standby to take the lease from a paused transaction")
+            conn.execute(text("SELECT 1"))
+        lease = new.lease()
+        assert lease is not None and lease.holder == "new" and lease.epoch == first + 1
     finally:
         old.close()
         new.close()

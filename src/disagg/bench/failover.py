@@ -224,7 +224,11 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         client.start()
         try:
             for t in range(trials):
-                results.append(_trial(group, headers, rng, "kill" if t % 2 == 0 else "stop", lease_s))
+                try:
+                    results.append(_trial(group, headers, rng, "kill" if t % 2 == 0 else "stop", lease_s))
+                except RuntimeError as exc:  # no takeover, a replica that does not come back: say it, stop
+                    violations.append(f"trial {t}: {exc}; the replicas' log: {root / 'server.log'}")
+                    break
                 if on_trial is not None:
                     on_trial(t)
         finally:
@@ -291,8 +295,15 @@ def run_failover_bench(serve: Serve, trials: int = 50, replicas: int = 2, seed: 
 
     with tempfile.TemporaryDirectory(prefix="disagg-failover-") as d, TempPostgres() as pg:
         try:
-            return run_failover_trials(Path(d), serve, pg.create_database("failover"), trials, replicas, seed,
-                                       scale, on_trial=on_trial)
+            result = run_failover_trials(Path(d), serve, pg.create_database("failover"), trials, replicas, seed,
+                                         scale, on_trial=on_trial)
+            if result["violations"]:  # keep the replicas' log, which goes with the directory
+                import shutil
+
+                kept = Path(tempfile.mkstemp(prefix="disagg-failover-", suffix=".log")[1])
+                shutil.copyfile(Path(d) / "server.log", kept)
+                result["log"] = str(kept)
+            return result
         finally:
             forget_jobs_dir(Path(d) / "state")
 

@@ -22,6 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 DEFAULT_URL = "sqlite:///disagg.db"
+#: PostgreSQL ends a session idle inside a transaction after this many seconds (below the lease's 3 s).
+IDLE_IN_TRANSACTION_S = 2.5
 
 
 
@@ -127,7 +129,11 @@ class StoreBase:
             self.engine = _sqlite_engine(self.url, immediate=True)
             self.read_engine = _sqlite_engine(self.url, immediate=False)
         else:
-            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_recycle=300)
+            # a session left idle inside a transaction (its process paused: SIGSTOP, a VM freeze) is ended by
+            # the server, so the row locks it holds cannot keep a standby from taking the lease over
+            options = f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}"
+            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_recycle=300,
+                                        connect_args={"options": options})
             self.read_engine = self.engine
         self._write = sessionmaker(self.engine, expire_on_commit=False)
         # SQLite has one writer at a time: queue this process's writers on a lock (a fair, quick

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, select, text, update
+from sqlalchemy.exc import OperationalError
 
 from disagg.store.models import LeaseRow, ReplicaRow
 
@@ -118,8 +119,19 @@ class LeaseOps:
 
     def acquire_lease(self, holder: str, lease_s: float, force: bool = False) -> int | None:
         """Take the lease if it expired or was released (or `force`: a single controller that knows no other
-        runs, SQLite's case); the new epoch, or None while another replica holds it."""
+        runs, SQLite's case); the new epoch, or None while another replica holds it (or holds its row
+        locked: a leader's transaction in flight, or one of a paused leader until the server ends it)."""
+        try:
+            return self._acquire(holder, lease_s, force)
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: look again later
+                return None
+            raise
+
+    def _acquire(self, holder: str, lease_s: float, force: bool) -> int | None:
         with self.write_core(fenced=False) as conn:  # type: ignore[attr-defined]
+            if self.dialect == "postgresql":
+                conn.execute(text("SET LOCAL lock_timeout = '500ms'"))
             lease = read_lease(conn, self.dialect, "FOR UPDATE")
             if lease is None:
                 raise RuntimeError("the store has no controller_lease row: migrate it first")
