@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import tempfile
 import threading
@@ -52,10 +53,17 @@ class Replica(ForkedServer):
     def alive(self) -> bool:
         if not self.pid:
             return False
-        done, _ = os.waitpid(self.pid, os.WNOHANG)
+        try:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already
+            done = self.pid
         if done:
             self.pid = 0
         return bool(self.pid)
+
+    def kill(self) -> None:
+        super().kill()
+        self.pid = 0
 
     def wait_exit(self, timeout: float) -> bool:
         end = time.monotonic() + timeout
@@ -154,7 +162,6 @@ def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random,
     since = time.time()
     if how == "kill":
         leader.kill()
-        leader.pid = 0
     else:
         os.killpg(leader.pid, signal.SIGSTOP)
     took, new_epoch = _takeover([r for r in replicas if r is not leader], headers, epoch, since)
@@ -165,7 +172,6 @@ def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random,
         stepped_down = leader.wait_exit(30.0)  # fenced: it must step down (exit) on its own
         if not stepped_down:
             leader.kill()
-            leader.pid = 0
     leader.start()
     leader.ready()
     return {"how": how, "takeover_s": round(took, 3), "from_epoch": epoch, "to_epoch": new_epoch,
@@ -177,18 +183,22 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered else 0.0
 
 
-def _wait_done(replicas: list[Replica], headers: dict[str, str], ids: set[str], timeout: float) -> dict[str, str]:
-    """Wait until every accepted job has ended; the states of those jobs as the store has them."""
+def _wait_done(replicas: list[Replica], headers: dict[str, str], ids: set[str], timeout: float,
+               reasons: dict[str, str]) -> dict[str, str]:
+    """Wait until every accepted job has ended; the states of those jobs as the store has them (and in
+    `reasons`, why each failed one failed)."""
     end = time.monotonic() + timeout
     states: dict[str, str] = {}
     while time.monotonic() < end:
         r = next(r for r in replicas if r.alive())
+        reasons.clear()
         states = {}
         nxt: str | None = "/v1/jobs?limit=500"
         with contextlib.suppress(httpx.HTTPError):
             while nxt:
                 page = httpx.get(r.url + nxt, headers=headers, timeout=5).json()
                 states.update({j["id"]: j["state"] for j in page["jobs"]})
+                reasons.update({j["id"]: str(j.get("reason")) for j in page["jobs"] if j["state"] == "failed"})
                 nxt = page.get("next")
             if all(states.get(i) in ("completed", "failed", "cancelled") for i in ids):
                 return states
@@ -196,28 +206,15 @@ def _wait_done(replicas: list[Replica], headers: dict[str, str], ids: set[str], 
     return states
 
 
-def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, replicas: int = 2, seed: int = 7,
-                        scale: float = 0.01, lease_s: float = 3.0, on_trial: Any = None) -> dict[str, Any]:
-    """`trials` leader failures (kill -9 and SIGSTOP alternately, at random moments) among `replicas`
-    replicas on the PostgreSQL store `db` (empty); what was measured and found."""
-    from disagg.control.config import load_config
-    from disagg.control.service import open_service
-    from disagg.store import Store
-
-    t0 = time.perf_counter()
-    rng = random.Random(seed)
-    headers, _ = _admin_headers(db)
-    same_user = ["--allow-same-user"] if os.geteuid() != 0 else []
-    options = ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02", *same_user]
-    before = os.environ.get("DISAGG_LEASE_S")
-    os.environ["DISAGG_LEASE_S"] = str(lease_s)  # the replicas (forked) read it
-    group = [Replica(root, db, f"r{i}", options, serve) for i in range(replicas)]
+def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: random.Random, trials: int,
+                lease_s: float, results: list[dict[str, Any]], violations: list[str], on_trial: Any
+                ) -> tuple[dict[str, str], dict[str, str], set[str], list[str], dict[str, int]]:
+    """Start the replicas and the client, fail the leader `trials` times, wait for the jobs to end and stop
+    the replicas: (states, why the failed ones failed, the accepted jobs, run violations, runs per job)."""
     for r in group:
         r.start()
     for r in group:
         r.ready()
-    results: list[dict[str, Any]] = []
-    violations: list[str] = []
     with tempfile.TemporaryDirectory(prefix="disagg-failover-events-") as shared:
         events = _shared_file(Path(shared) / "events")
         client = Client(group, headers, events, rng)
@@ -234,26 +231,63 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         finally:
             client.join()
         ids = set(client.accepted.values())
-        violations += [f"submissions answered {code}: {text}" for code, text in client.refused.items()
-                       if code < 500]
-        states = _wait_done(group, headers, ids, 180.0)
+        violations += [f"submissions answered {code}: {text}" for code, text in client.refused.items() if code < 500]
+        reasons: dict[str, str] = {}
+        states = _wait_done(group, headers, ids, 180.0, reasons)
         for r in group:
             if r.alive():
                 r.kill()
         bad_events, runs = event_violations(events, {i for i in ids if states.get(i) == "completed"})
-    settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
-                           allow_same_user=True if same_user else None, replica_name="bench-check")
-    if before is None:
-        os.environ.pop("DISAGG_LEASE_S", None)
-    else:
-        os.environ["DISAGG_LEASE_S"] = before
-    svc = open_service(settings)  # waits for the last leader's lease to lapse, reconciles, then looks
+    return states, reasons, ids, bad_events, runs
+
+
+def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, replicas: int = 2, seed: int = 7,
+                        scale: float = 0.01, lease_s: float = 3.0, on_trial: Any = None) -> dict[str, Any]:
+    """`trials` leader failures (kill -9 and SIGSTOP alternately, at random moments) among `replicas`
+    replicas on the PostgreSQL store `db` (empty); what was measured and found."""
+    from disagg.control.config import load_config
+    from disagg.control.service import open_service
+    from disagg.store import Store
+
+    t0 = time.perf_counter()
+    rng = random.Random(seed)
+    headers, _ = _admin_headers(db)
+    same_user = ["--allow-same-user"] if os.geteuid() != 0 else []
+    # the jobs' directories apart from /var/lib/disagg/jobs, whose entries a test session on the same machine
+    # removes when it ends (tests/conftest.py): a job must not lose its directory to a neighbour
+    jobs_dir = Path(tempfile.mkdtemp(prefix="disagg-failover-jobs-"))
+    jobs_dir.chmod(0o755)
+    options = ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02", *same_user]
+    saved = {k: os.environ.get(k) for k in ("DISAGG_LEASE_S", "DISAGG_JOBS_DIR")}
+    # the replicas (forked) read them
+    os.environ.update({"DISAGG_LEASE_S": str(lease_s), "DISAGG_JOBS_DIR": str(jobs_dir / "jobs")})
+    group = [Replica(root, db, f"r{i}", options, serve) for i in range(replicas)]
+    results: list[dict[str, Any]] = []
+    violations: list[str] = []
     try:
-        found = invariant_violations(svc, set(), final=False)
-        leaked = [v for v in found if "attached" in v or "held by gone" in v]
-        violations += found
+        states, reasons, ids, bad_events, runs = _run_trials(root, group, headers, rng, trials, lease_s, results,
+                                                             violations, on_trial)
+        settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
+                               allow_same_user=True if same_user else None, replica_name="bench-check")
+        svc = open_service(settings)  # waits for the last leader's lease to lapse, reconciles, then looks
+        try:
+            found = invariant_violations(svc, set(), final=False)
+        finally:
+            svc.close()
     finally:
-        svc.close()
+        for r in group:
+            if r.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(r.pid, signal.SIGCONT)
+                r.kill()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(jobs_dir, ignore_errors=True)
+    leaked = [v for v in found if "attached" in v or "held by gone" in v]
+    violations += found
     store = Store(db)
     try:
         lease = store.lease()
@@ -262,7 +296,8 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         store.close()
     completed = sum(1 for i in ids if states.get(i) == "completed")
     twice = [b for b in bad_events if "twice" in b]
-    violations += bad_events + [f"job {i} ended {states.get(i)}" for i in ids if states.get(i) != "completed"]
+    violations += bad_events + [f"job {i} ended {states.get(i)}: {reasons.get(i, '')}" for i in ids
+                                   if states.get(i) != "completed"]
     times = [r["takeover_s"] for r in results]
     stops = [r for r in results if r["how"] == "stop"]
     violations += [f"trial {i}: the paused leader did not step down" for i, r in enumerate(results)
@@ -298,8 +333,6 @@ def run_failover_bench(serve: Serve, trials: int = 50, replicas: int = 2, seed: 
             result = run_failover_trials(Path(d), serve, pg.create_database("failover"), trials, replicas, seed,
                                          scale, on_trial=on_trial)
             if result["violations"]:  # keep the replicas' log, which goes with the directory
-                import shutil
-
                 kept = Path(tempfile.mkstemp(prefix="disagg-failover-", suffix=".log")[1])
                 shutil.copyfile(Path(d) / "server.log", kept)
                 result["log"] = str(kept)
