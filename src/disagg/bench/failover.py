@@ -151,7 +151,8 @@ def _takeover(replicas: list[Replica], headers: dict[str, str], old_epoch: int, 
             if view and int(view["epoch"]) > old_epoch and lease.get("first_round_at"):
                 return float(lease["first_round_at"]) - since, int(view["epoch"])
         time.sleep(0.02)
-    raise RuntimeError(f"no takeover within {timeout:.0f} s")
+    seen = {r.name: (_view(r, headers) or {}).get("lease") if r.alive() else "not running" for r in replicas}
+    raise RuntimeError(f"no takeover within {timeout:.0f} s (the survivors saw: {seen})")
 
 
 def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random, how: str,

@@ -279,6 +279,7 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
     from disagg.placement.registry import UnknownPolicyError
 
     told: list[str] = []
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)  # a standby logs while it waits
 
     def waiting(note: str) -> None:  # a standby: the API serves now, the loop waits for the lease
         told.append(note)

@@ -110,7 +110,13 @@ class Leadership:
         told = False
         while not self._stop.is_set():
             sent = time.monotonic()
-            epoch = self.store.acquire_lease(self.name, self.lease_s, force=self.single)
+            try:
+                epoch = self.store.acquire_lease(self.name, self.lease_s, force=self.single)
+            except Exception as exc:  # the store out of reach for a moment, a connection the server ended
+                if self.single:
+                    raise
+                log.warning("replica %s: a look at the lease failed (%s); looking again", self.name, exc)
+                epoch = None
             if epoch is not None:
                 self._became(epoch, sent)
                 return epoch
