@@ -191,18 +191,21 @@ def _wait_done(replicas: list[Replica], headers: dict[str, str], ids: set[str], 
     end = time.monotonic() + timeout
     states: dict[str, str] = {}
     while time.monotonic() < end:
-        r = next(r for r in replicas if r.alive())
-        reasons.clear()
-        states = {}
-        nxt: str | None = "/v1/jobs?limit=500"
-        with contextlib.suppress(httpx.HTTPError):
-            while nxt:
-                page = httpx.get(r.url + nxt, headers=headers, timeout=5).json()
-                states.update({j["id"]: j["state"] for j in page["jobs"]})
-                reasons.update({j["id"]: str(j.get("reason")) for j in page["jobs"] if j["state"] == "failed"})
-                nxt = page.get("next")
+        for r in [r for r in replicas if r.alive()]:  # any replica that answers
+            reasons.clear()
+            states = {}
+            nxt: str | None = "/v1/jobs?limit=500"
+            try:
+                while nxt:
+                    page = httpx.get(r.url + nxt, headers=headers, timeout=5).json()
+                    states.update({j["id"]: j["state"] for j in page["jobs"]})
+                    reasons.update({j["id"]: str(j.get("reason")) for j in page["jobs"] if j["state"] == "failed"})
+                    nxt = page.get("next")
+            except httpx.HTTPError:
+                continue
             if all(states.get(i) in ("completed", "failed", "cancelled") for i in ids):
                 return states
+            break
         time.sleep(0.3)
     return states
 
