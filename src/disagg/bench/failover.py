@@ -44,11 +44,25 @@ from disagg.bench.crash import (
 
 
 class Replica(ForkedServer):
-    """One `disagg serve` replica (a forked child, its own port and name, the shared state directory)."""
+    """One `disagg serve` replica (its own port and name, the shared state directory), started as a new
+    program, not forked: this process has threads (the client), and a child forked while one of them
+    holds a lock (logging's, a stream's) inherits it held and can hang before it serves."""
 
     def __init__(self, root: Path, db: str, name: str, options: list[str], serve: Serve) -> None:
         super().__init__(root, db, ["--replica-name", name, *options], serve)
         self.name = name
+
+    def start(self) -> None:
+        import subprocess
+        import sys
+
+        argv = [sys.executable, "-m", "disagg.cli", "serve", "--db", self.db, "--port", str(self.port),
+                "--state-dir", str(self.root / "state"), *self.options]
+        with open(self.root / "server.log", "ab") as log:
+            # the Popen is kept, so that nothing reaps the child behind waitpid's back
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         start_new_session=True)
+        self.pid = self.proc.pid
 
     def alive(self) -> bool:
         if not self.pid:
@@ -174,7 +188,7 @@ def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random,
         if not stepped_down:
             leader.kill()
     leader.start()
-    leader.ready()
+    leader.ready(90.0)
     return {"how": how, "takeover_s": round(took, 3), "from_epoch": epoch, "to_epoch": new_epoch,
             "old_leader": leader.name, "stepped_down": stepped_down}
 
@@ -218,7 +232,7 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
     for r in group:
         r.start()
     for r in group:
-        r.ready()
+        r.ready(90.0)
     with tempfile.TemporaryDirectory(prefix="disagg-failover-events-") as shared:
         events = _shared_file(Path(shared) / "events")
         client = Client(group, headers, events, rng)
