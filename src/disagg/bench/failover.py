@@ -41,6 +41,9 @@ from disagg.bench.crash import (
     forget_jobs_dir,
     invariant_violations,
 )
+from disagg.model.states import JobState
+
+_ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
 
 
 class Replica(ForkedServer):
@@ -213,11 +216,12 @@ def _wait_done(replicas: list[Replica], headers: dict[str, str], ids: set[str], 
                 while nxt:
                     page = httpx.get(r.url + nxt, headers=headers, timeout=5).json()
                     states.update({j["id"]: j["state"] for j in page["jobs"]})
-                    reasons.update({j["id"]: str(j.get("reason")) for j in page["jobs"] if j["state"] == "failed"})
+                    reasons.update({j["id"]: str(j.get("reason")) for j in page["jobs"]
+                                    if j["state"] == JobState.FAILED})
                     nxt = page.get("next")
             except httpx.HTTPError:
                 continue
-            if all(states.get(i) in ("completed", "failed", "cancelled") for i in ids):
+            if all(states.get(i) in _ENDED for i in ids):
                 return states
             break
         time.sleep(0.3)
@@ -255,7 +259,7 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
         for r in group:
             if r.alive():
                 r.kill()
-        bad_events, runs = event_violations(events, {i for i in ids if states.get(i) == "completed"})
+        bad_events, runs = event_violations(events, {i for i in ids if states.get(i) == JobState.COMPLETED})
     return states, reasons, ids, bad_events, runs
 
 
@@ -312,10 +316,10 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         stale = store.stale_writes()
     finally:
         store.close()
-    completed = sum(1 for i in ids if states.get(i) == "completed")
+    completed = sum(1 for i in ids if states.get(i) == JobState.COMPLETED)
     twice = [b for b in bad_events if "twice" in b]
     violations += bad_events + [f"job {i} ended {states.get(i)}: {reasons.get(i, '')}" for i in ids
-                                   if states.get(i) != "completed"]
+                                   if states.get(i) != JobState.COMPLETED]
     times = [r["takeover_s"] for r in results]
     stops = [r for r in results if r["how"] == "stop"]
     violations += [f"trial {i}: the paused leader did not step down" for i, r in enumerate(results)
@@ -328,9 +332,9 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         "takeover_s": {"p50": _percentile(times, 0.5), "p99": _percentile(times, 0.99), "max": max(times, default=0.0),
                        "kill_max": max((r["takeover_s"] for r in results if r["how"] == "kill"), default=0.0),
                        "stop_max": max((r["takeover_s"] for r in stops), default=0.0)},
-        "jobs": {"accepted": len(ids), "completed": completed,
-                 "lost": sum(1 for i in ids if states.get(i) not in ("completed", "failed", "cancelled")),
-                 "failed": sum(1 for i in ids if states.get(i) == "failed"),
+        "jobs": {"accepted": len(ids), str(JobState.COMPLETED): completed,
+                 "lost": sum(1 for i in ids if states.get(i) not in _ENDED),
+                 str(JobState.FAILED): sum(1 for i in ids if states.get(i) == JobState.FAILED),
                  "run_twice": len(twice), "runs_per_job_max": max(runs.values(), default=0)},
         "devices_leaked": len(leaked),
         "fenced_writes": {"refused": lease.fenced_writes if lease else 0, "accepted": stale,
