@@ -175,6 +175,11 @@ def _takeover(replicas: list[Replica], headers: dict[str, str], old_epoch: int, 
 def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random, how: str,
            lease_s: float) -> dict[str, Any]:
     """One failure of the leader and the takeover after it; the old leader is started again as a standby."""
+    restarted = [r.name for r in replicas if not r.alive()]
+    for r in replicas:  # as a supervisor would: a replica that stepped down on its own (overload) comes back
+        if not r.alive():
+            r.start()
+            r.ready(90.0)
     leader, epoch = _leader(replicas, headers)
     time.sleep(rng.uniform(0.0, 1.0))  # a random moment in the leader's renewal period
     since = time.time()
@@ -193,7 +198,7 @@ def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random,
     leader.start()
     leader.ready(90.0)
     return {"how": how, "takeover_s": round(took, 3), "from_epoch": epoch, "to_epoch": new_epoch,
-            "old_leader": leader.name, "stepped_down": stepped_down}
+            "old_leader": leader.name, "stepped_down": stepped_down, "restarted_before": restarted}
 
 
 def _percentile(values: list[float], q: float) -> float:
