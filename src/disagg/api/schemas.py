@@ -349,6 +349,29 @@ class HealthOut(BaseModel):
     cause: str | None = Field(default=None, description="Why the controller is degraded, in words.")
     policy: str
     last_round: dict[str, float]
+    replica: str = Field(description="The replica that answers (`--replica-name`, default host:port).")
+    role: Literal["leader", "standby"] = Field(description="Whether the answering replica holds the lease.")
+    epoch: int = Field(description="The lease's epoch: raised by one at every acquisition.")
+    leader: str | None = Field(default=None, description="The replica holding the lease; null while none does.")
+    leader_since: float | None = Field(default=None, description="When the leader took the lease (DB clock).")
+    lease_age_s: float | None = Field(default=None, description="Seconds since the lease's last renewal (DB clock).")
+    lease: dict[str, Any] | None = Field(default=None, description="The lease row, as the store has it.")
+    replicas: list[dict[str, Any]] = Field(description="Every replica the store knows: name, address, role, "
+                                                       "epoch, started_at, last_seen, seen_s_ago.")
+
+
+class ControllerOut(BaseModel):
+    """GET /v1/controller: the replicas of this controller and the lease (docs/controller.md)."""
+
+    model_config = _OUT
+    replica: str
+    role: Literal["leader", "standby"]
+    epoch: int
+    leader: str | None = None
+    leader_since: float | None = None
+    lease_age_s: float | None = None
+    lease: dict[str, Any] | None = None
+    replicas: list[dict[str, Any]]
 
 
 class TokenIn(BaseModel):

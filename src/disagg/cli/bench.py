@@ -1,4 +1,4 @@
-"""`disagg bench placement | slices | api | crash | chaos | sim`: the performance benchmarks, JSON on stdout.
+"""`disagg bench placement | slices | api | crash | chaos | failover | sim`: the performance benchmarks, JSON on stdout.
 
 The benchmarks themselves are library functions in `disagg.bench` and `disagg.sim.bench` that return
 data; these commands check the options, show progress, and print the JSON. The benchmark modules are
@@ -176,6 +176,31 @@ def bench_chaos(
     _print_results([result])
     if result["violations"]:
         sys.stderr.write(f"invariants failed; replay: {result['replay']}\n")
+
+
+@bench_app.command("failover")
+def bench_failover(
+    trials: Annotated[int, typer.Option(min=1, max=10_000, help="Leader failures (kill -9 and SIGSTOP in turn).")] = 50,
+    replicas: Annotated[int, typer.Option(min=2, max=5, help="Replicas of the controller.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of the failure moments and the jobs.")] = 7,
+    scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,
+) -> None:
+    """Replicas on a throw-away PostgreSQL; the leader killed or paused past its lease (JSON out; exit 1 on
+    any job lost or run twice, any device leaked, any fenced write accepted)."""
+    from rich.progress import Progress
+
+    from disagg.bench.failover import run_failover_bench
+
+    with Progress(auto_refresh=False, transient=True) as progress:
+        task = progress.add_task("leader failures", total=trials)
+
+        def advance(_trial: int) -> None:
+            progress.advance(task)
+            progress.refresh()
+
+        result = run_failover_bench(serve_main, trials, replicas, seed, scale, advance)
+    _print_results([result])
+    if result["violations"]:
         raise typer.Exit(1)
 
 

@@ -52,6 +52,8 @@ AllowSameUser = Annotated[bool | None, typer.Option(
 AcceptStateLoss = Annotated[bool | None, typer.Option(
     "--accept-state-loss",
     help="Start although the state directory knows more than the store (a lost WAL); stops what it cannot place.")]
+ReplicaName = Annotated[str | None, typer.Option(
+    help="This replica's name among the replicas of one controller on PostgreSQL (default: host:port).")]
 ConfigFile = Annotated[str | None, typer.Option(
     envvar="DISAGG_CONFIG",
     help="YAML file of settings (docs/configuration.md); DISAGG_<NAME> variables override it, options both.")]
@@ -70,6 +72,7 @@ def serve(
     api_process: ApiProcess = None,
     allow_same_user: AllowSameUser = None,
     accept_state_loss: AcceptStateLoss = None,
+    replica_name: ReplicaName = None,
     config: ConfigFile = None,
 ) -> None:
     """Start the controller: REST API, dashboard at /, scheduling loop, emulated fabric, local engine."""
@@ -78,7 +81,9 @@ def serve(
     os.umask(0o077)  # what the controller writes (store, state, logs) is its own alone
     settings = _settings(config, host=host, port=port, db=db, cluster=cluster, state_dir=state_dir, policy=policy,
                          latency_scale=latency_scale, tick_s=tick_s, round_gap_s=round_gap_s, api_process=api_process,
-                         allow_same_user=allow_same_user, accept_state_loss=accept_state_loss)
+                         allow_same_user=allow_same_user, accept_state_loss=accept_state_loss,
+                         replica_name=replica_name)
+    _single_controller(settings)
     service, loop_pid, wake_fd, note = _open(settings)
     sock = _listen(service, settings, loop_pid)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
@@ -107,9 +112,42 @@ def _settings(config: str | None, **options: Any) -> Config:
     try:
         settings = load_config(config, os.environ, **options)
         get_policy(settings.policy)
+        if not settings.replica_name:  # one name for the API and the loop process, even with --port 0
+            from disagg.control.leadership import replica_name
+
+            name = replica_name("", settings.host, settings.port)
+            settings = settings.model_copy(update={"replica_name": name})
     except (SpecError, UnknownPolicyError) as exc:
         raise fail(str(exc)) from None
     return settings
+
+
+def _single_controller(settings: Config) -> None:
+    """SQLite: refuse a second `serve` on the same file (it names PostgreSQL for replicas). The lock is
+    held until this process and its loop process end."""
+    from disagg.control.leadership import lock_sqlite
+    from disagg.store import normalize_url
+
+    try:
+        lock_sqlite(normalize_url(settings.db))
+    except SpecError as exc:
+        raise fail(str(exc), EXIT_FAILED) from None
+
+
+def _exit_on_step_down(service: Service) -> None:
+    """A replica that loses the lease (or whose write is fenced) exits at once, every thread with it; its
+    supervisor starts it again, as a standby (`control.leadership`)."""
+    import os
+
+    from disagg.control.leadership import STEPPED_DOWN
+
+    def exit_now(why: str) -> None:
+        sys.stderr.write(f"disagg: stepping down: {why}\n")
+        sys.stderr.flush()
+        os._exit(STEPPED_DOWN)
+
+    if service.leadership is not None:
+        service.leadership.on_lost = exit_now
 
 
 def _open(settings: Config) -> tuple[Service, int, int, str]:
@@ -134,6 +172,7 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
             )
             return open_service(settings, api_only=True), loop_pid, wake_fd, note
         service = open_service(settings)
+        _exit_on_step_down(service)
         return service, 0, -1, service.reconciled.summary()
     except (SpecError, UnknownPolicyError) as exc:
         raise fail(str(exc)) from None
@@ -225,12 +264,14 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: 
 
     from disagg.api import create_app
     from disagg.api.http import serve_http
+    from disagg.control.leadership import STEPPED_DOWN
     from disagg.control.split import STATUS_FILE, LoopLink, stop_loop_process, watch_loop_process
 
     stopping = threading.Event()
+    ended: dict[str, int] = {}
     if loop_pid:
         service.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE))
-        watch_loop_process(loop_pid, stopping)
+        watch_loop_process(loop_pid, stopping, ended)
     else:
         service.controller.start()
     try:
@@ -241,6 +282,8 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: 
         if loop_pid:
             stop_loop_process(loop_pid)
         service.close()
+    if ended.get("code") == STEPPED_DOWN:  # the loop process lost the lease: say so to the supervisor
+        raise typer.Exit(STEPPED_DOWN)
 
 
 def _say_left_running(service: Service) -> None:
@@ -269,11 +312,21 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
     from disagg.control.split import STATUS_FILE, Publisher, forward_wakes
     from disagg.placement.registry import UnknownPolicyError
 
+    told: list[str] = []
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)  # a standby logs while it waits
+
+    def waiting(note: str) -> None:  # a standby: the API serves now, the loop waits for the lease
+        told.append(note)
+        ready(note)
+
     try:
-        service = open_service(settings)
+        service = open_service(settings, waiting=waiting)
     except (SpecError, UnknownPolicyError) as exc:
+        if told:
+            raise  # the API serves already: the loop process ends, and the API with it
         failed(str(exc))
         return
+    _exit_on_step_down(service)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
     if settings.loop_nice:
         import os
@@ -287,7 +340,10 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
     controller.publish()
     forward_wakes(wake_fd, controller.wake, stopped.set)
     controller.start()
-    ready(service.reconciled.summary())
+    if not told:
+        ready(service.reconciled.summary())
+    else:
+        logging.getLogger(__name__).info("took over the lease: %s", service.reconciled.summary())
     try:
         stopped.wait()
     except KeyboardInterrupt:  # SIGTERM from the API process

@@ -91,6 +91,10 @@ class Config(BaseModel):
                                      description="Half-life of the decayed usage fair share is computed over, seconds.")
     api_process: bool = Field(default=True, description="Serve the API from a process apart from the loop.")
     loop_nice: int = Field(default=5, ge=0, le=19, description="Niceness increment of the loop process.")
+    replica_name: str = Field(default="", max_length=200, description=(
+        "This replica's name among the replicas of one controller on PostgreSQL (default: host:port)."))
+    lease_s: float = Field(default=3.0, ge=1.0, le=60.0, description=(
+        "How long the leader's lease lasts past a renewal (renewed every second), in the database's clock."))
     # --- isolation of jobs (docs/security.md) ---
     allow_same_user: bool = Field(
         default=False, description="Not root: run every tenant's jobs as the controller's own user (a laptop).")

@@ -47,6 +47,7 @@ import numpy as np
 from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
 from disagg.control.history import HistorySampler
+from disagg.control.leadership import Leadership
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.preemption import Preempter
 from disagg.control.profiles import LEARN_EVERY_S, ProfileKeeper
@@ -107,6 +108,22 @@ class Controller:
         self.trouble: dict[str, Any] | None = None  # the last failed round: its cause and when
         self._conflicts: dict[str, str] = {}  # the last round's commit conflicts: job → why
         self._repeating: set[str] = set()  # jobs whose conflict repeats, round after round
+        self.leadership: Leadership | None = None  # replicas: the lease this loop runs under
+        self._first_round = False
+
+    def lead(self, leadership: Leadership) -> None:
+        """Run under `leadership`: the slice workers act only while the lease is valid, and losing it
+        (a refused renewal, a fenced write) stops this loop at once (`control.leadership`)."""
+        self.leadership = leadership
+        self.slices.may_act = leadership.may_act
+        leadership.on_lost = lambda why: self.step_down()
+
+    def step_down(self) -> None:
+        """Stop the loop and let no new slice work start; the workers' next write is fenced anyway."""
+        self._stop.set()
+        self._wake.set()
+        threading.Thread(target=self._pool.shutdown, kwargs={"wait": False, "cancel_futures": True},
+                         name="step-down", daemon=True).start()
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -131,12 +148,19 @@ class Controller:
                 self.tick()
                 self.history.maybe_sample(time.time())
                 self.housekeeping()
+                self._first_round_done()
             except Exception as exc:  # the loop must survive a bad round; the next one retries
                 log.exception("controller round failed")
                 self.round_failed(f"a round failed: {type(exc).__name__}: {exc}")
             self._wake.wait(self.config.tick_s)
             # rounds are at least tick_s apart, however many submissions wake the loop meanwhile
             self._stop.wait(max(0.0, started + self.config.tick_s - time.monotonic()))
+
+    def _first_round_done(self) -> None:
+        """Once, after the first round this leader committed: note it in the lease (a takeover's end)."""
+        if not self._first_round and self.leadership is not None and self.leadership.epoch is not None:
+            self.store.first_round(self.leadership.epoch)
+            self._first_round = True
 
     def tick(self) -> None:
         """One round: monitor, poll, place (when something changed, or every second), dispatch."""
@@ -373,6 +397,8 @@ class Controller:
         """Hand the idle workers the slices to move on, in a fair order between tenants (`slice.fair_pick`),
         never more than they start at once: what waits stays in the store, ordered again at the next tick
         or when a worker is done (`skip`: the slice it was on, which waits for the next tick)."""
+        if self._stop.is_set():
+            return  # stepped down (or stopping): no new slice work
         to_work = self.store.slices_to_work()
         with self._lock:
             free = self.config.workers - len(self._inflight)

@@ -7,6 +7,7 @@ run the same code path as a user does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from disagg.control.config import Config
 from disagg.control.gc import collect
 from disagg.control.jobs import JobService
+from disagg.control.leadership import Leadership, LeaseCollector, replica_name
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.reconcile import ReconcileReport, reconcile
@@ -45,6 +47,7 @@ class Service:
     controller: Controller
     jobs: JobService
     reconciled: ReconcileReport
+    leadership: Leadership | None = None  # None: the API process of a split serve (its loop process leads)
 
     @property
     def settings(self) -> Config:
@@ -58,6 +61,8 @@ class Service:
 
     def close(self) -> None:
         self.controller.stop()
+        if self.leadership is not None:
+            self.leadership.release()  # a standby takes over at its next look, not after the lease
         self.jobs.close()
         self.engine.close()
         self.fabric.close()
@@ -69,34 +74,64 @@ def _last_round(link: LoopLink) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def open_service(config: Config, api_only: bool = False) -> Service:
-    """Open (and migrate) the store, load the cluster, start nothing yet but reconcile the world.
+def open_service(config: Config, api_only: bool = False, waiting: Callable[[str], None] | None = None) -> Service:
+    """Open (and migrate) the store, load the cluster, become the leader, start nothing yet but reconcile.
 
     `api_only`: for the API process of a split `disagg serve`, whose loop process has migrated,
     synced and reconciled already: only open the store, the fabric and the engine.
+    Otherwise this blocks until this replica holds the store's lease (`control.leadership`; at once on
+    SQLite, or when no other replica leads); `waiting(note)` is told once if it has to wait.
     """
     cluster = load_cluster(config.cluster or DEFAULT_CLUSTER)
     state = config.resolved_state_dir()
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     state.chmod(0o700)  # the fabric's state, the jobs' records and logs: the controller's alone
     store = Store(config.db)
+    leadership: Leadership | None = None
     if not api_only:
         store.migrate()
+        leadership = _lead(config, store, waiting)
         store.sync_inventory(cluster)
     store.restrict_files()
     latencies = OperationLatencies().scaled(config.latency_scale)
     fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))
     engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
-    report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state)
+    try:
+        report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state)
+    except BaseException:
+        if leadership is not None:
+            leadership.release()
+        raise
     metrics = ControllerMetrics(store, fabric)
     metrics.registry.register(TenantCollector(TenantDirectory(store, config)))  # gauges per tenant
+    metrics.registry.register(LeaseCollector(store, this_replica(config)))
     controller = Controller(store, fabric, engine, config, metrics)
-    if not api_only:
+    if leadership is not None:
+        controller.lead(leadership)
         controller.mark = StoreMark(store, state)
         controller.mark()
         controller.collect = lambda: log.info(collect(store, engine, config.retention_s).summary())
     jobs = JobService(store, engine, controller.health, metrics, config, controller.wake, controller.round_info)
-    return Service(config, store, fabric, engine, controller, jobs, report)
+    return Service(config, store, fabric, engine, controller, jobs, report, leadership)
+
+
+def this_replica(config: Config) -> str:
+    """This replica's name (`--replica-name`, else host:port)."""
+    return replica_name(config.replica_name, config.host, config.port)
+
+
+def _lead(config: Config, store: Store, waiting: Callable[[str], None] | None) -> Leadership:
+    """Wait for the store's lease and keep renewing it (`control.leadership`)."""
+    name = this_replica(config)
+    leadership = Leadership(store, name, f"http://{config.host}:{config.port}", config.lease_s,
+                            single=store.dialect == "sqlite")
+    try:
+        leadership.acquire(waiting)
+    except BaseException:
+        store.close()
+        raise
+    leadership.keep()
+    return leadership
 
 
 def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine, state: Path) -> ReconcileReport:
@@ -118,4 +153,4 @@ def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine,
     return report
 
 
-__all__ = ["DEFAULT_CLUSTER", "Service", "open_service"]
+__all__ = ["DEFAULT_CLUSTER", "Service", "open_service", "this_replica"]

@@ -81,6 +81,10 @@ def _nothing(_op: str, _seconds: float) -> None:
     return None
 
 
+def _always() -> None:
+    """A controller without replicas may always act."""
+
+
 def plan_of(record: SliceRecord) -> SlicePlan:
     """The engine's spec of a stored slice: one slice machine per task, the job's command."""
     machines = record.placement.machines
@@ -112,6 +116,8 @@ class SliceRunner:
         self.engine = engine
         self.observe = observe
         self.parallel = parallel
+        #: Raises unless this controller may act in the world now (replicas: the lease is still ours).
+        self.may_act: Callable[[], None] = _always
 
     # --- one step --------------------------------------------------------------------------
     def step(
@@ -131,6 +137,7 @@ class SliceRunner:
         """
         if not self.store.begin_step(slice_id, op, target, guard):
             return
+        self.may_act()  # a leader paused since its last write must not act once another leads
         t0 = time.perf_counter()
         tries = 0
         while True:

@@ -183,13 +183,17 @@ def stop_loop_process(pid: int, timeout: float = 30.0) -> None:
         os.waitpid(pid, 0)
 
 
-def watch_loop_process(pid: int, stopping: threading.Event) -> threading.Thread:
+def watch_loop_process(pid: int, stopping: threading.Event, ended: dict[str, int] | None = None) -> threading.Thread:
     """In the API process: if the loop process ends while nobody stopped it, stop the API too
-    (SIGTERM to itself: uvicorn shuts down), so a server never takes jobs that nothing places."""
+    (SIGTERM to itself: uvicorn shuts down), so a server never takes jobs that nothing places.
+    `ended["code"]` gets the loop process's exit code."""
 
     def run() -> None:
+        status = 0
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+            status = os.waitpid(pid, 0)[1]
+        if ended is not None:
+            ended["code"] = os.waitstatus_to_exitcode(status)
         if not stopping.is_set():
             sys.stderr.write(f"disagg: the loop process {pid} ended; stopping the API\n")
             os.kill(os.getpid(), signal.SIGTERM)

@@ -8,10 +8,11 @@ starts with `BEGIN IMMEDIATE` (it takes the write lock up front, so two writers 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 DEFAULT_URL = "sqlite:///disagg.db"
+#: PostgreSQL ends a session idle inside a transaction after this many seconds (below the lease's 3 s).
+IDLE_IN_TRANSACTION_S = 2.5
 
 
 
@@ -51,6 +54,11 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _lock_key(name: str) -> int:
+    """A PostgreSQL advisory lock's key for `name`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 class StoreError(RuntimeError):
@@ -121,13 +129,22 @@ class StoreBase:
             self.engine = _sqlite_engine(self.url, immediate=True)
             self.read_engine = _sqlite_engine(self.url, immediate=False)
         else:
-            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_recycle=300)
+            # a session left idle inside a transaction (its process paused: SIGSTOP, a VM freeze) is ended by
+            # the server, so the row locks it holds cannot keep a standby from taking the lease over
+            options = f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}"
+            self.engine = create_engine(self.url, pool_size=10, max_overflow=20, pool_recycle=300,
+                                        connect_args={"options": options})
             self.read_engine = self.engine
         self._write = sessionmaker(self.engine, expire_on_commit=False)
         # SQLite has one writer at a time: queue this process's writers on a lock (a fair, quick
         # hand-over) instead of SQLite's busy handler, which backs off in sleeps of up to 100 ms.
         self._writers: _WriterQueue | None = _WriterQueue() if self.dialect == "sqlite" else None
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+        # fencing (`store/lease.py`): the epoch this store writes as leader under (None: not a leader —
+        # the API's writes, a standby's), who hears of a refused write, and how many were refused here
+        self.epoch: int | None = None
+        self.on_fenced: Callable[[BaseException], None] | None = None
+        self.fenced_count = 0
 
     # --- lifecycle -------------------------------------------------------------------------
     def migrate(self) -> None:
@@ -143,6 +160,8 @@ class StoreBase:
         cfg = Config()
         cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
         with self.engine.begin() as conn:
+            if self.dialect == "postgresql":  # replicas starting at once: one migrates, the others wait for it
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("disagg-migrate")})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
@@ -152,18 +171,50 @@ class StoreBase:
             self.read_engine.dispose()
 
     @contextmanager
-    def write(self, urgent: bool = False) -> Iterator[Session]:
+    def write(self, urgent: bool = False, fenced: bool = True) -> Iterator[Session]:
         """A transaction that commits at the end of the block, or rolls back on error. Not re-entrant.
 
         `urgent` writers (API requests someone waits for) go ahead of the controller's background
-        writers when both wait for SQLite's single write lock.
+        writers when both wait for SQLite's single write lock. While this store writes as a leader
+        (`epoch` set), the transaction first checks that epoch is still the lease's (`fenced`: every
+        write but the lease's own): a stale leader's write raises FencedWrite and commits nothing.
         """
-        if self._writers is None:
-            with self._write() as session, session.begin():
-                yield session
-            return
-        with self._writers.hold(urgent), self._write() as session, session.begin():
+        with self._fenced_errors(fenced), self._writer_slot(urgent), self._write() as session, session.begin():
+            self._fence(session.connection(), fenced)
             yield session
+
+    @contextmanager
+    def _writer_slot(self, urgent: bool) -> Iterator[None]:
+        if self._writers is None:
+            yield
+            return
+        with self._writers.hold(urgent):
+            yield
+
+    def _fence(self, conn: Connection, fenced: bool) -> None:
+        """Mark the transaction with the leader's epoch (events carry it) and check that it is current."""
+        epoch = self.epoch if fenced else None
+        conn.info["leader_epoch"] = epoch
+        if epoch is not None:
+            from disagg.store.lease import fence_check
+
+            fence_check(conn, self.dialect, epoch)
+
+    @contextmanager
+    def _fenced_errors(self, fenced: bool) -> Iterator[None]:
+        """After a refused leader write has rolled back: count it, and tell the leader (it steps down)."""
+        from disagg.store.lease import FencedWrite
+
+        try:
+            yield
+        except FencedWrite as exc:
+            if fenced:
+                self.fenced_count += 1
+                with contextlib.suppress(SQLAlchemyError):  # out of reach: the refusal still stands
+                    self.count_fenced()  # type: ignore[attr-defined]
+                if self.on_fenced is not None:
+                    self.on_fenced(exc)
+            raise
 
     def serialize(self, session: Session, name: str) -> None:
         """Inside a `write()`: wait until no other transaction that serializes on `name` is open.
@@ -174,8 +225,7 @@ class StoreBase:
         advisory lock orders them there.
         """
         if self.dialect == "postgresql":
-            key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(name)})
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -183,14 +233,11 @@ class StoreBase:
             yield session
 
     @contextmanager
-    def write_core(self, urgent: bool = False) -> Iterator[Connection]:
+    def write_core(self, urgent: bool = False, fenced: bool = True) -> Iterator[Connection]:
         """`write()` on a bare connection (SQLAlchemy Core, no ORM session): for the hot paths
         (submissions, slice step records), where an ORM session costs more than the statements."""
-        if self._writers is None:
-            with self.engine.begin() as conn:
-                yield conn
-            return
-        with self._writers.hold(urgent), self.engine.begin() as conn:
+        with self._fenced_errors(fenced), self._writer_slot(urgent), self.engine.begin() as conn:
+            self._fence(conn, fenced)
             yield conn
 
     @contextmanager

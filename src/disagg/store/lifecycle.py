@@ -63,10 +63,19 @@ class JobMove:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def _event(subject: str, job_id: str | None, slice_id: str | None, src: str | None, dst: str, why: str | None,
-           now: float, target: str | None = None) -> dict[str, Any]:
+def _event(conn: Connection, subject: str, job_id: str | None, slice_id: str | None, src: str | None, dst: str,
+           why: str | None, now: float, target: str | None = None) -> dict[str, Any]:
+    """An event row; it carries the epoch of the leader that writes it (None: an API's write)."""
     return {"at": now, "subject": subject, "job_id": job_id, "slice_id": slice_id, "from_state": src,
-            "to_state": dst, "why": None if why is None else why[:WHY_MAX], "target": target}
+            "to_state": dst, "why": None if why is None else why[:WHY_MAX], "target": target,
+            "epoch": leader_epoch(conn)}
+
+
+def leader_epoch(conn: Connection) -> int | None:
+    """The leader epoch this transaction writes under: `StoreBase.write`/`write_core` checked it against the
+    lease (`store/lease.py`) before the first statement; None outside a leader (an API's write)."""
+    epoch = conn.info.get("leader_epoch")
+    return int(epoch) if epoch is not None else None
 
 
 def move_job(conn: Connection, job_id: str, to: JobState, why: str | None, expect: Collection[JobState],
@@ -101,7 +110,7 @@ def move_jobs(conn: Connection, moves: Iterable[JobMove], now: float) -> list[tu
         if not _cas(conn, _jobs, m.job_id, src, {"state": m.to, "updated_at": now, **m.values}):
             continue
         slice_id = m.values.get("slice_id", now_in[1])
-        events.append(_event("job", m.job_id, slice_id, src, m.to, m.why, now))
+        events.append(_event(conn, "job", m.job_id, slice_id, src, m.to, m.why, now))
         made.append((m.job_id, src))
     if events:
         conn.execute(insert(_events), events)
@@ -118,7 +127,7 @@ def move_slice(conn: Connection, slice_id: str, to: SliceState, why: str | None,
         return None
     if not _cas(conn, _slices, slice_id, row.state, {"state": to, "updated_at": now, **values}):
         return None
-    conn.execute(insert(_events), [_event("slice", row.job_id, slice_id, row.state, to, why, now)])
+    conn.execute(insert(_events), [_event(conn, "slice", row.job_id, slice_id, row.state, to, why, now)])
     return SliceState(row.state)
 
 
@@ -180,7 +189,7 @@ def _move_column(conn: Connection, table: Table, column: str, ids: list[str], to
                                   .values({column: _stored(column, to)}))
             if result.rowcount:
                 moved.append(str(ident))
-                events.append(_event(subject, None, None, src, to, why, now, target=str(ident)))
+                events.append(_event(conn, subject, None, None, src, to, why, now, target=str(ident)))
     if events:
         conn.execute(insert(_events), events)
     return moved
@@ -241,7 +250,7 @@ def note_job(conn: Connection, job_id: str, why: str, now: float) -> None:
     grace period): an event from its state to the same state, with why."""
     row = conn.execute(select(_jobs.c.state, _jobs.c.slice_id).where(_jobs.c.id == job_id)).first()
     if row is not None:
-        conn.execute(insert(_events), [_event("job", job_id, row.slice_id, row.state, row.state, why, now)])
+        conn.execute(insert(_events), [_event(conn, "job", job_id, row.slice_id, row.state, row.state, why, now)])
 
 
 def new_jobs(conn: Connection, rows: list[dict[str, Any]]) -> None:
@@ -256,8 +265,8 @@ def new_slices(conn: Connection, rows: list[dict[str, Any]], now: float) -> None
     if not rows:
         return
     conn.execute(insert(_slices), rows)
-    conn.execute(insert(_events), [_event("slice", r["job_id"], r["id"], None, SliceState.COMPOSING, "placed", now)
-                                   for r in rows])
+    conn.execute(insert(_events), [_event(conn, "slice", r["job_id"], r["id"], None, SliceState.COMPOSING, "placed",
+                                          now) for r in rows])
 
 
 def _current(conn: Connection, table: Table, ids: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -293,6 +302,6 @@ def job_events(conn: Connection, job_id: str, after: int | None = None, limit: i
     ]
 
 
-__all__ = ["WHY_MAX", "JobMove", "hold_devices", "job_events", "move_job", "move_jobs", "move_slice", "new_jobs",
-           "new_slices", "note_job", "release_devices", "release_orphans", "set_drain", "set_health", "set_links",
-           "thing_events"]
+__all__ = ["WHY_MAX", "JobMove", "hold_devices", "job_events", "leader_epoch", "move_job", "move_jobs", "move_slice",
+           "new_jobs", "new_slices", "note_job", "release_devices", "release_orphans", "set_drain", "set_health",
+           "set_links", "thing_events"]

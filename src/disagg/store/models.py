@@ -155,6 +155,35 @@ class EventRow(Base):
     to_state: Mapped[str] = mapped_column(String(16))
     why: Mapped[str | None] = mapped_column(Text, nullable=True)
     target: Mapped[str | None] = mapped_column(String(160), nullable=True)  # a device's or a link's id
+    epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # the leader's; None: an API write
+
+
+class LeaseRow(Base):
+    """Leadership of the controller: one row (id 1). Times are the database's clock (`store/lease.py`)."""
+
+    __tablename__ = "controller_lease"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(String(256))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[float] = mapped_column(Float)
+    acquired_at: Mapped[float] = mapped_column(Float)
+    renewed_at: Mapped[float] = mapped_column(Float)
+    first_round_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    released: Mapped[bool] = mapped_column(Boolean)
+    fenced_writes: Mapped[int] = mapped_column(BigInteger)
+    failovers: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReplicaRow(Base):
+    """A `disagg serve` that opened the store as a controller: its role as it last said, when (DB clock)."""
+
+    __tablename__ = "replicas"
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    address: Mapped[str] = mapped_column(String(512))
+    role: Mapped[str] = mapped_column(String(16))
+    epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
 
 
 class MetaRow(Base):

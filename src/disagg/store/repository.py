@@ -20,6 +20,7 @@ from disagg.store.gc import GcOps
 from disagg.store.health import HealthOps
 from disagg.store.history import HistoryOps
 from disagg.store.jobs import JobOps
+from disagg.store.lease import LeaseOps
 from disagg.store.marks import MarkOps
 from disagg.store.models import (
     DeviceRow,
@@ -38,7 +39,7 @@ from disagg.store.views import ViewOps
 
 
 class Store(SnapshotOps, JobOps, SliceOps, PlanOps, HealthOps, TokenOps, ViewOps, CompositionOps, HistoryOps,
-            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps, ProfileOps, OperatorOps):
+            PrefixOps, TenantOps, MarkOps, GcOps, BackupOps, ProfileOps, OperatorOps, LeaseOps):
     """The controller's database and its named operations. Thread-safe: every call opens its own session."""
 
     # --- inventory -------------------------------------------------------------------------

@@ -11,8 +11,12 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from disagg.api import schemas as S
-from disagg.api.deps import Jobs, StoreDep, principal
+from disagg.api.deps import Jobs, StoreDep, Who, principal
 from disagg.api.errors import ApiError
+from disagg.control.jobs import JobService
+from disagg.control.leadership import controller_view
+from disagg.control.service import this_replica
+from disagg.store import Store
 
 router = APIRouter()
 
@@ -29,7 +33,19 @@ def healthz(store: StoreDep, jobs: Jobs) -> dict[str, Any]:
     cause = str(trouble.get("cause")) if isinstance(trouble, dict) else None
     cause = jobs.disk.trouble() or cause
     return {"status": "degraded" if cause else "ok", "cause": cause, "policy": jobs.config.policy,
-            "last_round": last}
+            "last_round": last, **_controller(store, jobs)}
+
+
+def _controller(store: Store, jobs: JobService) -> dict[str, Any]:
+    return controller_view(store, this_replica(jobs.config))
+
+
+@router.get("/v1/controller", response_model=S.ControllerOut, tags=["ops"])
+def controller(store: StoreDep, jobs: Jobs, _who: Who) -> dict[str, Any]:
+    """The controller's replicas: which one answers (`replica`, its `role`: leader or standby), the lease
+    (`epoch`, `lease_age_s`: seconds since the leader last renewed it, by the database's clock), and
+    every replica the store knows (docs/controller.md, "Replicas")."""
+    return _controller(store, jobs)
 
 
 async def _authorized(request: Request) -> bool:
