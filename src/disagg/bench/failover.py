@@ -41,7 +41,7 @@ from disagg.bench.crash import (
     invariant_violations,
     shared_file,
 )
-from disagg.model.states import JobState
+from disagg.model.states import DeviceState, JobState
 
 _ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
 
@@ -313,7 +313,7 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
             else:
                 os.environ[k] = v
         shutil.rmtree(jobs_dir, ignore_errors=True)
-    leaked = [v for v in found if "attached" in v or "held by gone" in v]
+    leaked = [v for v in found if DeviceState.ATTACHED in v or "held by gone" in v]
     violations += found
     store = Store(db)
     try:
