@@ -26,6 +26,7 @@ MNIST job to running them one after another).
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -298,6 +299,8 @@ class SliceRunner:
         except Exception as exc:  # the engine cannot tell now: the fault's outcome stands
             log.warning("slice %s: no exit status from the engine (%s); the job is re-queued", record.id, exc)
             return
+        if st.state is RunState.FAILED and _killed(st.exit_code):
+            return  # ended by our own stop (SIGTERM or SIGKILL reached it, in a sandbox as 128 + n): re-queued
         if st.state in (RunState.COMPLETED, RunState.FAILED):
             self.store.ended_before_teardown(record.id, JobState(st.state), st.exit_code)
 
@@ -321,6 +324,12 @@ class SliceRunner:
             self.step(plan.slice_id, "destroy-machine", machine.name, destroy)
 
         return step
+
+
+def _killed(code: int | None) -> bool:
+    """An exit code that a stop's signal gives (a preemption's SIGTERM, the kill after its grace): the task did
+    not end by itself, so its record is not the job's outcome (a chaos soak failed a preempted job on 143)."""
+    return code is None or code < 0 or code in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
 
 
 def _failed_device(exc: StepFailed, fabric: FabricDriver) -> str | None:
