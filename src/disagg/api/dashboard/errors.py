@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from disagg.api.dashboard.auth import signed_in
-from disagg.api.dashboard.render import ENV
+from disagg.api.dashboard.render import ENV, leader
 
 #: What a browser's page of the dashboard is: `/`, signing in and out, and everything under /ui.
 _PAGES = ("/", "/login", "/logout", "/ui")
@@ -40,7 +40,8 @@ async def error_page(request: Request, answer: JSONResponse) -> Response | None:
     problems = body.get("problems") or []  # one says what the message says; several (the matches) add to it
     html = ENV.get_template("error.html").render(
         title=_TITLES.get(status, f"Error {status}"), who=who, path=request.url.path, detail=body.get("detail", ""),
-        problems=problems if len(problems) > 1 else [], back=back, back_label=label)
+        problems=problems if len(problems) > 1 else [], back=back, back_label=label,
+        leads=leader(request) if who else None)
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
 

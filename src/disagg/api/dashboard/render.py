@@ -35,13 +35,13 @@ def page(request: Request, template: str, who: Principal, partial: bool, **conte
     """The page `template` for `who`; with `partial`, only its `live` block (what the page's script
     swaps in every REFRESH_S seconds)."""
     tpl = ENV.get_template(template)
-    ctx = {"request": request, "who": who, "now": time.time(), "refresh_s": REFRESH_S, "leads": _leader(request),
+    ctx = {"request": request, "who": who, "now": time.time(), "refresh_s": REFRESH_S, "leads": leader(request),
            "log_refresh_s": LOG_REFRESH_S, "path": request.url.path, "query": str(request.url.query), **context}
     body = "".join(tpl.blocks["live"](tpl.new_context(ctx))) if partial else tpl.render(ctx)
     return HTMLResponse(body, headers={"Cache-Control": "no-store"})
 
 
-def _leader(request: Request) -> dict[str, Any] | None:
+def leader(request: Request) -> dict[str, Any] | None:
     """For the header: which replica leads, since when, and which one answers (None: no lease row)."""
     from disagg.control.leadership import controller_view
     from disagg.control.service import this_replica
@@ -56,4 +56,4 @@ def _leader(request: Request) -> dict[str, Any] | None:
     return view
 
 
-__all__ = ["ENV", "LOG_REFRESH_S", "REFRESH_S", "clock", "duration", "number", "page"]
+__all__ = ["ENV", "LOG_REFRESH_S", "REFRESH_S", "clock", "duration", "leader", "number", "page"]
