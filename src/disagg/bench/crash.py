@@ -309,12 +309,26 @@ def forget_jobs_dir(state_dir: Path) -> None:
 
 def shared_file(path: Path) -> Path:
     """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
-    file is writable by all (0666) in a directory all may pass (0755), both in /tmp."""
+    file is writable by all (0666) in a directory all may pass (0755), both in /tmp. The directory is also
+    one the jobs' sandboxes bind read-write (`job_shared_dirs`, through DISAGG_JOB_SHARED_DIRS for the
+    servers this process starts): a job's own /tmp is private."""
+    share_with_jobs(path.parent)
     path.parent.chmod(0o755)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o666)
     os.fchmod(fd, 0o666)
     os.close(fd)
     return path
+
+
+def share_with_jobs(directory: Path) -> None:
+    """Add `directory` to the directories the jobs of the servers this process starts may write
+    (DISAGG_JOB_SHARED_DIRS, a JSON list, kept with what it held)."""
+    import json
+
+    known = [d for d in json.loads(os.environ.get("DISAGG_JOB_SHARED_DIRS") or "[]") if Path(d).is_dir()]
+    if str(directory) not in known:  # the benchmarks' earlier temporary directories are gone: not kept
+        known.append(str(directory))
+    os.environ["DISAGG_JOB_SHARED_DIRS"] = json.dumps(known)
 
 
 def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, scale: float = 0.01,
