@@ -118,7 +118,8 @@ class Submissions:
 
 def _client(url: str, token: str, w: int, opts: ControllerOptions, start: float, out: Submissions,
             lock: threading.Lock) -> None:
-    """One client: its share of the rate, paced by a schedule (a late client catches up, it does not skip)."""
+    """One client: its share of the rate, paced by a schedule (a late client catches up, it does not skip),
+    until `seconds` are up: a server slower than the rate gets fewer submissions, not a longer run."""
     every = opts.clients / opts.rate
     sent: dict[str, float] = {}
     errors: dict[str, int] = {}
@@ -126,8 +127,8 @@ def _client(url: str, token: str, w: int, opts: ControllerOptions, start: float,
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
         while True:
             due = start + (attempted + w / opts.clients) * every
-            if due >= start + opts.seconds:
-                break
+            if due >= start + opts.seconds or time.monotonic() >= start + opts.seconds:
+                break  # the schedule is done, or the time is up (a server slower than the rate)
             time.sleep(max(0.0, due - time.monotonic()))
             attempted += 1
             body = {"name": f"c{w}-{attempted}", "image": "rodinia/nw", "command": ["true"], "max_retries": 0,
@@ -261,7 +262,8 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
     n_all = rounds2["count"] - rounds0["count"]
     return {
         "startup_s": round(startup_s, 1),
-        "submitted": subs.attempted, "accepted": len(subs.sent), "errors": subs.errors,
+        "offered": int(opts.rate * opts.seconds), "submitted": subs.attempted, "accepted": len(subs.sent),
+        "errors": subs.errors,
         "submissions_per_s": round(len(subs.sent) / max(wall1 - wall0, 1e-9), 1),
         "submit_seconds": round(wall1 - wall0, 2),
         **summarize(subs.sent, placed_at, wall0, wall1),

@@ -190,6 +190,7 @@ def bench_controller(
     window: Annotated[int, typer.Option(min=1, max=1_000_000, help="The controller's window.")] = 32,
     backfill: Annotated[int, typer.Option(min=0, max=1_000_000, help="The controller's backfill.")] = 64,
     round_gap_s: Annotated[float, typer.Option(min=0, max=60, help="The controller's round gap.")] = 0.5,
+    tick_s: Annotated[float, typer.Option(min=0.001, max=60, help="The controller's loop period.")] = 0.25,
     workers: Annotated[int, typer.Option(min=1, max=1024, help="Slices composed or torn down at once.")] = 16,
     latency_scale: Annotated[float, typer.Option(min=0, max=1, help="Scale of the fabric's latencies.")] = 0.001,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "drmaestro-na",
@@ -212,6 +213,7 @@ def bench_controller(
         raise fail(f"--policy: {exc}") from None
     opts = ControllerOptions(machines=machines, gpus_per_machine=gpus_per_machine, rate=rate, clients=clients,
                              seconds=seconds, db=db, window=window, backfill=backfill, round_gap_s=round_gap_s,
+                             tick_s=tick_s,
                              workers=workers, latency_scale=latency_scale, policy=policy, drain_s=drain_s)
     with Progress(console=Console(stderr=True), auto_refresh=False, transient=True) as bar:
         task = bar.add_task("controller", total=seconds)
