@@ -211,6 +211,10 @@ def bench_controller(
         get_policy(policy)
     except UnknownPolicyError as exc:
         raise fail(f"--policy: {exc}") from None
+    import signal
+
+    # `timeout` and Ctrl-C end the run through its cleanup: the server's processes and PostgreSQL are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     opts = ControllerOptions(machines=machines, gpus_per_machine=gpus_per_machine, rate=rate, clients=clients,
                              seconds=seconds, db=db, window=window, backfill=backfill, round_gap_s=round_gap_s,
                              tick_s=tick_s,
