@@ -170,7 +170,7 @@ def _round_metrics(url: str) -> dict[str, float]:
     """The loop's round histogram: count and sum of `disagg_placement_round_seconds` (GET /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(url + "/metrics", timeout=30).text
+    text = httpx.get(url + "/metrics", timeout=120).text  # a loaded machine answers slowly
     out = {"count": 0.0, "sum": 0.0}
     for family in text_string_to_metric_families(text):
         if family.name == "disagg_placement_round_seconds":
