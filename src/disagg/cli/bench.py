@@ -1,4 +1,4 @@
-"""`disagg bench placement | slices | api | crash | chaos | failover | sim`: the performance benchmarks, JSON on stdout.
+"""`disagg bench placement | slices | api | crash | chaos | failover | controller | sim`: the benchmarks, JSON on stdout.
 
 The benchmarks themselves are library functions in `disagg.bench` and `disagg.sim.bench` that return
 data; these commands check the options, show progress, and print the JSON. The benchmark modules are
@@ -202,6 +202,57 @@ def bench_failover(
     _print_results([result])
     if result["violations"]:
         raise typer.Exit(1)
+
+
+@bench_app.command("controller")
+def bench_controller(
+    machines: Annotated[int, typer.Option(min=1, max=200_000, help="Machines of the synthetic cluster.")] = 12_500,
+    gpus_per_machine: Annotated[int, typer.Option(min=0, max=64, help="Local GPUs per machine.")] = 4,
+    rate: Annotated[float, typer.Option(min=0.1, max=100_000, help="Submissions per second, all clients.")] = 1000.0,
+    clients: Annotated[int, typer.Option(min=1, max=256, help="Client threads submitting.")] = 8,
+    seconds: Annotated[float, typer.Option(min=1, max=3600, help="How long to submit.")] = 10.0,
+    db: Annotated[str, typer.Option(help="sqlite, or postgresql (a throw-away server).")] = "sqlite",
+    window: Annotated[int, typer.Option(min=1, max=1_000_000, help="The controller's window.")] = 32,
+    backfill: Annotated[int, typer.Option(min=0, max=1_000_000, help="The controller's backfill.")] = 64,
+    round_gap_s: Annotated[float, typer.Option(min=0, max=60, help="The controller's round gap.")] = 0.5,
+    tick_s: Annotated[float, typer.Option(min=0.001, max=60, help="The controller's loop period.")] = 0.25,
+    workers: Annotated[int, typer.Option(min=1, max=1024, help="Slices composed or torn down at once.")] = 16,
+    latency_scale: Annotated[float, typer.Option(min=0, max=1, help="Scale of the fabric's latencies.")] = 0.001,
+    policy: Annotated[str, typer.Option(help="Placement policy.")] = "drmaestro-na",
+    drain_s: Annotated[float, typer.Option(min=0, max=3600, help="After submitting, wait this long at most "
+                                                               "for the queue to empty.")] = 30.0,
+) -> None:
+    """Jobs placed and committed per second by a real controller on a large synthetic cluster, and
+    submit -> placed latency, beside the round time (JSON out; `docs/benchmarks.md`)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from disagg.bench.controller import DB_KINDS, ControllerOptions, run_controller_bench
+    from disagg.placement.registry import UnknownPolicyError, get_policy
+
+    if db not in DB_KINDS:
+        raise fail(f"--db: {db!r} is not allowed; use sqlite or postgresql")
+    try:
+        get_policy(policy)
+    except UnknownPolicyError as exc:
+        raise fail(f"--policy: {exc}") from None
+    import signal
+
+    # `timeout` and Ctrl-C end the run through its cleanup: the server's processes and PostgreSQL are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    opts = ControllerOptions(machines=machines, gpus_per_machine=gpus_per_machine, rate=rate, clients=clients,
+                             seconds=seconds, db=db, window=window, backfill=backfill, round_gap_s=round_gap_s,
+                             tick_s=tick_s,
+                             workers=workers, latency_scale=latency_scale, policy=policy, drain_s=drain_s)
+    with Progress(console=Console(stderr=True), auto_refresh=False, transient=True) as bar:
+        task = bar.add_task("controller", total=seconds)
+
+        def advance(done: float, total: float, phase: str, submitted: int) -> None:
+            bar.update(task, completed=done, total=total, description=f"{phase}: {submitted} accepted")
+            bar.refresh()
+
+        result = run_controller_bench(opts, advance)
+    _print_results([result])
 
 
 @bench_app.command("sim")

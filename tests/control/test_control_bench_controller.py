@@ -1,0 +1,55 @@
+"""`disagg bench controller` runs end to end on a tiny cluster (its speeds are printed, never asserted),
+summarizes what it measured consistently, and refuses bad options naming them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from disagg.bench.controller import ControllerOptions, cluster_spec, run_controller_bench, summarize
+from disagg.model.spec import parse_cluster
+
+
+def test_the_synthetic_cluster_is_a_valid_spec() -> None:
+    cluster = parse_cluster(cluster_spec(81, 2))
+    assert len(cluster.machines) == 81 and len(cluster.pools) == 3  # racks of 40: 40 + 40 + 1
+    assert sum(1 for d in cluster.devices if d.kind == "gpu") == 81 * 2 + 3 * 8
+
+
+def test_summarize_counts_what_was_placed_during_and_after_the_submissions() -> None:
+    sent = {"a": 100.0, "b": 100.5, "c": 101.0, "d": 101.5}
+    placed = {"a": 100.2, "b": 101.5, "c": 103.0, "other": 100.1}  # d never placed; "other" is not ours
+    r = summarize(sent, placed, wall0=100.0, wall1=102.0)
+    assert r["placed"] == 3 and r["placed_during_submissions"] == 2 and r["unplaced_by_end"] == 1
+    assert r["placed_per_s"] == 1.0 and r["placed_per_s_with_drain"] == 1.0
+    assert r["submit_to_placed_s"] == {"p50": 1.0, "p90": 2.0, "p99": 2.0, "max": 2.0}
+
+
+@pytest.mark.slow
+def test_a_tiny_run_places_what_it_accepted() -> None:
+    opts = ControllerOptions(machines=200, rate=40, clients=2, seconds=5, window=200, backfill=0, round_gap_s=0.1,
+                             tick_s=0.05, drain_s=60)
+    r = run_controller_bench(opts)
+    assert r["store"] == "sqlite" and r["errors"] == {}
+    assert 0 < r["accepted"] == r["submitted"]
+    assert sum(r["jobs_by_state"].values()) == r["accepted"]  # every 201 is a stored job
+    assert r["placed_during_submissions"] <= r["placed"] <= r["accepted"]
+    assert r["placed"] == r["accepted"] and r["unplaced_by_end"] == 0  # 200 machines hold 200 tiny jobs at once
+    lat = r["submit_to_placed_s"]
+    assert 0 <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert r["rounds"]["with_drain"] >= r["rounds"]["during_submissions"] > 0 and r["rounds"]["mean_round_s"] > 0
+    assert isinstance(r["target_met"], bool) and r["target_met"] is False  # 40 jobs/s is not 1,000
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--db", "mysql"], "--db"),
+    (["--machines", "0"], "--machines"),
+    (["--rate", "-5"], "--rate"),
+    (["--policy", "nope"], "--policy"),
+])
+def test_bad_options_exit_2_naming_the_option(args: list[str], named: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "disagg.cli", "bench", "controller", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and named in out.stderr
