@@ -1,4 +1,4 @@
-"""`disagg bench placement | slices | api | crash | chaos | failover | controller | sim`: the benchmarks, JSON on stdout.
+"""`disagg bench placement | slices | api | crash | chaos | failover | controller | sim`: benchmarks, JSON out.
 
 The benchmarks themselves are library functions in `disagg.bench` and `disagg.sim.bench` that return
 data; these commands check the options, show progress, and print the JSON. The benchmark modules are
