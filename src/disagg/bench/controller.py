@@ -79,12 +79,15 @@ def cluster_spec(machines: int, gpus_per_machine: int) -> dict[str, Any]:
 
 def server_config(opts: ControllerOptions, root: Path, db: str, port: int) -> dict[str, Any]:
     """`disagg serve`'s settings for the run (a config file): the benchmark's cluster and bounds; a
-    queue limit above what one tenant submits; /metrics without a token (the round histogram)."""
+    queue limit above what one tenant submits and no submission rate; /metrics without a token (the round
+    histogram)."""
     return {"db": db, "port": port, "cluster": str(root / "cluster.json"), "state_dir": str(root / "state"),
             "policy": opts.policy, "latency_scale": opts.latency_scale, "tick_s": opts.tick_s,
             "round_gap_s": opts.round_gap_s, "window": opts.window, "backfill": opts.backfill,
             "workers": opts.workers, "max_queued_per_tenant": 10_000_000, "metrics_public": True,
-            "history_every_s": 3600.0, "allow_same_user": os.geteuid() != 0}
+            "history_every_s": 3600.0, "allow_same_user": os.geteuid() != 0,
+            # the controller's throughput, not one tenant's submission rate; a throw-away store and jobs
+            "submit_rate_per_tenant": 0, "allow_jobs_on_store_disk": True}
 
 
 def _start_server(root: Path, port: int) -> subprocess.Popen[bytes]:

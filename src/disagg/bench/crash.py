@@ -79,6 +79,8 @@ class ForkedServer:
                 sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the caller's may be captured
                 sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
                 sys.argv = ["disagg", "serve", *options]
+                # a benchmark's throw-away controller: its jobs' directories may share the disk of its store
+                os.environ.setdefault("DISAGG_ALLOW_JOBS_ON_STORE_DISK", "true")
                 self.serve(options)
             finally:
                 os._exit(0)
