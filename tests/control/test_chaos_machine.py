@@ -126,7 +126,7 @@ class World:
     def work(self, pick: int) -> None:
         todo = self.svc.store.slices_to_work()
         if todo:
-            slice_id, state = todo[pick % len(todo)]
+            slice_id, state, _tenant = todo[pick % len(todo)]
             self.svc.controller._work(slice_id, state)
 
     def end(self, pick: int, code: int) -> None:

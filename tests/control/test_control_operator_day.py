@@ -237,7 +237,8 @@ def test_machines_json_and_the_dashboard_agree_with_a_hand_count(served: tuple[S
         busy = next(n for n in held if n in machines)
         cpus = machines[busy]["allocation"]["cpus"]
         assert f"{cpus['allocated']:g}/{cpus['total']:g}" in table
-        signed = {"disagg_session": token}  # the dashboard's session cookie
+        login = httpx.post(f"{srv.url}/login", data={"token": token}, follow_redirects=False, timeout=10)
+        signed = {"disagg_session": login.cookies["disagg_session"]}  # a server-side session's key (issue 22)
         page = httpx.get(f"{srv.url}/ui/fabric", cookies=signed, timeout=10).text
         for name, m in machines.items():
             if m["kind"] == "machine":

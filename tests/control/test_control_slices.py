@@ -223,7 +223,8 @@ def test_cancel_tears_the_slice_down_and_stops_the_job(service: Service) -> None
     j = submit(service, gpu=2, command=["sleep", "30"])
     wait_state(service, j, ("running",))
     slice_id = job(service, j)["slice"]
-    assert service.jobs.cancel(j)["state"] == "cancelled"
+    service.jobs.cancel(j)  # answers nothing since a cancel may wait a grace period (issue 25)
+    assert job(service, j)["state"] == "cancelled"
     wait_for(lambda: _slice(service, slice_id).state == "done", what="teardown")
     assert service.engine.status(slice_id).state == "cancelled"
     assert service.fabric.attachments() == []

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from disagg.api import schemas as S
 from disagg.api.deps import Jobs, StoreDep, Who, principal
-from disagg.api.errors import ApiError
+from disagg.api.errors import R401, ApiError
 from disagg.control.jobs import JobService
 from disagg.control.leadership import controller_view
 from disagg.control.service import this_replica
@@ -40,7 +40,7 @@ def _controller(store: Store, jobs: JobService) -> dict[str, Any]:
     return controller_view(store, this_replica(jobs.config))
 
 
-@router.get("/v1/controller", response_model=S.ControllerOut, tags=["ops"])
+@router.get("/v1/controller", response_model=S.ControllerOut, tags=["ops"], responses={**R401})
 def controller(store: StoreDep, jobs: Jobs, _who: Who) -> dict[str, Any]:
     """The controller's replicas: which one answers (`replica`, its `role`: leader or standby), the lease
     (`epoch`, `lease_age_s`: seconds since the leader last renewed it, by the database's clock), and

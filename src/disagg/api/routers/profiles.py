@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request, Response
 
 from disagg.api.deps import Admin, Jobs, Who
-from disagg.api.errors import R401, R403, R404, R422, ApiError
+from disagg.api.errors import R400, R401, R403, R404, R422, ApiError
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 from disagg.control.profiles import ProfileDirectory
 from disagg.profiles.table import ProfileFields
@@ -23,7 +23,7 @@ Image = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f
                                         "lower case, without registry, tag or digest).")]
 
 
-@router.get("/v1/profiles", tags=["profiles"], responses={**R401, **R422})
+@router.get("/v1/profiles", tags=["profiles"], responses={**R400, **R401, **R422})
 def list_profiles(request: Request, _who: Who, jobs: Jobs, limit: Limit = DEFAULT_LIMIT,
                   cursor: Cursor = None) -> dict[str, Any]:
     """Every image the table or the store knows: the profile used, the learned estimate, the pin."""
@@ -32,7 +32,7 @@ def list_profiles(request: Request, _who: Who, jobs: Jobs, limit: Limit = DEFAUL
     return {"profiles": items, "next": next_link(request, None if last is None else [last])}
 
 
-@router.get("/v1/profiles/{image:path}", tags=["profiles"], responses={**R401, **R404, **R422})
+@router.get("/v1/profiles/{image:path}", tags=["profiles"], responses={**R400, **R401, **R404, **R422})
 def get_profile(image: Image, _who: Who, jobs: Jobs) -> dict[str, Any]:
     """One image: the profile used, the table's entry, the learned estimate and its uncertainty."""
     out = ProfileDirectory(jobs.store, jobs.config).one(image)
@@ -41,7 +41,7 @@ def get_profile(image: Image, _who: Who, jobs: Jobs) -> dict[str, Any]:
     return out
 
 
-@router.put("/v1/profiles/{image:path}", tags=["profiles"], responses={**R401, **R403, **R422})
+@router.put("/v1/profiles/{image:path}", tags=["profiles"], responses={**R400, **R401, **R403, **R422})
 def pin_profile(image: Image, body: ProfileFields, _who: Admin, jobs: Jobs) -> dict[str, Any]:
     """Admin: pin the image's profile (the policies use it from the next rounds; learning keeps observing
     but never replaces it)."""
@@ -51,7 +51,7 @@ def pin_profile(image: Image, body: ProfileFields, _who: Admin, jobs: Jobs) -> d
 
 
 @router.delete("/v1/profiles/{image:path}", status_code=204, tags=["profiles"],
-               responses={**R401, **R403, **R404})
+               responses={**R400, **R401, **R403, **R404, **R422})
 def unpin_profile(image: Image, _who: Admin, jobs: Jobs) -> Response:
     """Admin: drop the image's pin (the table's entry, or learning, decides again)."""
     if not ProfileDirectory(jobs.store, jobs.config).unpin(image):
