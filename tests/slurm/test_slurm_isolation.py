@@ -97,7 +97,8 @@ def two(slurm_cluster: SlurmCluster) -> Iterator[TwoOnSlurm]:
     (root / "cluster.yaml").write_text(yaml.safe_dump({"machines": machines, "network": {"rack_uplink_gbps": 100}}))
     settings = Config(db=f"sqlite:///{root / 'd.db'}", cluster=str(root / "cluster.yaml"),
                       state_dir=str(root / "state"), latency_scale=0.002, tick_s=0.05, engine="slurm",
-                      slurm_site=str(slurm_cluster.site.save()), tenants=[{"name": "alice"}, {"name": "bob"}])
+                      slurm_site=str(slurm_cluster.site.save()), tenants=[{"name": "alice"}, {"name": "bob"}],
+                      unix_user_prefix="disagg-")  # the tests' users (the default is one prefix per controller)
     os.environ["OPERATOR_SECRET"] = CANARY  # in the server's environment, which no job may see
     umask = os.umask(0o077)                  # as `disagg serve` sets it
     try:
