@@ -57,7 +57,11 @@ def test_the_service_validator_passes_every_resource(service) -> None:
     assert totals, out.stdout[-2000:] + out.stderr[-2000:]
     passed, warned, failed, _ = map(int, totals.groups())
     assert out.returncode == 0 and failed == 0, out.stdout[-3000:]
-    assert passed > 300 and warned == 0  # PASS > 0: with no schemas it would "pass" vacuously
+    # the one kind of warning allowed: the chassis' uplink speed, disagg's own OEM extension (Oem.disagg,
+    # issue 25's discovery), for which no schema is published
+    warns = [ln for log in (root / "val").rglob("*.log") for ln in log.read_text().splitlines() if "WARN - " in ln]
+    assert passed > 300 and all("/Oem/disagg/" in ln for ln in warns), warns[:10]  # PASS > 300: not vacuous
+    assert warned == len(warns), (warned, warns[:10])
     for uri in ("/redfish/v1/Systems/Capabilities", f"{BLOCKS}/iobox0:gpu0", f"{BLOCKS}/node1",
                 "/redfish/v1/CompositionService/ResourceZones/pool:iobox0", "/redfish/v1/TaskService/Tasks/"):
         assert f"Validating {uri}" in out.stdout
