@@ -184,7 +184,8 @@ class Config(BaseModel):
             self.unix_user_prefix or controller_prefix(self.resolved_state_dir()), sandbox=self.sandbox,
             allow_no_sandbox=self.allow_no_sandbox,
             hide_files=tuple(Path(f"{store}{end}") for end in ("", "-wal", "-shm", "-journal")) if store else (),
-            shared_dirs=tuple(Path(p) for p in self.job_shared_dirs), tmp_bytes=int(self.job_tmp_mb * 2**20),
+            shared_dirs=tuple(Path(p) for p in self.job_shared_dirs if Path(p).is_dir()),  # gone: nothing to bind
+            tmp_bytes=int(self.job_tmp_mb * 2**20),
             disk_bytes=int(self.job_disk_mb * 2**20), tenant_disk_bytes=int(self.tenant_disk_mb * 2**20),
             allow_jobs_on_store_disk=self.allow_jobs_on_store_disk, store_dir=self.store_dir(),
             reserve_memory=int(self.controller_reserve_mb * 2**20), reserve_pids=self.controller_reserve_pids)
