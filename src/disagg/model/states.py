@@ -29,8 +29,9 @@ which every view and the policies' snapshot derive from the links, never store.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 
 class JobState(StrEnum):
@@ -241,39 +242,35 @@ class IllegalTransition(ValueError):
         self.what, self.ident, self.src, self.dst = what, ident, src, dst
 
 
+def _check_move(what: str, ident: str, table: Mapping[Any, Collection[Any]], s: Any, d: Any) -> None:
+    """Raise IllegalTransition unless `table` lets `what` go from `s` to `d` (staying put is no move)."""
+    if s is not d and d not in table[s]:
+        raise IllegalTransition(what, ident, s, d)
+
+
 def check_job_move(job_id: str, src: JobState | str, dst: JobState | str) -> None:
     """Raise IllegalTransition unless a job may go from `src` to `dst` (staying put is no move)."""
-    s, d = JobState(src), JobState(dst)
-    if s is not d and d not in JOB_TRANSITIONS[s]:
-        raise IllegalTransition("job", job_id, s, d)
+    _check_move("job", job_id, JOB_TRANSITIONS, JobState(src), JobState(dst))
 
 
 def check_slice_move(slice_id: str, src: SliceState | str, dst: SliceState | str) -> None:
     """Raise IllegalTransition unless a slice may go from `src` to `dst`."""
-    s, d = SliceState(src), SliceState(dst)
-    if s is not d and d not in SLICE_TRANSITIONS[s]:
-        raise IllegalTransition("slice", slice_id, s, d)
+    _check_move("slice", slice_id, SLICE_TRANSITIONS, SliceState(src), SliceState(dst))
 
 
 def check_health_move(device_id: str, src: Health | str, dst: Health | str) -> None:
     """Raise IllegalTransition unless a device's health may go from `src` to `dst`."""
-    s, d = Health(src), Health(dst)
-    if s is not d and d not in HEALTH_TRANSITIONS[s]:
-        raise IllegalTransition("device", device_id, s, d)
+    _check_move("device", device_id, HEALTH_TRANSITIONS, Health(src), Health(dst))
 
 
 def check_drain_move(device_id: str, src: Drain | str, dst: Drain | str) -> None:
     """Raise IllegalTransition unless a device's drain may go from `src` to `dst`."""
-    s, d = Drain(src), Drain(dst)
-    if s is not d and d not in DRAIN_TRANSITIONS[s]:
-        raise IllegalTransition("device", device_id, s, d)
+    _check_move("device", device_id, DRAIN_TRANSITIONS, Drain(src), Drain(dst))
 
 
 def check_link_move(link_id: str, src: LinkState | str, dst: LinkState | str) -> None:
     """Raise IllegalTransition unless a link may go from `src` to `dst`."""
-    s, d = LinkState(src), LinkState(dst)
-    if s is not d and d not in LINK_TRANSITIONS[s]:
-        raise IllegalTransition("link", link_id, s, d)
+    _check_move("link", link_id, LINK_TRANSITIONS, LinkState(src), LinkState(dst))
 
 
 __all__ = [
