@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from functools import lru_cache
 from typing import Any
 
 from disagg.control.config import Config
@@ -32,6 +33,13 @@ log = logging.getLogger(__name__)
 REFRESH_S = 1.0
 #: The loop looks for completed slices to learn from at most this often, seconds.
 LEARN_EVERY_S = 2.0
+
+
+@lru_cache(maxsize=8)
+def operator_table(path: str | None) -> ProfileTable:
+    """The operator's table (`profiles:`), read once per process as the rest of the config is, or the
+    shipped one: the loop's keeper and every API request's directory share it."""
+    return load_profiles(path) if path else SHIPPED
 
 
 def estimate_data(est: Estimate) -> dict[str, Any]:
@@ -63,7 +71,7 @@ class ProfileKeeper:
     def __init__(self, store: Store, config: Config) -> None:
         self.store = store
         self.config = config
-        self.base: ProfileTable = load_profiles(config.profiles) if config.profiles else SHIPPED
+        self.base: ProfileTable = operator_table(config.profiles)
         self._table: dict[str, Profile] | None = None
         self._read_at = -math.inf
         self._known: dict[str, str] = {}  # image → what the round knew of it, for the job's history
@@ -183,7 +191,7 @@ class ProfileDirectory:
     def __init__(self, store: Store, config: Config) -> None:
         self.store = store
         self.config = config
-        self.base: ProfileTable = load_profiles(config.profiles) if config.profiles else SHIPPED
+        self.base: ProfileTable = operator_table(config.profiles)
 
     def _entry(self, image: str) -> Profile | None:
         p = self.base.get(image)
