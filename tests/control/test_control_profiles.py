@@ -103,3 +103,24 @@ def test_a_new_image_is_learned_and_its_profile_changes_the_next_decisions(
     seen = job(svc, after)
     assert seen["state"] == "queued", seen
     assert seen["reason_code"] in ("slo-at-risk", "postponed"), seen
+
+
+def test_an_admin_pins_and_unpins_a_profile_and_a_path_naming_no_image_is_refused(
+        learning: tuple[Service, TestClient, str]) -> None:
+    svc, client, admin = learning
+    tenant = svc.store.create_token("t")
+    numbers = {"base_s": 60.0, "transfer_share": 0.5, "remote_factor": 2.0, "load_sensitivity": 1.0,
+               "network_gbps": 4.0}
+    assert client.put("/v1/profiles/acme/pinned:3", json=numbers, headers=auth(tenant)).status_code == 403
+    pinned = client.put("/v1/profiles/acme/pinned:3", json=numbers, headers=auth(admin))
+    assert pinned.status_code == 200, pinned.text
+    assert pinned.json()["used"] == "pinned" and pinned.json()["image"] == "pinned"
+    assert client.get("/v1/profiles/pinned", headers=auth(admin)).json()["pinned"]["remote_factor"] == 2.0
+    for empty in (":", "rodinia-", "registry.io/:7"):
+        for method in ("GET", "PUT", "DELETE"):
+            out = client.request(method, f"/v1/profiles/{empty}", json=numbers, headers=auth(admin))
+            assert out.status_code == 422 and "names no image" in out.json()["detail"], (method, empty, out.text)
+    assert client.get("/v1/profiles", headers=auth(admin)).json()["profiles"][0]["image"] != ""
+    assert client.delete("/v1/profiles/acme/pinned:3", headers=auth(admin)).status_code == 204
+    assert client.delete("/v1/profiles/acme/pinned:3", headers=auth(admin)).status_code == 404
+    assert client.get("/v1/profiles/pinned", headers=auth(admin)).status_code == 404

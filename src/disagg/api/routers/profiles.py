@@ -14,6 +14,7 @@ from disagg.api.deps import Admin, Jobs, Who
 from disagg.api.errors import R400, R401, R403, R404, R422, ApiError
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 from disagg.control.profiles import ProfileDirectory
+from disagg.profiles.model import normalize_image
 from disagg.profiles.table import ProfileFields
 
 router = APIRouter()
@@ -32,10 +33,20 @@ def list_profiles(request: Request, _who: Who, jobs: Jobs, limit: Limit = DEFAUL
     return {"profiles": items, "next": next_link(request, None if last is None else [last])}
 
 
+def _named(image: str) -> str:
+    """The image as placement matches it; a path that names no image (":", "@sha256:…") is a 422 here,
+    not a pin under the empty name."""
+    name = normalize_image(image)
+    if not name:
+        raise ApiError(422, f"image {image!r} names no image: without registry, tag and digest nothing is left "
+                            "(allowed: a name such as acme/trainer:2)")
+    return name
+
+
 @router.get("/v1/profiles/{image:path}", tags=["profiles"], responses={**R400, **R401, **R404, **R422})
 def get_profile(image: Image, _who: Who, jobs: Jobs) -> dict[str, Any]:
     """One image: the profile used, the table's entry, the learned estimate and its uncertainty."""
-    out = ProfileDirectory(jobs.store, jobs.config).one(image)
+    out = ProfileDirectory(jobs.store, jobs.config).one(_named(image))
     if out is None:
         raise ApiError(404, f"no profile for image {image!r}: it is in no table and no task of it has completed")
     return out
@@ -45,7 +56,7 @@ def get_profile(image: Image, _who: Who, jobs: Jobs) -> dict[str, Any]:
 def pin_profile(image: Image, body: ProfileFields, _who: Admin, jobs: Jobs) -> dict[str, Any]:
     """Admin: pin the image's profile (the policies use it from the next rounds; learning keeps observing
     but never replaces it)."""
-    out = ProfileDirectory(jobs.store, jobs.config).pin(image, body.profile_of(image))
+    out = ProfileDirectory(jobs.store, jobs.config).pin(_named(image), body.profile_of(_named(image)))
     jobs.wake()
     return out
 
@@ -54,7 +65,7 @@ def pin_profile(image: Image, body: ProfileFields, _who: Admin, jobs: Jobs) -> d
                responses={**R400, **R401, **R403, **R404, **R422})
 def unpin_profile(image: Image, _who: Admin, jobs: Jobs) -> Response:
     """Admin: drop the image's pin (the table's entry, or learning, decides again)."""
-    if not ProfileDirectory(jobs.store, jobs.config).unpin(image):
+    if not ProfileDirectory(jobs.store, jobs.config).unpin(_named(image)):
         raise ApiError(404, f"no pinned profile for image {image!r}")
     jobs.wake()
     return Response(status_code=204)
