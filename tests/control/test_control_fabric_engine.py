@@ -53,6 +53,41 @@ def test_faults_refuse_attaches_that_need_the_broken_part(fabric: EmulatedFabric
     fabric.attach("iobox1/nvme0", "node1", "pcie-over-ethernet")
 
 
+def test_a_paused_leaders_attach_lands_nowhere_once_a_newer_epoch_fenced_the_fabric(tmp_path: Path) -> None:
+    """The replicas' failover (CI): a leader stopped in the middle of an attach's latency, resumed after
+    another replica took the lease and reconciled, used to land its attachment then: a device no slice
+    holds, and the next start refused as a state loss. The fabric keeps the newest epoch and refuses."""
+    import threading
+
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    old = EmulatedFabric(tmp_path / "fabric.db", cluster, OperationLatencies(attach_device=0.5, detach_device=0.0))
+    new = EmulatedFabric(tmp_path / "fabric.db", cluster, scale=0.0)
+    old.fence(4)
+    errors: list[BaseException] = []
+
+    def attach() -> None:
+        try:
+            old.attach("iobox0/gpu2", "node0", "pcie-over-ethernet")
+        except FabricError as exc:
+            errors.append(exc)
+
+    paused = threading.Thread(target=attach)
+    paused.start()
+    new.fence(5)  # the takeover, while the old leader sleeps in its attach
+    paused.join()
+    assert len(errors) == 1 and "fenced" in str(errors[0]) and not errors[0].retryable  # type: ignore[attr-defined]
+    assert new.attachments() == []
+    new.attach("iobox0/gpu2", "node1", "pcie-over-ethernet")
+    with pytest.raises(FabricError, match="epoch 5"):
+        old.detach("iobox0/gpu2", "node1")  # nor may it take the new leader's device away
+    assert [(a.device, a.machine) for a in new.attachments()] == [("iobox0/gpu2", "node1")]
+    with pytest.raises(FabricError, match="fenced"):
+        old.fence(4)  # an old epoch is refused: the store went back, or another store drives the fabric
+    old.fence(4, force=True)  # unless the operator accepts the loss
+    old.detach("iobox0/gpu2", "node1")
+    assert new.attachments() == []
+
+
 def test_attach_timeouts_are_injected_and_retryable(fabric: EmulatedFabric) -> None:
     fabric.inject_attach_timeouts(1)
     with pytest.raises(FabricError, match="timed out") as exc:

@@ -238,12 +238,12 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
                 ) -> tuple[dict[str, str], dict[str, str], set[str], list[str], dict[str, int]]:
     """Start the replicas and the client, fail the leader `trials` times, wait for the jobs to end and stop
     the replicas: (states, why the failed ones failed, the accepted jobs, run violations, runs per job)."""
-    for r in group:
-        r.start()
-    for r in group:
-        r.ready(90.0)
     with tempfile.TemporaryDirectory(prefix="disagg-failover-events-") as shared:
-        events = shared_file(Path(shared) / "events")
+        events = shared_file(Path(shared) / "events")  # before the replicas start: their jobs' sandboxes bind it
+        for r in group:
+            r.start()
+        for r in group:
+            r.ready(90.0)
         client = Client(group, headers, events, rng)
         client.start()
         try:

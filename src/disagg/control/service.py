@@ -24,7 +24,7 @@ from disagg.control.split import LoopLink
 from disagg.control.tenants import TenantCollector, TenantDirectory
 from disagg.engines.base import Engine
 from disagg.engines.registry import EngineOptions, make_engine
-from disagg.fabric.base import FabricDriver
+from disagg.fabric.base import FabricDriver, FabricError
 from disagg.fabric.emulated import OperationLatencies
 from disagg.fabric.registry import DriverOptions, make_driver
 from disagg.model import load_cluster
@@ -97,7 +97,8 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
     fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))
     engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
     try:
-        report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state)
+        epoch = leadership.epoch if leadership is not None else None
+        report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state, epoch)
     except BaseException:
         if leadership is not None:
             leadership.release()
@@ -134,10 +135,26 @@ def _lead(config: Config, store: Store, waiting: Callable[[str], None] | None) -
     return leadership
 
 
-def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine, state: Path) -> ReconcileReport:
+def _fence(config: Config, fabric: FabricDriver, epoch: int | None) -> list[str]:
+    """Give the fabric this leader's epoch before anything is read from it: from now on a paused old
+    leader's attach or detach is refused there. A fabric told a newer epoch is a state loss."""
+    if epoch is None:
+        return []
+    try:
+        fabric.fence(epoch)
+    except FabricError as exc:
+        if not config.accept_state_loss:
+            return [f"{exc}: the store's lease is older than the fabric has seen (an old backup, or another "
+                    "store's controller drives this fabric)"]
+        fabric.fence(epoch, force=True)
+    return []
+
+
+def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine, state: Path,
+             epoch: int | None = None) -> ReconcileReport:
     """Refuse a store that knows less than the state directory (unless the loss is accepted), then
     reconcile (`control.recovery`, `control.reconcile`)."""
-    problems = state_loss(store, fabric, engine, state)
+    problems = _fence(config, fabric, epoch) + state_loss(store, fabric, engine, state)
     if problems and not config.accept_state_loss:
         engine.close()
         fabric.close()

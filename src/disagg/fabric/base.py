@@ -139,6 +139,13 @@ class FabricDriver(ABC):
         unmake the rest that this driver made (never what others made). Returns those unmade."""
         return []
 
+    def fence(self, epoch: int, force: bool = False) -> None:  # noqa: B027 - an optional hook, not abstract
+        """From now on this driver acts for the controller of lease `epoch` (`control.leadership`). A
+        fabric that keeps the highest epoch it was told (a fencing token) refuses, from then on, the
+        attaches and detaches of a driver told an older one: a leader paused in the middle of an attach
+        must not land it after another replica took over and reconciled. FabricError if it was told a
+        newer epoch already, unless `force` (an operator accepted a store that went back)."""
+
     def holdings(self) -> FabricHoldings:
         """What others hold on the fabric now (a shared service); the policies are not offered it."""
         return FabricHoldings()

@@ -85,6 +85,8 @@ class EmulatedFabric(FabricDriver, FaultInjection):
         self.cluster = cluster
         self.latencies = (latencies or OperationLatencies()).scaled(scale)
         self._local = threading.local()
+        #: The lease epoch this driver acts for (`fence`); None: unfenced (one controller, tests).
+        self.epoch: int | None = None
         conn = self._conn()
         conn.executescript(_SCHEMA)
         columns = {r[1] for r in conn.execute("PRAGMA table_info(attachments)")}
@@ -156,6 +158,7 @@ class EmulatedFabric(FabricDriver, FaultInjection):
             ).fetchone()
             if row is not None and row[0] == machine:
                 return AttachmentInfo(device, machine, row[1])
+            self._fenced(db, f"attach {device} to {machine}")
             self._check(db, device, machine, row, gbps)  # the world may have changed while we waited
             mech: Mechanism = "local" if local else mechanism
             db.execute(
@@ -163,6 +166,30 @@ class EmulatedFabric(FabricDriver, FaultInjection):
                 (device, machine, mech, time.time(), 0.0 if local else gbps),
             )
         return AttachmentInfo(device, machine, mech)
+
+    def fence(self, epoch: int, force: bool = False) -> None:
+        """Keep `epoch` as the fabric's fencing token (the highest told wins); refused if a newer one
+        was told already (this driver's controller lost its lease), unless `force`."""
+        with self._tx() as db:
+            newest = self._token(db)
+            if newest is not None and newest > epoch and not force:
+                raise FabricError(f"fenced: the fabric acts for lease epoch {newest}, not {epoch}", retryable=False)
+            db.execute("INSERT INTO counters VALUES ('epoch', ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                       (epoch,))
+        self.epoch = epoch
+
+    @staticmethod
+    def _token(db: sqlite3.Connection) -> int | None:
+        row = db.execute("SELECT value FROM counters WHERE name='epoch'").fetchone()
+        return None if row is None else int(row[0])
+
+    def _fenced(self, db: sqlite3.Connection, what: str) -> None:
+        """Refuse the change when another controller was given a newer epoch since this one's (in the
+        change's own transaction, so a takeover cannot slip in between)."""
+        newest = self._token(db)
+        if self.epoch is not None and newest is not None and newest > self.epoch:
+            raise FabricError(f"fenced: {what} refused, the fabric acts for lease epoch {newest} and this "
+                              f"controller's was {self.epoch} (another replica leads)", retryable=False)
 
     def _check(
         self, db: sqlite3.Connection, device: str, machine: str, row: tuple[str, str] | None, gbps: float
@@ -200,6 +227,7 @@ class EmulatedFabric(FabricDriver, FaultInjection):
             return
         time.sleep(self.latencies.attach_local if row[1] == "local" else self.latencies.detach_device)
         with self._tx() as db:
+            self._fenced(db, f"detach {device} from {machine}")
             db.execute("DELETE FROM attachments WHERE device=? AND machine=?", (device, machine))
 
     def attachments(self) -> list[AttachmentInfo]:
