@@ -119,7 +119,7 @@ def test_an_admin_pins_and_unpins_a_profile_and_a_path_naming_no_image_is_refuse
     for empty in (":", "rodinia-", "registry.io/:7"):
         for method in ("GET", "PUT", "DELETE"):
             out = client.request(method, f"/v1/profiles/{empty}", json=numbers, headers=auth(admin))
-            assert out.status_code == 422 and "names no image" in out.json()["detail"], (method, empty, out.text)
+            assert out.status_code == 404 and "names no image" in out.json()["detail"], (method, empty, out.text)
     assert client.get("/v1/profiles", headers=auth(admin)).json()["profiles"][0]["image"] != ""
     assert client.delete("/v1/profiles/acme/pinned:3", headers=auth(admin)).status_code == 204
     assert client.delete("/v1/profiles/acme/pinned:3", headers=auth(admin)).status_code == 404

@@ -34,12 +34,13 @@ def list_profiles(request: Request, _who: Who, jobs: Jobs, limit: Limit = DEFAUL
 
 
 def _named(image: str) -> str:
-    """The image as placement matches it; a path that names no image (":", "@sha256:…") is a 422 here,
-    not a pin under the empty name."""
+    """The image as placement matches it. A path that names no image (":", "rodinia-", "x/:7") is a 404,
+    not a pin under the empty name: no profile is there, and none can be (a 422 would refuse a path the
+    schema's pattern allows)."""
     name = normalize_image(image)
     if not name:
-        raise ApiError(422, f"image {image!r} names no image: without registry, tag and digest nothing is left "
-                            "(allowed: a name such as acme/trainer:2)")
+        raise ApiError(404, f"image {image!r} names no image: without registry, tag, digest and rodinia- prefix "
+                            "nothing is left (a name such as acme/trainer:2 names the image trainer)")
     return name
 
 
@@ -52,7 +53,7 @@ def get_profile(image: Image, _who: Who, jobs: Jobs) -> dict[str, Any]:
     return out
 
 
-@router.put("/v1/profiles/{image:path}", tags=["profiles"], responses={**R400, **R401, **R403, **R422})
+@router.put("/v1/profiles/{image:path}", tags=["profiles"], responses={**R400, **R401, **R403, **R404, **R422})
 def pin_profile(image: Image, body: ProfileFields, _who: Admin, jobs: Jobs) -> dict[str, Any]:
     """Admin: pin the image's profile (the policies use it from the next rounds; learning keeps observing
     but never replaces it)."""
