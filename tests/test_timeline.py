@@ -26,6 +26,14 @@ def test_faults_and_repairs_are_marked_where_the_broken_count_changes() -> None:
     assert found == [(1.0, "fault"), (2.0, "fault"), (3.0, "repair"), (4.0, "repair")]
 
 
+def test_a_failover_is_marked_where_the_lease_epoch_rises() -> None:
+    """A takeover (another replica, or a restart) raises the lease's epoch; samples from before epochs
+    were sampled mark nothing, and an epoch that stays marks nothing."""
+    found = marks([(0.0, {"queue_length": 0}), (1.0, {**sample(0, 0), "epoch": 3}), (2.0, {**sample(0, 0), "epoch": 3}),
+                   (3.0, {**sample(0, 0, failed=1), "epoch": 4}), (4.0, {**sample(0, 0, failed=1), "epoch": 6})])
+    assert found == [(3.0, "failover"), (3.0, "fault"), (4.0, "failover")]
+
+
 def test_the_default_window_is_the_smallest_that_holds_every_sample() -> None:
     windows = {"15m": 900, "1h": 3600, "6h": 21600, "24h": 86400}
     assert fitting_window(windows, None, 10_000.0) == "15m"

@@ -176,3 +176,31 @@ def test_two_replicas_on_postgresql_fail_over_without_losing_or_repeating_a_job(
     assert result["takeovers"] == 4
     assert {t["how"] for t in result["trials_detail"]} == {"kill", "stop"}
 
+
+
+def test_a_takeover_is_marked_on_the_charts(tmp_path: Path) -> None:
+    """The history samples carry the lease's epoch; where it rises the dashboard's charts draw a
+    failover marker (issue 25), beside the faults' and repairs'."""
+    from disagg.api.dashboard.timeline import marks
+
+    svc = make_service(tmp_path, replica_name="alpha")
+    try:
+        token = svc.store.create_token("admin", admin=True)  # before the takeover: alpha's writes are fenced after
+        before = svc.store.current_numbers()
+        other = Store(svc.config.db)
+        try:
+            taken = other.acquire_lease("beta", 5.0, force=True)
+            after = other.current_numbers()
+            assert taken is not None and after["epoch"] == taken == before["epoch"] + 1
+            now = time.time()
+            for at, numbers in ((now - 30, before), (now - 20, before), (now - 10, after)):
+                other.record_history(at, numbers)
+        finally:
+            other.close()
+        assert marks(svc.store.history_samples(0.0, now)) == [(now - 10, "failover")]
+        with TestClient(create_app(svc.jobs)) as client:
+            client.post("/login", data={"token": token})
+            page = client.get("/ui/history").text
+        assert 'id="chart-queue-mark-failover-0"' in page and "failovers" in page, page[:2000]
+    finally:
+        svc.close()

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from disagg.model.states import Health, JobState
 from disagg.store.base import StoreBase
-from disagg.store.models import Base, DeviceRow, JobRow, LinkRow
+from disagg.store.models import Base, DeviceRow, JobRow, LeaseRow, LinkRow
 from disagg.store.views import live_placements
 
 #: The numbers a sample holds (scalars) and the ones that map a name to a number (per kind, per link).
@@ -76,7 +76,8 @@ class HistoryOps(StoreBase):
 
     def current_numbers(self) -> dict[str, Any]:
         """What a sample holds that the store knows, read in one transaction: jobs queued and running,
-        devices in use and in all per kind, and the load the live slices put on each link (Gbit/s)."""
+        devices in use and in all per kind, the load the live slices put on each link (Gbit/s), and what
+        the markers read (broken devices and links, the lease's epoch)."""
         by_state = select(JobRow.state, func.count()).where(JobRow.state.in_((JobState.QUEUED, JobState.RUNNING)))
         by_kind = select(DeviceRow.kind, func.count()).group_by(DeviceRow.kind)
         with self.read() as s:
@@ -85,6 +86,7 @@ class HistoryOps(StoreBase):
             used = {str(k): int(n) for k, n in s.execute(by_kind.where(DeviceRow.slice_id.is_not(None)))}
             failed = {str(k): int(n) for k, n in s.execute(by_kind.where(DeviceRow.health == Health.FAILED))}
             down = int(s.execute(select(func.count()).select_from(LinkRow).where(LinkRow.up.is_(False))).scalar_one())
+            epoch = s.execute(select(LeaseRow.epoch).where(LeaseRow.id == 1)).scalar()
             load: dict[str, float] = {}
             for placement in live_placements(s):
                 for _, d in placement.devices():
@@ -103,6 +105,8 @@ class HistoryOps(StoreBase):
             # not in the API's points: the dashboard's fault and repair markers read them (`history_samples`)
             "devices_failed": failed,
             "links_down": down,
+            # the lease's epoch: it rises at every takeover (another replica, or a restart): a failover marker
+            "epoch": int(epoch or 0),
         }
 
     def record_history(self, at: float, data: dict[str, Any], keep_after: float | None = None) -> None:

@@ -29,7 +29,7 @@ def _day(epoch: float) -> float:
 
 
 #: The colour of a fault's and of a repair's marker line.
-MARK_COLOURS = {"fault": "#d62728", "repair": "#2ca02c"}
+MARK_COLOURS = {"fault": "#d62728", "repair": "#2ca02c", "failover": "#9467bd"}
 
 
 def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple[float, float],
@@ -37,8 +37,8 @@ def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple
     """An SVG line chart of `series` (name → [(epoch seconds, value)]) over `span`, as inline SVG text.
 
     A series named in `capacity` is a capacity line: dashed, without markers, in the colour of the series
-    it bounds (the one whose name it begins with). `marks` are vertical lines at (time, "fault" | "repair"),
-    each in an SVG group `<chart>-mark-<kind>-<n>`. A chart of `counts` has whole-number ticks only."""
+    it bounds (the one whose name it begins with). `marks` are vertical lines at (time, kind), kind "fault",
+    "repair" or "failover", each in an SVG group `<chart>-mark-<kind>-<n>`. A chart of `counts` has whole-number ticks only."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)

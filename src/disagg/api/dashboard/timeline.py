@@ -54,11 +54,18 @@ def _broken(data: Mapping[str, Any]) -> int:
 
 
 def marks(samples: Sequence[Sample]) -> list[tuple[float, str]]:
-    """(time, "fault" | "repair") where the failed devices and down links, counted together, rose or fell
-    from one sample to the next (samples of an older controller, without those counts, mark nothing)."""
+    """(time, "fault" | "repair" | "failover"): where the failed devices and down links, counted together,
+    rose or fell from one sample to the next, and where the lease's epoch rose (another replica, or a
+    restarted controller, took over). Samples of an older controller, without those numbers, mark nothing."""
     out: list[tuple[float, str]] = []
     before: int | None = None
+    epoch: int | None = None
     for at, data in samples:
+        now_epoch = data.get("epoch")
+        if isinstance(now_epoch, int):
+            if epoch is not None and now_epoch > epoch:
+                out.append((at, "failover"))
+            epoch = now_epoch
         if "links_down" not in data:
             before = None
             continue
