@@ -153,8 +153,9 @@ def read_inventory(conn: Connection, version: tuple[int, ...]) -> Inventory:
     d = _devices.c
     columns = (d.id, d.kind, d.model, d.location, d.index, d.capacity)
     # unpacked by position: a row's `.index` is the tuple method, not the column
-    devices = tuple(Device(dev_id, kind, model, location, index, capacity, DEVICE_HEALTHY) for
-                    dev_id, kind, model, location, index, capacity in conn.execute(select(*columns).order_by(d.position)))
+    rows = conn.execute(select(*columns).order_by(d.position))
+    devices = tuple(Device(dev_id, kind, model, location, index, capacity, DEVICE_HEALTHY)
+                    for dev_id, kind, model, location, index, capacity in rows)
     return Inventory(version, machines, pools, devices, {dv.id: k for k, dv in enumerate(devices)},
                      tuple((str(r.name), str(r.rack)) for r in mrows),
                      float(rack_gbps if rack_gbps is not None else 100.0))
@@ -173,11 +174,11 @@ def _with_health(conn: Connection, inv: Inventory, reach: Reach) -> tuple[Device
             if not reach.reachable(dv.location):
                 devices[k] = Device(dv.id, dv.kind, dv.model, dv.location, dv.index, dv.capacity, DEVICE_UNREACHABLE)
     for dev_id, stored, drained in odd_rows:
-        k = inv.device_at.get(str(dev_id))
-        if k is not None:
-            dv = devices[k]
+        at = inv.device_at.get(str(dev_id))
+        if at is not None:
+            dv = devices[at]
             health = _snapshot_health(stored, drained, reach.reachable(dv.location))
-            devices[k] = Device(dv.id, dv.kind, dv.model, dv.location, dv.index, dv.capacity, health)
+            devices[at] = Device(dv.id, dv.kind, dv.model, dv.location, dv.index, dv.capacity, health)
     return tuple(devices)
 
 
@@ -205,5 +206,5 @@ class SnapshotOps(StoreBase):
             return snapshot
 
 
-__all__ = ["Inventory", "PlacementCache", "SnapshotOps", "holder", "live_allocations", "live_placements", "live_slices_placed", "read_cluster",
-           "read_reach", "room_left"]
+__all__ = ["Inventory", "PlacementCache", "SnapshotOps", "holder", "live_allocations", "live_placements",
+           "live_slices_placed", "read_cluster", "read_reach", "room_left"]
