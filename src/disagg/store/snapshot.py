@@ -14,9 +14,10 @@ placement (1.7–3.3 s a round at 12,500 machines under load, `docs/benchmarks.m
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, func, or_, select
+from sqlalchemy import Connection, Engine, Table, func, or_, select
 
 from disagg.model import Allocation, Cluster, Device, Machine, Pool, Reach, SlicePlacement
 from disagg.model.states import (
@@ -48,9 +49,9 @@ _CHUNK = 500
 
 
 class PlacementCache:
-    """Live job slices' placements, parsed once: a job slice's placement is written when its slice is
-    committed and never again, so its id names it for good, in any store (ids are random). Bounded by
-    the live set: what left it is dropped when the cache outgrows it. Thread-safe (the loop, the API)."""
+    """One store's live job slices' placements, parsed once: a job slice's placement is written when its
+    slice is committed and never again, so its id names it for good. Bounded by the live set: what left
+    it is dropped when the cache outgrows it. Thread-safe (the loop, the API)."""
 
     def __init__(self) -> None:
         self._placed: dict[str, SlicePlacement] = {}
@@ -74,13 +75,17 @@ class PlacementCache:
         return out
 
 
-_PLACED = PlacementCache()
+#: Each store's cache, by its SQLAlchemy engine (one per `Store`; gone with it).
+_PLACED: weakref.WeakKeyDictionary[Engine, PlacementCache] = weakref.WeakKeyDictionary()
+_PLACED_LOCK = threading.Lock()
 
 
 def live_slices_placed(conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
     holds resources."""
-    return _PLACED.live(conn)
+    with _PLACED_LOCK:
+        cache = _PLACED.setdefault(conn.engine, PlacementCache())
+    return cache.live(conn)
 
 
 def live_placements(conn: Connection) -> list[SlicePlacement]:
