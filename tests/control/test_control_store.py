@@ -90,7 +90,7 @@ def _same_snapshot(store: Store) -> None:
     cached = store.cluster()
     live = select(SliceRow.id, SliceRow.job_id, SliceRow.placement).where(SliceRow.state.in_(LIVE_SLICE_STATES))
     with store.read_core() as conn:
-        fresh, _ = read_cluster(conn, None)
+        fresh = read_cluster(conn, fresh=True)
         parsed = [a for i, j, p in conn.execute(live) for a in SlicePlacement.from_json(i, p).allocations(holder(i, j))]
     for field in ("machines", "pools", "devices", "down_links", "rack_uplink_gbps"):
         assert getattr(cached, field) == getattr(fresh, field), field

@@ -55,7 +55,24 @@ class PlacementCache:
 
     def __init__(self) -> None:
         self._placed: dict[str, SlicePlacement] = {}
+        self._allocations: dict[str, tuple[Allocation, ...]] = {}
         self._lock = threading.Lock()
+
+    def allocations(self, conn: Connection) -> list[Allocation]:
+        """What the live slices hold, as allocations: each job slice's made once, like its placement."""
+        out: list[Allocation] = []
+        made: dict[str, tuple[Allocation, ...]] = {}
+        known = self._allocations
+        for slice_id, job, placement in self.live(conn):
+            kept = known.get(slice_id)
+            if kept is None or job.startswith("composition:"):
+                kept = made[slice_id] = tuple(placement.allocations(job))
+            out.extend(kept)
+        with self._lock:
+            if len(self._allocations) > 2 * len(self._placed) + 1000:
+                self._allocations = {i: a for i, a in self._allocations.items() if i in self._placed}
+            self._allocations.update((i, a) for i, a in made.items() if i in self._placed)
+        return out
 
     def live(self, conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
         rows = [(str(i), j) for i, j in conn.execute(
@@ -75,17 +92,28 @@ class PlacementCache:
         return out
 
 
-#: Each store's cache, by its SQLAlchemy engine (one per `Store`; gone with it).
-_PLACED: weakref.WeakKeyDictionary[Engine, PlacementCache] = weakref.WeakKeyDictionary()
-_PLACED_LOCK = threading.Lock()
+class _Kept:
+    """What one store keeps between reads: its live placements and its inventory."""
+
+    def __init__(self) -> None:
+        self.placements = PlacementCache()
+        self.inventory: Inventory | None = None
+
+
+#: Each store's kept reads, by its SQLAlchemy engine (one per `Store`; gone with it).
+_KEPT: weakref.WeakKeyDictionary[Engine, _Kept] = weakref.WeakKeyDictionary()
+_KEPT_LOCK = threading.Lock()
+
+
+def _kept(conn: Connection) -> _Kept:
+    with _KEPT_LOCK:
+        return _KEPT.setdefault(conn.engine, _Kept())
 
 
 def live_slices_placed(conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
     holds resources."""
-    with _PLACED_LOCK:
-        cache = _PLACED.setdefault(conn.engine, PlacementCache())
-    return cache.live(conn)
+    return _kept(conn).placements.live(conn)
 
 
 def live_placements(conn: Connection) -> list[SlicePlacement]:
@@ -94,16 +122,14 @@ def live_placements(conn: Connection) -> list[SlicePlacement]:
 
 def live_allocations(conn: Connection) -> list[Allocation]:
     """What the live slices hold, as allocations (the snapshot's warm part, and what a commit re-checks)."""
-    return [a for _, job, p in live_slices_placed(conn) for a in p.allocations(job)]
+    return _kept(conn).placements.allocations(conn)
 
 
 def room_left(conn: Connection) -> tuple[dict[str, float], dict[str, float]]:
     """The cpus and memory each machine has left after what the live slices hold."""
-    cpu: dict[str, float] = {}
-    mem: dict[str, float] = {}
-    query = select(_machines.c.name, _machines.c.cpus, _machines.c.memory_gb).where(_machines.c.kind == "machine")
-    for name, cpus, memory in conn.execute(query):
-        cpu[name], mem[name] = cpus, memory
+    machines = current_inventory(conn).machines
+    cpu = {m.name: m.cpus for m in machines}
+    mem = {m.name: m.memory_gb for m in machines}
     for a in live_allocations(conn):
         cpu[a.machine] -= a.cpus
         mem[a.machine] -= a.memory_gb
@@ -139,6 +165,8 @@ class Inventory:
     device_at: dict[str, int]
     location_rack: tuple[tuple[str, str], ...]
     rack_gbps: float
+    #: Every link's bandwidth, Gbit/s (its state, up or down, is read each time).
+    link_gbps: dict[str, float]
 
 
 def inventory_version(conn: Connection) -> tuple[int, ...]:
@@ -152,7 +180,8 @@ def inventory_version(conn: Connection) -> tuple[int, ...]:
 def read_inventory(conn: Connection, version: tuple[int, ...]) -> Inventory:
     m = _machines.c
     mrows = conn.execute(select(m.name, m.kind, m.rack, m.cpus, m.memory_gb, m.uplink_gbps).order_by(m.position)).all()
-    rack_gbps = conn.execute(select(_links.c.gbps).where(_links.c.id.like("rack:%")).limit(1)).scalar()
+    link_gbps = {str(i): float(g) for i, g in conn.execute(select(_links.c.id, _links.c.gbps))}
+    rack_gbps = next((g for i, g in link_gbps.items() if i.startswith("rack:")), 100.0)
     machines = tuple(Machine(r.name, r.rack, r.cpus, r.memory_gb, r.uplink_gbps) for r in mrows if r.kind == "machine")
     pools = tuple(Pool(r.name, r.rack, r.uplink_gbps) for r in mrows if r.kind == "pool")
     d = _devices.c
@@ -162,8 +191,20 @@ def read_inventory(conn: Connection, version: tuple[int, ...]) -> Inventory:
     devices = tuple(Device(dev_id, kind, model, location, index, capacity, DEVICE_HEALTHY)
                     for dev_id, kind, model, location, index, capacity in rows)
     return Inventory(version, machines, pools, devices, {dv.id: k for k, dv in enumerate(devices)},
-                     tuple((str(r.name), str(r.rack)) for r in mrows),
-                     float(rack_gbps if rack_gbps is not None else 100.0))
+                     tuple((str(r.name), str(r.rack)) for r in mrows), rack_gbps, link_gbps)
+
+
+def current_inventory(conn: Connection) -> Inventory:
+    """The store's inventory, read again only when rows were added since it was kept."""
+    kept = _kept(conn)
+    version = inventory_version(conn)
+    if kept.inventory is None or kept.inventory.version != version:
+        kept.inventory = read_inventory(conn, version)
+    return kept.inventory
+
+
+def down_links(conn: Connection) -> frozenset[str]:
+    return frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
 
 
 def _with_health(conn: Connection, inv: Inventory, reach: Reach) -> tuple[Device, ...]:
@@ -187,29 +228,24 @@ def _with_health(conn: Connection, inv: Inventory, reach: Reach) -> tuple[Device
     return tuple(devices)
 
 
-def read_cluster(conn: Connection, inventory: Inventory | None = None) -> tuple[Cluster, Inventory]:
+def read_cluster(conn: Connection, fresh: bool = False) -> Cluster:
     """The inventory as a snapshot (health and the down links included) with what live slices hold as
-    allocations, and the inventory it was built on. What a down link cuts off is offered to no policy
-    (`Cluster.reach`): its devices are `unreachable`, its machines have no room (`FreeState`), so no path
-    through the link is proposed. `inventory`: the static part read before, used while still current."""
-    version = inventory_version(conn)
-    inv = inventory if inventory is not None and inventory.version == version else read_inventory(conn, version)
-    down = frozenset(str(r) for r in conn.execute(select(_links.c.id).where(_links.c.up.is_(False))).scalars())
+    allocations. What a down link cuts off is offered to no policy (`Cluster.reach`): its devices are
+    `unreachable`, its machines have no room (`FreeState`), so no path through the link is proposed.
+    `fresh`: read the inventory again, not the one kept (tests compare the two)."""
+    inv = read_inventory(conn, inventory_version(conn)) if fresh else current_inventory(conn)
+    down = down_links(conn)
     reach = Reach.of(down, inv.location_rack)
-    snapshot = Cluster(machines=inv.machines, pools=inv.pools, devices=_with_health(conn, inv, reach),
-                       rack_uplink_gbps=inv.rack_gbps, allocations=tuple(live_allocations(conn)), down_links=down)
-    return snapshot, inv
+    return Cluster(machines=inv.machines, pools=inv.pools, devices=_with_health(conn, inv, reach),
+                   rack_uplink_gbps=inv.rack_gbps, allocations=tuple(live_allocations(conn)), down_links=down)
 
 
 class SnapshotOps(StoreBase):
-    _inventory: Inventory | None = None
-
     def cluster(self) -> Cluster:
         """The inventory as a snapshot (health included) with what live slices hold as allocations."""
         with self.read_core() as conn:
-            snapshot, self._inventory = read_cluster(conn, self._inventory)
-            return snapshot
+            return read_cluster(conn)
 
 
-__all__ = ["Inventory", "PlacementCache", "SnapshotOps", "holder", "live_allocations", "live_placements",
-           "live_slices_placed", "read_cluster", "read_reach", "room_left"]
+__all__ = ["Inventory", "PlacementCache", "SnapshotOps", "current_inventory", "down_links", "holder",
+           "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "read_reach", "room_left"]
