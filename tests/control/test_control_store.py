@@ -4,15 +4,18 @@ snapshots, idempotency keys, all-or-nothing transactions."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from disagg.control.service import DEFAULT_CLUSTER
-from disagg.model import load_cluster
+from disagg.model import SlicePlacement, load_cluster
+from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store import Store
-from disagg.store.models import DeviceRow, JobRow, SliceRow, device_state
+from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow, device_state
+from disagg.store.snapshot import holder, read_cluster
 
 
 def _job(id_: str, tenant: str = "a", key: str | None = None) -> JobRow:
@@ -78,6 +81,85 @@ def test_inventory_round_trips_into_a_snapshot_with_health_and_allocations(db_ur
     assert (alloc.machine, alloc.cpus, alloc.memory_gb, alloc.devices) == ("node1", 3, 7, ("iobox0/gpu0",))
     assert snap.device_by_id["iobox0/gpu1"].health == "failed"
     assert snap.device_by_id["iobox0/gpu2"].health == "healthy"
+    store.close()
+
+
+def _same_snapshot(store: Store) -> None:
+    """The cached snapshot (the inventory and the parsed placements kept between reads) is the one a
+    read from nothing gives."""
+    cached = store.cluster()
+    live = select(SliceRow.id, SliceRow.job_id, SliceRow.placement).where(SliceRow.state.in_(LIVE_SLICE_STATES))
+    with store.read_core() as conn:
+        fresh = read_cluster(conn, fresh=True)
+        parsed = [a for i, j, p in conn.execute(live) for a in SlicePlacement.from_json(i, p).allocations(holder(i, j))]
+    for field in ("machines", "pools", "devices", "down_links", "rack_uplink_gbps"):
+        assert getattr(cached, field) == getattr(fresh, field), field
+    assert sorted(cached.allocations, key=repr) == sorted(parsed, key=repr)
+
+
+def _placed(task: str, machine: str, device: str | None) -> dict[str, object]:
+    devices = [{"id": device, "network_gbps": 1.0}] if device else []
+    task_json = {"task": task, "machine": machine, "cpus": 1, "memory_gb": 2, "devices": devices}
+    return {"machines": [], "tasks": [task_json]}
+
+
+def test_the_kept_snapshot_follows_every_change_a_round_must_see(db_url: str, tmp_path: Path) -> None:
+    """Random changes to what moves (health, drains, links, live slices, a composition's placement, new
+    machines) between reads: the kept inventory and placements never show a stale snapshot."""
+    import random
+
+    store = Store(db_url)
+    store.migrate()
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    store.sync_inventory(cluster)
+    rng = random.Random(7)
+    devices = [d.id for d in cluster.devices]
+    links = [lk.id for lk in cluster.links]
+    machines = [m.name for m in cluster.machines]
+    _same_snapshot(store)
+    for step in range(60):
+        with store.write() as s:
+            what = rng.randrange(6)
+            if what == 0:
+                dev = s.get(DeviceRow, rng.choice(devices))
+                assert dev is not None
+                dev.health = rng.choice(["healthy", "failed"])
+            elif what == 1:
+                dev = s.get(DeviceRow, rng.choice(devices))
+                assert dev is not None
+                dev.drained = not dev.drained
+            elif what == 2:
+                link = s.get(LinkRow, rng.choice(links))
+                assert link is not None
+                link.up = not link.up
+            elif what == 3:
+                s.add(_job(f"j-{step}"))
+                s.flush()
+                s.add(SliceRow(id=f"s-{step}", job_id=f"j-{step}", attempt=1, state="running", outcome=None,
+                               detail=None, placement=_placed(f"j-{step}/0", rng.choice(machines), rng.choice(devices)),
+                               handle=None, created_at=0.0, updated_at=0.0))
+            elif what == 4:
+                running = select(SliceRow).where(SliceRow.state == "running", SliceRow.job_id.is_not(None))
+                live = list(s.scalars(running))
+                if live:
+                    rng.choice(live).state = "done"
+            else:  # a composition: no job, and an update rewrites its placement
+                row = s.get(SliceRow, "s-composed")
+                placement = _placed("composed/0", rng.choice(machines), rng.choice([*devices, None]))
+                if row is None:
+                    s.add(SliceRow(id="s-composed", job_id=None, tenant="a", name="c", attempt=1, state="running",
+                                   outcome=None, detail=None, placement=placement, handle=None, created_at=0.0,
+                                   updated_at=0.0))
+                else:
+                    row.placement = placement
+        _same_snapshot(store)
+    spec = tmp_path / "bigger.yaml"  # a machine added: the inventory is read again
+    spec.write_text(DEFAULT_CLUSTER.read_text().replace(
+        "pools:", "  - {name: node9, rack: r0, cpus: 10, memory_gb: 128, uplink_gbps: 40}\npools:"))
+    bigger = load_cluster(spec)
+    store.sync_inventory(bigger)
+    assert "node9" in {m.name for m in store.cluster().machines}
+    _same_snapshot(store)
     store.close()
 
 

@@ -20,11 +20,11 @@ their hot paths, where an ORM session costs more than the statements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 
 from disagg.model.states import (
     Drain,
@@ -100,6 +100,7 @@ def move_jobs(conn: Connection, moves: Iterable[JobMove], now: float) -> list[tu
     current = _current(conn, _jobs, [m.job_id for m in moves])
     made: list[tuple[str, JobState]] = []
     events = []
+    statements: dict[tuple[str, ...], Any] = {}
     for m in moves:
         now_in = current.get(m.job_id)
         if now_in is None or now_in[0] not in m.expect:
@@ -107,7 +108,11 @@ def move_jobs(conn: Connection, moves: Iterable[JobMove], now: float) -> list[tu
         src = JobState(now_in[0])
         # compare-and-set on the state read: a move another transaction made meanwhile wins (on
         # PostgreSQL the UPDATE waits for that row and re-checks its WHERE; SQLite's writers are serial)
-        if not _cas(conn, _jobs, m.job_id, src, {"state": m.to, "updated_at": now, **m.values}):
+        values = {"state": m.to, "updated_at": now, **m.values}
+        keys = tuple(sorted(values))
+        if keys not in statements:  # one statement per set of columns, executed per job: built once
+            statements[keys] = _cas_statement(_jobs, keys)
+        if not _cas_with(conn, statements[keys], m.job_id, src, values):
             continue
         slice_id = m.values.get("slice_id", now_in[1])
         events.append(_event(conn, "job", m.job_id, slice_id, src, m.to, m.why, now))
@@ -198,16 +203,20 @@ def _move_column(conn: Connection, table: Table, column: str, ids: list[str], to
 def hold_devices(conn: Connection, device_ids: Collection[str], slice_id: str) -> None:
     """The slice takes the devices: each must be free (a commit or a composition checked them under a
     lock); IllegalTransition names one another slice holds (the check and the write disagree: a bug)."""
-    ids = sorted(set(device_ids))
-    for i in range(0, len(ids), CHUNK):
-        chunk = ids[i:i + CHUNK]
-        result = conn.execute(update(_devices).where(_devices.c.id.in_(chunk), _devices.c.slice_id.is_(None))
-                              .values(slice_id=slice_id))
-        if result.rowcount != len(chunk):
-            other = conn.execute(select(_devices.c.id, _devices.c.slice_id).where(
-                _devices.c.id.in_(chunk), _devices.c.slice_id != slice_id)).first()
-            who = f"held by {other.slice_id}" if other is not None else "held by another slice"
-            raise IllegalTransition("device", other.id if other is not None else chunk[0], who, f"held by {slice_id}")
+    hold_devices_of(conn, {slice_id: device_ids})
+
+
+def hold_devices_of(conn: Connection, held: Mapping[str, Collection[str]]) -> None:
+    """`hold_devices` for many slices at once (a round commits thousands): one statement, built once,
+    executed per device."""
+    take = update(_devices).where(_devices.c.id == bindparam("d_id"), _devices.c.slice_id.is_(None)).values(
+        slice_id=bindparam("d_slice"))
+    for slice_id, device_ids in held.items():
+        for device in sorted(set(device_ids)):
+            if conn.execute(take, {"d_id": device, "d_slice": slice_id}).rowcount != 1:
+                other = conn.execute(select(_devices.c.slice_id).where(_devices.c.id == device)).scalar()
+                who = f"held by {other}" if other is not None else "held by another slice"
+                raise IllegalTransition("device", device, who, f"held by {slice_id}")
 
 
 def release_devices(conn: Connection, slice_id: str, device_ids: Collection[str] | None = None) -> None:
@@ -241,8 +250,19 @@ def thing_events(conn: Connection, subject: str, target: str, limit: int = 100) 
 
 def _cas(conn: Connection, table: Table, ident: str, src: str, values: dict[str, Any]) -> bool:
     """Write `values` if the row is still in state `src`; whether it was."""
-    result = conn.execute(update(table).where(table.c.id == ident, table.c.state == src).values(**values))
-    return bool(result.rowcount)
+    return _cas_with(conn, _cas_statement(table, tuple(values)), ident, src, values)
+
+
+def _cas_statement(table: Table, columns: tuple[str, ...]) -> Any:
+    """The compare-and-set UPDATE of `columns` with bound parameters: built once, it is compiled once
+    (a statement built per row cost 0.27 ms of SQLAlchemy's construction and caching per job moved)."""
+    return update(table).where(table.c.id == bindparam("cas_id"), table.c.state == bindparam("cas_src")).values(
+        {c: bindparam(f"cas_{c}") for c in columns})
+
+
+def _cas_with(conn: Connection, statement: Any, ident: str, src: str, values: dict[str, Any]) -> bool:
+    params = {"cas_id": ident, "cas_src": src, **{f"cas_{c}": v for c, v in values.items()}}
+    return bool(conn.execute(statement, params).rowcount)
 
 
 def note_job(conn: Connection, job_id: str, why: str, now: float) -> None:
@@ -302,6 +322,6 @@ def job_events(conn: Connection, job_id: str, after: int | None = None, limit: i
     ]
 
 
-__all__ = ["WHY_MAX", "JobMove", "hold_devices", "job_events", "leader_epoch", "move_job", "move_jobs", "move_slice",
-           "new_jobs", "new_slices", "note_job", "release_devices", "release_orphans", "set_drain", "set_health",
-           "set_links", "thing_events"]
+__all__ = ["WHY_MAX", "JobMove", "hold_devices", "hold_devices_of", "job_events", "leader_epoch", "move_job",
+           "move_jobs", "move_slice", "new_jobs", "new_slices", "note_job", "release_devices", "release_orphans",
+           "set_drain", "set_health", "set_links", "thing_events"]

@@ -27,9 +27,9 @@ from disagg.placement.commit import RoomLedger, over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
-from disagg.store.lifecycle import JobMove, hold_devices, move_jobs, new_slices
+from disagg.store.lifecycle import JobMove, hold_devices_of, move_jobs, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
-from disagg.store.snapshot import live_placements, room_left
+from disagg.store.snapshot import current_inventory, down_links, live_placements, room_left
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -106,9 +106,8 @@ class PlanOps(StoreBase):
             result.placed.append((p.job, slice_id))
         new_slices(conn, slices, now)
         move_jobs(conn, moves, now)
-        for s in slices:
-            held = [d.id for _, d in SlicePlacement.from_json(s["id"], s["placement"]).devices()]
-            hold_devices(conn, held, s["id"])
+        hold_devices_of(conn, {s["id"]: [d.id for _, d in SlicePlacement.from_json(s["id"], s["placement"]).devices()]
+                               for s in slices})
 
 
 def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
@@ -123,13 +122,12 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
         for dev_id, health, drained, holder in conn.execute(chunk):
             devices[dev_id] = ("is already held" if holder is not None else
                                "is failed" if health != Health.HEALTHY else "is drained" if drained else None)
-    links = conn.execute(select(_links.c.id, _links.c.gbps, _links.c.up)).all()
-    bandwidth = {r.id: r.gbps for r in links}
+    bandwidth = dict(current_inventory(conn).link_gbps)
     for placement in live_placements(conn):
         for link, gbps in placement.link_load().items():
             if link in bandwidth:
                 bandwidth[link] -= gbps
-    return RoomLedger(cpu, mem, devices, bandwidth=bandwidth, down={r.id for r in links if not r.up})
+    return RoomLedger(cpu, mem, devices, bandwidth=bandwidth, down=set(down_links(conn)))
 
 
 def _note_waits(conn: Connection, waits: dict[tuple[str | None, str | None], list[str]], count_wait: bool,
