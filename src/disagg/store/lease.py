@@ -12,9 +12,12 @@ the clocks' rates to agree over a few seconds, not their readings.)
   - renew: `UPDATE … WHERE epoch = mine AND holder = me` — no row: the lease was taken, step down;
   - release: a leader that stops sets `released`, so a standby takes over at its next look;
   - fence (`StoreBase.write`/`write_core`, `fence_check`): every transaction of a leader first reads the
-    row `FOR SHARE` and goes on only while the epoch is still its own. An acquisition's `FOR UPDATE`
+    row `FOR KEY SHARE` and goes on only while the epoch is still its own. An acquisition's `FOR UPDATE`
     waits for those transactions and they for it, so a write under epoch e commits before epoch e+1
-    exists or not at all: a late write of a paused or partitioned leader raises `FencedWrite`.
+    exists or not at all: a late write of a paused or partitioned leader raises `FencedWrite`. KEY
+    SHARE, not SHARE: a renewal (an UPDATE of no key column) does not wait for them. Under FOR SHARE a
+    busy leader's own transactions (a round committing 2,000 jobs, 16 slice workers) held the renewal
+    back past the lease, and the leader stepped down with no other replica in sight.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ _COLUMNS = ("holder, epoch, expires_at, acquired_at, renewed_at, first_round_at,
 
 
 def read_lease(conn: Connection, dialect: str, lock: str = "") -> LeaseView | None:
-    """The lease row (None before the migration made it); `lock`: FOR UPDATE / FOR SHARE on PostgreSQL."""
+    """The lease row (None before the migration made it); `lock`: FOR UPDATE / FOR KEY SHARE on PostgreSQL."""
     suffix = f" {lock}" if lock and dialect == "postgresql" else ""
     row = conn.execute(text(f"SELECT {_COLUMNS}, {db_now(dialect)} AS now FROM controller_lease "
                             f"WHERE id = 1{suffix}")).first()
@@ -102,8 +105,9 @@ def read_lease(conn: Connection, dialect: str, lock: str = "") -> LeaseView | No
 
 def fence_check(conn: Connection, dialect: str, epoch: int) -> None:
     """Inside a leader's transaction: go on only while `epoch` is the lease's (FencedWrite otherwise).
-    The row is read FOR SHARE, so no acquisition can commit until this transaction has ended."""
-    lease = read_lease(conn, dialect, "FOR SHARE")
+    The row is read FOR KEY SHARE, so no acquisition (FOR UPDATE) can commit until this transaction has
+    ended, while renewals (FOR NO KEY UPDATE) go on."""
+    lease = read_lease(conn, dialect, "FOR KEY SHARE")
     if lease is None or lease.epoch != epoch:
         raise FencedWrite(epoch, None if lease is None else lease.epoch, None if lease is None else lease.holder)
 

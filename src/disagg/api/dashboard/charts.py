@@ -38,7 +38,8 @@ def line_chart(chart_id: str, title: str, unit: str, series: Series, span: tuple
 
     A series named in `capacity` is a capacity line: dashed, without markers, in the colour of the series
     it bounds (the one whose name it begins with). `marks` are vertical lines at (time, kind), kind "fault",
-    "repair" or "failover", each in an SVG group `<chart>-mark-<kind>-<n>`. A chart of `counts` has whole-number ticks only."""
+    "repair" or "failover", each in an SVG group `<chart>-mark-<kind>-<n>`. A chart of `counts` has
+    whole-number ticks only."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
