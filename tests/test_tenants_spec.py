@@ -38,8 +38,10 @@ def test_the_issue_example_parses_with_limits_and_defaults() -> None:
     ([{"name": "a", "quota": {"gpu": True}}], r"tenants\[0\]\.quota\.gpu: "),
     ([{"name": "a", "quota": {"gpu": "8"}}], r"tenants\[0\]\.quota\.gpu: "),
     ([{"name": "a", "weight": "2"}], r"tenants\[0\]\.weight: "),
+    ([{"name": "a", "quota": {"gpu": 1e308}, "borrow": {"gpu": 1e308}}], r"tenants\[0\]\.quota\.gpu: value 1e\+308"),
 ], ids=["reserved", "control-chars", "duplicate", "unknown-resource", "negative", "zero-weight",
-        "borrow-without-quota", "bad-unix-user", "bool-for-a-number", "string-for-a-number", "string-weight"])
+        "borrow-without-quota", "bad-unix-user", "bool-for-a-number", "string-for-a-number", "string-weight",
+        "a-limit-past-any-cluster"])
 def test_bad_tenants_are_refused_naming_the_field(tenants: list[dict[str, object]], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         parse_tenants({"tenants": tenants})

@@ -73,18 +73,23 @@ def tenant_name_clash(name: str, existing: Iterable[str]) -> str | None:
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+#: The largest limit of any resource: far above any cluster, and small enough that a quota plus its
+#: borrowing stays a finite number (1e308 + 1e308 was infinity, which JSON writes as null).
+MAX_LIMIT = 1e12
+
+
 class Limits(BaseModel):
     """Per resource: cpus, memory_gb, network_gbps and the device kinds (a resource not named: unlimited).
     The API's `LimitsIn` is this model, so the spec file and PUT /v1/tenants refuse the same input."""
 
     model_config = _STRICT
-    cpus: float | None = Field(default=None, ge=0)
-    memory_gb: float | None = Field(default=None, ge=0)
-    network_gbps: float | None = Field(default=None, ge=0)
-    gpu: float | None = Field(default=None, ge=0)
-    nvme: float | None = Field(default=None, ge=0)
-    fpga: float | None = Field(default=None, ge=0)
-    memory: float | None = Field(default=None, ge=0)
+    cpus: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    memory_gb: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    network_gbps: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    gpu: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    nvme: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    fpga: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    memory: float | None = Field(default=None, ge=0, le=MAX_LIMIT)
 
 
 class TenantSpec(BaseModel):
