@@ -61,10 +61,12 @@ class Replica(ForkedServer):
 
         argv = [sys.executable, "-m", "disagg.cli", "serve", "--db", self.db, "--port", str(self.port),
                 "--state-dir", str(self.root / "state"), *self.options]
+        # a benchmark's throw-away controller: its jobs' directories may share the disk of its store
+        env = {"DISAGG_ALLOW_JOBS_ON_STORE_DISK": "true", **os.environ}
         with open(self.root / "server.log", "ab") as log:
             # the Popen is kept, so that nothing reaps the child behind waitpid's back
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         start_new_session=True)
+                                         start_new_session=True, env=env)
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
