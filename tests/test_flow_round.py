@@ -48,6 +48,26 @@ def test_bench_placement_sets_the_round_against_a_bare_solve_of_a_firmament_grap
     assert run_placement_bench(80, 4, 0, "drmaestro", 1)["placed"] == 0
 
 
+def test_bench_placement_with_a_learned_table_tells_the_round_each_images_profile() -> None:
+    """`bench placement --learned-images N` (issue 26): every job an image of a table of N, each a variant
+    of its own Rodinia app within 10%, so that the round's work is the same kind and only the table grew."""
+    from disagg.bench.placement import run_placement_bench
+    from disagg.bench.synthetic import rodinia_queue, with_learned_profiles
+    from disagg.profiles import RODINIA
+
+    queue = rodinia_queue(200, 1)
+    learned = with_learned_profiles(queue, 40, 1)
+    assert [j.name for j in learned] == [j.name for j in queue]
+    assert len({j.image for j in learned}) > 13  # more images than the shipped table has
+    for before, after in zip(queue, learned, strict=True):
+        app = RODINIA[before.image.rsplit("/", 1)[-1]]
+        assert after.profile is not None and after.image == f"learned/{after.profile.name}"
+        assert 0.9 * app.base_s <= after.profile.base_s <= 1.1 * app.base_s
+    out = run_placement_bench(80, 4, 60, "drmaestro-na", 1, learned_images=40)
+    assert out["learned_images"] == 40 and out["round_cpu_s"] > 0 and out["shipped_round_cpu_s"] > 0
+    assert 0 < out["placed"] <= 60 and 0 < out["shipped_placed"] <= 60
+
+
 def test_machines_of_equal_free_state_are_one_class_taken_in_turn_across_racks() -> None:
     import numpy as np
 

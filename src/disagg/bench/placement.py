@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 from ortools.graph.python import min_cost_flow
 
-from disagg.bench.synthetic import rodinia_queue, synthetic_cluster, with_tenants
+from disagg.bench.synthetic import rodinia_queue, synthetic_cluster, with_learned_profiles, with_tenants
 from disagg.model import Cluster, Job
 from disagg.placement.base import Clock, Policy
 from disagg.placement.decisions import Decisions
@@ -27,18 +27,22 @@ def peak_rss_mb() -> float:
 
 
 def run_placement_bench(machines: int, gpus_per_machine: int, pending: int, policy: str, seed: int,
-                        repeat: int = 1, tenants: int = 0) -> dict[str, Any]:
+                        repeat: int = 1, tenants: int = 0, learned_images: int = 0) -> dict[str, Any]:
     """One round, `repeat` times on the same inputs timed by the wall clock, then `repeat` times timed
     by this process's CPU clock; the fastest of each is reported (the others only differ by what else
     the machine was doing). The CPU-clock rounds give the steadier split between Python and solver
     on a shared machine: another process's load stretches wall time, not this process's CPU time.
 
     `tenants` > 0: the same round with that many tenants (`synthetic.with_tenants`) and the policy
-    inside `FairPolicy`; the numbers are that round's, and `plain_*` those of the round without."""
+    inside `FairPolicy`; the numbers are that round's, and `plain_*` those of the round without.
+    `learned_images` > 0: the same round with every job an image of a learned table of that many
+    (`synthetic.with_learned_profiles`), against the shipped table's."""
     cluster = synthetic_cluster(machines, gpus_per_machine, seed)
     queue = rodinia_queue(pending, seed)
     if tenants > 0:
         return _with_tenants(cluster, queue, machines, pending, policy, seed, repeat, tenants)
+    if learned_images > 0:
+        return _with_learned(cluster, queue, policy, seed, repeat, learned_images)
     chosen = get_policy(policy)
     wall = _best_round(chosen, cluster, queue, seed, repeat, time.perf_counter)
     cpu = _best_round(chosen, cluster, queue, seed, repeat, time.process_time)
@@ -95,6 +99,31 @@ def _with_tenants(cluster: Cluster, queue: list[Job], machines: int, pending: in
         "round_cpu_s": round(fair_best.round_s, 4), "plain_round_cpu_s": round(plain_best.round_s, 4),
         "fairness_cpu_s": round(d.timings.get("fairness_s", 0.0), 4),
         "with_over_without": round(fair_best.round_s / plain_best.round_s, 3) if plain_best.round_s > 0 else None,
+        "repeat": max(1, repeat), "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+
+
+def _with_learned(cluster: Cluster, queue: list[Job], policy: str, seed: int, repeat: int, images: int
+                  ) -> dict[str, Any]:
+    """The round with a learned table of `images` images and the shipped one, alternately timed."""
+    learned_queue = with_learned_profiles(queue, images, seed)
+    chosen = get_policy(policy)
+    best: dict[str, _Round] = {}
+    for _ in range(max(1, repeat)):
+        for name, jobs in (("shipped", queue), ("learned", learned_queue)):
+            r = _best_round(chosen, cluster, jobs, seed, 1, time.process_time)
+            if name not in best or r.round_s < best[name].round_s:
+                best[name] = r
+    learned, shipped = best["learned"], best["shipped"]
+    return {
+        "policy": policy, "machines": len(cluster.machines), "gpus": len(cluster.devices), "pending": len(queue),
+        "learned_images": images, "placed": len(learned.decisions.placed),
+        "shipped_placed": len(shipped.decisions.placed),
+        "remote_devices": sum(p.remote_devices for p in learned.decisions.placed),
+        "shipped_remote_devices": sum(p.remote_devices for p in shipped.decisions.placed),
+        # CPU seconds of the round (the fastest of `repeat`), with the learned table and the shipped one
+        "round_cpu_s": round(learned.round_s, 4), "shipped_round_cpu_s": round(shipped.round_s, 4),
+        "learned_over_shipped": round(learned.round_s / shipped.round_s, 3) if shipped.round_s > 0 else None,
         "repeat": max(1, repeat), "peak_rss_mb": round(peak_rss_mb(), 1),
     }
 

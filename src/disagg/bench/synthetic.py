@@ -11,6 +11,7 @@ from disagg.model import Allocation, Cluster, Device, Job, Machine, Pool, TaskRe
 from disagg.model.tenancy import Holder, Tenancy
 from disagg.model.tenants import parse_tenants
 from disagg.profiles import RODINIA
+from disagg.profiles.model import Profile
 
 RACK_SIZE = 40
 POOL_GPUS = 8
@@ -81,3 +82,28 @@ def with_tenants(cluster: Cluster, queue: list[Job], tenants: int, seed: int) ->
     history = {n: {"gpu": float(rng.uniform(0, gpus)), "cpus": float(rng.uniform(0, cpus))} for n in names}
     jobs = [replace(j, tenant=names[i % tenants]) for i, j in enumerate(queue)]
     return cluster.with_tenancy(Tenancy(spec, holders, history)), jobs
+
+
+def with_learned_profiles(queue: list[Job], images: int, seed: int) -> list[Job]:
+    """The same jobs as images of a learned table of `images` images, which the round is told as the
+    controller tells it what it learned (`Job.profile`). Image k is a variant of Rodinia app k mod 13,
+    each number within 10% of the app's (so the jobs' SLOs keep their meaning and the round's work is
+    the same kind: what is measured is the table's size); each job runs one of its own app's variants."""
+    rng = np.random.default_rng(seed + 2)
+    apps = sorted(RODINIA)
+    table = []
+    for k in range(max(1, images)):
+        app = RODINIA[apps[k % len(apps)]]
+        near = rng.uniform(0.9, 1.1, size=5)
+        table.append(Profile(f"img{k}", app.base_s * near[0], min(1.0, app.transfer_share * near[1]),
+                             max(1.0, app.remote_factor * near[2]), app.load_sensitivity * near[3],
+                             app.network_gbps * near[4], source="learned (synthetic)"))
+    variants: dict[str, list[Profile]] = {}
+    for k, profile in enumerate(table):
+        variants.setdefault(apps[k % len(apps)], []).append(profile)
+    out = []
+    for j in queue:
+        mine = variants.get(j.image.rsplit("/", 1)[-1]) or table
+        profile = mine[int(rng.integers(len(mine)))]
+        out.append(replace(j, image=f"learned/{profile.name}", profile=profile))
+    return out

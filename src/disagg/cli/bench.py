@@ -45,6 +45,9 @@ def bench_placement(
     tenants: Annotated[int, typer.Option(min=0, max=10_000, help=(
         "With N tenants (quotas, cohorts, fair share; the policy inside FairPolicy), against the same "
         "round without them (CPU seconds).")) ] = 0,
+    learned_images: Annotated[int, typer.Option(min=0, max=1_000_000, help=(
+        "With every job an image of a learned table of N images (profiles the round is told), against "
+        "the same round on the shipped table (CPU seconds).")) ] = 0,
 ) -> None:
     """One round on a synthetic cluster (racks of 40, a GPU pool per rack, half the CPUs taken)."""
     from disagg.bench.placement import run_placement_bench
@@ -54,7 +57,9 @@ def bench_placement(
         get_policy(policy)
     except UnknownPolicyError as exc:
         raise fail(str(exc)) from None
-    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed, repeat, tenants)
+    if tenants and learned_images:
+        raise fail("--tenants and --learned-images measure one thing each: give one of them")
+    result = run_placement_bench(machines, gpus_per_machine, pending, policy, seed, repeat, tenants, learned_images)
     sys.stdout.write(json.dumps(result) + "\n")
 
 
