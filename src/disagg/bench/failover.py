@@ -297,7 +297,8 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         states, reasons, ids, bad_events, runs = _run_trials(root, group, headers, rng, trials, lease_s, results,
                                                              violations, on_trial)
         settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
-                               allow_same_user=True if same_user else None, replica_name="bench-check")
+                               allow_same_user=True if same_user else None, replica_name="bench-check",
+                               allow_jobs_on_store_disk=True)
         svc = open_service(settings)  # waits for the last leader's lease to lapse, reconciles, then looks
         try:
             found = invariant_violations(svc, set(), final=False)
