@@ -4,6 +4,7 @@ controller, tasks that see their devices."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,24 @@ def test_exit_codes_and_stderr_are_kept(tmp_path: Path) -> None:
     assert st.exit_code == 3
     assert "out" in engine.logs(handle) and "oops" in engine.logs(handle)
     assert engine.status("s-nope").state == "lost"
+
+
+def test_the_exit_is_recorded_before_the_runner_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose every task ended is completed before the runner removes its groups (seconds on a loaded
+    host): a fault's stop arriving then used to find no exit record, re-queue the job and run it again
+    (a chaos soak saw a finished job run twice). The runner is run in this process, without cgroups or a
+    sandbox, to look at its order."""
+    from disagg.engines import local_runner
+
+    engine = LocalEngine(tmp_path / "tasks", isolation=Isolation(
+        allow_same_user=True, cgroup_parent=None, sandbox=False, allow_jobs_on_store_disk=True))
+    handle = engine.prepare_task(_spec("s-9", ["true"]))
+    seen: list[bool] = []
+    monkeypatch.setattr(local_runner.Runner, "clean_up",
+                        lambda self: seen.append(os.path.exists(os.path.join(self.d, "exit"))))
+    assert local_runner.main([str(engine._dir(handle))]) == 0
+    assert seen == [True]
+    assert engine.status(handle).state == "completed"
 
 
 def test_a_runner_caught_writing_its_claim_is_not_taken_for_dead(tmp_path: Path,

@@ -302,6 +302,7 @@ class Runner:
         self.disk_limit = int(spec.get("disk_bytes") or 0)
         self.disk_checked = time.monotonic()
         self.disk_note = ""  # why the runner killed the job, once it has
+        self.tasks: list[Task] = []  # what `run` started (`clean_up` removes their groups)
 
     def group(self, i: int) -> TaskGroup | None:
         if self.confinement is None or not self.confinement.usable:
@@ -401,14 +402,20 @@ class Runner:
             for t in tasks:
                 self._reap(t)
             self._check_disk(tasks)
-        for t in tasks:
+        self.tasks = tasks
+        codes = [t.code or 0 for t in tasks]
+        return next((c for c in codes if c != 0), 0)
+
+    def clean_up(self) -> None:
+        """After the exit record: remove the tasks' (empty) groups and the namespace holder. Apart from
+        `run`: removing the groups can take seconds on a loaded host, and a fault's stop arriving then
+        found a job whose every task had ended without an exit record, and ran it again (a chaos soak)."""
+        for t in self.tasks:
             if t.group is not None:
                 t.group.remove()
         if self.holder:
             os.kill(self.holder, 9)
             os.waitpid(self.holder, 0)
-        codes = [t.code or 0 for t in tasks]
-        return next((c for c in codes if c != 0), 0)
 
     def _check_disk(self, tasks: list[Task]) -> None:
         """Every DISK_CHECK_S: a job whose working directory holds more than its disk limit is killed, its
@@ -522,6 +529,7 @@ def main(argv: list[str]) -> int:
     if runner.disk_note:
         record["disk"] = 1
     write_atomic(os.path.join(d, "exit"), flat_json(record))
+    runner.clean_up()
     return 0
 
 
