@@ -282,8 +282,7 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
     rng = random.Random(seed)
     headers, _ = admin_headers(db)
     same_user = ["--allow-same-user"] if os.geteuid() != 0 else []
-    # the jobs' directories apart from /var/lib/disagg/jobs, whose entries a test session on the same machine
-    # removes when it ends (tests/conftest.py): a job must not lose its directory to a neighbour
+    # the jobs' directories apart from /var/lib/disagg/jobs (a test session on the same machine cleans it)
     jobs_dir = Path(tempfile.mkdtemp(prefix="disagg-failover-jobs-"))
     jobs_dir.chmod(0o755)
     options = ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02", *same_user]
