@@ -381,3 +381,39 @@ def test_jobs_on_the_stores_filesystem_are_refused_unless_accepted(tmp_path: Pat
     LocalEngine(tmp_path / "b", isolation=Isolation(cgroup_parent=TEST_CGROUP, store_dir=tmp_path,
                                                     allow_jobs_on_store_disk=True))
 
+
+
+def test_a_shared_directory_beside_the_hidden_state_directory_is_reachable() -> None:
+    """The state directory, the jobs' root and a shared directory all under one directory of /tmp (a
+    chaos soak with --keep-dir): bwrap made that directory, in the sandbox's own /tmp, with the hidden
+    state mount's 0700, and every job failed writing its marker (exit 2). The state stays hidden."""
+    from disagg.engines.sandbox import task_argv
+
+    bwrap, setpriv = shutil.which("bwrap"), shutil.which("setpriv")
+    if bwrap is None or setpriv is None:
+        pytest.skip("bubblewrap is not installed (scripts/test.sh installs it)")
+    root = Path(tempfile.mkdtemp(prefix="disagg-keep-"))
+    try:
+        root.chmod(0o711)
+        (root / "state").mkdir(mode=0o700)
+        (root / "state" / "secret").write_text("controller only")
+        work = root / "jobs" / "w"
+        work.mkdir(parents=True)
+        shared = root / "events.d"
+        shared.mkdir(mode=0o755)
+        marks = shared / "events"
+        marks.touch(mode=0o666)
+        marks.chmod(0o666)
+        nobody = pwd.getpwnam("nobody")
+        sandbox = {"bwrap": bwrap, "setpriv": setpriv, "nsenter": shutil.which("nsenter"), "network": "loopback",
+                   "hide": [str(root / "state")], "hide_files": [], "jobs_dir": str(root / "jobs"),
+                   "shared": [str(shared)], "tmp_bytes": 2**20}
+        account = {"drop": True, "uid": nobody.pw_uid, "gid": nobody.pw_gid}
+        script = f"echo ran >> {marks}; cat {root / 'state' / 'secret'} || echo hidden >> {marks}"
+        import subprocess
+
+        done = subprocess.run(task_argv(sandbox, account, str(work), ["sh", "-c", script]), capture_output=True,
+                              text=True, timeout=60)
+        assert marks.read_text().split() == ["ran", "hidden"], (done.returncode, done.stderr)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -45,6 +45,8 @@ def task_argv(sandbox: dict[str, Any], account: dict[str, Any], workdir: str, co
     for where in ("/tmp", "/dev/shm"):
         argv += ["--perms", "1777", "--size", size, "--tmpfs", where]
     argv += ["--tmpfs", "/sys/fs/cgroup"]
+    for path in _parents_in_tmpfs([*sandbox.get("hide", ()), sandbox["jobs_dir"], workdir, *sandbox.get("shared", ())]):
+        argv += ["--perms", "0755", "--dir", path]  # else made with the next mount's 0700: shared dirs unreachable
     for path in sandbox.get("hide", ()):
         argv += ["--perms", "0700", "--tmpfs", path]  # empty, and root's alone
     for path in sandbox.get("hide_files", ()):
@@ -61,6 +63,22 @@ def task_argv(sandbox: dict[str, Any], account: dict[str, Any], workdir: str, co
     if netns_pid is not None:
         argv = [sandbox["nsenter"], f"--net=/proc/{netns_pid}/ns/net", "--", *argv]
     return argv
+
+
+def _parents_in_tmpfs(paths: list[str]) -> list[str]:
+    """The directories above `paths` that lie in the sandbox's own /tmp or /dev/shm, top down: bwrap makes
+    them for a mount below them with that mount's `--perms`, so a hidden state directory in /tmp/x made
+    /tmp/x 0700 and the shared /tmp/x/events unreachable to the job (a chaos soak run with --keep-dir)."""
+    out: list[str] = []
+    for path in paths:
+        for top in ("/tmp", "/dev/shm"):
+            if path.startswith(top + "/"):
+                here = top
+                for part in path[len(top) + 1:].split("/")[:-1]:
+                    here += "/" + part
+                    if part and here not in out:
+                        out.append(here)
+    return out
 
 
 def holder_argv(sandbox: dict[str, Any], info_fd: int) -> list[str]:
