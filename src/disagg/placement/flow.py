@@ -189,11 +189,18 @@ class FlowPlacer:
         """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
         another look, now that those jobs are decided (some of them may not have been placed)."""
         ordered, refused = rnd.ordered, rnd.refused
-        rnd.late = [i for i in rnd.late if ordered[i].name in refused
-                    and refused[ordered[i].name].reason == Reason.CONTENTION]
+        late_jobs: list[Job] = []
+        keep, keep_job, refusal, contention = [], late_jobs.append, refused.get, Reason.CONTENTION
+        for i in rnd.late:  # (a pass over most of a long queue on a full cluster: kept lean)
+            job = ordered[i]
+            r = refusal(job.name)
+            if r is not None and r.reason == contention:
+                keep.append(i)
+                keep_job(job)
+        rnd.late = keep
         # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
         # refusals answers without a look; the head would stop at the first.)
-        more, still = admit(rnd.state, [ordered[i] for i in rnd.late], vectorised=False, asks=rnd.cache.asks)
+        more, still = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks)
         for k in more:
             del refused[ordered[rnd.late[k]].name]
         refused.update(still)
@@ -396,10 +403,14 @@ class FlowPlacer:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
         by_name = {js.job.name: js for js in jobs if js.order not in placed_at}
         out: list[Unplaced] = []
-        for job in (ordered[i] for i in range(len(ordered)) if i not in placed_at):
-            if job.name in refused:
-                r = refused[job.name]
-                out.append(Unplaced(job.name, r.reason, r.message))
+        append, refusal = out.append, refused.get
+        # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean.)
+        for i, job in enumerate(ordered):
+            if i in placed_at:
+                continue
+            r = refusal(job.name)
+            if r is not None:
+                append(Unplaced(job.name, r.reason, r.message))
                 continue
             js = by_name[job.name]
             reason, message = js.held_failure or js.failure or (

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.model import Job
+from disagg.model import Job, TaskRequest
 from disagg.placement.cost import SCALE
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.state import FreeState, column
@@ -136,8 +137,16 @@ def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, t
 def request(job: Job) -> str:
     """A job's request in words, for reasons: `2 task(s) of 4 cpus, 16 GB, 2 gpu`."""
     t = job.tasks
-    devices = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
-    return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{devices}"
+    return _request_words(t.count, t.cpus, t.memory_gb, tuple(t.devices.items()))
+
+
+@lru_cache(maxsize=1024)
+def _request_words(count: int, cpus: float, memory_gb: float, devices: tuple[tuple[str, int], ...]) -> str:
+    """`request`'s words per distinct request (a full cluster's round says them for thousands of jobs
+    asking the same few things). Bounded: requests are the tenants' to choose."""
+    t = TaskRequest(count, cpus, memory_gb, dict(devices))
+    wants = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
+    return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{wants}"
 
 
 def gang_shortfall(state: FreeState, job: Job, takes: NDArray[np.float64] | IntArray, server_centric: bool) -> str:

@@ -224,19 +224,22 @@ class _Admission:
         A job asking for what the last refused one asked for, with nothing taken since, is refused
         the same way without a look (on a full cluster most of a long queue is)."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
-        for at in range(first, len(ordered)):
-            job = ordered[at]
+        ask_of, seen_for = asks.get, last.get
+        n_taken = len(taken)
+        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits.
+        for at, job in enumerate(ordered[first:] if first else ordered, first):
             t = job.tasks
-            ask = asks.get(id(t))
-            if ask is None:  # inline: the walk runs over thousands of jobs on a full cluster
+            ask = ask_of(id(t))
+            if ask is None:
                 models = t.models
                 ask = asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
                                      tuple(models.items()) if models else ())
-            seen = last.get(ask)
-            if seen is not None and seen[0] == len(taken):
+            seen = seen_for(ask)
+            if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
                 continue
             self.consider(job, offset + at, ask)
+            n_taken = len(taken)
 
     def consider(self, job: Job, at: int, ask: tuple[object, ...]) -> None:
         """Take the job, or refuse it naming what it lacks."""
