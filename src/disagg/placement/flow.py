@@ -165,7 +165,7 @@ class FlowPlacer:
         retry, forced = self._retries(rnd, pending, first)
         fresh = self._readmit(rnd)
         if fresh or forced:
-            rnd.table = JobTable.of(rnd.jobs, rnd.bonus)
+            rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
         # (what the flow gave them is free again).
         gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)

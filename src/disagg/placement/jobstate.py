@@ -241,6 +241,30 @@ class JobTable:
             fair=fair,
         )
 
+    def extended(self, jobs: Sequence[RoundJob], fresh: Sequence[RoundJob], bonus: Mapping[str, float] | None = None
+                 ) -> JobTable:
+        """`JobTable.of(jobs, bonus)` where `jobs` is this table's jobs followed by `fresh` (re-admission
+        only appends) and no number of this table's jobs changed but `must_place` (the liveness rule's
+        forced jobs): the new jobs' rows appended to these. A full cluster re-admits a few jobs to a
+        round of hundreds, several times a round."""
+        old = len(jobs) - len(fresh)
+        new = JobTable.of(fresh, bonus)
+        for i, js in enumerate(fresh, old):
+            js.index = i
+        fair = None if self.fair is None or new.fair is None else np.concatenate((self.fair, new.fair))
+        return JobTable(
+            tau=np.concatenate((self.tau, new.tau)),
+            z=np.concatenate((self.z, new.z)),
+            gbps=np.concatenate((self.gbps, new.gbps)),
+            phi_local=np.concatenate((self.phi_local, new.phi_local)),
+            order=np.concatenate((self.order, new.order)),
+            waits=np.concatenate((self.waits, new.waits)),
+            params=tuple(np.concatenate((a, b)) for a, b in zip(self.params, new.params, strict=True)),  # type: ignore[arg-type]
+            guard=np.concatenate((self.guard, new.guard)),
+            must_place=column(jobs, "must_place", np.bool_),
+            fair=fair,
+        )
+
     @staticmethod
     def indices(jobs: Sequence[RoundJob]) -> IntArray:
         return column(jobs, "index", np.int64)
