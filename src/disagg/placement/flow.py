@@ -194,16 +194,16 @@ class FlowPlacer:
         for i in rnd.late:  # (a pass over most of a long queue on a full cluster: kept lean)
             job = ordered[i]
             r = refusal(job.name)
-            if r is not None and r.reason == contention:
+            if r is not None and r.reason is contention:
                 keep.append(i)
                 keep_job(job)
         rnd.late = keep
         # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
         # refusals answers without a look; the head would stop at the first.)
-        more, still = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks)
+        # The refusals go straight into the round's (every job walked is in it already).
+        more, _ = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks, refused=refused)
         for k in more:
             del refused[ordered[rnd.late[k]].name]
-        refused.update(still)
         fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]
         self._guard(rnd.state, fresh)
         rnd.jobs += fresh

@@ -65,7 +65,7 @@ admits more than once passes the same dict each time."""
 
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
-          asks: Asks | None = None) -> tuple[list[int], dict[str, Refusal]]:
+          asks: Asks | None = None, refused: dict[str, Refusal] | None = None) -> tuple[list[int], dict[str, Refusal]]:
     """Split the ordered queue into the jobs this round considers (their places in `ordered`) and those
     refused, with why.
 
@@ -77,8 +77,10 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
     running sums (`vectorised`; a queue that fits is all head; looked for among the first `probe`
     jobs, then the whole queue); the rest job by job. Both give the same answer (a test checks): the
     head only takes the jobs the walk would take.
+
+    `refused`: the dict to write the refusals into (and return), a round's own when it admits again.
     """
-    admission = _Admission(state, {} if asks is None else asks)
+    admission = _Admission(state, {} if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
     admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0)
     return admission.taken, admission.refused
@@ -103,7 +105,7 @@ class _Admission:
     are made once per distinct reason and shared.
     """
 
-    def __init__(self, state: FreeState, asks: Asks) -> None:
+    def __init__(self, state: FreeState, asks: Asks, refused: dict[str, Refusal]) -> None:
         self.state = state
         self.left_cpu = float(state.cpu.sum())
         self.left_mem = float(state.mem.sum())
@@ -114,7 +116,7 @@ class _Admission:
         # The devices a request needs in all, per (kind, model): requests repeat along a queue.
         self.requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
         self.taken: list[int] = []  # places in the queue
-        self.refused: dict[str, Refusal] = {}
+        self.refused = refused
         # What is left moves only when a job is taken, so until then a job asking for what an earlier
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
         self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
