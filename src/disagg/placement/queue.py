@@ -224,24 +224,40 @@ class _Admission:
     def walk(self, ordered: Sequence[Job], first: int, offset: int = 0) -> None:
         """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
         A job asking for what the last refused one asked for, with nothing taken since, is refused
-        the same way without a look (on a full cluster most of a long queue is)."""
+        the same way without a look (on a full cluster most of a long queue is); once every request
+        of the walk is so refused, nothing more can be taken (what is left only shrinks), and the rest
+        of the queue is refused at once, each job the way its request was."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
-        ask_of, seen_for = asks.get, last.get
-        n_taken = len(taken)
-        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits.
-        for at, job in enumerate(ordered[first:] if first else ordered, first):
-            t = job.tasks
-            ask = ask_of(id(t))
-            if ask is None:
+        jobs = ordered[first:] if first else ordered
+        requests = list(map(attrgetter("tasks"), jobs))
+        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the walk's distinct requests
+            if id(t) not in asks:
                 models = t.models
-                ask = asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
-                                     tuple(models.items()) if models else ())
+                asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
+                               tuple(models.items()) if models else ())
+        ask_list = list(map(asks.__getitem__, map(id, requests)))
+        walk_asks = set(ask_list)
+        seen_for = last.get
+        n_taken = len(taken)
+        # The walk's requests refused with nothing taken since (a take makes every request worth a look).
+        blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
+        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits.
+        for at, (job, ask) in enumerate(zip(jobs, ask_list, strict=True)):
             seen = seen_for(ask)
             if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
                 continue
-            self.consider(job, offset + at, ask)
-            n_taken = len(taken)
+            self.consider(job, offset + first + at, ask)
+            if len(taken) != n_taken:
+                n_taken = len(taken)
+                blocked.clear()
+                continue
+            blocked.add(ask)
+            if len(blocked) == len(walk_asks):
+                said = {a: last[a][1] for a in walk_asks}
+                names = map(attrgetter("name"), jobs[at + 1:])
+                refused.update(zip(names, map(said.__getitem__, ask_list[at + 1:]), strict=True))
+                return
 
     def consider(self, job: Job, at: int, ask: tuple[object, ...]) -> None:
         """Take the job, or refuse it naming what it lacks."""
