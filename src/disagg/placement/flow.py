@@ -47,7 +47,8 @@ class _RoundJobCache:
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
     asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
-    request_ids: dict[int, tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
+    last_request: object = None
+    last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
 
 
@@ -306,9 +307,10 @@ class FlowPlacer:
         # `wants` is shared between jobs with the same request, so it is read-only.
         # One `shape` object per distinct request in a round: classes compare shapes by identity.
         cpus, memory_gb = t.cpus, t.memory_gb
-        # By the request object first (jobs share them; the round's jobs keep them alive, so ids are theirs).
-        parts = cache.request_ids.get(id(t))
-        if parts is None:
+        # The previous job's request object again (the simulator's jobs share a few) needs no key.
+        if t is cache.last_request:
+            parts = cache.last_parts
+        else:
             models = t.models
             request_key = (cpus, memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
             parts = cache.requests.get(request_key)
@@ -317,7 +319,7 @@ class FlowPlacer:
                 parts = (wanted, (cpus, memory_gb, tuple(sorted(wanted.items())), tuple(sorted(t.models.items()))))
                 # Requests that differ only in how they are written (order, zero counts) share the shape.
                 parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
-            cache.request_ids[id(t)] = parts
+            cache.last_request, cache.last_parts = t, parts
         wants, shape = parts
         z = cache.importance.get(job.importance)
         if z is None:  # a queue has a few distinct importances: clamped once each
