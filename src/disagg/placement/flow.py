@@ -313,13 +313,14 @@ class FlowPlacer:
         else:
             models = t.models
             request_key = (cpus, memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
-            parts = cache.requests.get(request_key)
-            if parts is None:
+            found = cache.requests.get(request_key)
+            if found is None:
                 wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
-                parts = (wanted, (cpus, memory_gb, tuple(sorted(wanted.items())), tuple(sorted(t.models.items()))))
+                key = (cpus, memory_gb, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
                 # Requests that differ only in how they are written (order, zero counts) share the shape.
-                parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
-            cache.last_request, cache.last_parts = t, parts
+                found = cache.requests[request_key] = (wanted, cache.shapes.setdefault(key, key))
+            parts = cache.last_parts = found
+            cache.last_request = t
         wants, shape = parts
         z = cache.importance.get(job.importance)
         if z is None:  # a queue has a few distinct importances: clamped once each
