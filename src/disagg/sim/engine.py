@@ -514,15 +514,19 @@ def collector_eased() -> Iterator[None]:
     short-lived acyclic objects (each round's copies of the queued jobs, events, records), which reference
     counting frees; at the default threshold the collector started thousands of collections that found
     nothing, and every older one walked the whole heap. Cycles are still collected (less often), and
-    nothing the run decides depends on the collector. The thresholds and the frozen set are restored."""
+    nothing the run decides depends on the collector. The thresholds and the frozen set are restored
+    (a caller that froze objects itself keeps them frozen, and then nothing more is frozen)."""
     thresholds = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
     gc.set_threshold(SIM_GC_THRESHOLD, *thresholds[1:])
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
 
 
 def _as_charged(jp: JobPlacement, tasks: list[SimTask]) -> JobPlacement:
