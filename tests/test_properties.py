@@ -78,3 +78,21 @@ def test_admission_takes_the_head_at_once_as_the_walk_would(cluster: Cluster, qu
     walked = admit(FreeState(cluster), queue, vectorised=False)
     assert at_once[0] == walked[0]
     assert at_once[1] == walked[1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(cluster=clusters(), queue=long_queues())
+def test_admission_refuses_the_rest_at_once_as_one_look_per_job_would(cluster: Cluster, queue: list[Job]) -> None:
+    """Once every request of a walk is refused with nothing taken since, the walk refuses the rest of the
+    queue at once; that must take and refuse exactly what a look at every job (`consider`, no memo) does,
+    with the same reasons."""
+    from disagg.placement.queue import _Admission, admit
+    from disagg.placement.state import FreeState
+
+    walked = admit(FreeState(cluster), queue, vectorised=False)
+    one_by_one = _Admission(FreeState(cluster), {}, {})
+    for at, job in enumerate(queue):
+        t = job.tasks
+        one_by_one.consider(job, at, (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items())))
+    assert walked[0] == one_by_one.taken
+    assert walked[1] == one_by_one.refused

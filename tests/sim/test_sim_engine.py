@@ -308,3 +308,25 @@ def test_collocated_gpu_jobs_share_a_k80_boards_pcie_link(model: str, stretch: f
     result = simulate(cluster, subs, get_policy("drmaestro"), seed=1)
     times = exec_times(result)
     assert times["nw0"] == pytest.approx(200.0 * stretch) and times["nw1"] == pytest.approx(200.0 * stretch)
+
+
+def test_a_run_eases_the_collector_and_gives_back_what_it_found() -> None:
+    """`collector_eased` raises the young threshold and freezes what exists for a run, then restores the
+    thresholds; a caller's own frozen objects stay frozen (nothing of theirs is unfrozen)."""
+    import gc
+
+    from disagg.sim.engine import SIM_GC_THRESHOLD, collector_eased
+
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        with collector_eased():
+            assert gc.get_threshold()[0] == SIM_GC_THRESHOLD
+        assert gc.get_threshold() == thresholds
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    with collector_eased():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0

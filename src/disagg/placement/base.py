@@ -34,7 +34,9 @@ def collector_paused() -> Iterator[None]:
     computes depends on the collector, so pausing it changes no decision. Re-entrant: it only turns
     the collector back on if it was on when the round began, and then runs the one young-generation
     collection the round put off (over what it built and kept), here rather than at some later
-    allocation in the caller, so that the round's timings can include it.
+    allocation in the caller, so that the round's timings can include it; only when the round did put
+    one off (its allocations passed the young generation's threshold: a caller that raised it, as the
+    simulator does, is not collected after every round).
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -43,7 +45,8 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-            gc.collect(0)
+            if gc.get_count()[0] > gc.get_threshold()[0]:
+                gc.collect(0)
 
 
 class Policy(Protocol):

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.model import DEVICE_KINDS
+from disagg.model import DEVICE_KINDS, TaskRequest
 from disagg.placement.commit import EPS
 from disagg.placement.cost import (
     P_CROSS,
@@ -512,9 +513,8 @@ class FirmamentCostModel(DRMaestroCostModel):
         t = js.job.tasks
         if not t.kinds:
             return super().why_no_machine(state, js)
-        wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
-        return Reason.NO_DEVICES, (f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and {wants} on "
-                                   f"the same machine (server-centric); no machine has that free now")
+        return Reason.NO_DEVICES, _no_local_machine(t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
+                                                    tuple(t.models.items()))
 
     def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
         return None
@@ -580,6 +580,18 @@ def _own_free(state: FreeState, js: RoundJob, kind: str, local_free: dict[str, I
 
 
 # -- the registry ----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1024)
+def _no_local_machine(count: int, cpus: float, memory_gb: float, devices: tuple[tuple[str, int], ...],
+                      models: tuple[tuple[str, str], ...]) -> str:
+    """Firmament's reason for a request no machine serves with its own devices, per distinct request (a
+    full cluster's round says it for thousands of jobs asking the same few things; bounded: requests are
+    the tenants' to choose)."""
+    t = TaskRequest(count, cpus, memory_gb, dict(devices), dict(models))
+    wants = ", ".join(f"{t.wants(k)} {k}" + (f" ({t.models[k]})" if k in t.models else "") for k in t.kinds)
+    return (f"needs {t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB and {wants} on "
+            f"the same machine (server-centric); no machine has that free now")
 
 
 class UnknownCostModelError(ValueError):

@@ -47,6 +47,8 @@ class _RoundJobCache:
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
     asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
+    last_request: object = None
+    last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
 
 
@@ -165,7 +167,7 @@ class FlowPlacer:
         retry, forced = self._retries(rnd, pending, first)
         fresh = self._readmit(rnd)
         if fresh or forced:
-            rnd.table = JobTable.of(rnd.jobs, rnd.bonus)
+            rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
         # (what the flow gave them is free again).
         gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
@@ -189,14 +191,21 @@ class FlowPlacer:
         """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
         another look, now that those jobs are decided (some of them may not have been placed)."""
         ordered, refused = rnd.ordered, rnd.refused
-        rnd.late = [i for i in rnd.late if ordered[i].name in refused
-                    and refused[ordered[i].name].reason == Reason.CONTENTION]
+        late_jobs: list[Job] = []
+        keep, keep_job, refusal, contention = [], late_jobs.append, refused.get, Reason.CONTENTION
+        for i in rnd.late:  # (a pass over most of a long queue on a full cluster: kept lean)
+            job = ordered[i]
+            r = refusal(job.name)
+            if r is not None and r.reason is contention:
+                keep.append(i)
+                keep_job(job)
+        rnd.late = keep
         # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
         # refusals answers without a look; the head would stop at the first.)
-        more, still = admit(rnd.state, [ordered[i] for i in rnd.late], vectorised=False, asks=rnd.cache.asks)
+        # The refusals go straight into the round's (every job walked is in it already).
+        more, _ = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks, refused=refused)
         for k in more:
             del refused[ordered[rnd.late[k]].name]
-        refused.update(still)
         fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]
         self._guard(rnd.state, fresh)
         rnd.jobs += fresh
@@ -297,15 +306,21 @@ class FlowPlacer:
         # Requests repeat across a queue: their device and model parts are worked out once per round.
         # `wants` is shared between jobs with the same request, so it is read-only.
         # One `shape` object per distinct request in a round: classes compare shapes by identity.
-        models = t.models
         cpus, memory_gb = t.cpus, t.memory_gb
-        request_key = (cpus, memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
-        parts = cache.requests.get(request_key)
-        if parts is None:
-            wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
-            parts = (wanted, (cpus, memory_gb, tuple(sorted(wanted.items())), tuple(sorted(t.models.items()))))
-            # Requests that differ only in how they are written (order, zero counts) share the shape.
-            parts = cache.requests[request_key] = (wanted, cache.shapes.setdefault(parts[1], parts[1]))
+        # The previous job's request object again (the simulator's jobs share a few) needs no key.
+        if t is cache.last_request:
+            parts = cache.last_parts
+        else:
+            models = t.models
+            request_key = (cpus, memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
+            found = cache.requests.get(request_key)
+            if found is None:
+                wanted = {k: int(v) for k, v in t.devices.items() if v > 0}
+                key = (cpus, memory_gb, tuple(sorted(wanted.items())), tuple(sorted(t.models.items())))
+                # Requests that differ only in how they are written (order, zero counts) share the shape.
+                found = cache.requests[request_key] = (wanted, cache.shapes.setdefault(key, key))
+            parts = cache.last_parts = found
+            cache.last_request = t
         wants, shape = parts
         z = cache.importance.get(job.importance)
         if z is None:  # a queue has a few distinct importances: clamped once each
@@ -396,10 +411,14 @@ class FlowPlacer:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
         by_name = {js.job.name: js for js in jobs if js.order not in placed_at}
         out: list[Unplaced] = []
-        for job in (ordered[i] for i in range(len(ordered)) if i not in placed_at):
-            if job.name in refused:
-                r = refused[job.name]
-                out.append(Unplaced(job.name, r.reason, r.message))
+        append, refusal = out.append, refused.get
+        # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean.)
+        for i, job in enumerate(ordered):
+            if i in placed_at:
+                continue
+            r = refusal(job.name)
+            if r is not None:
+                append(Unplaced(job.name, r.reason, r.message))
                 continue
             js = by_name[job.name]
             reason, message = js.held_failure or js.failure or (

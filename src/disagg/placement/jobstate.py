@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
 
-from disagg.model import Job
+from disagg.model import Job, TaskRequest
 from disagg.placement.cost import SCALE
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.state import FreeState, column
@@ -136,8 +137,16 @@ def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, t
 def request(job: Job) -> str:
     """A job's request in words, for reasons: `2 task(s) of 4 cpus, 16 GB, 2 gpu`."""
     t = job.tasks
-    devices = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
-    return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{devices}"
+    return _request_words(t.count, t.cpus, t.memory_gb, tuple(t.devices.items()))
+
+
+@lru_cache(maxsize=1024)
+def _request_words(count: int, cpus: float, memory_gb: float, devices: tuple[tuple[str, int], ...]) -> str:
+    """`request`'s words per distinct request (a full cluster's round says them for thousands of jobs
+    asking the same few things). Bounded: requests are the tenants' to choose."""
+    t = TaskRequest(count, cpus, memory_gb, dict(devices))
+    wants = "".join(f", {t.wants(k)} {k}" for k in t.kinds)
+    return f"{t.count} task(s) of {t.cpus:g} cpus, {t.memory_gb:g} GB{wants}"
 
 
 def gang_shortfall(state: FreeState, job: Job, takes: NDArray[np.float64] | IntArray, server_centric: bool) -> str:
@@ -228,6 +237,30 @@ class JobTable:
             waits=column(jobs, "job.wait_rounds"),
             params=profile_arrays(jobs),
             guard=column(jobs, "guard", np.int64),
+            must_place=column(jobs, "must_place", np.bool_),
+            fair=fair,
+        )
+
+    def extended(self, jobs: Sequence[RoundJob], fresh: Sequence[RoundJob], bonus: Mapping[str, float] | None = None
+                 ) -> JobTable:
+        """`JobTable.of(jobs, bonus)` where `jobs` is this table's jobs followed by `fresh` (re-admission
+        only appends) and no number of this table's jobs changed but `must_place` (the liveness rule's
+        forced jobs): the new jobs' rows appended to these. A full cluster re-admits a few jobs to a
+        round of hundreds, several times a round."""
+        old = len(jobs) - len(fresh)
+        new = JobTable.of(fresh, bonus)
+        for i, js in enumerate(fresh, old):
+            js.index = i
+        fair = None if self.fair is None or new.fair is None else np.concatenate((self.fair, new.fair))
+        return JobTable(
+            tau=np.concatenate((self.tau, new.tau)),
+            z=np.concatenate((self.z, new.z)),
+            gbps=np.concatenate((self.gbps, new.gbps)),
+            phi_local=np.concatenate((self.phi_local, new.phi_local)),
+            order=np.concatenate((self.order, new.order)),
+            waits=np.concatenate((self.waits, new.waits)),
+            params=tuple(np.concatenate((a, b)) for a, b in zip(self.params, new.params, strict=True)),  # type: ignore[arg-type]
+            guard=np.concatenate((self.guard, new.guard)),
             must_place=column(jobs, "must_place", np.bool_),
             fair=fair,
         )

@@ -65,7 +65,7 @@ admits more than once passes the same dict each time."""
 
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
-          asks: Asks | None = None) -> tuple[list[int], dict[str, Refusal]]:
+          asks: Asks | None = None, refused: dict[str, Refusal] | None = None) -> tuple[list[int], dict[str, Refusal]]:
     """Split the ordered queue into the jobs this round considers (their places in `ordered`) and those
     refused, with why.
 
@@ -77,8 +77,10 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
     running sums (`vectorised`; a queue that fits is all head; looked for among the first `probe`
     jobs, then the whole queue); the rest job by job. Both give the same answer (a test checks): the
     head only takes the jobs the walk would take.
+
+    `refused`: the dict to write the refusals into (and return), a round's own when it admits again.
     """
-    admission = _Admission(state, {} if asks is None else asks)
+    admission = _Admission(state, {} if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
     admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0)
     return admission.taken, admission.refused
@@ -103,7 +105,7 @@ class _Admission:
     are made once per distinct reason and shared.
     """
 
-    def __init__(self, state: FreeState, asks: Asks) -> None:
+    def __init__(self, state: FreeState, asks: Asks, refused: dict[str, Refusal]) -> None:
         self.state = state
         self.left_cpu = float(state.cpu.sum())
         self.left_mem = float(state.mem.sum())
@@ -114,7 +116,7 @@ class _Admission:
         # The devices a request needs in all, per (kind, model): requests repeat along a queue.
         self.requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
         self.taken: list[int] = []  # places in the queue
-        self.refused: dict[str, Refusal] = {}
+        self.refused = refused
         # What is left moves only when a job is taken, so until then a job asking for what an earlier
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
         self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
@@ -222,21 +224,40 @@ class _Admission:
     def walk(self, ordered: Sequence[Job], first: int, offset: int = 0) -> None:
         """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
         A job asking for what the last refused one asked for, with nothing taken since, is refused
-        the same way without a look (on a full cluster most of a long queue is)."""
+        the same way without a look (on a full cluster most of a long queue is); once every request
+        of the walk is so refused, nothing more can be taken (what is left only shrinks), and the rest
+        of the queue is refused at once, each job the way its request was."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
-        for at in range(first, len(ordered)):
-            job = ordered[at]
-            t = job.tasks
-            ask = asks.get(id(t))
-            if ask is None:  # inline: the walk runs over thousands of jobs on a full cluster
+        jobs = ordered[first:] if first else ordered
+        requests = list(map(attrgetter("tasks"), jobs))
+        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the walk's distinct requests
+            if id(t) not in asks:
                 models = t.models
-                ask = asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
-                                     tuple(models.items()) if models else ())
-            seen = last.get(ask)
-            if seen is not None and seen[0] == len(taken):
+                asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
+                               tuple(models.items()) if models else ())
+        ask_list = list(map(asks.__getitem__, map(id, requests)))
+        walk_asks = set(ask_list)
+        seen_for = last.get
+        n_taken = len(taken)
+        # The walk's requests refused with nothing taken since (a take makes every request worth a look).
+        blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
+        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits.
+        for at, (job, ask) in enumerate(zip(jobs, ask_list, strict=True)):
+            seen = seen_for(ask)
+            if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
                 continue
-            self.consider(job, offset + at, ask)
+            self.consider(job, offset + first + at, ask)
+            if len(taken) != n_taken:
+                n_taken = len(taken)
+                blocked.clear()
+                continue
+            blocked.add(ask)
+            if len(blocked) == len(walk_asks):
+                said = {a: last[a][1] for a in walk_asks}
+                names = map(attrgetter("name"), jobs[at + 1:])
+                refused.update(zip(names, map(said.__getitem__, ask_list[at + 1:]), strict=True))
+                return
 
     def consider(self, job: Job, at: int, ask: tuple[object, ...]) -> None:
         """Take the job, or refuse it naming what it lacks."""

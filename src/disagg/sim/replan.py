@@ -41,15 +41,18 @@ class Replanning:
 
     # -- the execution model applied --
 
-    def _stretch(self, run: Running) -> float:
+    def _stretch(self, run: Running) -> tuple[float, float]:
         """The job's stretch now: `execution.task_stretch` of its slowest task, each remote device's
-        load being the busiest link of its path as used by others. Runs for every job that shares a
-        machine or link with each start and finish."""
+        load being the busiest link of its path as used by others; and the busiest of those loads (0
+        without remote devices). Runs for every job that shares a machine or link with each start and
+        finish."""
         st = self.state
         used = st.link_used
         own = run.own_traffic
         profile = run.profile
+        machines = st.machines
         worst = 1.0
+        busiest = 0.0
         for t in run.tasks:
             for g in t.transfer:
                 if g.peers and not g.remote:
@@ -61,29 +64,31 @@ class Replanning:
                     if share > load:
                         load = share
                 g.load = load
-            total_cpus = st.machines[t.machine].cpus
+                if load > busiest:
+                    busiest = load
+            total_cpus = machines[t.machine].cpus
             others = (st.cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
             cache = t.memory_gb / (t.memory_gb + t.remote_memory_gb) if t.remote_memory_gb > 0.0 else None
             stretch = task_stretch(profile, t.transfer, others, cache)
             if stretch > worst:
                 worst = stretch
-        return worst
+        return worst, busiest
 
     def _reevaluate(self, names: set[str], now: float) -> None:
         """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic."""
+        running, kernel = self.running, self.kernel
         for name in sorted(names):
-            run = self.running.get(name)
+            run = running.get(name)
             if run is None:
                 continue
             run.remaining = max(0.0, run.remaining - (now - run.last_s) / run.stretch)
             run.load_area += run.load_now * (now - run.last_s)
             run.last_s = now
-            new = self._stretch(run)
-            run.load_now = max((g.load for t in run.tasks for g in t.remote_transfer), default=0.0)
+            new, run.load_now = self._stretch(run)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new
             if run.finish_seq >= 0:
-                self.kernel.cancel(run.finish_seq)
+                kernel.cancel(run.finish_seq)
             at = now + run.remaining * new
-            run.finish_seq = self.kernel.schedule(at, Priority.FINISH, JobFinished(name))
+            run.finish_seq = kernel.schedule(at, Priority.FINISH, JobFinished(name))
