@@ -51,6 +51,7 @@ def test_final_job_states_go_nowhere_and_every_slice_ends_done() -> None:
 
 
 def test_an_illegal_move_writes_nothing_and_a_lost_race_is_no_move(service: Service) -> None:
+    service.controller.stop()  # no round may place the job between the looks below (a fast round did)
     j = submit(service, gpu=1)
     with service.store.write_core() as conn, pytest.raises(IllegalTransition, match="queued → running"):
         move_job(conn, j, JobState.RUNNING, "skipping composing", (JobState.QUEUED,), 0.0)

@@ -400,7 +400,8 @@ def test_a_shared_directory_beside_the_hidden_state_directory_is_reachable() -> 
         work = root / "jobs" / "w"
         work.mkdir(parents=True)
         shared = root / "events.d"
-        shared.mkdir(mode=0o755)
+        shared.mkdir()
+        shared.chmod(0o755)  # explicitly: the suite runs under a umask that would leave it 0700
         marks = shared / "events"
         marks.touch(mode=0o666)
         marks.chmod(0o666)
