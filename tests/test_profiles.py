@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from disagg.model.errors import SpecError
 from disagg.model.spec import load_profiles
 from disagg.profiles import NEUTRAL, RODINIA, SHIPPED, Profile, dump_profiles, expected_s, lookup, parse_profiles
-from disagg.profiles.learn import Observation, fit, remote_slowdown, typical
+from disagg.profiles.learn import Observation, fit, physical_mode, remote_slowdown, typical
 
 GOOD = {"profiles": [{"image": "acme/trainer", "base_s": 240, "transfer_share": 0.4, "remote_factor": 1.6,
                       "load_sensitivity": 3.0, "network_gbps": 4.0, "source": "measured on our testbed, 2026-10"}]}
@@ -126,6 +126,42 @@ def test_typical_values_of_the_learned_images_are_a_new_image_s_prior() -> None:
     assert est.prior_kind == "typical"
     assert est.slowdown() == pytest.approx(remote_slowdown(TRUTH), rel=0.15)
     assert typical([(fit("x", []).coef, 0)]) is None
+
+
+def test_a_load_heavy_typical_prior_does_not_make_a_compute_bound_image_look_slow_remote() -> None:
+    """Reproduction (examples/learning's acme/infer, 20 jobs): remote runs at loads 0.2-0.4 only, a
+    typical prior borrowed from transfer-bound images (C = 2.4·A). Unconstrained, the fit met them with a
+    large C and a negative B, and said remote was 1.2x slower at load 0.5 (truth 1.05x)."""
+    infer = Profile("infer", 60.0, 0.05, 1.3, 1.0, 0.5)
+    rng = np.random.default_rng(5)
+    runs = [Observation(expected_s(infer, r, load) * rng.uniform(0.95, 1.05), r, load)
+            for r, load in [(0.0, 0.0)] * 8 + [(1.0, float(x)) for x in rng.uniform(0.2, 0.4, 12)]]
+    heavy = Profile("typical", 1.0, 0.6, 2.0, 2.0, 1.0)
+    est = fit("infer", runs, None, heavy)
+    assert est.prior_kind == "typical"
+    assert est.coef[1] >= 0.0 and est.coef[2] >= 0.0
+    assert est.slowdown() == pytest.approx(remote_slowdown(infer), rel=0.10)
+
+
+@given(st.lists(st.floats(-5.0, 5.0), min_size=3, max_size=3), st.integers(0, 2 ** 31))
+def test_the_physical_mode_is_the_best_point_with_no_negative_remote_term(mean: list[float], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    root = rng.normal(size=(3, 3))
+    precision = root @ root.T + 0.1 * np.eye(3)
+    mu = np.array(mean)
+    mode = physical_mode(mu, precision)
+    assert mode[1] >= 0.0 and mode[2] >= 0.0
+    if mu[1] >= 0.0 and mu[2] >= 0.0:
+        assert np.array_equal(mode, mu)
+
+    def cost(theta: np.ndarray) -> float:
+        return float((theta - mu) @ precision @ (theta - mu))
+
+    # no feasible point nearby or at random does better
+    for _ in range(50):
+        other = mode + rng.normal(scale=0.5, size=3)
+        other[1:] = np.maximum(other[1:], 0.0)
+        assert cost(mode) <= cost(other) + 1e-9
 
 
 def test_failed_inputs_never_break_the_fit() -> None:

@@ -435,7 +435,9 @@ class Simulation(Replanning):
             return
         grants = [g for t in run.tasks for g in t.grants]
         share = sum(g.remote for g in grants) / len(grants) if grants else 0.0
-        load = (run.load_area + run.load_now * (now - run.last_s)) / (now - run.start_s)
+        work = (now - run.last_s) / run.stretch
+        done = run.work_done + work
+        load = (run.load_area + run.load_now * work) / done if done > 0.0 else run.load_now
         self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load))
 
     # -- preemption --

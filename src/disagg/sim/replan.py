@@ -81,8 +81,10 @@ class Replanning:
             run = running.get(name)
             if run is None:
                 continue
-            run.remaining = max(0.0, run.remaining - (now - run.last_s) / run.stretch)
-            run.load_area += run.load_now * (now - run.last_s)
+            work = (now - run.last_s) / run.stretch
+            run.remaining = max(0.0, run.remaining - work)
+            run.load_area += run.load_now * work
+            run.work_done += work
             run.last_s = now
             new, run.load_now = self._stretch(run)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:

@@ -64,9 +64,11 @@ class Running:
     finish_seq: int = -1
     own_traffic: dict[str, float] = field(default_factory=dict)
     machines: set[int] = field(default_factory=set)
-    #: The busiest remote path's load by others now, and its integral over the run so far (learning).
+    #: The busiest remote path's load by others now, and its integral over the work done so far
+    #: (learning): weighted by work, not time, the mean load is the one whose pace the run took.
     load_now: float = 0.0
     load_area: float = 0.0
+    work_done: float = 0.0
 
 
 class SimCluster:
