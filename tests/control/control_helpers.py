@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import httpx
 from tests.attacks import SHARED_ROOT
 from tests.server_files import admin_token  # noqa: F401 - re-exported for the controller tests
 
@@ -75,3 +77,46 @@ def submit(svc: Service, tenant: str = "t", **kw: Any) -> str:
 def wait_state(svc: Service, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> dict[str, Any]:
     wait_for(lambda: job(svc, job_id)["state"] in states, timeout, f"job {job_id} to be {'/'.join(states)}")
     return job(svc, job_id)
+
+
+@dataclass
+class Tenants:
+    """A running `disagg serve` and its tenants' tokens: each call made as the tenant it names (the
+    attack tests' side of the API)."""
+
+    server: Server
+    root: Path
+    tokens: dict[str, str]
+    #: A job's task unless a call says otherwise, and how long one request may take.
+    TASK: ClassVar[dict[str, Any]] = {"count": 1, "cpus": 1.0, "memory_gb": 1.0}
+    TIMEOUT_S: ClassVar[float] = 10.0
+    WAIT_S: ClassVar[float] = 30.0
+
+    def h(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+    def submit(self, who: str, command: list[str], tasks: dict[str, Any] | None = None, **extra: Any) -> str:
+        body = {"name": "attack", "command": command, "tasks": {**self.TASK, **(tasks or {})}, "max_retries": 0,
+                **extra}
+        r = httpx.post(self.server.url + "/v1/jobs", headers=self.h(who), json=body, timeout=self.TIMEOUT_S)
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def job(self, who: str, job_id: str) -> dict[str, Any]:
+        r = httpx.get(f"{self.server.url}/v1/jobs/{job_id}", headers=self.h(who), timeout=self.TIMEOUT_S)
+        return dict(r.json())
+
+    def logs(self, who: str, job_id: str) -> str:
+        r = httpx.get(f"{self.server.url}/v1/jobs/{job_id}/logs", headers=self.h(who), timeout=self.TIMEOUT_S)
+        return str(r.json()["logs"])
+
+    def wait(self, who: str, job_id: str, *states: str, timeout: float | None = None) -> dict[str, Any]:
+        """The job once it is in one of `states`; on a time-out, the job and its log's end say why."""
+        self.until(who, job_id, lambda: self.job(who, job_id)["state"] in states, timeout, "/".join(states))
+        return self.job(who, job_id)
+
+    def until(self, who: str, job_id: str, predicate: Callable[[], bool], timeout: float | None, what: str) -> None:
+        try:
+            wait_for(predicate, self.WAIT_S if timeout is None else timeout, f"{job_id} to be {what}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.job(who, job_id)}, logs {self.logs(who, job_id)[-2000:]!r}") from None

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from control_helpers import TEST_CGROUP, Server, admin_token, wait_for
+from control_helpers import TEST_CGROUP, Server, Tenants, admin_token, wait_for
 from tests.attacks import PROBE
 from typer.testing import CliRunner
 
@@ -39,37 +39,10 @@ REFUSED = {"PermissionError", "FileNotFoundError"}
 
 
 @dataclass
-class TwoTenants:
+class TwoTenants(Tenants):
     """A running `disagg serve` with tenants alice and bob, and their tokens."""
 
-    server: Server
-    root: Path
-    db: str
-    tokens: dict[str, str]
-
-    def h(self, who: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[who]}"}
-
-    def submit(self, who: str, command: list[str], **extra: Any) -> str:
-        tasks = {"count": 1, "cpus": 1.0, "memory_gb": 1.0, **extra.pop("tasks", {})}
-        body = {"name": "attack", "command": command, "tasks": tasks, "max_retries": 0, **extra}
-        r = httpx.post(self.server.url + "/v1/jobs", headers=self.h(who), json=body, timeout=10)
-        assert r.status_code == 201, r.text
-        return str(r.json()["id"])
-
-    def job(self, who: str, job_id: str) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.server.url}/v1/jobs/{job_id}", headers=self.h(who), timeout=10).json())
-
-    def wait(self, who: str, job_id: str, *states: str, timeout: float = 30.0) -> dict[str, Any]:
-        try:
-            wait_for(lambda: self.job(who, job_id)["state"] in states, timeout, f"{job_id} to be {'/'.join(states)}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: {self.job(who, job_id)}, logs {self.logs(who, job_id)[-2000:]!r}") from None
-        return self.job(who, job_id)
-
-    def logs(self, who: str, job_id: str) -> str:
-        page = httpx.get(f"{self.server.url}/v1/jobs/{job_id}/logs", headers=self.h(who), timeout=10).json()
-        return str(page["logs"])
+    db: str = ""
 
     def probe(self, who: str, *specs: str) -> dict[str, str]:
         """Run PROBE as `who`'s job and return what each attempt met."""
@@ -97,7 +70,7 @@ def two() -> Iterator[TwoTenants]:
             r = httpx.post(server.url + "/v1/tokens", headers=admin, json={"tenant": tenant}, timeout=10)
             assert r.status_code == 201, r.text
             tokens[tenant] = r.json()["token"]
-        yield TwoTenants(server, root, db, tokens)
+        yield TwoTenants(server, root, tokens, db)
     finally:
         os.environ.pop("OPERATOR_SECRET", None)
         server.kill()

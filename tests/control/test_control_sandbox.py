@@ -16,11 +16,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
-from control_helpers import TEST_CGROUP, Server, admin_token, wait_for
+from control_helpers import TEST_CGROUP, Server, Tenants, admin_token, wait_for
 from fastapi.testclient import TestClient
 
 from disagg.api.app import create_app
@@ -36,46 +36,19 @@ DISK_MB = 20
 
 
 @dataclass
-class Tenants3:
-    server: Server
-    root: Path
-    tokens: dict[str, str]
-
-    def h(self, who: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[who]}"}
-
-    def submit(self, who: str, command: list[str], **tasks: Any) -> str:
-        body = {"name": "attack", "command": command, "max_retries": 0,
-                "tasks": {"count": 1, "cpus": 0.2, "memory_gb": 0.5, **tasks}}
-        r = httpx.post(self.server.url + "/v1/jobs", headers=self.h(who), json=body, timeout=30)
-        assert r.status_code == 201, r.text
-        return str(r.json()["id"])
-
-    def job(self, who: str, job_id: str) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.server.url}/v1/jobs/{job_id}", headers=self.h(who), timeout=30).json())
-
-    def wait(self, who: str, job_id: str, *states: str, timeout: float = 60.0) -> dict[str, Any]:
-        try:
-            wait_for(lambda: self.job(who, job_id)["state"] in states, timeout, f"{job_id} to be {'/'.join(states)}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: {self.job(who, job_id)} {self.logs(who, job_id)[-2000:]!r}") from None
-        return self.job(who, job_id)
-
-    def logs(self, who: str, job_id: str) -> str:
-        page = httpx.get(f"{self.server.url}/v1/jobs/{job_id}/logs", headers=self.h(who), timeout=30).json()
-        return str(page["logs"])
+class Tenants3(Tenants):
+    TASK: ClassVar[dict[str, Any]] = {"count": 1, "cpus": 0.2, "memory_gb": 0.5}
+    TIMEOUT_S: ClassVar[float] = 30.0
+    WAIT_S: ClassVar[float] = 60.0
 
     def said(self, who: str, job_id: str, word: str, timeout: float = 60.0) -> str:
         """Wait until the job's log has a line starting with `word`; what follows it."""
-        try:
-            wait_for(lambda: f"{word} " in self.logs(who, job_id), timeout, f"{job_id} to say {word}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: {self.job(who, job_id)} {self.logs(who, job_id)[-2000:]!r}") from None
+        self.until(who, job_id, lambda: f"{word} " in self.logs(who, job_id), timeout, f"saying {word}")
         return self.logs(who, job_id).split(f"{word} ", 1)[1].split("\n", 1)[0]
 
     def run(self, who: str, script: str, **tasks: Any) -> str:
         """Run a python3 script as `who`'s job to its end; its log."""
-        job_id = self.submit(who, ["python3", "-c", script], **tasks)
+        job_id = self.submit(who, ["python3", "-c", script], tasks)
         self.wait(who, job_id, "completed", "failed")
         return self.logs(who, job_id)
 
