@@ -52,7 +52,7 @@ def _status(pid: int) -> dict[str, int]:
 
 
 def _cluster(path: Path) -> None:
-    machines = [{"name": f"node{i}", "rack": f"r{i % 4}", "cpus": 10, "memory_gb": 128, "uplink_gbps": 40}
+    machines = [{"name": f"node{i}", "rack": f"r{i % 4}", "cpus": 24, "memory_gb": 128, "uplink_gbps": 40}
                 for i in range(32)]
     pools = [{"name": "iobox0", "rack": "r0", "uplink_gbps": 40, "devices": {"gpu": {"model": "P100", "count": 5}}}]
     path.write_text(yaml.safe_dump({"machines": machines, "pools": pools, "network": {"rack_uplink_gbps": 400}}))
@@ -64,7 +64,7 @@ class Served:
         _cluster(root / "cluster.yaml")
         # the jobs' directories of its own (test sessions clean /var/lib/disagg/jobs of what they did not make)
         config: dict[str, Any] = {"tenants": [{"name": "alice"}, {"name": "bob"}], "log_cap_mb": 80,
-                                  "jobs_dir": str(root / "jobs")}
+                                  "jobs_dir": str(root / "jobs"), "allow_jobs_on_store_disk": True}
         if new:
             config.update(max_compositions_per_tenant=400)
         (root / "disagg.yaml").write_text(yaml.safe_dump(config))
@@ -84,6 +84,8 @@ class Served:
             except httpx.HTTPError:
                 time.sleep(0.1)
         text = (root / "server.log").read_text()
+        if "admin token written to " not in text:
+            raise SystemExit(f"disagg serve did not start:\n{text[-3000:]}")
         admin = Path(text.split("admin token written to ")[1].split(" (mode")[0]).read_text().strip()
         self.h = {"admin": {"Authorization": f"Bearer {admin}"}}
         self.tokens = {}
@@ -170,7 +172,7 @@ def flood(s: Served) -> dict[str, Any]:
                 n = counts["compositions"]
                 r = c.post("/redfish/v1/Systems", json={
                     "Name": f"f{n}", "Links": {"ResourceBlocks": [{"@odata.id": f"{BLOCKS}/node{n % 32}"}]},
-                    "ProcessorSummary": {"CoreCount": 1}})
+                    "ProcessorSummary": {"CoreCount": 1}, "MemorySummary": {"TotalSystemMemoryGiB": 1}})
                 if r.status_code == 429:
                     counts["429"] += 1
                     time.sleep(min(float(r.headers.get("Retry-After", "1")), 2))
@@ -179,6 +181,7 @@ def flood(s: Served) -> dict[str, Any]:
                 else:
                     counts.setdefault(f"compose_{r.status_code}", 0)
                     counts[f"compose_{r.status_code}"] += 1
+                    counts.setdefault("compose_refusal", r.text[:300])
                     if r.status_code != 429:
                         break
 
