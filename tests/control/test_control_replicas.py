@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,90 +28,99 @@ def _store(url: str) -> Store:
     return store
 
 
-def test_a_paused_leaders_write_is_refused_and_counted(db_url: str) -> None:
+def _two(url: str) -> Iterator[tuple[Store, Store]]:
+    first, second = _store(url), _store(url)
+    try:
+        yield first, second
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.fixture
+def stores(db_url: str) -> Iterator[tuple[Store, Store]]:
+    """Two handles on one store, as two replicas hold it."""
+    yield from _two(db_url)
+
+
+@pytest.fixture
+def pg_stores(db_url: str) -> Iterator[tuple[Store, Store]]:
+    """The same on PostgreSQL only: SQLite has one controller, one writer at a time, its lease taken at
+    once."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite: one controller, one writer at a time")
+    yield from _two(db_url)
+
+
+def test_a_paused_leaders_write_is_refused_and_counted(stores: tuple[Store, Store]) -> None:
     """Two handles on one store: the first leads, the second takes the lease over (as a standby does when
     the first was paused past its lease); the first's next write raises FencedWrite and writes nothing."""
-    old, new = _store(db_url), _store(db_url)
-    try:
-        first = old.acquire_lease("old", 0.5)
-        assert first is not None and new.acquire_lease("new", 0.5) is None  # held: the standby waits
-        old.epoch = first
-        heard: list[BaseException] = []
-        old.on_fenced = heard.append
-        old.set_aside([], "a leader's write goes through while its epoch is current")
-        time.sleep(0.6)  # the lease lapses (the database's clock): the old leader was paused
-        second = new.acquire_lease("new", 5.0)
-        assert second == first + 1
-        with pytest.raises(FencedWrite):
-            old.first_round(first)
-        assert len(heard) == 1 and isinstance(heard[0], FencedWrite)
-        lease = new.lease()
-        assert lease is not None and lease.fenced_writes == 1 and lease.failovers == 1
-        assert lease.first_round_at is None  # the refused write left nothing behind
-        assert lease.role_of("new") == Role.LEADER and lease.role_of("old") == Role.STANDBY
-        assert not old.renew_lease("old", first, 5.0)  # nor may it renew
-        new.epoch = second
-        new.first_round(second)  # the new leader writes
-        after = new.lease()
-        assert after is not None and after.first_round_at is not None
-    finally:
-        old.close()
-        new.close()
+    old, new = stores
+    first = old.acquire_lease("old", 0.5)
+    assert first is not None and new.acquire_lease("new", 0.5) is None  # held: the standby waits
+    old.epoch = first
+    heard: list[BaseException] = []
+    old.on_fenced = heard.append
+    old.set_aside([], "a leader's write goes through while its epoch is current")
+    time.sleep(0.6)  # the lease lapses (the database's clock): the old leader was paused
+    second = new.acquire_lease("new", 5.0)
+    assert second == first + 1
+    with pytest.raises(FencedWrite):
+        old.first_round(first)
+    assert len(heard) == 1 and isinstance(heard[0], FencedWrite)
+    lease = new.lease()
+    assert lease is not None and lease.fenced_writes == 1 and lease.failovers == 1
+    assert lease.first_round_at is None  # the refused write left nothing behind
+    assert lease.role_of("new") == Role.LEADER and lease.role_of("old") == Role.STANDBY
+    assert not old.renew_lease("old", first, 5.0)  # nor may it renew
+    new.epoch = second
+    new.first_round(second)  # the new leader writes
+    after = new.lease()
+    assert after is not None and after.first_round_at is not None
 
 
-def test_a_leader_paused_inside_a_transaction_does_not_block_the_takeover(db_url: str) -> None:
+def test_a_leader_paused_inside_a_transaction_does_not_block_the_takeover(pg_stores: tuple[Store, Store]) -> None:
     """A leader stopped (SIGSTOP) in the middle of a write holds the lease row FOR SHARE: the standby must
     not wait on it forever. Its look gives up on the lock (lock_timeout) and PostgreSQL ends the idle
     session (idle_in_transaction_session_timeout), after which the standby takes over; the paused
     write never commits."""
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite: one controller, one writer at a time")
-    old, new = _store(db_url), _store(db_url)
-    try:
-        first = old.acquire_lease("old", 1.0)
-        assert first is not None
-        old.epoch = first
-        with pytest.raises(Exception), old.write_core() as conn:  # noqa: B017 - the server ended the session
-            time.sleep(1.2)  # the lease lapses while the transaction is open, as if the process was stopped
-            assert new.acquire_lease("new", 5.0) is None  # the row is locked: no wait, look again later
-            wait_for(lambda: new.acquire_lease("new", 5.0) is not None, timeout=30,
-                     what="the standby to take the lease from a paused transaction")
-            conn.execute(text("SELECT 1"))
-        lease = new.lease()
-        assert lease is not None and lease.holder == "new" and lease.epoch == first + 1
-    finally:
-        old.close()
-        new.close()
+    old, new = pg_stores
+    first = old.acquire_lease("old", 1.0)
+    assert first is not None
+    old.epoch = first
+    with pytest.raises(Exception), old.write_core() as conn:  # noqa: B017 - the server ended the session
+        time.sleep(1.2)  # the lease lapses while the transaction is open, as if the process was stopped
+        assert new.acquire_lease("new", 5.0) is None  # the row is locked: no wait, look again later
+        wait_for(lambda: new.acquire_lease("new", 5.0) is not None, timeout=30,
+                 what="the standby to take the lease from a paused transaction")
+        conn.execute(text("SELECT 1"))
+    lease = new.lease()
+    assert lease is not None and lease.holder == "new" and lease.epoch == first + 1
 
 
-def test_a_leaders_own_transactions_do_not_hold_its_renewal_back(db_url: str) -> None:
+def test_a_leaders_own_transactions_do_not_hold_its_renewal_back(db_url: str, pg_stores: tuple[Store, Store]) -> None:
     """A busy leader's transactions (a round's commit, the slice workers' steps) hold the lease row while
     they run; its renewal must not wait for them, or the lease lapses under load and the leader steps
-    down with no other replica in sight (bench controller on PostgreSQL at 12,500 machines did)."""
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite: one writer at a time, the renewal waits its turn like any write")
+    down with no other replica in sight (bench controller on PostgreSQL at 12,500 machines did). On
+    SQLite the renewal waits its turn like any write."""
     import threading
 
-    store, renewer = _store(db_url), _store(db_url)
+    store, renewer = pg_stores
+    epoch = store.acquire_lease("busy", 5.0)
+    assert epoch is not None
+    store.epoch = epoch
+    renewed: list[bool] = []
+    with store.write_core() as conn:  # a leader's transaction in flight, fenced (the lease row locked)
+        conn.execute(text("SELECT 1"))
+        t = threading.Thread(target=lambda: renewed.append(renewer.renew_lease("busy", epoch, 5.0)), daemon=True)
+        t.start()
+        t.join(timeout=10)
+        assert renewed == [True], "the renewal waited for the leader's own transaction"
+    taker = _store(db_url)
     try:
-        epoch = store.acquire_lease("busy", 5.0)
-        assert epoch is not None
-        store.epoch = epoch
-        renewed: list[bool] = []
-        with store.write_core() as conn:  # a leader's transaction in flight, fenced (the lease row locked)
-            conn.execute(text("SELECT 1"))
-            t = threading.Thread(target=lambda: renewed.append(renewer.renew_lease("busy", epoch, 5.0)), daemon=True)
-            t.start()
-            t.join(timeout=10)
-            assert renewed == [True], "the renewal waited for the leader's own transaction"
-        taker = _store(db_url)
-        try:
-            assert taker.acquire_lease("other", 5.0) is None  # the lease is live: no takeover
-        finally:
-            taker.close()
+        assert taker.acquire_lease("other", 5.0) is None  # the lease is live: no takeover
     finally:
-        store.close()
-        renewer.close()
+        taker.close()
 
 
 def test_a_leader_stops_acting_once_its_lease_is_taken(tmp_path: Path) -> None:
@@ -166,28 +176,22 @@ def test_healthz_and_controller_say_the_role_and_the_replicas(tmp_path: Path) ->
         svc.close()
 
 
-def test_a_standby_waits_while_the_lease_is_held(db_url: str) -> None:
+def test_a_standby_waits_while_the_lease_is_held(pg_stores: tuple[Store, Store]) -> None:
     """On PostgreSQL a second replica waits (it says so) until the first gives the lease back."""
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite is single-controller: its lease is taken at once")
-    first, second = _store(db_url), _store(db_url)
-    try:
-        a = Leadership(first, "a", "http://a", 3.0)
-        a.acquire()
-        b = Leadership(second, "b", "http://b", 3.0)
-        said: list[str] = []
-        import threading
+    first, second = pg_stores
+    a = Leadership(first, "a", "http://a", 3.0)
+    a.acquire()
+    b = Leadership(second, "b", "http://b", 3.0)
+    said: list[str] = []
+    import threading
 
-        t = threading.Thread(target=b.acquire, args=(said.append,), daemon=True)
-        t.start()
-        wait_for(lambda: bool(said), what="the standby to say it waits")
-        assert "standby" in said[0] and b.epoch is None
-        a.release()
-        t.join(timeout=10)
-        assert b.epoch == (a.epoch or 0) + 1
-    finally:
-        first.close()
-        second.close()
+    t = threading.Thread(target=b.acquire, args=(said.append,), daemon=True)
+    t.start()
+    wait_for(lambda: bool(said), what="the standby to say it waits")
+    assert "standby" in said[0] and b.epoch is None
+    a.release()
+    t.join(timeout=10)
+    assert b.epoch == (a.epoch or 0) + 1
 
 
 def test_two_replicas_on_postgresql_fail_over_without_losing_or_repeating_a_job(
