@@ -29,7 +29,7 @@ from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import JobMove, hold_devices_of, move_jobs, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
-from disagg.store.snapshot import current_inventory, down_links, live_placements, room_left
+from disagg.store.snapshot import current_inventory, down_links, live_slices_placed, room_left
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -86,6 +86,7 @@ class PlanOps(StoreBase):
                result: CommitResult, waits: dict[tuple[str | None, str | None], list[str]], now: float) -> None:
         """Create the slices of the placements that still fit; note the rest as conflicts."""
         slices: list[dict[str, Any]] = []
+        held: dict[str, list[str]] = {}
         moves: list[JobMove] = []
         for p in plan.placed:
             if p.job not in attempts:
@@ -98,22 +99,24 @@ class PlanOps(StoreBase):
             ledger.take(p)
             slice_id = new_id("s")
             attempt = attempts[p.job] + 1
+            placement = slice_placement(slice_id, p)
+            held[slice_id] = [d.id for _, d in placement.devices()]
             slices.append({"id": slice_id, "job_id": p.job, "attempt": attempt, "state": SliceState.COMPOSING,
-                           "outcome": None, "detail": None, "placement": slice_placement(slice_id, p).to_json(),
+                           "outcome": None, "detail": None, "placement": placement.to_json(),
                            "handle": None, "created_at": now, "updated_at": now})
             moves.append(JobMove(p.job, JobState.COMPOSING, f"placed on slice {slice_id}", (JobState.QUEUED,),
                                  {"slice_id": slice_id, "attempts": attempt, "reason": None, "reason_code": None}))
             result.placed.append((p.job, slice_id))
         new_slices(conn, slices, now)
         move_jobs(conn, moves, now)
-        hold_devices_of(conn, {s["id"]: [d.id for _, d in SlicePlacement.from_json(s["id"], s["placement"]).devices()]
-                               for s in slices})
+        hold_devices_of(conn, held)
 
 
 def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
     """The room left now: cpus/memory after the live slices, the granted devices (read and locked: reading
     every device row took 0.8 s a round at 52,500 devices), links' state and bandwidth after live traffic."""
-    cpu, mem = room_left(conn)
+    live = live_slices_placed(conn)  # read once: the room and the links' traffic both come from it
+    cpu, mem = room_left(conn, live)
     granted = sorted({g.id for p in plan.placed for t in p.tasks for g in t.devices})
     devices: dict[str, str | None] = {}
     for i in range(0, len(granted), 500):
@@ -123,7 +126,7 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
             devices[dev_id] = ("is already held" if holder is not None else
                                "is failed" if health != Health.HEALTHY else "is drained" if drained else None)
     bandwidth = dict(current_inventory(conn).link_gbps)
-    for placement in live_placements(conn):
+    for _, _, placement in live:
         for link, gbps in placement.link_load().items():
             if link in bandwidth:
                 bandwidth[link] -= gbps

@@ -44,6 +44,8 @@ def holder(slice_id: str, job_id: str | None) -> str:
     return job_id if job_id is not None else f"composition:{slice_id}"
 
 
+#: (slice, holder, placement) of each slice that holds resources.
+LiveSlices = list[tuple[str, str, SlicePlacement]]
 #: Slice ids per `IN (...)` when reading placements not seen yet.
 _CHUNK = 500
 
@@ -58,12 +60,13 @@ class PlacementCache:
         self._allocations: dict[str, tuple[Allocation, ...]] = {}
         self._lock = threading.Lock()
 
-    def allocations(self, conn: Connection) -> list[Allocation]:
-        """What the live slices hold, as allocations: each job slice's made once, like its placement."""
+    def allocations(self, conn: Connection, live: LiveSlices | None = None) -> list[Allocation]:
+        """What the live slices hold, as allocations: each job slice's made once, like its placement.
+        `live`: the live slices as `live` read them in this transaction (None: read them)."""
         out: list[Allocation] = []
         made: dict[str, tuple[Allocation, ...]] = {}
         known = self._allocations
-        for slice_id, job, placement in self.live(conn):
+        for slice_id, job, placement in self.live(conn) if live is None else live:
             kept = known.get(slice_id)
             if kept is None or job.startswith("composition:"):
                 kept = made[slice_id] = tuple(placement.allocations(job))
@@ -74,7 +77,7 @@ class PlacementCache:
             self._allocations.update((i, a) for i, a in made.items() if i in self._placed)
         return out
 
-    def live(self, conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
+    def live(self, conn: Connection) -> LiveSlices:
         rows = [(str(i), j) for i, j in conn.execute(
             select(_slices.c.id, _slices.c.job_id).where(_slices.c.state.in_(LIVE_SLICE_STATES)))]
         with self._lock:
@@ -110,7 +113,7 @@ def _kept(conn: Connection) -> _Kept:
         return _KEPT.setdefault(conn.engine, _Kept())
 
 
-def live_slices_placed(conn: Connection) -> list[tuple[str, str, SlicePlacement]]:
+def live_slices_placed(conn: Connection) -> LiveSlices:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
     holds resources."""
     return _kept(conn).placements.live(conn)
@@ -125,12 +128,13 @@ def live_allocations(conn: Connection) -> list[Allocation]:
     return _kept(conn).placements.allocations(conn)
 
 
-def room_left(conn: Connection) -> tuple[dict[str, float], dict[str, float]]:
-    """The cpus and memory each machine has left after what the live slices hold."""
+def room_left(conn: Connection, live: LiveSlices | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """The cpus and memory each machine has left after what the live slices hold (`live`: as read in
+    this transaction already; None: read them)."""
     machines = current_inventory(conn).machines
     cpu = {m.name: m.cpus for m in machines}
     mem = {m.name: m.memory_gb for m in machines}
-    for a in live_allocations(conn):
+    for a in _kept(conn).placements.allocations(conn, live):
         cpu[a.machine] -= a.cpus
         mem[a.machine] -= a.memory_gb
     return cpu, mem
