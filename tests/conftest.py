@@ -51,19 +51,39 @@ def _jobs_dirs() -> set[Path]:
     return set(SYSTEM_JOBS_ROOT.iterdir()) if SYSTEM_JOBS_ROOT.is_dir() else set()
 
 
+#: Each running test session's mark (its pid): the tenants' users and the jobs' directories are shared
+#: between sessions on one machine, so a session that ends while another runs leaves them to the last.
+SESSIONS = Path("/var/tmp/disagg-test-sessions")
+
+
+def _others_running() -> bool:
+    """Whether another test session on this machine is still running (its mark names a live process)."""
+    others = [p for p in SESSIONS.iterdir() if p.name.isdigit() and int(p.name) != os.getpid()]
+    return any(Path(f"/proc/{p.name}").exists() for p in others)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_up_users_and_cgroups() -> Iterator[None]:
     """Remove the task cgroups, the jobs' working directories and the tenants' users this session made
-    (root only)."""
+    (root only). While another session runs, its users and jobs' directories may be among those made
+    since this one started (the users are shared by name): then only what belongs to a state directory
+    that is gone is removed, and the users are left to the last session."""
     before = _tenant_users() if os.geteuid() == 0 else set()
     dirs = _jobs_dirs() if os.geteuid() == 0 else set()
+    mark = SESSIONS / str(os.getpid())
+    if os.geteuid() == 0:
+        SESSIONS.mkdir(mode=0o700, exist_ok=True)
+        mark.touch()
     yield
     shutil.rmtree(SHARED_ROOT, ignore_errors=True)
     if os.geteuid() != 0:
         return
+    mark.unlink(missing_ok=True)
+    alone = not _others_running()
     for made in sorted(_jobs_dirs()):  # this session's, and those of state directories that are gone
-        mark = made / "state-dir"
-        if made not in dirs or (mark.exists() and not Path(mark.read_text().strip()).exists()):
+        state = made / "state-dir"
+        gone = state.exists() and not Path(state.read_text().strip()).exists()
+        if gone or (alone and made not in dirs):
             shutil.rmtree(made, ignore_errors=True)
     from disagg.engines.cgroups import detect
 
@@ -75,5 +95,5 @@ def _clean_up_users_and_cgroups() -> Iterator[None]:
             if child.is_dir():
                 confinement.group(child.name).remove(timeout=5)
         Path(parent).rmdir()
-    for user in sorted(_tenant_users() - before):
+    for user in sorted(_tenant_users() - before) if alone else []:
         subprocess.run(["userdel", user], capture_output=True, check=False)
