@@ -366,3 +366,16 @@ def test_state_literals_are_found_outside_the_states_module(tmp_path: Path) -> N
         "disagg.loop:5 names the state 'tearing-down' (use the enum in disagg.model.states)",
         "disagg.loop:5 names the state 'done' (use the enum in disagg.model.states)",
     ]
+
+
+def test_the_loop_the_slice_runner_and_the_api_see_the_store_through_their_ports() -> None:
+    """Issue 24: each part gets a narrow port of the store (`store/ports.py`), never the whole `Store`:
+    mypy then refuses an operation outside the port, and the leader's fenced writes are the loop's and
+    the slice runner's ports only."""
+    loop = (SRC / "disagg" / "control" / "loop.py").read_text()
+    assert "self.store: LoopPort = store" in loop
+    runner = (SRC / "disagg" / "control" / "slice.py").read_text()
+    assert re.search(r"class SliceRunner:.*?store: SlicePort,", runner, re.S)
+    for path in sorted((SRC / "disagg" / "api").rglob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"store: Store\b(?!Dep)", text.replace("store: Store = request.app.state.store", "")), path

@@ -19,16 +19,17 @@ from starlette.concurrency import run_in_threadpool
 
 from disagg.api.errors import ApiError
 from disagg.control.jobs import JobService
-from disagg.store import Principal, Store
+from disagg.store import Principal
+from disagg.store.ports import ApiPort
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `disagg token create`.")
 #: How long this process trusts a token it has resolved (a revocation elsewhere takes effect within it).
 TOKEN_TTL_S = 0.5
 
 
-async def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> ApiPort:
     """The store the read views query."""
-    store: Store = request.app.state.store
+    store: ApiPort = request.app.state.store
     return store
 
 
@@ -95,7 +96,7 @@ async def lookup_token(request: Request, token: str) -> Principal | None:
     now = time.monotonic()
     who = cache.get(token, now)
     if who is None:
-        store: Store = request.app.state.store
+        store: ApiPort = request.app.state.store
         who = await run_in_threadpool(store.principal, token)
         if who is None:
             return None
@@ -153,7 +154,7 @@ Who = Annotated[Principal, Depends(principal)]
 #: The caller, who must be an admin.
 Admin = Annotated[Principal, Depends(admin)]
 #: The store, for the read views.
-StoreDep = Annotated[Store, Depends(get_store)]
+StoreDep = Annotated[ApiPort, Depends(get_store)]
 #: The controller's jobs side.
 Jobs = Annotated[JobService, Depends(get_jobs)]
 

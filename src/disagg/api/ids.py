@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from disagg.api import schemas as S
 from disagg.api.errors import ApiError, Responses
-from disagg.store import Principal, Store
+from disagg.store import Principal
+from disagg.store.ports import ApiPort
 from disagg.store.prefixes import SHOWN_MATCHES, IdKind
 
 #: What a route that takes an id documents besides its own answers.
@@ -37,7 +38,7 @@ def one_match(kind: str, typed: str, found: list[str], field: str, hint: str = "
     return found[0]
 
 
-def resolve(store: Store, kind: IdKind, typed: str, who: Principal, hint: str = "") -> str:
+def resolve(store: ApiPort, kind: IdKind, typed: str, who: Principal, hint: str = "") -> str:
     """The whole id of the one `kind` that `who` may see and that `typed` is or begins (see the module)."""
     return one_match(kind, typed, store.ids_by_prefix(kind, typed, who), f"{kind}_id", hint)
 

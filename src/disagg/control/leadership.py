@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 from disagg.model import SpecError
 from disagg.store import Store
 from disagg.store.lease import Role
+from disagg.store.ports import ApiPort
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class Leadership:
 
 
 
-def controller_view(store: Store, name: str) -> dict[str, object]:
+def controller_view(store: ApiPort, name: str) -> dict[str, object]:
     """What `GET /v1/controller` and `/healthz` say: this replica's role, the lease (its epoch, its age:
     seconds since its last renewal, the database's clock), and every replica the store knows."""
     lease = store.lease()

@@ -64,6 +64,7 @@ from disagg.placement.registry import get_policy
 from disagg.placement.unreachable import name_cut_off
 from disagg.profiles import with_profiles
 from disagg.store import CommitResult, Store
+from disagg.store.ports import LoopPort
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Controller:
 
     def __init__(self, store: Store, fabric: FabricDriver, engine: Engine, config: Config | None = None,
                  metrics: ControllerMetrics | None = None) -> None:
-        self.store = store
+        self.store: LoopPort = store  # its own port; the parts below get theirs from `store`
         self.fabric = fabric
         self.engine = engine
         self.config = config or Config()

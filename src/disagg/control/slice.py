@@ -44,9 +44,9 @@ from disagg.store import (
     SliceRecord,
     SliceRunning,
     StepEffect,
-    Store,
 )
 from disagg.store.compositions import UPDATE_FAILED
+from disagg.store.ports import SlicePort
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class SliceRunner:
 
     def __init__(
         self,
-        store: Store,
+        store: SlicePort,
         fabric: FabricDriver,
         engine: Engine,
         observe: StepObserver = _nothing,

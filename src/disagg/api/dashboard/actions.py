@@ -19,8 +19,9 @@ from disagg.api.deps import Jobs, StoreDep
 from disagg.api.errors import ApiError
 from disagg.api.ids import resolve
 from disagg.api.routers.jobs import resolve_job
-from disagg.store import Principal, Store
+from disagg.store import Principal
 from disagg.store.operator import NotInState
+from disagg.store.ports import ApiPort
 
 router = APIRouter(include_in_schema=False)
 
@@ -41,7 +42,7 @@ Action = Annotated[str, Path(pattern="^(drain|fail|repair|hold|release|requeue)$
 Ident = Annotated[str, Path(min_length=1, max_length=160)]
 
 
-def _target(store: Store, kind: str, action: str, ident: str, who: Principal) -> str:
+def _target(store: ApiPort, kind: str, action: str, ident: str, who: Principal) -> str:
     """The whole id of what the action is on; 403 for a non-admin, 404 for an action the kind has not."""
     if not who.admin:
         raise ApiError(403, "this needs an admin's session")

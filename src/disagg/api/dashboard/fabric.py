@@ -20,7 +20,7 @@ from disagg.api.dashboard.render import page
 from disagg.api.deps import StoreDep
 from disagg.model.allocation import capacity
 from disagg.model.states import DeviceState, LinkState
-from disagg.store import Store
+from disagg.store.ports import ApiPort
 
 router = APIRouter(include_in_schema=False)
 
@@ -52,7 +52,7 @@ def node_word(node: dict[str, Any], devices: list[dict[str, Any]], link: dict[st
     return DeviceState.FREE, DeviceState.FREE
 
 
-def fabric_full(store: Store) -> dict[str, Any]:
+def fabric_full(store: ApiPort) -> dict[str, Any]:
     """Every rack with a card per machine and pool (small inventories)."""
     links = {lk["id"]: lk for lk in store.links_view()}
     by_node: dict[str, list[dict[str, Any]]] = {}
@@ -73,7 +73,7 @@ def fabric_full(store: Store) -> dict[str, Any]:
                           if d["state"] in (DeviceState.FAILED, DeviceState.DRAINED)]}
 
 
-def fabric_summary(store: Store, nodes: dict[tuple[str, str], int]) -> dict[str, Any]:
+def fabric_summary(store: ApiPort, nodes: dict[tuple[str, str], int]) -> dict[str, Any]:
     """Racks with counts, the links down or loaded (busiest first), the devices that need an operator."""
     by_rack = store.device_counts("rack")
     links = store.links_view()

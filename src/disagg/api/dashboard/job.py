@@ -19,7 +19,7 @@ from disagg.api.deps import Jobs, StoreDep
 from disagg.api.errors import ApiError
 from disagg.api.routers.jobs import resolve_job
 from disagg.model.states import LinkState
-from disagg.store import Store
+from disagg.store.ports import ApiPort
 
 router = APIRouter(include_in_schema=False)
 
@@ -51,7 +51,7 @@ def timeline(slices: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     return out
 
 
-def placement_rows(job: dict[str, Any], store: Store) -> list[dict[str, Any]]:
+def placement_rows(job: dict[str, Any], store: ApiPort) -> list[dict[str, Any]]:
     """Each task's machine and devices; each remote device's path with every link's load and bandwidth."""
     links = {lk["id"]: lk for lk in store.links_view()} if job.get("placement") else {}
     rows = []

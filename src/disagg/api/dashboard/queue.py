@@ -19,7 +19,8 @@ from disagg.control.tenants import TenantDirectory
 from disagg.model import DEVICE_KINDS
 from disagg.model.allocation import capacity
 from disagg.model.states import JOB_FINAL, JobState
-from disagg.store import Principal, Store
+from disagg.store import Principal
+from disagg.store.ports import ApiPort
 
 router = APIRouter(include_in_schema=False)
 
@@ -64,7 +65,7 @@ def _scope(who: Principal, tenant: str | None) -> Principal:
     return Principal(tenant, admin=False) if who.admin and tenant else who
 
 
-def queue_sections(store: Store, who: Principal, state: JobState | None, now: float) -> dict[str, Any]:
+def queue_sections(store: ApiPort, who: Principal, state: JobState | None, now: float) -> dict[str, Any]:
     """The page's three sections (waiting, live, recent) and the counts, as `who` may see them."""
     def rows(st: JobState, limit: int = MAX_ROWS) -> list[dict[str, Any]]:
         return [_row(j, now) for j in store.jobs_list(who, st, limit)] if state in (None, st) else []
@@ -90,14 +91,14 @@ def queue_page(request: Request, who: Viewer, store: StoreDep, jobs: Jobs,
     return page(request, "queue.html", who, partial, **sections, state=state, tenant=tenant or "",
                 capacity=cluster_capacity(store),
                 sort=sort, direction=direction, counts=counts, tenants=tenants, states=list(JobState),
-                max_rows=MAX_ROWS, title="Queue", shares=tenant_rows(TenantDirectory(store, jobs.config), scope))
+                max_rows=MAX_ROWS, title="Queue", shares=tenant_rows(TenantDirectory(jobs.store, jobs.config), scope))
 
 
 #: Past this many machines and pools the queue page shows no capacity header (the machines view reads all).
 CAPACITY_NODES = 2_000
 
 
-def cluster_capacity(store: Store) -> dict[str, Any] | None:
+def cluster_capacity(store: ApiPort) -> dict[str, Any] | None:
     """The cluster's cpus, memory and devices by kind and model, used / total (None for a large one)."""
     if sum(store.node_counts().values()) > CAPACITY_NODES:
         return None

@@ -18,13 +18,14 @@ from starlette.requests import Request
 from disagg.api.deps import lookup_token
 from disagg.api.redfish.protocol import RedfishError
 from disagg.api.sessions import SESSION_TIMEOUT_S, Session, SessionTable
-from disagg.store import Principal, Store
+from disagg.store import Principal
+from disagg.store.ports import ApiPort
 
 #: The Redfish service's sessions (`disagg.api.sessions`: bounded per tenant, each request re-checks its token).
 Sessions = SessionTable
 
 
-async def login(store: Store, user: object, password: object) -> Principal:
+async def login(store: ApiPort, user: object, password: object) -> Principal:
     """The tenant `user` if `password` is one of its tokens (an admin token logs in as its own tenant)."""
     if not isinstance(user, str) or not isinstance(password, str) or not user or not password:
         raise RedfishError(401, "NoValidSession", "UserName and Password (a disagg token of that tenant) are needed")
@@ -37,7 +38,7 @@ async def login(store: Store, user: object, password: object) -> Principal:
 async def caller(request: Request) -> Principal:
     """The principal of a request: session token, Basic credentials or bearer token; 401 otherwise."""
     sessions: Sessions = request.app.state.sessions
-    store: Store = request.app.state.store
+    store: ApiPort = request.app.state.store
     key = request.headers.get("X-Auth-Token")
     if key:
         s = sessions.by_key(key)

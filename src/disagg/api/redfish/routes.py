@@ -24,15 +24,16 @@ from disagg.control.tenants import TenantDirectory
 from disagg.model.slices import SliceMachine
 from disagg.model.states import DECOMPOSABLE_SLICE_STATES, SliceState
 from disagg.placement.compositions import composition_problem
-from disagg.store import CompositionRefused, LiveSlice, Principal, Store
+from disagg.store import CompositionRefused, LiveSlice, Principal
 from disagg.store.compositions import Admit
+from disagg.store.ports import ApiPort
 
 Caller = Annotated[Principal, Depends(caller)]
 router = APIRouter()
 
 
-def _store(request: Request) -> Store:
-    store: Store = request.app.state.store
+def _store(request: Request) -> ApiPort:
+    store: ApiPort = request.app.state.store
     return store
 
 

@@ -21,8 +21,9 @@ from disagg.api.ids import R409_AMBIGUOUS, resolve
 from disagg.api.paging import DEFAULT_LIMIT, Cursor, Limit, decode_cursor, next_link
 from disagg.api.ratelimit import TenantBuckets, retry_after
 from disagg.control.jobs import JobRejected, JobService, QueueFull
-from disagg.store import IdempotencyConflict, JobLive, Principal, Store
+from disagg.store import IdempotencyConflict, JobLive, Principal
 from disagg.store.operator import NotInState
+from disagg.store.ports import ApiPort
 
 router = APIRouter()
 
@@ -60,13 +61,13 @@ IdempotencyKey = Annotated[
 ]
 
 
-def resolve_job(store: Store, job_id: str, who: Principal) -> str:
+def resolve_job(store: ApiPort, job_id: str, who: Principal) -> str:
     """The whole id of the one job of `who` that `job_id` is or begins; 404 for none (another tenant's
     job too), 409 naming the matches when several share the beginning (`disagg.api.ids`)."""
     return resolve(store, "job", job_id, who)
 
 
-def _job(store: Store, job_id: str, who: Principal) -> dict[str, Any]:
+def _job(store: ApiPort, job_id: str, who: Principal) -> dict[str, Any]:
     """The job as `who` may see it, or 404 (for another tenant's job too)."""
     out = store.job_view(job_id, who)
     if out is None:
@@ -202,7 +203,7 @@ def job_events(job_id: JobId, request: Request, who: Who, store: StoreDep, limit
 
 
 # --- an admin's actions on a job (after the others: clients' operation order stays) ----------------
-def _admin_action(action: str, job_id: str, who: Principal, store: Store, jobs: JobService) -> dict[str, Any]:
+def _admin_action(action: str, job_id: str, who: Principal, store: ApiPort, jobs: JobService) -> dict[str, Any]:
     whole = resolve_job(store, job_id, who)
     try:
         jobs.hold(whole, who.tenant, action)

@@ -16,7 +16,7 @@ from disagg.api.errors import R401, ApiError
 from disagg.control.jobs import JobService
 from disagg.control.leadership import controller_view
 from disagg.control.service import this_replica
-from disagg.store import Store
+from disagg.store.ports import ApiPort
 
 router = APIRouter()
 
@@ -36,7 +36,7 @@ def healthz(store: StoreDep, jobs: Jobs) -> dict[str, Any]:
             "last_round": last, **_controller(store, jobs)}
 
 
-def _controller(store: Store, jobs: JobService) -> dict[str, Any]:
+def _controller(store: ApiPort, jobs: JobService) -> dict[str, Any]:
     return controller_view(store, this_replica(jobs.config))
 
 
