@@ -86,13 +86,16 @@ def test_admission_refuses_the_rest_at_once_as_one_look_per_job_would(cluster: C
     """Once every request of a walk is refused with nothing taken since, the walk refuses the rest of the
     queue at once; that must take and refuse exactly what a look at every job (`consider`, no memo) does,
     with the same reasons."""
-    from disagg.placement.queue import _Admission, admit
+    from disagg.placement.queue import Asks, _Admission, admit
     from disagg.placement.state import FreeState
 
     walked = admit(FreeState(cluster), queue, vectorised=False)
-    one_by_one = _Admission(FreeState(cluster), {}, {})
+    one_by_one = _Admission(FreeState(cluster), Asks(), {})
+    codes: dict[tuple[object, ...], int] = {}
     for at, job in enumerate(queue):
         t = job.tasks
-        one_by_one.consider(job, at, (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items())))
+        ask = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()))
+        one_by_one.consider(job, at, codes.setdefault(ask, len(codes)))
     assert walked[0] == one_by_one.taken
     assert walked[1] == one_by_one.refused
+    assert list(walked[1]) == list(one_by_one.refused)  # and in queue order

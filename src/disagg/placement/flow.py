@@ -45,7 +45,7 @@ class _RoundJobCache:
 
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
-    asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
+    asks: Asks = field(default_factory=Asks)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())

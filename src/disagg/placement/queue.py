@@ -59,9 +59,15 @@ _HEAD_MARGIN = 1e-6
 HEAD_PROBE = 64
 
 
-Asks = dict[int, tuple[object, ...]]
-"""A request's admission key by `id()` of its `TaskRequest` (jobs often share one): a round that
-admits more than once passes the same dict each time."""
+class Asks(dict[int, int]):
+    """A request's admission code by `id()` of its `TaskRequest` (jobs often share one): a round that
+    admits more than once passes the same one each time. Equal requests (count, cpus, memory, devices,
+    models) share a code (`codes`): admission's memos are keyed by it, a small int, where a key of
+    nested tuples would be hashed again at each of a long queue's jobs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: dict[tuple[object, ...], int] = {}
 
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
@@ -80,7 +86,7 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
 
     `refused`: the dict to write the refusals into (and return), a round's own when it admits again.
     """
-    admission = _Admission(state, {} if asks is None else asks, {} if refused is None else refused)
+    admission = _Admission(state, Asks() if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
     admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0)
     return admission.taken, admission.refused
@@ -114,12 +120,12 @@ class _Admission:
         self.shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
         self.said: dict[tuple[object, ...], Refusal] = {}
         # The devices a request needs in all, per (kind, model): requests repeat along a queue.
-        self.requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
+        self.requests: dict[int, list[tuple[str, int, tuple[str, str | None]]]] = {}
         self.taken: list[int] = []  # places in the queue
         self.refused = refused
         # What is left moves only when a job is taken, so until then a job asking for what an earlier
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
-        self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
+        self.last: dict[int, tuple[int, Refusal]] = {}
         self.asks = asks
 
     def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
@@ -133,7 +139,7 @@ class _Admission:
                                              float(state.mem.max(initial=0)))
         return found
 
-    def wanted(self, ask: tuple[object, ...], t: TaskRequest) -> list[tuple[str, int, tuple[str, str | None]]]:
+    def wanted(self, ask: int, t: TaskRequest) -> list[tuple[str, int, tuple[str, str | None]]]:
         found = self.requests.get(ask)
         if found is None:
             found = self.requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
@@ -230,11 +236,12 @@ class _Admission:
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
         jobs = ordered[first:] if first else ordered
         requests = list(map(attrgetter("tasks"), jobs))
+        codes = asks.codes
         for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the walk's distinct requests
             if id(t) not in asks:
                 models = t.models
-                asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
-                               tuple(models.items()) if models else ())
+                key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
+                asks[id(t)] = codes.setdefault(key, len(codes))
         ask_list = list(map(asks.__getitem__, map(id, requests)))
         walk_asks = set(ask_list)
         seen_for = last.get
@@ -259,7 +266,7 @@ class _Admission:
                 refused.update(zip(names, map(said.__getitem__, ask_list[at + 1:]), strict=True))
                 return
 
-    def consider(self, job: Job, at: int, ask: tuple[object, ...]) -> None:
+    def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
         t = job.tasks
         total_fit, best_cpu, best_mem = self.fit(t.cpus, t.memory_gb)
