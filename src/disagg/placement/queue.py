@@ -69,9 +69,20 @@ class Asks(dict[int, int]):
         super().__init__()
         self.codes: dict[tuple[object, ...], int] = {}
 
+    def codes_of(self, requests: list[TaskRequest]) -> list[int]:
+        """Each request's code, in order (a request not seen before gets its code here)."""
+        codes = self.codes
+        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the distinct requests
+            if id(t) not in self:
+                models = t.models
+                key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
+                self[id(t)] = codes.setdefault(key, len(codes))
+        return list(map(self.__getitem__, map(id, requests)))
+
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
-          asks: Asks | None = None, refused: dict[str, Refusal] | None = None) -> tuple[list[int], dict[str, Refusal]]:
+          asks: Asks | None = None, refused: dict[str, Refusal] | None = None,
+          codes: Sequence[int] | None = None) -> tuple[list[int], dict[str, Refusal]]:
     """Split the ordered queue into the jobs this round considers (their places in `ordered`) and those
     refused, with why.
 
@@ -85,10 +96,12 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
     head only takes the jobs the walk would take.
 
     `refused`: the dict to write the refusals into (and return), a round's own when it admits again.
+    `codes`: the jobs' request codes (`asks.codes_of`), when the caller has them already (a round that
+    admits again reads them off the codes it took of its whole queue once).
     """
     admission = _Admission(state, Asks() if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
-    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0)
+    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes)
     return admission.taken, admission.refused
 
 
@@ -227,7 +240,7 @@ class _Admission:
                     need[i] = 0
         return {dev: need for dev, need in out.items() if need.any()}
 
-    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0) -> None:
+    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0, codes: Sequence[int] | None = None) -> None:
         """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
         A job asking for what the last refused one asked for, with nothing taken since, is refused
         the same way without a look (on a full cluster most of a long queue is); once every request
@@ -235,14 +248,8 @@ class _Admission:
         of the queue is refused at once, each job the way its request was."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
         jobs = ordered[first:] if first else ordered
-        requests = list(map(attrgetter("tasks"), jobs))
-        codes = asks.codes
-        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the walk's distinct requests
-            if id(t) not in asks:
-                models = t.models
-                key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
-                asks[id(t)] = codes.setdefault(key, len(codes))
-        ask_list = list(map(asks.__getitem__, map(id, requests)))
+        ask_list = (asks.codes_of(list(map(attrgetter("tasks"), jobs))) if codes is None else
+                    list(codes[first:]) if first else list(codes))
         walk_asks = set(ask_list)
         seen_for = last.get
         n_taken = len(taken)
