@@ -99,3 +99,22 @@ def test_admission_refuses_the_rest_at_once_as_one_look_per_job_would(cluster: C
     assert walked[0] == one_by_one.taken
     assert walked[1] == one_by_one.refused
     assert list(walked[1]) == list(one_by_one.refused)  # and in queue order
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=clusters(), queue=long_queues(), first=st.integers(0, 40))
+def test_admission_with_the_rounds_request_codes_decides_as_without(cluster: Cluster, queue: list[Job],
+                                                                    first: int) -> None:
+    """A round takes its queue's request codes once (`Asks.codes_of`) and re-admission hands the walk
+    its jobs' codes: the walk must take and refuse exactly what it does when it finds the codes itself,
+    with one `Asks` shared by the round's admissions as the flow placer shares it."""
+    from disagg.placement.queue import Asks, admit
+    from disagg.placement.state import FreeState
+
+    asks = Asks()
+    codes = asks.codes_of([j.tasks for j in queue])
+    late = queue[min(first, len(queue)):]
+    given = admit(FreeState(cluster), late, vectorised=False, asks=asks, codes=codes[len(queue) - len(late):])
+    found = admit(FreeState(cluster), late, vectorised=False)
+    assert given[0] == found[0]
+    assert list(given[1].items()) == list(found[1].items())
