@@ -86,13 +86,35 @@ def test_admission_refuses_the_rest_at_once_as_one_look_per_job_would(cluster: C
     """Once every request of a walk is refused with nothing taken since, the walk refuses the rest of the
     queue at once; that must take and refuse exactly what a look at every job (`consider`, no memo) does,
     with the same reasons."""
-    from disagg.placement.queue import _Admission, admit
+    from disagg.placement.queue import Asks, _Admission, admit
     from disagg.placement.state import FreeState
 
     walked = admit(FreeState(cluster), queue, vectorised=False)
-    one_by_one = _Admission(FreeState(cluster), {}, {})
+    one_by_one = _Admission(FreeState(cluster), Asks(), {})
+    codes: dict[tuple[object, ...], int] = {}
     for at, job in enumerate(queue):
         t = job.tasks
-        one_by_one.consider(job, at, (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items())))
+        ask = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(t.models.items()))
+        one_by_one.consider(job, at, codes.setdefault(ask, len(codes)))
     assert walked[0] == one_by_one.taken
     assert walked[1] == one_by_one.refused
+    assert list(walked[1]) == list(one_by_one.refused)  # and in queue order
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=clusters(), queue=long_queues(), first=st.integers(0, 40))
+def test_admission_with_the_rounds_request_codes_decides_as_without(cluster: Cluster, queue: list[Job],
+                                                                    first: int) -> None:
+    """A round takes its queue's request codes once (`Asks.codes_of`) and re-admission hands the walk
+    its jobs' codes: the walk must take and refuse exactly what it does when it finds the codes itself,
+    with one `Asks` shared by the round's admissions as the flow placer shares it."""
+    from disagg.placement.queue import Asks, admit
+    from disagg.placement.state import FreeState
+
+    asks = Asks()
+    codes = asks.codes_of([j.tasks for j in queue])
+    late = queue[min(first, len(queue)):]
+    given = admit(FreeState(cluster), late, vectorised=False, asks=asks, codes=codes[len(queue) - len(late):])
+    found = admit(FreeState(cluster), late, vectorised=False)
+    assert given[0] == found[0]
+    assert list(given[1].items()) == list(found[1].items())

@@ -45,7 +45,7 @@ class _RoundJobCache:
 
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
-    asks: Asks = field(default_factory=dict)  # admission's, shared by the round's admissions
+    asks: Asks = field(default_factory=Asks)  # admission's, shared by the round's admissions
     requests: dict[tuple[object, ...], tuple[dict[str, int], tuple[object, ...]]] = field(default_factory=dict)
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
@@ -75,6 +75,8 @@ class FlowRound:
     first_fit: dict[int, int] = field(default_factory=dict)
     #: Places in the queue of the jobs refused only for contention: re-admitted once those ahead are decided.
     late: list[int] = field(default_factory=list)
+    #: Per job of `ordered`, its request's admission code (`queue.Asks.codes_of`), taken once a round.
+    codes: list[int] = field(default_factory=list)
     iterations: int = 0
 
     @property
@@ -143,13 +145,15 @@ class FlowPlacer:
         bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
         ordered = fair_order(order_queue(queue, now), bonus)
         cache = _RoundJobCache()
-        admitted, refused = admit(state, ordered, asks=cache.asks)
+        codes = cache.asks.codes_of(list(map(attrgetter("tasks"), ordered)))
+        admitted, refused = admit(state, ordered, asks=cache.asks, codes=codes)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
         rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock)
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
         rnd.late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
+        rnd.codes = codes
         return rnd
 
     def _iteration(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
@@ -203,7 +207,8 @@ class FlowPlacer:
         # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
         # refusals answers without a look; the head would stop at the first.)
         # The refusals go straight into the round's (every job walked is in it already).
-        more, _ = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks, refused=refused)
+        more, _ = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks, refused=refused,
+                        codes=list(map(rnd.codes.__getitem__, keep)))
         for k in more:
             del refused[ordered[rnd.late[k]].name]
         fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]

@@ -444,11 +444,13 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     # Each task gets a machine from the flow's lists (the class's own, then its shape's), checking the
     # real fit; a repair when the flow over-filled a machine; gang: all tasks or none. (One loop for
     # every job, no call per job: a round at 12,500 machines hands out some 12,000 tasks.)
+    # (As lists: a full cluster's round explains hundreds of jobs, and numpy's scalar reads cost more.)
+    pricing = phase.pricing
+    min_cost, u_cost, min_unheld = pricing.min_cost.tolist(), phase.u_cost.tolist(), pricing.min_unheld.tolist()
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, int(phase.pricing.min_cost[c]), int(phase.u_cost[i]), costs, phase.pricing,
-                    int(phase.pricing.min_unheld[c]))
+            explain(state, js, min_cost[c], u_cost[i], costs, pricing, min_unheld[c])
             continue
         cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
         for _ in range(count):

@@ -59,13 +59,30 @@ _HEAD_MARGIN = 1e-6
 HEAD_PROBE = 64
 
 
-Asks = dict[int, tuple[object, ...]]
-"""A request's admission key by `id()` of its `TaskRequest` (jobs often share one): a round that
-admits more than once passes the same dict each time."""
+class Asks(dict[int, int]):
+    """A request's admission code by `id()` of its `TaskRequest` (jobs often share one): a round that
+    admits more than once passes the same one each time. Equal requests (count, cpus, memory, devices,
+    models) share a code (`codes`): admission's memos are keyed by it, a small int, where a key of
+    nested tuples would be hashed again at each of a long queue's jobs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: dict[tuple[object, ...], int] = {}
+
+    def codes_of(self, requests: list[TaskRequest]) -> list[int]:
+        """Each request's code, in order (a request not seen before gets its code here)."""
+        codes = self.codes
+        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the distinct requests
+            if id(t) not in self:
+                models = t.models
+                key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
+                self[id(t)] = codes.setdefault(key, len(codes))
+        return list(map(self.__getitem__, map(id, requests)))
 
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
-          asks: Asks | None = None, refused: dict[str, Refusal] | None = None) -> tuple[list[int], dict[str, Refusal]]:
+          asks: Asks | None = None, refused: dict[str, Refusal] | None = None,
+          codes: Sequence[int] | None = None) -> tuple[list[int], dict[str, Refusal]]:
     """Split the ordered queue into the jobs this round considers (their places in `ordered`) and those
     refused, with why.
 
@@ -79,10 +96,12 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
     head only takes the jobs the walk would take.
 
     `refused`: the dict to write the refusals into (and return), a round's own when it admits again.
+    `codes`: the jobs' request codes (`asks.codes_of`), when the caller has them already (a round that
+    admits again reads them off the codes it took of its whole queue once).
     """
-    admission = _Admission(state, {} if asks is None else asks, {} if refused is None else refused)
+    admission = _Admission(state, Asks() if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
-    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0)
+    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes)
     return admission.taken, admission.refused
 
 
@@ -114,12 +133,12 @@ class _Admission:
         self.shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
         self.said: dict[tuple[object, ...], Refusal] = {}
         # The devices a request needs in all, per (kind, model): requests repeat along a queue.
-        self.requests: dict[tuple[object, ...], list[tuple[str, int, tuple[str, str | None]]]] = {}
+        self.requests: dict[int, list[tuple[str, int, tuple[str, str | None]]]] = {}
         self.taken: list[int] = []  # places in the queue
         self.refused = refused
         # What is left moves only when a job is taken, so until then a job asking for what an earlier
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
-        self.last: dict[tuple[object, ...], tuple[int, Refusal]] = {}
+        self.last: dict[int, tuple[int, Refusal]] = {}
         self.asks = asks
 
     def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
@@ -133,7 +152,7 @@ class _Admission:
                                              float(state.mem.max(initial=0)))
         return found
 
-    def wanted(self, ask: tuple[object, ...], t: TaskRequest) -> list[tuple[str, int, tuple[str, str | None]]]:
+    def wanted(self, ask: int, t: TaskRequest) -> list[tuple[str, int, tuple[str, str | None]]]:
         found = self.requests.get(ask)
         if found is None:
             found = self.requests[ask] = [(kind, n * t.count, (kind, t.models.get(kind)))
@@ -221,7 +240,7 @@ class _Admission:
                     need[i] = 0
         return {dev: need for dev, need in out.items() if need.any()}
 
-    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0) -> None:
+    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0, codes: Sequence[int] | None = None) -> None:
         """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
         A job asking for what the last refused one asked for, with nothing taken since, is refused
         the same way without a look (on a full cluster most of a long queue is); once every request
@@ -229,13 +248,8 @@ class _Admission:
         of the queue is refused at once, each job the way its request was."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
         jobs = ordered[first:] if first else ordered
-        requests = list(map(attrgetter("tasks"), jobs))
-        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the walk's distinct requests
-            if id(t) not in asks:
-                models = t.models
-                asks[id(t)] = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()),
-                               tuple(models.items()) if models else ())
-        ask_list = list(map(asks.__getitem__, map(id, requests)))
+        ask_list = (asks.codes_of(list(map(attrgetter("tasks"), jobs))) if codes is None else
+                    list(codes[first:]) if first else list(codes))
         walk_asks = set(ask_list)
         seen_for = last.get
         n_taken = len(taken)
@@ -259,7 +273,7 @@ class _Admission:
                 refused.update(zip(names, map(said.__getitem__, ask_list[at + 1:]), strict=True))
                 return
 
-    def consider(self, job: Job, at: int, ask: tuple[object, ...]) -> None:
+    def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
         t = job.tasks
         total_fit, best_cpu, best_mem = self.fit(t.cpus, t.memory_gb)

@@ -168,15 +168,27 @@ class FreeState:
         np.subtract.at(self.mem, where, column(allocations, "memory_gb"))
         gbps = column(allocations, "network_gbps")
         np.add.at(self.link_used, where, gbps)
+        # The paths' links past the machine's own uplink, each with its share, in the order the
+        # allocations name them, then added at once (`add.at` adds in that order: the same sums as one
+        # `+=` each, which cost a numpy scalar write per link and a snapshot holds hundreds).
+        links: list[int] = []
+        shares: list[float] = []
+        rack, n_loc = self.loc_rack.tolist(), len(self.loc_rack)
         for i in np.nonzero(gbps > 0)[0].tolist():
             a = allocations[i]
             if not a.devices:
                 continue
             by_id = cl.device_by_id  # built on first use: most allocations hold no remote devices
             remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
+            src = int(where[i])
             for loc in remote:
-                for link in self.path(int(where[i]), cl.location_index[loc])[1:]:
-                    self.link_used[link] += a.network_gbps / len(remote)
+                dst = cl.location_index[loc]
+                beyond = () if src == dst else (dst,) if rack[src] == rack[dst] else (
+                    n_loc + rack[src], n_loc + rack[dst], dst)  # self.path(src, dst)[1:]
+                links += beyond
+                shares += [a.network_gbps / len(remote)] * len(beyond)
+        if links:
+            np.add.at(self.link_used, np.array(links, dtype=np.int64), np.array(shares, dtype=np.float64))
 
     def _cut_off(self) -> None:
         """A machine behind a down link offers nothing: no task lands there; with its devices (left out

@@ -6,10 +6,15 @@ A mixin of `engine.Simulation`, whose state it reads: `state` (the `SimCluster`)
 
 from __future__ import annotations
 
-from disagg.sim.execution import task_stretch
+from itertools import repeat
+
+from disagg.sim.execution import COLLOCATION_KAPPA, REFERENCE_GBPS, memory_slowdown
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.records import Event, JobFinished
 from disagg.sim.simcluster import Running, SimCluster
+
+#: The default of each peer's `link_share.get` (a device nobody holds uses none of its link).
+_ZEROS = repeat(0.0)
 
 
 class Replanning:
@@ -45,18 +50,22 @@ class Replanning:
         """The job's stretch now: `execution.task_stretch` of its slowest task, each remote device's
         load being the busiest link of its path as used by others; and the busiest of those loads (0
         without remote devices). Runs for every job that shares a machine or link with each start and
-        finish."""
+        finish (some 120,000 times in a long run), so the model's factors are written out here, the
+        same operations in the same order as `task_stretch` (`stretch_matches_the_model` checks that
+        they agree to the bit), instead of five calls per task."""
         st = self.state
-        used = st.link_used
+        used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         own = run.own_traffic
         profile = run.profile
-        machines = st.machines
+        ts, extra_at_ref, sens = profile.transfer_share, (profile.remote_factor - 1.0) * REFERENCE_GBPS, \
+            profile.load_sensitivity
         worst = 1.0
         busiest = 0.0
         for t in run.tasks:
-            for g in t.transfer:
+            transfer = t.transfer
+            for g in transfer:
                 if g.peers and not g.remote:
-                    g.pcie = sum(st.link_share.get(p, 0.0) for p in g.peers)
+                    g.pcie = sum(map(link_share.get, g.peers, _ZEROS))
             for g in t.remote_transfer:
                 load = 0.0
                 for lk, cap in zip(g.links, g.caps, strict=True):
@@ -67,9 +76,21 @@ class Replanning:
                 if load > busiest:
                     busiest = load
             total_cpus = machines[t.machine].cpus
-            others = (st.cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
-            cache = t.memory_gb / (t.memory_gb + t.remote_memory_gb) if t.remote_memory_gb > 0.0 else None
-            stretch = task_stretch(profile, t.transfer, others, cache)
+            others = (cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
+            if not transfer or ts <= 0.0:  # execution.transfer_stretch
+                stretch = 1.0
+            else:
+                total = 0.0
+                for d in transfer:
+                    if d.remote:  # path_factor · link_load_factor
+                        total += max(1.0, 1.0 + extra_at_ref / max(d.bottleneck_gbps, 1e-9)) * (
+                            1.0 + sens * min(max(d.load, 0.0), 1.0))
+                    else:  # pcie_factor
+                        total += 1.0 + min(max(d.pcie, 0.0), 1.0)
+                stretch = (1.0 - ts) + ts * total / len(transfer)
+            stretch = stretch * (1.0 + COLLOCATION_KAPPA * min(max(others, 0.0), 1.0))  # collocation_factor
+            if t.remote_memory_gb > 0.0:
+                stretch *= memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))
             if stretch > worst:
                 worst = stretch
         return worst, busiest

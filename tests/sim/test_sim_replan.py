@@ -1,0 +1,67 @@
+"""`Replanning._stretch` writes the execution model's factors out for speed: it must agree with
+`execution.task_stretch` to the bit (a finish time one ulp off would change a run)."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from disagg.profiles import Profile
+from disagg.sim.execution import task_stretch
+from disagg.sim.replan import Replanning
+from disagg.sim.simcluster import Grant, Running, SimTask
+
+
+def _reference(state: SimpleNamespace, run: Running) -> tuple[float, float]:
+    """The stretch as the model's functions compute it (the loop `_stretch` replaced)."""
+    worst, busiest = 1.0, 0.0
+    for t in run.tasks:
+        for g in t.transfer:
+            if g.peers and not g.remote:
+                g.pcie = sum(state.link_share.get(p, 0.0) for p in g.peers)
+        for g in t.remote_transfer:
+            g.load = max([0.0, *((state.link_used[lk] - run.own_traffic.get(lk, 0.0)) / cap
+                                 for lk, cap in zip(g.links, g.caps, strict=True))])
+            busiest = max(busiest, g.load)
+        total = state.machines[t.machine].cpus
+        others = (state.cpu_used[t.machine] - t.cpus) / total if total > 0 else 0.0
+        cache = t.memory_gb / (t.memory_gb + t.remote_memory_gb) if t.remote_memory_gb > 0.0 else None
+        worst = max(worst, task_stretch(run.profile, t.transfer, others, cache))
+    return worst, busiest
+
+
+def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
+    links = [f"l{i}" for i in range(4)]
+    state = SimpleNamespace(
+        link_used={lk: rng.uniform(0.0, 30.0) for lk in links},
+        link_share={d: rng.uniform(0.0, 0.9) for d in range(8) if rng.random() < 0.6},
+        cpu_used=[rng.uniform(0.0, 40.0) for _ in range(3)],
+        machines=[SimpleNamespace(cpus=rng.choice([0.0, 16.0, 32.0])) for _ in range(3)])
+    tasks = []
+    for i in range(rng.randint(1, 3)):
+        grants = []
+        for d in range(rng.randint(0, 4)):
+            remote = rng.random() < 0.5
+            path = tuple(rng.sample(links, rng.randint(1, 3))) if remote else ()
+            caps = tuple(rng.choice([1.0, 10.0, 25.0]) for _ in path)
+            grants.append(Grant(d, remote, path, 1.0, "gpu", caps, min(caps, default=10.0),
+                                peers=() if remote else tuple(rng.sample(range(8), rng.randint(0, 2)))))
+        t = SimTask(f"t{i}", rng.randrange(3), rng.uniform(1.0, 16.0), rng.uniform(1.0, 64.0), grants)
+        t.remote_transfer = [g for g in grants if g.remote]
+        t.transfer = [g for g in grants if not g.remote] + t.remote_transfer
+        t.remote_memory_gb = rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
+        tasks.append(t)
+    profile = Profile("x", 100.0, rng.choice([0.0, rng.uniform(0.01, 0.9)]), rng.uniform(1.0, 3.0),
+                      rng.uniform(0.0, 2.0), 1.0)
+    run = Running(None, None, profile, tasks, 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
+    run.own_traffic = {lk: rng.uniform(0.0, 5.0) for lk in links if rng.random() < 0.3}
+    return state, run
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_stretch_matches_the_model_to_the_bit(seed: int) -> None:
+    state, run = _case(random.Random(seed))
+    fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
+    assert fast == _reference(state, run)
