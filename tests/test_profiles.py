@@ -169,3 +169,27 @@ def test_failed_inputs_never_break_the_fit() -> None:
     assert est.observations == 1
     p = est.profile(pessimistic=True)
     assert 1.0 <= p.remote_factor <= 100.0 and 0.0 <= p.load_sensitivity <= 100.0 and 0 < p.transfer_share <= 1.0
+
+
+def test_an_observation_weighs_its_load_samples_by_the_work_done_in_each() -> None:
+    """A run's time is its work spread over φ: with the image's estimate, the observed load is the one
+    whose φ explains the whole run (work-weighted), not the time mean, which a varying load biases high."""
+    from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
+    from disagg.profiles.observe import observation, path_load
+
+    etl = Profile("etl", 120.0, 0.6, 2.0, 4.0, 6.0)
+    remote = PlacedDevice("pool/gpu0", "gpu", True, "pool", ("up:pool",), 6.0)
+    placement = SlicePlacement("s-1", (PlacedTask("t0", "node0", 1.0, 1.0, (remote,)),))
+    caps = {"up:pool": 100.0}
+    loads = [0.0, 0.8, 0.1, 0.6, 0.2]
+    # samples every second; the job's own 6 Gbit/s is taken off the link's traffic
+    samples = [(float(i), {"up:pool": 6.0 + 100.0 * lo}) for i, lo in enumerate(loads)]
+    assert path_load(placement, samples, caps) == pytest.approx(sum(loads) / len(loads))
+    obs = observation(placement, 0.0, 5.0, samples, caps, etl)
+    assert obs is not None and obs.remote_share == 1.0
+    # the work done in each second is 1/φ(load); φ at the weighted load, times the work, is the run
+    work = [1.0 / expected_s(etl, 1.0, lo) for lo in loads]
+    assert expected_s(etl, 1.0, obs.load) * sum(work) == pytest.approx(len(loads))
+    assert obs.load < sum(loads) / len(loads)  # the time mean counts the slow, high-load seconds as much
+    neutral = observation(placement, 0.0, 5.0, samples, caps, NEUTRAL)
+    assert neutral is not None and neutral.load == pytest.approx(sum(loads) / len(loads))

@@ -136,16 +136,23 @@ class ProfileKeeper:
         samples, caps = self.store.link_samples(min(s for s, _ in spans), max(e for _, e in spans)) if spans \
             else ([], {})
         rows = []
+        estimates = self._estimates()
         for d in done:
             start, end = d["started"], d["ended"]
             mine = [s for s in samples if start is not None and end is not None and start <= s[0] <= end]
-            obs = observation(d["placement"], start, end, mine, caps)
             image = normalize_image(d["image"])
+            obs = observation(d["placement"], start, end, mine, caps, estimates.get(image, lookup(image, self.base)))
             rows.append({"slice_id": d["slice_id"], "image": image, "at": now,
                          "run_s": None if obs is None else obs.run_s,
                          "remote_share": 0.0 if obs is None else obs.remote_share,
                          "load": 0.0 if obs is None else obs.load})
         return rows
+
+    def _estimates(self) -> dict[str, Profile]:
+        """Each learned or pinned image's profile as now estimated (not its pessimistic bound): what an
+        observation's load samples are weighed by."""
+        return {row["image"]: profile_from_fields(row["data"]["profile"]) for row in self._rows()
+                if row["data"].get("kind") in ("learned", "pinned") and "profile" in row["data"]}
 
     def _fits(self, images: list[str]) -> dict[str, dict[str, Any]]:
         known = [r["data"] for r in self._rows() if r["data"].get("kind") == "learned"]
