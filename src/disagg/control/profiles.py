@@ -65,6 +65,13 @@ def pinned_data(profile: Profile) -> dict[str, Any]:
     return {"kind": "pinned", "profile": profile_fields(profile)}
 
 
+def _estimates(rows: list[dict[str, Any]]) -> dict[str, Profile]:
+    """Each learned or pinned image's profile as now estimated (not its pessimistic bound): what an
+    observation's load samples are weighed by."""
+    return {row["image"]: profile_from_fields(row["data"]["profile"]) for row in rows
+            if row["data"].get("kind") in ("learned", "pinned") and "profile" in row["data"]}
+
+
 class ProfileKeeper:
     """The operator's table, the store's learned and pinned profiles, and the learning step."""
 
@@ -119,10 +126,11 @@ class ProfileKeeper:
         done = self.store.completed_unobserved()
         if not done:
             return []
-        rows = self._observations(done, now)
+        known = self._rows()  # read once: the observations' pace and the fits' typical prior
+        rows = self._observations(done, now, known)
         images = self.store.add_observations(rows, self.config.profile_observations)
         if images:
-            fits = self._fits(images)
+            fits = self._fits(images, known)
             self.store.save_estimates(fits, now, self.config.profiles_max_images)
             self._table = None
             for image, data in fits.items():
@@ -131,12 +139,13 @@ class ProfileKeeper:
                          data["slowdown_pessimistic"])
         return images
 
-    def _observations(self, done: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    def _observations(self, done: list[dict[str, Any]], now: float, known: list[dict[str, Any]]
+                      ) -> list[dict[str, Any]]:
         spans = [(d["started"], d["ended"]) for d in done if d["started"] is not None and d["ended"] is not None]
         samples, caps = self.store.link_samples(min(s for s, _ in spans), max(e for _, e in spans)) if spans \
             else ([], {})
         rows = []
-        estimates = self._estimates()
+        estimates = _estimates(known)
         for d in done:
             start, end = d["started"], d["ended"]
             mine = [s for s in samples if start is not None and end is not None and start <= s[0] <= end]
@@ -148,14 +157,8 @@ class ProfileKeeper:
                          "load": 0.0 if obs is None else obs.load})
         return rows
 
-    def _estimates(self) -> dict[str, Profile]:
-        """Each learned or pinned image's profile as now estimated (not its pessimistic bound): what an
-        observation's load samples are weighed by."""
-        return {row["image"]: profile_from_fields(row["data"]["profile"]) for row in self._rows()
-                if row["data"].get("kind") in ("learned", "pinned") and "profile" in row["data"]}
-
-    def _fits(self, images: list[str]) -> dict[str, dict[str, Any]]:
-        known = [r["data"] for r in self._rows() if r["data"].get("kind") == "learned"]
+    def _fits(self, images: list[str], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        known = [r["data"] for r in rows if r["data"].get("kind") == "learned"]
         prior_typical = typical((d["coef"], int(d["remote_observations"])) for d in known)
         out = {}
         for image in images:

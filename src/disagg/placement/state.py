@@ -96,6 +96,8 @@ class FreeState:
         self.loc_rack: IntArray = np.fromiter(map(rack_index.__getitem__, cluster.location_rack), dtype=np.int64,
                                               count=n_loc)
         self.n_racks = len(rack_index)
+        #: `loc_rack` as a list: `path` reads it per device, where numpy's scalar reads cost several times more.
+        self._rack_of: list[int] = self.loc_rack.tolist()
         self.link_cap: FloatArray = np.concatenate([
             column(machines, "uplink_gbps"), column(cluster.pools, "uplink_gbps"),
             np.full(self.n_racks, cluster.rack_uplink_gbps, dtype=np.float64)])
@@ -173,7 +175,6 @@ class FreeState:
         # `+=` each, which cost a numpy scalar write per link and a snapshot holds hundreds).
         links: list[int] = []
         shares: list[float] = []
-        rack, n_loc = self.loc_rack.tolist(), len(self.loc_rack)
         for i in np.nonzero(gbps > 0)[0].tolist():
             a = allocations[i]
             if not a.devices:
@@ -182,9 +183,7 @@ class FreeState:
             remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
             src = int(where[i])
             for loc in remote:
-                dst = cl.location_index[loc]
-                beyond = () if src == dst else (dst,) if rack[src] == rack[dst] else (
-                    n_loc + rack[src], n_loc + rack[dst], dst)  # self.path(src, dst)[1:]
+                beyond = self.path(src, cl.location_index[loc])[1:]
                 links += beyond
                 shares += [a.network_gbps / len(remote)] * len(beyond)
         if links:
@@ -211,16 +210,14 @@ class FreeState:
     def link_index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.link_names)}
 
-    def rack_link(self, loc: int) -> int:
-        return len(self.loc_rack) + int(self.loc_rack[loc])
-
     def path(self, src: int, dst: int) -> tuple[int, ...]:
         """Link indices between two locations (same as Cluster.path, by index)."""
         if src == dst:
             return ()
-        if self.loc_rack[src] == self.loc_rack[dst]:
+        rack_of = self._rack_of
+        if rack_of[src] == rack_of[dst]:
             return (src, dst)
-        return (src, self.rack_link(src), self.rack_link(dst), dst)
+        return (src, len(rack_of) + rack_of[src], len(rack_of) + rack_of[dst], dst)
 
     def load(self, links: tuple[int, ...] | list[int]) -> float:
         """Utilisation (0..1+) of the busiest link among `links`."""
