@@ -75,8 +75,9 @@ class FlowRound:
     first_fit: dict[int, int] = field(default_factory=dict)
     #: Places in the queue of the jobs refused only for contention: re-admitted once those ahead are decided.
     late: list[int] = field(default_factory=list)
-    #: Per job of `ordered`, its request's admission code (`queue.Asks.codes_of`), taken once a round.
-    codes: list[int] = field(default_factory=list)
+    #: The request code (`queue.Asks.codes_of`) of each job `late` held when re-admission first ran:
+    #: taken once a round (`late` only shrinks), and only for those jobs.
+    late_codes: dict[int, int] | None = None
     iterations: int = 0
 
     @property
@@ -145,15 +146,13 @@ class FlowPlacer:
         bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
         ordered = fair_order(order_queue(queue, now), bonus)
         cache = _RoundJobCache()
-        codes = cache.asks.codes_of(list(map(attrgetter("tasks"), ordered)))
-        admitted, refused = admit(state, ordered, asks=cache.asks, codes=codes)
+        admitted, refused = admit(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
         rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock)
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
         rnd.late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
-        rnd.codes = codes
         return rnd
 
     def _iteration(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
@@ -195,6 +194,9 @@ class FlowPlacer:
         """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
         another look, now that those jobs are decided (some of them may not have been placed)."""
         ordered, refused = rnd.ordered, rnd.refused
+        if rnd.late_codes is None:
+            rnd.late_codes = dict(zip(rnd.late, rnd.cache.asks.codes_of([ordered[i].tasks for i in rnd.late]),
+                                      strict=True))
         late_jobs: list[Job] = []
         keep, keep_job, refusal, contention = [], late_jobs.append, refused.get, Reason.CONTENTION
         for i in rnd.late:  # (a pass over most of a long queue on a full cluster: kept lean)
@@ -208,7 +210,7 @@ class FlowPlacer:
         # refusals answers without a look; the head would stop at the first.)
         # The refusals go straight into the round's (every job walked is in it already).
         more, _ = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks, refused=refused,
-                        codes=list(map(rnd.codes.__getitem__, keep)))
+                        codes=list(map(rnd.late_codes.__getitem__, keep)))
         for k in more:
             del refused[ordered[rnd.late[k]].name]
         fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]
