@@ -123,9 +123,10 @@ def live_placements(conn: Connection) -> list[SlicePlacement]:
     return [p for _, _, p in live_slices_placed(conn)]
 
 
-def live_allocations(conn: Connection) -> list[Allocation]:
-    """What the live slices hold, as allocations (the snapshot's warm part, and what a commit re-checks)."""
-    return _kept(conn).placements.allocations(conn)
+def live_allocations(conn: Connection, live: LiveSlices | None = None) -> list[Allocation]:
+    """What the live slices hold, as allocations (the snapshot's warm part, and what a commit re-checks);
+    `live`: the live slices as read in this transaction already (None: read them)."""
+    return _kept(conn).placements.allocations(conn, live)
 
 
 def room_left(conn: Connection, live: LiveSlices | None = None) -> tuple[dict[str, float], dict[str, float]]:
@@ -134,7 +135,7 @@ def room_left(conn: Connection, live: LiveSlices | None = None) -> tuple[dict[st
     machines = current_inventory(conn).machines
     cpu = {m.name: m.cpus for m in machines}
     mem = {m.name: m.memory_gb for m in machines}
-    for a in _kept(conn).placements.allocations(conn, live):
+    for a in live_allocations(conn, live):
         cpu[a.machine] -= a.cpus
         mem[a.machine] -= a.memory_gb
     return cpu, mem
