@@ -195,6 +195,31 @@ def test_a_preempted_job_is_requeued_whatever_its_retries_with_its_wait_kept(tmp
         svc.close()
 
 
+def test_a_claim_whose_victim_stopped_between_the_ticks_step_and_its_round_is_placed_first(tmp_path: Path) -> None:
+    """The victim's teardown ends on a slice worker: when it ends after the tick's `step` and before its
+    round, the round must still know the claim (else what the victim freed goes by the queue's order, and
+    a second victim is preempted for the same claimant: a CI run of the Slurm test saw three for two)."""
+    from disagg.placement.decisions import Preemption
+
+    svc = make_service(tmp_path, tenants=COHORT, preempt_grace_s=0.2)
+    try:
+        svc.controller.start()
+        j, _ = svc.jobs.submit("alice", body("long", ["sleep", "30"]))
+        job_id = str(j["id"])
+        wait_for(lambda: job(svc, job_id)["state"] == JobState.RUNNING, 20, "the job to run")
+        svc.controller.stop()  # from here the test is the loop: no step runs unless it calls one
+        preempter = svc.controller.preempter
+        assert preempter.start([Preemption(job_id, "alice", "j-claim", "bob", {"gpu": 1.0})])
+        slice_id = str(job(svc, job_id)["slice"])
+        assert preempter.step(time.time() + 1.0) == set(), "the grace period is over: the slice goes to teardown"
+        assert preempter.claims({"j-claim"}) == frozenset(), "its victim still holds the GPU"
+        svc.controller.slices.teardown(slice_id)  # the worker's part, after this tick's step
+        assert preempter.claims({"j-claim", "other"}) == frozenset({"j-claim"})
+        assert preempter.claims({"other"}) == frozenset(), "a claimant no longer queued is no claim"
+    finally:
+        svc.close()
+
+
 def test_the_dashboard_shows_each_tenants_usage_against_quota_and_its_shares(tmp_path: Path) -> None:
     """With tenants configured, the queue page has a row per tenant: held / quota + borrow and the shares;
     a tenant signed in sees only its own row."""

@@ -276,7 +276,9 @@ def test_preemption_on_slurm_gives_sigterm_and_the_grace_then_requeues(
         bob = [submit("bob", f"b{i}", 1.0) for i in range(2)]
         _until(lambda: all(state(j) == "completed" for j in alice + bob), "every job to end", 150)
         preempted = [j for j in alice if any("preempted by" in (e["why"] or "") for e in svc.store.job_events(j))]
-        assert len(preempted) == 2, "bob's two jobs reclaim two of alice's three borrowed GPUs"
+        history = {j: [(round(e["at"], 2), e["subject"], e["to"], e["why"]) for e in svc.store.job_events(j)]
+                   for j in alice + bob}
+        assert len(preempted) == 2, f"bob's two jobs reclaim two of alice's three borrowed GPUs: {history}"
         for j in preempted:
             events = svc.store.job_events(j)
             signalled = next(e for e in events if (e["why"] or "").startswith("preempted by"))

@@ -48,9 +48,18 @@ class Preempter:
         self.grace_s = grace_s
         #: Queued jobs whose victims have stopped (`Tenancy.claims`): placed first, until they are.
         self.reclaimed: set[str] = set()
+        #: Whether some preemption may still be open (seen by the last `step`, or started since).
+        self._open = True  # a new leader may find preemptions its predecessor started
 
     def claims(self, queued: set[str]) -> frozenset[str]:
-        """The claimants still queued (the others were placed, or cancelled)."""
+        """The claimants still queued (the others were placed, or cancelled). A victim's teardown ends on a
+        slice worker, and may end between this tick's `step` and its round: its claimant is read from the
+        store then, or the round would see the victim gone and no claim, give what it freed to the queue's
+        order (a borrower's job, or the victim itself re-queued) and preempt a second victim for the same
+        claimant (a CI run of the Slurm preemption test saw three victims for two claims)."""
+        if self._open:
+            self.reclaimed |= {rec.for_job for rec in self.store.preemptions()
+                               if rec.slice_state in (None, SliceState.DONE) and rec.for_job != CANCEL_MARK}
         self.reclaimed &= queued
         return frozenset(self.reclaimed)
 
@@ -68,6 +77,7 @@ class Preempter:
                                                 dict(p.reclaims), why, self.grace_s):
                 continue
             started.append(slice_id)
+            self._open = True
             log.info("%s %s (tenant %s): %s", "composition" if composition else "job", p.job, p.tenant, why)
             if composition:
                 continue  # nothing runs in it to signal: its owner has the grace period to decompose it
@@ -81,7 +91,9 @@ class Preempter:
         """End the grace periods that are over; returns the slices still in theirs (the poll skips them)."""
         now = time.time() if now is None else now
         waiting: set[str] = set()
-        for rec in self.store.preemptions():
+        records = self.store.preemptions()
+        self._open = bool(records)
+        for rec in records:
             if rec.slice_state in (None, SliceState.DONE):
                 self.store.drop_preemption(rec.slice_id)
                 if rec.for_job != CANCEL_MARK:
