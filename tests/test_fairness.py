@@ -111,6 +111,34 @@ def test_the_fair_share_term_goes_to_the_tenant_below_its_weighted_share() -> No
     assert [j.name for j in fair_order([queue[1], queue[0]], {"alice": 1.0})] == ["a", "b"]
 
 
+def test_the_terms_reach_the_wrapped_policy_as_an_argument_and_the_snapshot_stays_as_observed() -> None:
+    """Issue 23: the fair-share terms no longer travel inside the snapshot. The policy inside gets the
+    snapshot the shell built (the same object) and the terms beside it; they order its queue (bob's job,
+    younger but below its share, is placed on the one GPU) — without them alice's older job would be."""
+    seen: list[tuple[Cluster, object]] = []
+    inner = get_policy("drmaestro")
+
+    class Recording:
+        name = inner.name
+
+        def place(self, snapshot: Cluster, queue: list[Job], now: float, rng: np.random.Generator,
+                  clock: object = None, terms: object = None) -> Decisions:
+            seen.append((snapshot, terms))
+            return inner.place(snapshot, queue, now, rng, terms=terms)  # type: ignore[arg-type]
+
+    tenants = parse_tenants([{"name": "alice", "weight": 1}, {"name": "bob", "weight": 1}])
+    tenancy = Tenancy(tenants, history={"alice": {"gpu": 4.0}, "bob": {"gpu": 0.0}})
+    cluster = make_cluster(machines=1, gpus=1).with_tenancy(tenancy)
+    queue = [_one_gpu("a", "alice", submit_s=0.0), _one_gpu("b", "bob", submit_s=5.0)]
+    decisions = FairPolicy(Recording()).place(cluster, queue, 10.0, np.random.default_rng(0))
+    [(snapshot, terms)] = seen
+    assert snapshot is cluster and snapshot.tenancy is tenancy
+    assert terms == fair_bonus(tenancy, capacity(cluster), queue) and set(terms) == {"bob"}  # type: ignore[arg-type]
+    assert [p.job for p in decisions.placed] == ["b"]
+    plain = inner.place(cluster, queue, 10.0, np.random.default_rng(0))
+    assert [p.job for p in plain.placed] == ["a"], "without the terms the older job goes first"
+
+
 def test_the_term_is_on_the_unscheduled_arc_and_w_still_grows() -> None:
     from disagg.placement.cost_models import get_cost_model
     from disagg.placement.flow import FlowPlacer, _RoundJobCache

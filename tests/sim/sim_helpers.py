@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from disagg.model import Cluster, Job
-from disagg.placement.base import Clock, Policy, no_clock
+from disagg.placement.base import Clock, FairTerms, Policy, no_clock
 from disagg.placement.decisions import Decisions
 from disagg.placement.registry import get_policy
 from disagg.sim.scenarios import Scenario
@@ -42,8 +42,8 @@ class RecordingPolicy:
         return self.inner.name
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
-        decisions = self.inner.place(snapshot, queue, now, rng, clock)
+              clock: Clock = no_clock, terms: FairTerms | None = None) -> Decisions:
+        decisions = self.inner.place(snapshot, queue, now, rng, clock, terms)
         self.rounds.append(Round(snapshot, tuple(queue), now, decisions))
         return decisions
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from disagg.cli import app
 from disagg.model import Cluster, Job, TaskRequest, parse_cluster
 from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
-from disagg.placement.base import Clock, no_clock
+from disagg.placement.base import Clock, FairTerms, no_clock
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.profiles import lookup
 from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, simulate, waited
@@ -263,7 +263,7 @@ class PlacingPolicy:
     name: str = "fixed"
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
+              clock: Clock = no_clock, terms: FairTerms | None = None) -> Decisions:
         return Decisions(self.name, placed=self.decide(queue))
 
 

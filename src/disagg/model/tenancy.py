@@ -12,8 +12,9 @@ round without tenants: no quotas, no fair share, no preemption — the plain pol
   Fair share is computed over it (`placement.usage.decay` updates it; the shell keeps it).
 - `claims`: queued jobs whose victims have stopped: what those gave back is theirs, so the round
   places them before anyone else (else a borrower could take it back first, and be preempted again).
-- `bonus`: filled by `placement.fairness.FairPolicy` for the policy it wraps: the fair-share term of
-  each tenant's jobs on the unscheduled arc (in utility units). The shell leaves it empty.
+
+The fair-share terms that `placement.fairness.FairPolicy` computes from it are handed to the policy it wraps
+as an argument (`placement.base.FairTerms`), not written back here: a tenancy is what the shell observed.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ class Tenancy:
     holders: Mapping[str, Holder] = field(default_factory=dict)
     history: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     grace_s: float = DEFAULT_GRACE_S
-    bonus: Mapping[str, float] = field(default_factory=dict)
     claims: frozenset[str] = frozenset()
 
 

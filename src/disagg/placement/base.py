@@ -1,12 +1,16 @@
 """The policy interface: a pure function of (snapshot, queue, now, rng) → Decisions.
 
+A policy inside `placement.fairness.FairPolicy` is also handed the round's fair-share terms (`terms`): what
+the wrapper computed from the snapshot's tenancy for this round, passed as an argument rather than written
+back into the snapshot, so that the snapshot stays what the shell observed.
+
 `stopwatch` is how the shell lends a clock for the timings; the core never reads one itself.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -16,6 +20,9 @@ from disagg.model import Cluster, Job
 from disagg.placement.decisions import Decisions
 
 Clock = Callable[[], float]
+#: Each tenant's fair-share term on its jobs' unscheduled arcs (utility units: `fairness.fair_bonus`), from
+#: `FairPolicy` for the policy it wraps. The flow policies price it; the sequential baselines ignore it.
+FairTerms = Mapping[str, float]
 
 
 def no_clock() -> float:
@@ -61,6 +68,7 @@ class Policy(Protocol):
         now: float,
         rng: np.random.Generator,
         clock: Clock = no_clock,
+        terms: FairTerms | None = None,
     ) -> Decisions: ...
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.model import Cluster, Job
-from disagg.placement.base import Clock, no_clock
+from disagg.placement.base import Clock, FairTerms, no_clock
 from disagg.placement.decisions import Decisions
 from disagg.placement.flow import FlowOptions, FlowPlacer
 from disagg.placement.network import FlowNetwork
@@ -29,9 +29,9 @@ class DRMaestroPolicy:
         return self._placer.graphs
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
+              clock: Clock = no_clock, terms: FairTerms | None = None) -> Decisions:
         """Deterministic: `rng` is unused (min-cost flow has no random choices)."""
-        return self._placer.place(snapshot, queue, now, clock)
+        return self._placer.place(snapshot, queue, now, clock, terms)
 
 
 class DRMaestroNAPolicy(DRMaestroPolicy):

@@ -24,7 +24,6 @@ the head that fits, so the arc's cost alone would only choose among jobs the que
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from operator import attrgetter
 
 import numpy as np
@@ -32,7 +31,7 @@ import numpy as np
 from disagg.model import Cluster, Job
 from disagg.model.tenancy import Tenancy
 from disagg.model.tenants import Tenants
-from disagg.placement.base import Clock, Policy, no_clock
+from disagg.placement.base import Clock, FairTerms, Policy, no_clock
 from disagg.placement.commit import EPS
 from disagg.placement.cost import WAIT_STEP
 from disagg.placement.decisions import Decisions, JobPlacement, Preemption, Reason, Unplaced
@@ -90,7 +89,8 @@ class FairPolicy:
         self.reads_wait_rounds = bool(getattr(inner, "reads_wait_rounds", True))
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
+              clock: Clock = no_clock, terms: FairTerms | None = None) -> Decisions:
+        """`terms` is for a policy inside: this one computes its own from the snapshot's tenancy."""
         tenancy = snapshot.tenancy
         if tenancy is None:
             return self.inner.place(snapshot, queue, now, rng, clock)
@@ -101,9 +101,9 @@ class FairPolicy:
         ledger = QuotaLedger(tenancy.tenants, usage, needs.demand_of(tenancy.tenants))
         kept, refused = ledger.admit(ordered, needs)
         cap = capacity(snapshot)
-        inner_snapshot = snapshot.with_tenancy(replace(tenancy, bonus=fair_bonus(tenancy, cap, kept)))
+        terms = fair_bonus(tenancy, cap, kept)
         before = clock()
-        decisions = self._place_claims_first(inner_snapshot, kept, now, rng, clock)
+        decisions = self._place_claims_first(snapshot, kept, now, rng, clock, terms)
         after = clock()
         jobs = {j.name: j for j in kept}
         placed, dropped = settle(tenancy.tenants, usage, decisions.placed, jobs)
@@ -123,18 +123,18 @@ class FairPolicy:
         return Decisions(decisions.policy, placed, unplaced, timings, stats, tuple(preempted))
 
     def _place_claims_first(self, snapshot: Cluster, kept: list[Job], now: float, rng: np.random.Generator,
-                            clock: Clock) -> Decisions:
+                            clock: Clock, terms: FairTerms) -> Decisions:
         """The policy on the kept jobs; the jobs whose victims have stopped (`Tenancy.claims`) first, on
         their own, then the others on what they leave."""
         assert snapshot.tenancy is not None
         claims = snapshot.tenancy.claims
         first = [j for j in kept if j.name in claims] if claims else []
         if not first:
-            return self.inner.place(snapshot, kept, now, rng, clock)
-        ahead = self.inner.place(snapshot, first, now, rng, clock)
+            return self.inner.place(snapshot, kept, now, rng, clock, terms)
+        ahead = self.inner.place(snapshot, first, now, rng, clock, terms)
         rest = [j for j in kept if j.name not in claims]
         after = without(snapshot, frozenset(), ahead.placed).with_tenancy(snapshot.tenancy)
-        behind = self.inner.place(after, rest, now, rng, clock)
+        behind = self.inner.place(after, rest, now, rng, clock, terms)
         timings = {k: ahead.timings.get(k, 0.0) + behind.timings.get(k, 0.0)
                    for k in set(ahead.timings) | set(behind.timings)}
         return Decisions(behind.policy, ahead.placed + behind.placed, ahead.unplaced + behind.unplaced, timings,

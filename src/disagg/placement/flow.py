@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
-from disagg.placement.base import Clock, collector_paused, no_clock
+from disagg.placement.base import Clock, FairTerms, collector_paused, no_clock
 from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
@@ -102,10 +102,11 @@ class FlowPlacer:
 
     # -- the round ---------------------------------------------------------------------------------
 
-    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock = no_clock) -> Decisions:
+    def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock = no_clock,
+              terms: FairTerms | None = None) -> Decisions:
         start = clock()
         with collector_paused():
-            decisions = self._place(snapshot, queue, now, clock)
+            decisions = self._place(snapshot, queue, now, clock, terms or {})
         # Freeing the round's working state (when `_place` returns) and the one collection that leaving
         # the pause runs are part of the round's Python cost: counted as decoding.
         round_s = clock() - start
@@ -113,12 +114,13 @@ class FlowPlacer:
         decisions.timings["round_s"] = round_s
         return decisions
 
-    def _place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> Decisions:
+    def _place(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock, terms: FairTerms
+               ) -> Decisions:
         """The stages of a round (placement/README.md): admit; iterations of phase 1, the device phases
         and the gang check, each followed by the retries (contention losers, the liveness rule's forced
         jobs, second tries) and re-admission; the last resort; the decisions."""
         start = clock()
-        rnd = self._admit(snapshot, queue, now, clock)
+        rnd = self._admit(snapshot, queue, now, clock, terms)
         rnd.timings.build_s += clock() - start
         pending = rnd.jobs
         for _ in range(self.options.max_iterations):
@@ -139,11 +141,12 @@ class FlowPlacer:
                    "slo_at_risk": sum(1 for p in placed if p.slo_at_risk)},
         )
 
-    def _admit(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock) -> FlowRound:
-        """Stage 1: the queue in order (with tenants, fair order: `placement.fairness` puts the fair-share
-        terms on the snapshot), what is free covers (admission), the admitted jobs' records."""
+    def _admit(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock, terms: FairTerms
+               ) -> FlowRound:
+        """Stage 1: the queue in order (with tenants, fair order by the fair-share `terms` that
+        `placement.fairness` hands the policy), what is free covers (admission), the admitted jobs' records."""
         state = FreeState(snapshot)
-        bonus = dict(snapshot.tenancy.bonus) if snapshot.tenancy is not None else {}
+        bonus = dict(terms)
         ordered = fair_order(order_queue(queue, now), bonus)
         cache = _RoundJobCache()
         admitted, refused = admit(state, ordered, asks=cache.asks)

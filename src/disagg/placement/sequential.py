@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from disagg.model import Cluster, Job
-from disagg.placement.base import Clock, no_clock
+from disagg.placement.base import Clock, FairTerms, no_clock
 from disagg.placement.commit import EPS, exceeds
 from disagg.placement.cost import phi, profile_of, remote_gbps
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
@@ -191,7 +191,8 @@ class SequentialPolicy:
     reads_wait_rounds = False
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
-              clock: Clock = no_clock) -> Decisions:
+              clock: Clock = no_clock, terms: FairTerms | None = None) -> Decisions:
+        """`terms` is ignored: the baselines keep their own order and price nothing (`placement.fairness`)."""
         return place_sequentially(self.name, snapshot, queue, now, rng, self.order, self.pick_machine,
                                   self.pick_devices, blocking=self.blocking, clock=clock,
                                   server_centric=self.server_centric)
