@@ -35,6 +35,36 @@ def test_migrations_create_every_table_and_are_idempotent(db_url: str) -> None:
     store.close()
 
 
+def test_a_migration_that_pauses_longer_than_the_idle_timeout_still_completes(db_url: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI run on a busy host: Alembic's pause between two statements passed PostgreSQL's idle-in-transaction
+    timeout (`IDLE_IN_TRANSACTION_S`, meant for a paused leader's row locks) and the server ended the
+    migration. Here each revision's step waits longer than that timeout before it runs."""
+    import time
+
+    from alembic.operations import ops
+
+    from disagg.store.base import IDLE_IN_TRANSACTION_S
+
+    original = ops.CreateTableOp.create_table
+    paused: list[str] = []
+
+    def slow_create(cls: type, table_name: str, *args: object, **kw: object) -> object:
+        if not paused:
+            time.sleep(IDLE_IN_TRANSACTION_S + 1.0)
+        paused.append(table_name)
+        return original(table_name, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ops.CreateTableOp, "create_table", classmethod(slow_create))
+    store = Store(db_url)
+    try:
+        store.migrate()
+        assert paused, "the migration went through the pause"
+        assert {"jobs", "tokens", "slices"} <= set(inspect(store.engine).get_table_names())
+    finally:
+        store.close()
+
+
 def test_tokens_name_their_tenant_and_are_stored_hashed(db_url: str) -> None:
     store = Store(db_url)
     store.migrate()

@@ -161,6 +161,10 @@ class StoreBase:
         cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":  # replicas starting at once: one migrates, the others wait for it
+                # Alembic loads each revision's script between its statements: on a busy host that gap passed
+                # the session's idle-in-transaction timeout (a CI run) and the server ended the migration.
+                # The timeout is for a leader's row locks; a migration runs before this process leads.
+                conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("disagg-migrate")})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
