@@ -57,7 +57,8 @@ def _pairs(seed: int, learning: dict[str, Any]) -> list[dict[str, Any]]:
     for image, v in learning["images"].items():
         p = v["after_20"] or {}
         out.append({"seed": seed, "image": image, "error": p.get("error"), "remote": p.get("remote"),
-                    "slowdown": p.get("slowdown"), "truth": p.get("truth"), "pessimistic": p.get("pessimistic"),
+                    "slowdown": p.get("slowdown"), "sd": p.get("sd"), "truth": p.get("truth"),
+                    "pessimistic": p.get("pessimistic"),
                     "final_error": v["final"].get("error"), "final_remote": v["final"].get("remote")})
     return out
 
