@@ -49,6 +49,7 @@ def estimate_data(est: Estimate) -> dict[str, Any]:
         "kind": "learned", "observations": est.observations, "remote_observations": est.remote_observations,
         "rmse_s": round(est.rmse_s, 6), "prior": est.prior_kind, "coef": list(est.coef), "sd": list(est.sd),
         "slowdown": round(est.slowdown(), 6), "slowdown_pessimistic": round(est.slowdown(pessimistic=True), 6),
+        "slowdown_sd": round(est.slowdown_sd(), 6),
         "profile": profile_fields(mean), "pessimistic": profile_fields(pess),
     }
 

@@ -109,11 +109,29 @@ class Estimate:
         """φ(r, load) / φ(0): how much slower the image runs with remote devices under that load."""
         return remote_slowdown(self.profile(pessimistic), remote_share, load)
 
+    def slowdown_sd(self, load: float = REFERENCE_LOAD) -> float:
+        """The posterior standard deviation of φ(1, load)/φ(0) (delta method on the fit's covariance):
+        how far the estimate itself says it may be off. Remote runs that all met one narrow band of
+        loads pin B + C·load there but not the split, so the extrapolation to another load stays as
+        unsure as the prior makes it, and this says so where the run count cannot (docs/profiles.md)."""
+        return ratio_sd(self.coef, self.cov, load)
+
 
 def remote_slowdown(profile: Profile, remote_share: float = 1.0, load: float = REFERENCE_LOAD) -> float:
     """φ(r, load) / φ(0, 0) of a profile (1 for the neutral one)."""
     local = expected_s(profile, 0.0, 0.0, 1.0)
     return expected_s(profile, remote_share, load, 1.0) / local if local > 0 else 1.0
+
+
+def ratio_sd(coef: Sequence[float], cov: Sequence[Sequence[float]], load: float = REFERENCE_LOAD) -> float:
+    """Standard deviation of 1 + (B + C·load)/A for (A, B, C) ~ (coef, cov), to first order: the
+    gradient (−(B + C·load)/A², 1/A, load/A) through the covariance. 0 for a non-positive A (no base
+    time: no ratio to be unsure of)."""
+    a, b, c = coef
+    if a <= 0.0:
+        return 0.0
+    grad = np.array([-(b + c * load) / a ** 2, 1.0 / a, load / a])
+    return math.sqrt(max(float(grad @ np.array(cov, dtype=np.float64) @ grad), 0.0))
 
 
 def coefficients(profile: Profile, base_s: float | None = None) -> tuple[float, float, float]:

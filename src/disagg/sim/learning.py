@@ -75,7 +75,7 @@ class Knowledge:
         self.estimates[key] = est
         self.learned[key] = est.profile(pessimistic=est.remote_observations >= self.explore)
         point = {"n": float(len(runs)), "remote": float(est.remote_observations), "slowdown": est.slowdown(),
-                 "pessimistic": est.slowdown(pessimistic=True)}
+                 "pessimistic": est.slowdown(pessimistic=True), "sd": est.slowdown_sd()}
         if self.truth is not None:
             true = remote_slowdown(lookup(image, self.truth))
             point["truth"] = true
