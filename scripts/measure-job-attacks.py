@@ -27,7 +27,6 @@ sys.path[:0] = [".", "tests/control"]
 
 import httpx  # noqa: E402
 from control_helpers import Server, admin_token, wait_for  # noqa: E402
-
 from tests.control.test_control_sandbox import HOLD  # noqa: E402
 
 CONFIG = ("tenants: [{name: alice}, {name: bob}, {name: carol, network: host}]\n"
@@ -37,8 +36,9 @@ CONFIG = ("tenants: [{name: alice}, {name: bob}, {name: carol, network: host}]\n
 class Measured:
     def __init__(self, root: Path) -> None:
         (root / "c.yaml").write_text(CONFIG)
-        self.srv = Server(root, f"sqlite:///{root / 'd.db'}", ["--latency-scale", "0.002", "--tick-s", "0.02",
-                                                               "--round-gap-s", "0.02", "--config", str(root / "c.yaml")])
+        flags = ["--latency-scale", "0.002", "--tick-s", "0.02", "--round-gap-s", "0.02",
+                 "--config", str(root / "c.yaml")]
+        self.srv = Server(root, f"sqlite:///{root / 'd.db'}", flags)
         self.srv.start()
         self.srv.ready()
         self.url = self.srv.url
@@ -56,7 +56,8 @@ class Measured:
         return dict(httpx.get(f"{self.url}/v1/jobs/{job_id}", headers=self.tok[who], timeout=30).json())
 
     def logs(self, who: str, job_id: str) -> str:
-        return str(httpx.get(f"{self.url}/v1/jobs/{job_id}/logs", headers=self.tok[who], timeout=30).json().get("logs", ""))
+        answer = httpx.get(f"{self.url}/v1/jobs/{job_id}/logs", headers=self.tok[who], timeout=30)
+        return str(answer.json().get("logs", ""))
 
     def probe(self, n: int = 30) -> dict[str, Any]:
         lat: list[float] = []

@@ -11,6 +11,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export DISAGG_APT_PACKAGES="${DISAGG_APT_PACKAGES:-} slurm-wlm munge postgresql chromium chromium-driver python3 passwd bubblewrap"
 bash "$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"
-echo "== ruff"; .venv/bin/ruff check src tests
+echo "== ruff"; .venv/bin/ruff check src tests scripts
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"; .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -217,3 +217,14 @@ def test_an_observation_weighs_its_load_samples_by_the_work_done_in_each() -> No
     assert obs.load < sum(loads) / len(loads)  # the time mean counts the slow, high-load seconds as much
     neutral = observation(placement, 0.0, 5.0, samples, caps, NEUTRAL)
     assert neutral is not None and neutral.load == pytest.approx(sum(loads) / len(loads))
+
+
+def test_disagg_profiles_shows_a_learned_slowdown_with_its_doubt_and_what_placing_uses() -> None:
+    from disagg.cli.profiles import _slowdown
+
+    learned = {"used": "learned", "slowdown": 1.0,
+               "learned": {"slowdown": 1.8, "slowdown_sd": 0.25, "slowdown_pessimistic": 2.3}}
+    assert _slowdown(learned) == "1.800 ± 0.250 (placed as 2.300)"
+    older = {**learned, "learned": {**learned["learned"], "slowdown_sd": None}}  # stored before the sd was kept
+    assert _slowdown(older) == "1.800 (placed as 2.300)"
+    assert _slowdown({"used": "table", "slowdown": 1.4, "learned": None}) == "1.400"

@@ -87,6 +87,7 @@ def test_a_new_image_is_learned_and_its_profile_changes_the_next_decisions(
     assert lr["remote_observations"] >= 6
     assert 2.0 < lr["slowdown"] < 6.0, lr  # 1.2 s remote against 0.3 s local, plus the controller's overheads
     assert lr["slowdown_pessimistic"] >= lr["slowdown"]
+    assert 0.0 < lr["slowdown_sd"] < lr["slowdown"], lr  # the estimate's own doubt, shown beside it
     listed = client.get("/v1/profiles", headers=auth(token)).json()["profiles"]
     assert any(v["image"] == "sleeper" and v["used"] == "learned" for v in listed)
     assert any(v["image"] == "nw" and v["used"] == "table" for v in listed)

@@ -33,7 +33,8 @@ def _learned(v: dict[str, Any]) -> str:
 def _slowdown(v: dict[str, Any]) -> str:
     lr = v.get("learned")
     if v["used"] == "learned" and lr:
-        return f"{lr['slowdown']:.3f} (placed as {lr['slowdown_pessimistic']:.3f})"
+        sd = f" ± {lr['slowdown_sd']:.3f}" if lr.get("slowdown_sd") is not None else ""
+        return f"{lr['slowdown']:.3f}{sd} (placed as {lr['slowdown_pessimistic']:.3f})"
     return f"{v['slowdown']:.3f}"
 
 

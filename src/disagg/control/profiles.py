@@ -187,6 +187,8 @@ def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning
     if kind == "learned":
         out["learned"] = {k: data[k] for k in ("observations", "remote_observations", "rmse_s", "prior", "sd",
                                                "slowdown", "slowdown_pessimistic", "profile", "pessimistic")}
+        # φ(1, 0.5)/φ(0)'s own doubt (`Estimate.slowdown_sd`; None for an estimate stored before it was kept)
+        out["learned"]["slowdown_sd"] = data.get("slowdown_sd")
     cautious = int(data.get("remote_observations", 0)) >= explore
     out["exploring"] = used == "learned" and not cautious
     profile = {"pinned": out["pinned"], "learned": data.get("pessimistic" if cautious else "profile"),
