@@ -90,7 +90,8 @@ class FairPolicy:
 
     def place(self, snapshot: Cluster, queue: Sequence[Job], now: float, rng: np.random.Generator,
               clock: Clock = no_clock, terms: FairTerms | None = None) -> Decisions:
-        """`terms` is for a policy inside: this one computes its own from the snapshot's tenancy."""
+        """`terms` is for a policy inside: this one ignores it and computes its own (`own_terms`) from the
+        snapshot's tenancy for the policy it wraps."""
         tenancy = snapshot.tenancy
         if tenancy is None:
             return self.inner.place(snapshot, queue, now, rng, clock)
@@ -101,9 +102,9 @@ class FairPolicy:
         ledger = QuotaLedger(tenancy.tenants, usage, needs.demand_of(tenancy.tenants))
         kept, refused = ledger.admit(ordered, needs)
         cap = capacity(snapshot)
-        terms = fair_bonus(tenancy, cap, kept)
+        own_terms = fair_bonus(tenancy, cap, kept)
         before = clock()
-        decisions = self._place_claims_first(snapshot, kept, now, rng, clock, terms)
+        decisions = self._place_claims_first(snapshot, kept, now, rng, clock, own_terms)
         after = clock()
         jobs = {j.name: j for j in kept}
         placed, dropped = settle(tenancy.tenants, usage, decisions.placed, jobs)
