@@ -20,29 +20,33 @@ MAX_BUCKETS = 100_000
 
 
 class TenantBuckets:
-    """Token buckets by tenant: `take` one token, or learn how long until one is back."""
+    """Token buckets by tenant: `take` tokens (one a job), or learn how long until they are back."""
 
     def __init__(self, rate: float, burst: float) -> None:
         self.rate, self.burst = rate, max(1.0, burst)
         self._buckets: dict[str, tuple[float, float]] = {}  # tenant → (tokens, at)
         self._lock = threading.Lock()
 
-    def take(self, tenant: str, now: float | None = None) -> float:
-        """Take a token of `tenant`'s bucket: 0.0 when taken, else the seconds until one is back (nothing
-        taken). A rate of 0 means no limit."""
+    def take(self, tenant: str, now: float | None = None, count: int = 1) -> float:
+        """Take `count` tokens of `tenant`'s bucket: 0.0 when taken, else the seconds until they are back
+        (nothing taken). A rate of 0 means no limit; `count` may not pass the burst (`fits`)."""
         if self.rate <= 0:
             return 0.0
         now = time.monotonic() if now is None else now
         with self._lock:
             tokens, at = self._buckets.get(tenant, (self.burst, now))
             tokens = min(self.burst, tokens + (now - at) * self.rate)
-            if tokens < 1.0:
+            if tokens < count:
                 self._buckets[tenant] = (tokens, now)
-                return (1.0 - tokens) / self.rate
+                return (count - tokens) / self.rate
             if len(self._buckets) >= MAX_BUCKETS and tenant not in self._buckets:
                 self._prune(now)
-            self._buckets[tenant] = (tokens - 1.0, now)
+            self._buckets[tenant] = (tokens - count, now)
             return 0.0
+
+    def fits(self, count: int) -> bool:
+        """Whether `count` tokens can ever be taken at once (no more than the burst)."""
+        return self.rate <= 0 or count <= self.burst
 
     def _prune(self, now: float) -> None:
         self._buckets = {t: (n, at) for t, (n, at) in self._buckets.items()

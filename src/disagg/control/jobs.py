@@ -29,7 +29,7 @@ from disagg.engines.base import Engine, LogPage
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
 from disagg.model.states import RunState
-from disagg.store import DuplicateKey, Store, job_dict, new_job_row
+from disagg.store import DuplicateKey, IdempotencyConflict, Store, job_dict, new_job_row
 from disagg.store.batch import GroupInsert
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,15 @@ class QueueCounts:
         self.counts = self.store.queued_counts()
         self.read_at = time.monotonic()
 
-    def admit(self, tenant: str, most: int) -> None:
-        """Count one more queued job of `tenant`; QueueFull (nothing counted) when it has `most` already."""
+    def admit(self, tenant: str, most: int, count: int = 1) -> None:
+        """Count `count` more queued jobs of `tenant`; QueueFull (nothing counted) when they would pass
+        `most`."""
         n = self.counts.get(tenant, 0)
-        if n >= most:
+        if n + count > most:
+            ask = "" if count == 1 else f"; a batch of {count} does not fit in what is left ({max(0, most - n)})"
             raise QueueFull(f"tenant {tenant!r} has {n} jobs queued; at most {most} may wait at once "
-                            "(max_queued_per_tenant): wait for some to start, or cancel some")
-        self.counts[tenant] = n + 1
+                            f"(max_queued_per_tenant){ask}: wait for some to start, or cancel some")
+        self.counts[tenant] = n + count
 
 
 class JobService:
@@ -142,10 +144,89 @@ class JobService:
         self.wake()
         return job_dict(values), True
 
+    def submit_batch(self, tenant: str, requests: list[dict[str, Any]], idempotency_key: str | None = None
+                     ) -> tuple[list[dict[str, Any]], bool]:
+        """Store several jobs in one transaction, all or none (Slurm's job arrays; a client that submits
+        many jobs pays one request, not one each). Returns (jobs in order, created).
+
+        JobRejected names the first job at fault (`jobs[i].tasks`) and stores nothing; QueueFull when the
+        whole batch does not fit the tenant's queue bound. An Idempotency-Key covers the batch: job `i`
+        is stored under `batch_key(key, i)` with the digest of the whole body, so a repeat returns the
+        same jobs and a repeat with another body (a job changed, added or left out) is a conflict."""
+        digest = _digest({"batch": requests})
+        key = idempotency_key
+        keys = None if key is None else [batch_key(key, i) for i in range(len(requests))]
+        if key is not None:
+            found = self._batch_by_key(tenant, key, len(requests), digest)
+            if found is not None:
+                return found, False
+        if self.queued.stale():
+            self.queued.refresh()
+        if self.limits.stale():
+            self.limits.refresh()
+        rows = self._new_jobs(tenant, requests, keys, digest)
+        try:
+            self._jobs.insert_all(rows).result()
+        except DuplicateKey:
+            if key is None:
+                raise
+            found = self._batch_by_key(tenant, key, len(requests), digest)  # a concurrent twin won the race
+            if found is None:
+                raise
+            return found, False
+        self.wake()
+        return [job_dict(values) for values in rows], True
+
+    async def submit_batch_async(self, tenant: str, requests: list[dict[str, Any]],
+                                 idempotency_key: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """`submit_batch` for the API's event loop: no thread hop unless an idempotency key needs look-ups."""
+        if idempotency_key is not None:
+            return await anyio.to_thread.run_sync(self.submit_batch, tenant, requests, idempotency_key)
+        if self.queued.stale():
+            await anyio.to_thread.run_sync(self.queued.refresh)
+        if self.limits.stale():
+            await anyio.to_thread.run_sync(self.limits.refresh)
+        rows = self._new_jobs(tenant, requests, None, _digest({"batch": requests}))
+        await asyncio.wrap_future(self._jobs.insert_all(rows))
+        self.wake()
+        return [job_dict(values) for values in rows], True
+
+    def _batch_by_key(self, tenant: str, key: str, count: int, digest: str) -> list[dict[str, Any]] | None:
+        """The jobs a batch with Idempotency-Key `key` stored before (None: none was); IdempotencyConflict
+        when the key was used for another body (which also tells another number of jobs)."""
+        try:
+            first = self.store.job_by_key(tenant, batch_key(key, 0), digest)
+            if first is None:
+                return None
+            found = [first, *(self.store.job_by_key(tenant, batch_key(key, i), digest) for i in range(1, count))]
+        except IdempotencyConflict:
+            raise IdempotencyConflict(f"Idempotency-Key {key!r} was used for a batch with a different request "
+                                      "body") from None
+        return [job for job in found if job is not None]  # a job removed since (DELETE) is not given back
+
+    def _new_jobs(self, tenant: str, requests: list[dict[str, Any]], keys: list[str] | None, digest: str
+                  ) -> list[dict[str, Any]]:
+        """The stored columns of a batch's jobs, or JobRejected naming the first job at fault (nothing is
+        counted against the tenant's queue then)."""
+        for i, request in enumerate(requests):
+            try:
+                self._check(tenant, request)
+            except JobRejected as exc:
+                raise JobRejected(f"jobs[{i}].{exc.field}", f"jobs[{i}]: {exc}") from None
+        self.queued.admit(tenant, self.config.max_queued_per_tenant, len(requests))
+        now = time.time()
+        return [new_job_row(tenant, request, None if keys is None else keys[i], digest, now)
+                for i, request in enumerate(requests)]
+
     def _new_job(self, tenant: str, request: dict[str, Any], key: str | None, digest: str) -> dict[str, Any]:
-        """The stored columns of a new job; JobRejected when it can never fit on this cluster, or above what
-        its tenant may ever hold (`placement.quota.beyond_limit`: the 422 names the tenant, the resource,
-        the limit and the ask)."""
+        """The stored columns of a new job; JobRejected (`_check`) or QueueFull, nothing counted."""
+        self._check(tenant, request)
+        self.queued.admit(tenant, self.config.max_queued_per_tenant)
+        return new_job_row(tenant, request, key, digest, time.time())
+
+    def _check(self, tenant: str, request: dict[str, Any]) -> None:
+        """JobRejected when the job can never fit on this cluster, or above what its tenant may ever hold
+        (`placement.quota.beyond_limit`: the 422 names the tenant, the resource, the limit and the ask)."""
         probe = Job(name="probe", image=request["image"], tasks=_task_request(request["tasks"]), tenant=tenant,
                     preemptible=request.get("preemptible", True) is not False)
         why = never_fits(probe, self._cluster)
@@ -154,8 +235,6 @@ class JobService:
         why = self.limits.problem(tenant, probe)
         if why:
             raise JobRejected("tasks", f"the job can never fit its tenant's limit: {why}")
-        self.queued.admit(tenant, self.config.max_queued_per_tenant)
-        return new_job_row(tenant, request, key, digest, time.time())
 
     # --- a job's life ------------------------------------------------------------------------
     def cancel(self, job_id: str, grace_s: float = 0.0, sig: str = "TERM", tenant: str = "") -> None:
@@ -273,8 +352,18 @@ def _task_request(tasks: dict[str, Any]) -> TaskRequest:
     )
 
 
+#: A batch's jobs keep its Idempotency-Key as `batch:<32 hex of the key>:<index>` (fits the key column
+#: whatever the key's length, and no single submission's key of the same form is expected).
+_BATCH_KEY = "batch:{}:{}"
+
+
+def batch_key(key: str, index: int) -> str:
+    """The stored Idempotency-Key of job `index` of a batch submitted with `key`."""
+    return _BATCH_KEY.format(hashlib.sha256(key.encode()).hexdigest()[:32], index)
+
+
 def _digest(request: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull"]
+__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull", "batch_key"]

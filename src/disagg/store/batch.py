@@ -4,7 +4,8 @@ A submission waits until its row is committed (so an answer of 201 still means t
 but the submissions that arrive while one transaction commits share the next one: one `BEGIN …
 COMMIT` (and one round trip to PostgreSQL, one turn of SQLite's write lock) for a batch instead of
 one per request. A batch that breaks a constraint (a concurrent idempotency key) is written again
-row by row, so each row gets its own answer: stored, or the error that refused it.
+row by row, so each row gets its own answer: stored, or the error that refused it. Rows inserted
+together (`insert_all`: a batch submission) stay in one transaction: all are stored, or none.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from disagg.store.base import DuplicateKey, StoreBase
 
 log = logging.getLogger(__name__)
 
-_Item = tuple[dict[str, Any], Future[None]]
+_Item = tuple[list[dict[str, Any]], Future[None]]
 
 
 #: Writes one batch of rows inside the transaction it is given.
@@ -47,6 +48,11 @@ class GroupInsert:
 
     def insert(self, values: dict[str, Any]) -> Future[None]:
         """Queue one row; the Future completes after the transaction that holds it commits."""
+        return self.insert_all([values])
+
+    def insert_all(self, rows: list[dict[str, Any]]) -> Future[None]:
+        """Queue rows that are stored together or not at all (one transaction); the Future completes once
+        it commits, or holds the error that refused them all."""
         done: Future[None] = Future()
         if self._closed:
             done.set_exception(RuntimeError("the store's writer is closed"))
@@ -56,7 +62,7 @@ class GroupInsert:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="group-insert", daemon=True)
                     self._thread.start()
-        self._queue.put((values, done))
+        self._queue.put((rows, done))
         return done
 
     def close(self) -> None:
@@ -73,7 +79,8 @@ class GroupInsert:
                 return
             batch = [first]
             stop = False
-            while len(batch) < self.max_batch:
+            size = len(first[0])
+            while size < self.max_batch:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
@@ -82,6 +89,7 @@ class GroupInsert:
                     stop = True
                     break
                 batch.append(item)
+                size += len(item[0])
             self._write(batch)
             if stop:
                 return
@@ -89,7 +97,7 @@ class GroupInsert:
     def _write(self, batch: list[_Item]) -> None:
         try:
             with self.store.write_core(urgent=True) as conn:
-                self.write(conn, [values for values, _ in batch])
+                self.write(conn, [values for rows, _ in batch for values in rows])
         except IntegrityError as exc:
             if len(batch) > 1:  # find the rows at fault: each gets its own transaction and answer
                 for item in batch:

@@ -10,6 +10,8 @@ naming them.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -89,27 +91,71 @@ async def submit_job(request: Request, body: S.JobIn, who: Who, jobs: Jobs, idem
     """Submit a job. It is queued and placed by the next scheduling round. 429 with `Retry-After` past the
     tenant's rate (`submit_rate_per_tenant`) or its queue bound (`max_queued_per_tenant`); 503 while the
     store's disk is low (`min_free_disk_mb`)."""
-    low = jobs.disk.trouble()
-    if low:  # what is left of the store's disk is kept for cancels and the jobs that end
-        raise ApiError(503, low)
     t0 = time.perf_counter()
-    buckets: TenantBuckets = request.app.state.submit_buckets
-    wait = buckets.take(who.tenant)
-    if wait:
-        raise ApiError(429, f"tenant {who.tenant!r} submits faster than {jobs.config.submit_rate_per_tenant:g} jobs "
-                       "a second (submit_rate_per_tenant): retry after Retry-After seconds",
-                       headers={"Retry-After": retry_after(wait)})
-    try:
+    _admit(request, who, jobs, 1)
+    with _refusals():
         job, _created = await jobs.submit_async(who.tenant, body.model_dump(), idempotency_key)
+    jobs.metrics.submit_seconds.observe(time.perf_counter() - t0)
+    job["placement"] = None
+    return job
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """A submission the service refuses, as the API answers it: 422 naming the field, 409 for an
+    Idempotency-Key used with another body, 429 past the queue bound."""
+    try:
+        yield
     except JobRejected as exc:
         raise ApiError(422, str(exc), [{"field": exc.field, "message": str(exc)}]) from None
     except IdempotencyConflict as exc:
         raise ApiError(409, str(exc)) from None
     except QueueFull as exc:
         raise ApiError(429, str(exc)) from None
+
+
+def _admit(request: Request, who: Principal, jobs: JobService, count: int) -> None:
+    """Refuse a submission of `count` jobs before anything is stored: 503 while the store's disk is low,
+    422 for a batch larger than the tenant's burst (it could never pass), 429 past the tenant's rate."""
+    low = jobs.disk.trouble()
+    if low:  # what is left of the store's disk is kept for cancels and the jobs that end
+        raise ApiError(503, low)
+    buckets: TenantBuckets = request.app.state.submit_buckets
+    if not buckets.fits(count):
+        why = (f"a batch of {count} jobs passes the {buckets.burst:g} a tenant may submit at once "
+               "(rate_burst_per_tenant): send smaller batches")
+        raise ApiError(422, why, [{"field": "jobs", "message": why}])
+    wait = buckets.take(who.tenant, count=count)
+    if wait:
+        raise ApiError(429, f"tenant {who.tenant!r} submits faster than {jobs.config.submit_rate_per_tenant:g} jobs "
+                       "a second (submit_rate_per_tenant): retry after Retry-After seconds",
+                       headers={"Retry-After": retry_after(wait)})
+
+
+@router.post(
+    "/v1/jobs/batch",
+    status_code=201,
+    response_model=S.JobBatchOut,
+    tags=["jobs"],
+    responses={**R400, **R401, **R409, **R422_NEVER_FITS, **R429,
+               201: {"description": "The jobs, stored and queued, in the order sent."},
+               503: {"model": S.ErrorOut, "description": "The store's disk is low (min_free_disk_mb): try later."}},
+)
+async def submit_jobs(request: Request, body: S.JobBatchIn, who: Who, jobs: Jobs,
+                      idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
+    """Submit up to 100 jobs in one request, stored together or not at all (as Slurm's job arrays): a
+    client with many jobs pays one request, not one each. A job at fault answers 422 naming it
+    (`jobs[2].tasks`) and nothing is stored; the batch counts as that many jobs against the tenant's rate
+    and queue bound. An Idempotency-Key covers the whole batch."""
+    t0 = time.perf_counter()
+    _admit(request, who, jobs, len(body.jobs))
+    with _refusals():
+        out, _created = await jobs.submit_batch_async(who.tenant, [j.model_dump() for j in body.jobs],
+                                                      idempotency_key)
     jobs.metrics.submit_seconds.observe(time.perf_counter() - t0)
-    job["placement"] = None
-    return job
+    for job in out:
+        job["placement"] = None
+    return {"jobs": out}
 
 
 @router.get("/v1/jobs", response_model=S.JobList, tags=["jobs"], responses={**R401, **R422})
