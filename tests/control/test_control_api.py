@@ -217,7 +217,8 @@ def test_the_openapi_document_keeps_its_operations_in_order(api: Client) -> None
     spec = client.get("/openapi.json").json()
     ops = [o["operationId"] for methods in spec["paths"].values() for o in methods.values()]
     assert ops == [
-        "submit_job_v1_jobs_post", "list_jobs_v1_jobs_get", "get_job_v1_jobs__job_id__get",
+        "submit_job_v1_jobs_post", "list_jobs_v1_jobs_get", "submit_jobs_v1_job_batches_post",
+        "get_job_v1_jobs__job_id__get",
         "delete_job_v1_jobs__job_id__delete", "cancel_job_v1_jobs__job_id__cancel_post",
         "job_logs_v1_jobs__job_id__logs_get",
         "job_events_v1_jobs__job_id__events_get", "hold_job_v1_jobs__job_id__hold_post",

@@ -1,4 +1,4 @@
-"""POST /v1/jobs/batch: several jobs stored together or not at all, bounded like single submissions
+"""POST /v1/job-batches: several jobs stored together or not at all, bounded like single submissions
 (the tenant's rate, burst and queue bound count each job), an Idempotency-Key over the whole batch."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _jobs(client: TestClient, token: str) -> list[dict[str, object]]:
 def test_a_batch_is_stored_in_order_and_every_job_runs(api: Client) -> None:
     client, tok = api
     sent = [body(f"sweep-{i}", ["sh", "-c", f"echo {i}"], gpu=i % 2) for i in range(5)]
-    r = client.post("/v1/jobs/batch", headers=h(tok["alice"]), json={"jobs": sent})
+    r = client.post("/v1/job-batches", headers=h(tok["alice"]), json={"jobs": sent})
     assert r.status_code == 201, r.text
     got = r.json()["jobs"]
     assert [j["name"] for j in got] == [f"sweep-{i}" for i in range(5)]
@@ -47,17 +47,17 @@ def test_a_batch_is_stored_in_order_and_every_job_runs(api: Client) -> None:
 
 def test_one_bad_job_refuses_the_whole_batch_and_names_it(api: Client) -> None:
     client, tok = api
-    never = client.post("/v1/jobs/batch", headers=h(tok["alice"]),
+    never = client.post("/v1/job-batches", headers=h(tok["alice"]),
                         json={"jobs": [body("a", gpu=0), body("b", gpu=9), body("c", gpu=0)]})
     assert never.status_code == 422, never.text
     assert never.json()["problems"][0]["field"] == "jobs[1].tasks" and "never fit" in never.json()["detail"]
-    bad = client.post("/v1/jobs/batch", headers=h(tok["alice"]),
+    bad = client.post("/v1/job-batches", headers=h(tok["alice"]),
                       json={"jobs": [body("a", gpu=0), {**body("b"), "command": []}]})
     assert bad.status_code == 422
     assert any("jobs" in p["field"] and "1" in p["field"] and "command" in p["field"]
                for p in bad.json()["problems"]), bad.json()
     for payload in ({"jobs": []}, {"jobs": [body(f"j{i}", gpu=0) for i in range(MAX_BATCH + 1)]}, {"job": [body()]}):
-        r = client.post("/v1/jobs/batch", headers=h(tok["alice"]), json=payload)
+        r = client.post("/v1/job-batches", headers=h(tok["alice"]), json=payload)
         assert r.status_code == 422 and r.json()["problems"][0]["field"].startswith("job"), r.text
     assert _jobs(client, tok["alice"]) == []
 
@@ -65,17 +65,17 @@ def test_one_bad_job_refuses_the_whole_batch_and_names_it(api: Client) -> None:
 def test_an_idempotency_key_covers_the_whole_batch(api: Client) -> None:
     client, tok = api
     sent = {"jobs": [body("a", gpu=0, command=["sleep", "30"]), body("b", gpu=0, command=["sleep", "30"])]}
-    first = client.post("/v1/jobs/batch", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=sent)
-    again = client.post("/v1/jobs/batch", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=sent)
+    first = client.post("/v1/job-batches", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=sent)
+    again = client.post("/v1/job-batches", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=sent)
     assert first.status_code == 201 and again.status_code == 201, again.text
     assert [j["id"] for j in again.json()["jobs"]] == [j["id"] for j in first.json()["jobs"]]
     for other in ({"jobs": sent["jobs"][:1]}, {"jobs": [*sent["jobs"], body("c", gpu=0)]},
                   {"jobs": [sent["jobs"][0], body("b2", gpu=0)]}):
-        r = client.post("/v1/jobs/batch", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=other)
+        r = client.post("/v1/job-batches", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=other)
         assert r.status_code == 409 and "k-1" in r.json()["detail"], r.text
     single = client.post("/v1/jobs", headers=h(tok["alice"], **{"Idempotency-Key": "k-1"}), json=body(gpu=0))
     assert single.status_code == 201 and single.json()["id"] not in {j["id"] for j in first.json()["jobs"]}
-    bobs = client.post("/v1/jobs/batch", headers=h(tok["bob"], **{"Idempotency-Key": "k-1"}), json=sent)
+    bobs = client.post("/v1/job-batches", headers=h(tok["bob"], **{"Idempotency-Key": "k-1"}), json=sent)
     assert bobs.status_code == 201  # keys are per tenant
     assert len(_jobs(client, tok["alice"])) == 3
 
@@ -95,18 +95,18 @@ def bounded(tmp_path: Path) -> Iterator[tuple[Service, TestClient, dict[str, str
 def test_a_batch_counts_each_job_against_the_rate_the_burst_and_the_queue(bounded) -> None:
     svc, client, tok = bounded
     jobs = [body(f"j{i}", gpu=0) for i in range(4)]
-    r = client.post("/v1/jobs/batch", headers=h(tok["alice"]), json={"jobs": jobs})
+    r = client.post("/v1/job-batches", headers=h(tok["alice"]), json={"jobs": jobs})
     assert r.status_code == 422 and "rate_burst_per_tenant" in r.json()["detail"]  # could never pass
     assert r.json()["problems"][0]["field"] == "jobs"
-    assert client.post("/v1/jobs/batch", headers=h(tok["alice"]), json={"jobs": jobs[:3]}).status_code == 201
-    r = client.post("/v1/jobs/batch", headers=h(tok["alice"]), json={"jobs": jobs[:1]})
+    assert client.post("/v1/job-batches", headers=h(tok["alice"]), json={"jobs": jobs[:3]}).status_code == 201
+    r = client.post("/v1/job-batches", headers=h(tok["alice"]), json={"jobs": jobs[:1]})
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1 and "submit_rate_per_tenant" in r.text
     client.app.state.submit_buckets.rate = 0  # type: ignore[attr-defined]  # the queue bound alone from here
-    r = client.post("/v1/jobs/batch", headers=h(tok["alice"]), json={"jobs": jobs[:3]})
+    r = client.post("/v1/job-batches", headers=h(tok["alice"]), json={"jobs": jobs[:3]})
     assert r.status_code == 429 and "max_queued_per_tenant" in r.text and "batch of 3" in r.text
     assert len(svc.store.job_summaries()) == 3  # nothing of the refused batch was stored
-    assert client.post("/v1/jobs/batch", headers=h(tok["alice"]), json={"jobs": jobs[:2]}).status_code == 201
-    assert client.post("/v1/jobs/batch", headers=h(tok["bob"]), json={"jobs": jobs[:3]}).status_code == 201
+    assert client.post("/v1/job-batches", headers=h(tok["alice"]), json={"jobs": jobs[:2]}).status_code == 201
+    assert client.post("/v1/job-batches", headers=h(tok["bob"]), json={"jobs": jobs[:3]}).status_code == 201
     assert len(svc.store.job_summaries()) == 8
 
 

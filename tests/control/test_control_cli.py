@@ -95,6 +95,17 @@ def test_the_clients_against_a_running_server(tmp_path: Path, monkeypatch: pytes
             assert shown.exit_code == 0 and json.loads(out.stdout)[key][0]["id"] in shown.stdout
         bad = runner.invoke(app, ["submit", "big", "--gpus", "9", "--", "true"])
         assert bad.exit_code == 2 and "never fit" in bad.output
+        many = runner.invoke(app, ["submit", "sweep", "--count", "3", "--json", "--", "true"])
+        assert many.exit_code == 0, many.output
+        ids = [j["id"] for j in json.loads(many.stdout)["jobs"]]
+        assert len(set(ids)) == 3
+        wait_for(lambda: all(json.loads(runner.invoke(app, ["jobs", i, "--json"]).stdout)["state"] == "completed"
+                             for i in ids), what="the batch to complete")
+        for count, why in (("101", "less than or equal to 100"), ("0", "greater than or equal to 1")):
+            refused = runner.invoke(app, ["submit", "sweep", "--count", count, "--", "true"])
+            assert refused.exit_code == 2 and "--count" in refused.output and why in refused.output
+        shown = runner.invoke(app, ["submit", "sweep", "--count", "2", "--gpus", "9", "--", "true"])
+        assert shown.exit_code == 2 and "jobs[0]: " in shown.output and "never fit" in shown.output
         nobody = runner.invoke(app, ["jobs"], env={"DISAGG_TOKEN": "dg_wrong"})
         assert nobody.exit_code == 2 and "401" in nobody.output
     finally:

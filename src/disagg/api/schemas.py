@@ -158,12 +158,12 @@ def _next() -> Any:
     return Field(default=None, description="The path of the next page (null: this is the last one).")
 
 
-#: Jobs one POST /v1/jobs/batch may carry (and, below it, a tenant's `rate_burst_per_tenant`).
+#: Jobs one POST /v1/job-batches may carry (and, below it, a tenant's `rate_burst_per_tenant`).
 MAX_BATCH = 100
 
 
 class JobBatchIn(BaseModel):
-    """POST /v1/jobs/batch: several jobs stored together, all or none (as Slurm's job arrays)."""
+    """POST /v1/job-batches: several jobs stored together, all or none (as Slurm's job arrays)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"jobs": [
         {"name": "sweep-0", "image": "rodinia/nw", "command": ["true"], "tasks": {"count": 1, "cpus": 1, "gpu": 1}},

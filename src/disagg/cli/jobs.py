@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from disagg.api.schemas import MAX_BATCH
 from disagg.cli.common import (
     DEFAULT_API,
     AsJson,
@@ -59,11 +60,13 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Make a repeated submit return the same job.")
     ] = None,
+    count: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help=(
+        f"Submit this many copies in one request, all or none (1 to {MAX_BATCH}; POST /v1/job-batches)."))] = 1,
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Submit a job: `disagg submit train --gpus 1 -- sh -c 'nvidia-smi'`."""
+    """Submit a job: `disagg submit train --gpus 1 -- sh -c 'nvidia-smi'` (`--count 50`: fifty of them)."""
     task: dict[str, Any] = {"count": tasks, "cpus": cpus, "memory_gb": memory_gb, "gpu": gpus, "nvme": nvme,
                             "fpga": fpga, "memory": memory}
     if gpu_model:
@@ -81,11 +84,15 @@ def submit(
     if slo_s is not None:
         body["slo_s"] = slo_s
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-    job = call_api("POST", url, "/v1/jobs", token, json=body, headers=headers)
-    if as_json:
-        print_json(job)
+    if count > 1:
+        jobs = call_api("POST", url, "/v1/job-batches", token, json={"jobs": [body] * count}, headers=headers)["jobs"]
     else:
-        Console().print(f"job [bold]{job['id']}[/] ({job['name']}) is {job['state']}")
+        jobs = [call_api("POST", url, "/v1/jobs", token, json=body, headers=headers)]
+    if as_json:
+        print_json(jobs[0] if count == 1 else {"jobs": jobs})
+    else:
+        for job in jobs:
+            Console().print(f"job [bold]{job['id']}[/] ({job['name']}) is {job['state']}")
 
 
 _KINDS = ("gpu", "nvme", "fpga", "memory")

@@ -133,7 +133,7 @@ def _admit(request: Request, who: Principal, jobs: JobService, count: int) -> No
 
 
 @router.post(
-    "/v1/jobs/batch",
+    "/v1/job-batches",
     status_code=201,
     response_model=S.JobBatchOut,
     tags=["jobs"],
