@@ -28,10 +28,12 @@ def test_summarize_counts_what_was_placed_during_and_after_the_submissions() -> 
 
 
 @pytest.mark.slow
-def test_a_tiny_run_places_what_it_accepted() -> None:
+@pytest.mark.parametrize("batch", [1, 5])
+def test_a_tiny_run_places_what_it_accepted(batch: int) -> None:
     opts = ControllerOptions(machines=200, rate=40, clients=2, seconds=5, window=200, backfill=0, round_gap_s=0.1,
-                             tick_s=0.05, drain_s=60)
+                             tick_s=0.05, drain_s=60, batch=batch)
     r = run_controller_bench(opts)
+    assert r["accepted"] % batch == 0 and r["options"]["batch"] == batch
     assert r["store"] == "sqlite" and r["errors"] == {}
     assert 0 < r["accepted"] == r["submitted"]
     assert sum(r["jobs_by_state"].values()) == r["accepted"]  # every 201 is a stored job
@@ -48,6 +50,8 @@ def test_a_tiny_run_places_what_it_accepted() -> None:
     (["--machines", "0"], "--machines"),
     (["--rate", "-5"], "--rate"),
     (["--policy", "nope"], "--policy"),
+    (["--batch", "0"], "--batch"),
+    (["--batch", "101"], "--batch"),
 ])
 def test_bad_options_exit_2_naming_the_option(args: list[str], named: str) -> None:
     out = subprocess.run([sys.executable, "-m", "disagg.cli", "bench", "controller", *args],

@@ -3,7 +3,8 @@
 A real `disagg serve` (API process + loop process, as in production) on a fresh store — SQLite, or a
 throw-away PostgreSQL (`disagg.store.pgtemp`) — with a synthetic cluster of `machines` machines (racks
 of 40, 4 local GPUs each, a pool of 8 GPUs per rack). `clients` threads submit trivial jobs (`true` on
-0.5 cpu, every other one with a GPU) at a steady total `rate` for `seconds`; then the benchmark waits
+0.5 cpu, every other one with a GPU) at a steady total `rate` for `seconds`, one job a request or
+`batch` jobs a request (POST /v1/job-batches, as a Slurm user submits a job array); then the benchmark waits
 up to `drain_s` for the queue to empty. What it measures is the figure peers compare (kube-scheduler's
 pods/s, Slurm's jobs/s): a job is *placed and committed* when its slice exists in the store (the job
 left `queued`); composing the slice and running the task come after, in the slice workers, and are
@@ -63,6 +64,7 @@ class ControllerOptions:
     latency_scale: float = 0.001
     policy: str = "drmaestro-na"
     drain_s: float = 30.0
+    batch: int = 1
 
 
 def cluster_spec(machines: int, gpus_per_machine: int) -> dict[str, Any]:
@@ -119,33 +121,49 @@ class Submissions:
     errors: dict[str, int]
 
 
+def _job_body(name: str, n: int) -> dict[str, Any]:
+    """The benchmark's trivial job: `true` on half a cpu, every other one with a GPU."""
+    return {"name": name, "image": "rodinia/nw", "command": ["true"], "max_retries": 0,
+            "tasks": {"count": 1, "cpus": 0.5, "memory_gb": 1, "gpu": n % 2}}
+
+
+def _post(client: httpx.Client, w: int, first: int, batch: int) -> tuple[list[str], str]:
+    """One request of `batch` jobs (POST /v1/jobs for one, /v1/job-batches for more): the ids accepted and
+    what went wrong ("" for nothing)."""
+    bodies = [_job_body(f"c{w}-{first + i}", first + i) for i in range(batch)]
+    try:
+        if batch == 1:
+            r = client.post("/v1/jobs", json=bodies[0])
+            return ([r.json()["id"]], "") if r.status_code == 201 else ([], str(r.status_code))
+        r = client.post("/v1/job-batches", json={"jobs": bodies})
+        return ([j["id"] for j in r.json()["jobs"]], "") if r.status_code == 201 else ([], str(r.status_code))
+    except httpx.HTTPError as exc:
+        return [], type(exc).__name__
+
+
 def _client(url: str, token: str, w: int, opts: ControllerOptions, start: float, out: Submissions,
             lock: threading.Lock) -> None:
     """One client: its share of the rate, paced by a schedule (a late client catches up, it does not skip),
-    until `seconds` are up: a server slower than the rate gets fewer submissions, not a longer run."""
-    every = opts.clients / opts.rate
+    until `seconds` are up: a server slower than the rate gets fewer submissions, not a longer run. With
+    `batch` > 1 each request carries that many jobs (POST /v1/job-batches), the rate still counts jobs."""
+    every = opts.clients * opts.batch / opts.rate
     sent: dict[str, float] = {}
     errors: dict[str, int] = {}
-    attempted = 0
+    attempted = requests = 0
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
         while True:
-            due = start + (attempted + w / opts.clients) * every
+            due = start + (requests + w / opts.clients) * every
             if due >= start + opts.seconds or time.monotonic() >= start + opts.seconds:
                 break  # the schedule is done, or the time is up (a server slower than the rate)
             time.sleep(max(0.0, due - time.monotonic()))
-            attempted += 1
-            body = {"name": f"c{w}-{attempted}", "image": "rodinia/nw", "command": ["true"], "max_retries": 0,
-                    "tasks": {"count": 1, "cpus": 0.5, "memory_gb": 1, "gpu": attempted % 2}}
+            requests += 1
             t0 = time.time()
-            try:
-                r = client.post("/v1/jobs", json=body)
-                kind = "" if r.status_code == 201 else str(r.status_code)
-            except httpx.HTTPError as exc:
-                kind = type(exc).__name__
+            ids, kind = _post(client, w, attempted + 1, opts.batch)
+            attempted += opts.batch
             if kind:
-                errors[kind] = errors.get(kind, 0) + 1
-            else:
-                sent[r.json()["id"]] = t0
+                errors[kind] = errors.get(kind, 0) + opts.batch
+            for job_id in ids:
+                sent[job_id] = t0
     with lock:
         out.sent.update(sent)
         out.attempted += attempted

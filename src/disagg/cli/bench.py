@@ -226,6 +226,8 @@ def bench_controller(
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "drmaestro-na",
     drain_s: Annotated[float, typer.Option(min=0, max=3600, help="After submitting, wait this long at most "
                                                                "for the queue to empty.")] = 30.0,
+    batch: Annotated[int, typer.Option(min=1, max=100, help="Jobs per request (more than 1: POST "
+                                                            "/v1/job-batches, as a job array).")] = 1,
 ) -> None:
     """Jobs placed and committed per second by a real controller on a large synthetic cluster, and
     submit -> placed latency, beside the round time (JSON out; `docs/benchmarks.md`)."""
@@ -248,7 +250,8 @@ def bench_controller(
     opts = ControllerOptions(machines=machines, gpus_per_machine=gpus_per_machine, rate=rate, clients=clients,
                              seconds=seconds, db=db, window=window, backfill=backfill, round_gap_s=round_gap_s,
                              tick_s=tick_s,
-                             workers=workers, latency_scale=latency_scale, policy=policy, drain_s=drain_s)
+                             workers=workers, latency_scale=latency_scale, policy=policy, drain_s=drain_s,
+                             batch=batch)
     with Progress(console=Console(stderr=True), auto_refresh=False, transient=True) as bar:
         task = bar.add_task("controller", total=seconds)
 
