@@ -143,6 +143,7 @@ class Controller:
         self._wake.set()
 
     def _run(self) -> None:
+        self.store.write_first()
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -218,15 +219,19 @@ class Controller:
 
     # --- 2. poll ---------------------------------------------------------------------------
     def poll(self) -> None:
+        """Ask the engine about every running slice: the ended ones go to teardown together (one write)."""
+        ended: list[tuple[str, JobState, int | None]] = []
         for slice_id, handle in self.store.running_slices():
             with self._lock:
                 if slice_id in self._inflight or slice_id in self._in_grace:
                     continue
             st = self.engine.status(handle or slice_id)
             if st.state in (RunState.COMPLETED, RunState.FAILED):
-                self.store.finish_slice(slice_id, JobState(st.state), st.exit_code)
+                ended.append((slice_id, JobState(st.state), st.exit_code))
             elif st.state in (RunState.LOST, RunState.CANCELLED):
                 self.slices.abort(slice_id, SliceOutcome.REQUEUE, f"job lost on the engine: {st.detail or st.state}")
+        if ended:
+            self.store.finish_slices(ended)
 
     # --- 3. place: plan, then commit ------------------------------------------------------------
     def schedule(self) -> Decisions | None:
@@ -400,7 +405,11 @@ class Controller:
         or when a worker is done (`skip`: the slice it was on, which waits for the next tick)."""
         if self._stop.is_set():
             return  # stepped down (or stopping): no new slice work
-        to_work = self.store.slices_to_work()
+        with self._lock:
+            if len(self._inflight) >= self.config.workers:
+                return  # every worker busy: nothing to read
+        # each tenant's oldest 2 x workers + 1: what a fair pick can use past those in flight and `skip`
+        to_work = self.store.slices_to_work(per_tenant=2 * self.config.workers + 1)
         with self._lock:
             free = self.config.workers - len(self._inflight)
             if free <= 0:

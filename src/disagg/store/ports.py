@@ -45,6 +45,9 @@ class LoopPort(Protocol):
     def finish_slice(self, slice_id: str, ended: JobState, exit_code: int | None) -> bool:
         ...
 
+    def finish_slices(self, ended: list[tuple[str, JobState, int | None]]) -> list[bool]:
+        ...
+
     def first_round(self, epoch: int) -> None:
         ...
 
@@ -66,7 +69,10 @@ class LoopPort(Protocol):
     def set_aside(self, job_ids: list[str], why: str) -> list[str]:
         ...
 
-    def slices_to_work(self) -> list[tuple[str, SliceState, str]]:
+    def slices_to_work(self, per_tenant: int | None = None) -> list[tuple[str, SliceState, str]]:
+        ...
+
+    def write_first(self) -> None:
         ...
 
 

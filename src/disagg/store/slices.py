@@ -185,15 +185,24 @@ class SliceOps(StoreBase):
         with self.read_core() as conn:
             return [(str(i), h) for i, h in conn.execute(query)]
 
-    def slices_to_work(self) -> list[tuple[str, SliceState, str]]:
+    def slices_to_work(self, per_tenant: int | None = None) -> list[tuple[str, SliceState, str]]:
         """Slices a worker must move on (composing or tearing down), oldest first, each with its tenant (a
-        composition's own, a job's slice its job's): the loop hands them to the workers in a fair order."""
-        query = (select(_slices.c.id, _slices.c.state, func.coalesce(_slices.c.tenant, _jobs.c.tenant))
-                 .outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
-                 .where(_slices.c.state.in_((SliceState.COMPOSING, SliceState.TEARING_DOWN)))
-                 .order_by(_slices.c.created_at))
+        composition's own, a job's slice its job's): the loop hands them to the workers in a fair order.
+        `per_tenant`: only each tenant's oldest so many — all a fair pick of that many workers can use —
+        so that a backlog of 10,000 compositions is not read whole each time a worker is free."""
+        tenant = func.coalesce(_slices.c.tenant, _jobs.c.tenant).label("tenant")
+        waiting = (select(_slices.c.id, _slices.c.state, tenant, _slices.c.created_at)
+                   .outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
+                   .where(_slices.c.state.in_((SliceState.COMPOSING, SliceState.TEARING_DOWN))))
+        if per_tenant is None:
+            query = waiting.order_by(_slices.c.created_at)
+        else:
+            rank = func.row_number().over(partition_by=tenant, order_by=(_slices.c.created_at, _slices.c.id))
+            ranked = waiting.add_columns(rank.label("rank")).subquery()
+            query = (select(ranked.c.id, ranked.c.state, ranked.c.tenant).where(ranked.c.rank <= per_tenant)
+                     .order_by(ranked.c.created_at))
         with self.read_core() as conn:
-            return [(str(i), SliceState(st), str(t or "")) for i, st, t in conn.execute(query)]
+            return [(str(row[0]), SliceState(row[1]), str(row[2] or "")) for row in conn.execute(query)]
 
     # --- steps -------------------------------------------------------------------------------
     def begin_step(self, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:
@@ -261,17 +270,26 @@ class SliceOps(StoreBase):
     def finish_slice(self, slice_id: str, ended: JobState, exit_code: int | None) -> bool:
         """The engine says the job ended (`completed` or `failed`): the slice goes to teardown and the job
         takes its outcome now (its teardown does not change it). False if the slice was no longer running."""
+        return self.finish_slices([(slice_id, ended, exit_code)])[0]
+
+    def finish_slices(self, ended: list[tuple[str, JobState, int | None]]) -> list[bool]:
+        """`finish_slice` for every (slice, outcome, exit code) the loop found ended, in one transaction: a
+        poll that finds 500 ended jobs waits once for SQLite's writer, not 500 times behind the workers."""
         now = time.time()
-        detail = f"exit code {exit_code}"
+        out: list[bool] = []
         with self.write_core() as conn:
-            if move_slice(conn, slice_id, SliceState.TEARING_DOWN, f"job {ended}: {detail}", (SliceState.RUNNING,),
-                          now, outcome=SliceOutcome(ended), detail=detail) is None:
-                return False
-            job_id = conn.execute(select(_slices.c.job_id).where(_slices.c.id == slice_id)).scalar_one()
-            failed = ended is not JobState.COMPLETED
-            move_job(conn, job_id, ended, detail, (JobState.RUNNING,), now, exit_code=exit_code,
-                     reason=detail if failed else None, reason_code=JobReason.EXIT_CODE if failed else None)
-        return True
+            for slice_id, state, exit_code in ended:
+                detail = f"exit code {exit_code}"
+                if move_slice(conn, slice_id, SliceState.TEARING_DOWN, f"job {state}: {detail}",
+                              (SliceState.RUNNING,), now, outcome=SliceOutcome(state), detail=detail) is None:
+                    out.append(False)
+                    continue
+                job_id = conn.execute(select(_slices.c.job_id).where(_slices.c.id == slice_id)).scalar_one()
+                failed = state is not JobState.COMPLETED
+                move_job(conn, job_id, state, detail, (JobState.RUNNING,), now, exit_code=exit_code,
+                         reason=detail if failed else None, reason_code=JobReason.EXIT_CODE if failed else None)
+                out.append(True)
+        return out
 
     def ended_before_teardown(self, slice_id: str, ended: JobState, exit_code: int | None) -> bool:
         """A slice torn down by a fault or a preemption whose job had ended already (the engine kept its exit
