@@ -195,12 +195,12 @@ class SliceOps(StoreBase):
                    .outerjoin(_jobs, _jobs.c.id == _slices.c.job_id)
                    .where(_slices.c.state.in_((SliceState.COMPOSING, SliceState.TEARING_DOWN))))
         if per_tenant is None:
-            query = waiting.order_by(_slices.c.created_at)
+            query = waiting.order_by(_slices.c.created_at, _slices.c.id)
         else:
             rank = func.row_number().over(partition_by=tenant, order_by=(_slices.c.created_at, _slices.c.id))
             ranked = waiting.add_columns(rank.label("rank")).subquery()
             query = (select(ranked.c.id, ranked.c.state, ranked.c.tenant).where(ranked.c.rank <= per_tenant)
-                     .order_by(ranked.c.created_at))
+                     .order_by(ranked.c.created_at, ranked.c.id))
         with self.read_core() as conn:
             return [(str(row[0]), SliceState(row[1]), str(row[2] or "")) for row in conn.execute(query)]
 

@@ -1,0 +1,95 @@
+"""The loop under a backlog of compositions: a dispatch reads only what a fair pick can use, a poll
+ends every finished slice in one write, and the loop's writes go ahead of the slice workers'."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from control_helpers import make_service, submit
+
+from disagg.control.slice import fair_pick
+from disagg.model.states import JobState, SliceState
+from disagg.store import Principal, Store
+
+ADMIN = Principal("admin", admin=True)
+
+
+def test_a_dispatch_reads_each_tenants_oldest_slices_and_picks_as_from_the_whole_backlog(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)  # no loop: the round's slices stay composing
+    try:
+        for tenant, n in (("alice", 12), ("bob", 3), ("carol", 1)):
+            for _ in range(n):
+                submit(svc, tenant, gpu=0, cpus=0.1, memory_gb=0.1)
+        svc.controller.schedule()
+        whole = svc.store.slices_to_work()
+        assert len(whole) == 16 and {s for _, s, _ in whole} == {SliceState.COMPOSING}
+        for k in (1, 2, 5, 20):
+            some = svc.store.slices_to_work(per_tenant=k)
+            kept = Counter(t for _, _, t in some)
+            assert kept == {t: min(k, n) for t, n in Counter(t for _, _, t in whole).items()}
+            assert some == [w for w in whole if w in some]  # oldest first, each tenant's oldest k
+            for free in range(1, k + 1):  # what k workers can take is the same from either list
+                for busy in ({}, {"alice": 1}, {"bob": 2, "carol": 1}):
+                    assert fair_pick(some, busy, free) == fair_pick(whole, busy, free)
+    finally:
+        svc.close()
+
+
+def test_the_ended_slices_of_a_poll_end_together_and_only_once(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    try:
+        jobs = [submit(svc, "alice", gpu=0, cpus=0.1, memory_gb=0.1, command=["sleep", "30"]) for _ in range(3)]
+        svc.controller.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(svc.store.running_slices()) < 3:
+            time.sleep(0.05)
+        svc.controller.stop()  # no poll of its own from here: the test ends the slices
+        running = [slice_id for slice_id, _ in svc.store.running_slices()]
+        assert len(running) == 3
+        ended = [(running[0], JobState.COMPLETED, 0), (running[1], JobState.FAILED, 3),
+                 ("s-nope", JobState.COMPLETED, 0), (running[2], JobState.COMPLETED, 0)]
+        assert svc.store.finish_slices(ended) == [True, True, False, True]
+        assert svc.store.finish_slices(ended) == [False] * 4  # once only: they are tearing down now
+        states = {svc.store.load_slice(s).state for s in running}
+        assert states == {SliceState.TEARING_DOWN}
+        by_job = {j: svc.store.job_view(j, ADMIN) for j in jobs}
+        assert sorted((v or {})["state"] for v in by_job.values()) == ["completed", "completed", "failed"]
+        assert sorted((v or {})["exit_code"] for v in by_job.values()) == [0, 0, 3]
+    finally:
+        svc.close()
+
+
+def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'w.db'}")
+    store.migrate()
+    order: list[str] = []
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with store.write_core():
+            held.set()
+            release.wait(10)
+            order.append("holder")
+
+    def writer(name: str, first: bool) -> None:
+        if first:
+            store.write_first()
+        with store.write_core():
+            order.append(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    held.wait(10)
+    for name, first in [*((f"worker{i}", False) for i in range(5)), ("loop", True)]:
+        t = threading.Thread(target=writer, args=(name, first))
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # each is waiting before the next comes
+    release.set()
+    for t in threads:
+        t.join(10)
+    store.close()
+    assert order[:2] == ["holder", "loop"] and order[2:] == [f"worker{i}" for i in range(5)]
