@@ -269,7 +269,11 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
         startup_s = time.monotonic() - t_start
         rounds0, load0 = _round_metrics(url), os.getloadavg()
         subs, wall0, wall1 = _submit(url, token, opts, progress)
-        rounds1 = _round_metrics(url)
+        try:
+            rounds1 = _round_metrics(url)
+        except httpx.HTTPError as exc:  # the server died under the load: say why, from its log
+            raise RuntimeError(f"the server stopped answering ({exc}); its log ends: "
+                               f"{(root / 'server.log').read_text()[-3000:]}") from None
         load1 = os.getloadavg()
         _drain(store, subs.sent, opts, progress)
         rounds2 = _round_metrics(url)
