@@ -17,8 +17,9 @@ from disagg.store import Principal, Store
 ADMIN = Principal("admin", admin=True)
 
 
-def test_a_dispatch_reads_each_tenants_oldest_slices_and_picks_as_from_the_whole_backlog(tmp_path: Path) -> None:
-    svc = make_service(tmp_path)  # no loop: the round's slices stay composing
+def test_a_dispatch_reads_each_tenants_oldest_slices_and_picks_as_from_the_whole_backlog(tmp_path: Path,
+                                                                                        db_url: str) -> None:
+    svc = make_service(tmp_path, db=db_url)  # no loop: the round's slices stay composing
     try:
         for tenant, n in (("alice", 12), ("bob", 3), ("carol", 1)):
             for _ in range(n):
@@ -38,8 +39,8 @@ def test_a_dispatch_reads_each_tenants_oldest_slices_and_picks_as_from_the_whole
         svc.close()
 
 
-def test_the_ended_slices_of_a_poll_end_together_and_only_once(tmp_path: Path) -> None:
-    svc = make_service(tmp_path)
+def test_the_ended_slices_of_a_poll_end_together_and_only_once(tmp_path: Path, db_url: str) -> None:
+    svc = make_service(tmp_path, db=db_url)
     try:
         jobs = [submit(svc, "alice", gpu=0, cpus=0.1, memory_gb=0.1, command=["sleep", "30"]) for _ in range(3)]
         svc.controller.start()
