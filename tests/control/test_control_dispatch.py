@@ -94,3 +94,18 @@ def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path
         t.join(10)
     store.close()
     assert order[:2] == ["holder", "loop"] and order[2:] == [f"worker{i}" for i in range(5)]
+
+
+def test_notes_on_many_jobs_are_one_event_each_in_the_jobs_state(tmp_path: Path, db_url: str) -> None:
+    svc = make_service(tmp_path, db=db_url)
+    try:
+        jobs = [submit(svc, "alice", gpu=0, cpus=0.1, memory_gb=0.1) for _ in range(1203)]  # past one IN (...)
+        notes = {j: f"note {i}" for i, j in enumerate(jobs)}
+        svc.store.note_jobs({**notes, "j-000000000000": "nobody"})
+        for i in (0, 500, 1202):
+            events = [e for e in svc.store.job_events(jobs[i]) if e.get("why") == f"note {i}"]
+            assert len(events) == 1 and events[0]["from"] == events[0]["to"] == "queued", events
+        assert svc.store.job_events("j-000000000000") == [] or all(
+            e.get("why") != "nobody" for e in svc.store.job_events("j-000000000000"))
+    finally:
+        svc.close()

@@ -16,7 +16,7 @@ from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
-from disagg.store.lifecycle import JobMove, job_events, move_job, move_jobs, move_slice, new_jobs, note_job
+from disagg.store.lifecycle import JobMove, job_events, move_job, move_jobs, move_slice, new_jobs, note_jobs
 from disagg.store.models import EventRow, JobRow, SliceRow, StepRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -198,8 +198,7 @@ class JobOps(StoreBase):
         """Record, on each job, something that happened to it without moving it (job → why): an event."""
         now = time.time()
         with self.write_core() as conn:
-            for job_id, why in notes.items():
-                note_job(conn, job_id, why, now)
+            note_jobs(conn, notes, now)
 
     def queued_counts(self) -> dict[str, int]:
         """How many jobs each tenant has queued."""

@@ -253,6 +253,12 @@ def _cas(conn: Connection, table: Table, ident: str, src: str, values: dict[str,
     return _cas_with(conn, _cas_statement(table, tuple(values)), ident, src, values)
 
 
+#: Job ids per `IN (...)` of a statement over many jobs.
+_CHUNK = 500
+#: The state and slice of the jobs named (an expanding IN: built and compiled once).
+_NOTED = select(_jobs.c.id, _jobs.c.state, _jobs.c.slice_id).where(_jobs.c.id.in_(bindparam("ids", expanding=True)))
+
+
 def _cas_statement(table: Table, columns: tuple[str, ...]) -> Any:
     """The compare-and-set UPDATE of `columns` with bound parameters: built once, it is compiled once
     (a statement built per row cost 0.27 ms of SQLAlchemy's construction and caching per job moved)."""
@@ -268,9 +274,19 @@ def _cas_with(conn: Connection, statement: Any, ident: str, src: str, values: di
 def note_job(conn: Connection, job_id: str, why: str, now: float) -> None:
     """Record something that happened to a job without moving it (a preempted job signalled in its
     grace period): an event from its state to the same state, with why."""
-    row = conn.execute(select(_jobs.c.state, _jobs.c.slice_id).where(_jobs.c.id == job_id)).first()
-    if row is not None:
-        conn.execute(insert(_events), [_event(conn, "job", job_id, row.slice_id, row.state, row.state, why, now)])
+    note_jobs(conn, {job_id: why}, now)
+
+
+def note_jobs(conn: Connection, notes: dict[str, str], now: float) -> None:
+    """`note_job` for many jobs (job → why) in a few statements: a round notes each job it placed (which
+    profile placed it), and a statement built per job cost the loop a tenth of its time at 1,000 jobs/s."""
+    ids = list(notes)
+    events: list[dict[str, Any]] = []
+    for i in range(0, len(ids), _CHUNK):
+        for job_id, state, slice_id in conn.execute(_NOTED, {"ids": ids[i:i + _CHUNK]}):
+            events.append(_event(conn, "job", job_id, slice_id, state, state, notes[job_id], now))
+    if events:
+        conn.execute(insert(_events), events)
 
 
 def new_jobs(conn: Connection, rows: list[dict[str, Any]]) -> None:
@@ -323,5 +339,5 @@ def job_events(conn: Connection, job_id: str, after: int | None = None, limit: i
 
 
 __all__ = ["WHY_MAX", "JobMove", "hold_devices", "hold_devices_of", "job_events", "leader_epoch", "move_job",
-           "move_jobs", "move_slice", "new_jobs", "new_slices", "note_job", "release_devices", "release_orphans",
-           "set_drain", "set_health", "set_links", "thing_events"]
+           "move_jobs", "move_slice", "new_jobs", "new_slices", "note_job", "note_jobs", "release_devices",
+           "release_orphans", "set_drain", "set_health", "set_links", "thing_events"]
