@@ -109,3 +109,41 @@ def test_notes_on_many_jobs_are_one_event_each_in_the_jobs_state(tmp_path: Path,
             e.get("why") != "nobody" for e in svc.store.job_events("j-000000000000"))
     finally:
         svc.close()
+
+
+def test_a_lease_renewal_goes_ahead_of_the_workers_waiting_to_write(tmp_path: Path) -> None:
+    """Behind sixteen workers' steps, a lone controller's renewal lapsed under load and it stepped down."""
+    store = Store(f"sqlite:///{tmp_path / 'w.db'}")
+    store.migrate()
+    epoch = store.acquire_lease("me", 3.0, force=True)
+    assert epoch is not None
+    order: list[str] = []
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with store.write_core():
+            held.set()
+            release.wait(10)
+            order.append("holder")
+
+    def worker(name: str) -> None:
+        with store.write_core():
+            order.append(name)
+
+    def renew() -> None:
+        assert store.renew_lease("me", epoch, 3.0)
+        order.append("renewal")
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    held.wait(10)
+    for target, args in [*((worker, (f"worker{i}",)) for i in range(5)), (renew, ())]:
+        t = threading.Thread(target=target, args=args)
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)
+    release.set()
+    for t in threads:
+        t.join(10)
+    store.close()
+    assert order[:2] == ["holder", "renewal"], order

@@ -187,11 +187,16 @@ def _submit(url: str, token: str, opts: ControllerOptions, progress: Progress) -
     return out, wall0, time.time()
 
 
-def _round_metrics(url: str) -> dict[str, float]:
-    """The loop's round histogram: count and sum of `disagg_placement_round_seconds` (GET /metrics)."""
+def _round_metrics(url: str, root: Path) -> dict[str, float]:
+    """The loop's round histogram: count and sum of `disagg_placement_round_seconds` (GET /metrics). A
+    server that died under the load is reported with the end of its log (in `root`)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(url + "/metrics", timeout=120).text  # a loaded machine answers slowly
+    try:
+        text = httpx.get(url + "/metrics", timeout=120).text  # a loaded machine answers slowly
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"the server stopped answering ({exc}); its log ends: "
+                           f"{(root / 'server.log').read_text()[-3000:]}") from None
     out = {"count": 0.0, "sum": 0.0}
     for family in text_string_to_metric_families(text):
         if family.name == "disagg_placement_round_seconds":
@@ -267,16 +272,12 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
     proc = _start_server(root, port)
     try:
         startup_s = time.monotonic() - t_start
-        rounds0, load0 = _round_metrics(url), os.getloadavg()
+        rounds0, load0 = _round_metrics(url, root), os.getloadavg()
         subs, wall0, wall1 = _submit(url, token, opts, progress)
-        try:
-            rounds1 = _round_metrics(url)
-        except httpx.HTTPError as exc:  # the server died under the load: say why, from its log
-            raise RuntimeError(f"the server stopped answering ({exc}); its log ends: "
-                               f"{(root / 'server.log').read_text()[-3000:]}") from None
+        rounds1 = _round_metrics(url, root)
         load1 = os.getloadavg()
         _drain(store, subs.sent, opts, progress)
-        rounds2 = _round_metrics(url)
+        rounds2 = _round_metrics(url, root)
         placed_at = _placed_at(store)
         by_state = store.counts()["jobs"]
     finally:

@@ -153,7 +153,9 @@ class LeaseOps:
     def renew_lease(self, holder: str, epoch: int, lease_s: float) -> bool:
         """Extend the lease by `lease_s` from the database's now; False: it is no longer ours."""
         now = db_now(self.dialect)
-        with self.write_core(fenced=False) as conn:  # type: ignore[attr-defined]
+        # urgent: behind a loop and sixteen slice workers queued for SQLite's writer, a lone controller's
+        # renewal waited past the lease under 1,000 jobs/s and the controller stepped down (bench controller)
+        with self.write_core(urgent=True, fenced=False) as conn:  # type: ignore[attr-defined]
             result = conn.execute(text(
                 f"UPDATE controller_lease SET expires_at = {now} + :d, renewed_at = {now} "
                 "WHERE id = 1 AND epoch = :e AND holder = :h AND released = :f"),
