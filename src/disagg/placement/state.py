@@ -241,26 +241,34 @@ class FreeState:
         journal.taken_cpu.append((m, cpus, mem))
         return True
 
-    def take_cpu_along(self, offers: Offers, cpus: float, mem: float, journal: Reservations, limit: int) -> int:
-        """Take cpus and memory for one task on the first machine along `offers` that has some left
-        and really fits it; returns the machine, or -1 if none does among the `limit` offers from the
-        front. The offers are for tasks of one size, so a machine found too full is spent for all of
-        them (machines only fill up within a round)."""
-        entries, start = offers.entries, offers.start
-        end = len(entries)
-        while start < end and entries[start][1] == 0:
-            start += 1
-        offers.start = start
-        for k in range(start, min(start + limit, end)):
-            offer = entries[k]
-            if offer[1] == 0:
-                continue
-            m = offer[0]
-            if not self.take_cpu(m, cpus, mem, journal):
-                offer[1] = 0
-                continue
-            offer[1] -= 1
-            return m
+    def take_cpu_along(self, offered: tuple[Offers, ...], cpus: float, mem: float, journal: Reservations,
+                       limit: int) -> int:
+        """Take cpus and memory for one task on the first machine along `offered` (lists in turn) that
+        has some left and really fits it; returns the machine, or -1 if none does among the `limit`
+        offers from the front of each list. The offers are for tasks of one size, so a machine found
+        too full is spent for all of them (machines only fill up within a round). (`take_cpu` inlined:
+        a round's decoder calls this once per task, some 12,000 at 12,500 machines.)"""
+        cpu, memory = self._cpu_view, self._mem_view
+        for offers in offered:
+            entries, start = offers.entries, offers.start
+            end = len(entries)
+            while start < end and entries[start][1] == 0:
+                start += 1
+            offers.start = start
+            for k in range(start, min(start + limit, end)):
+                offer = entries[k]
+                if offer[1] == 0:
+                    continue
+                m = offer[0]
+                free_cpu, free_mem = cpu[m], memory[m]
+                if exceeds(cpus, free_cpu) or exceeds(mem, free_mem):
+                    offer[1] = 0
+                    continue
+                cpu[m] = free_cpu - cpus
+                memory[m] = free_mem - mem
+                journal.taken_cpu.append((m, cpus, mem))
+                offer[1] -= 1
+                return m
         return -1
 
     def take_device(self, kind: str, loc: int, model: str | None, journal: Reservations) -> int | None:
