@@ -1,0 +1,83 @@
+"""`phase_one._Splitter` hands an arc's flow over its machine class's machines at once (numpy); this is
+the plain walk it replaced (machine by machine, in order), and a property that both hand out the same."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from disagg.placement.phase_one import _Splitter
+
+
+def _plain(members: list[list[int]], room: list[list[int]], wants: list[list[tuple[str, int]]], left: list[int],
+           local: dict[str, list[int]], arcs: list[list[int]]) -> list[tuple[int, int, int, int]]:
+    """Both passes (local devices only, then up to the fit) over `arcs` [tail, shape, node, cost, flow],
+    one machine at a time: what the splitter did before it was vectorised."""
+    out: list[tuple[int, int, int, int]] = []
+    for local_only in (True, False):
+        for arc in arcs:
+            tail, shape, node, cost, f = arc
+            for m in members[node]:
+                if f <= 0:
+                    break
+                r = min(left[m], room[shape][m])
+                if local_only:
+                    for kind, want in wants[shape]:
+                        r = min(r, local[kind][m] // want)
+                if r <= 0:
+                    continue
+                n = min(r, f)
+                left[m] -= n
+                room[shape][m] -= n
+                for kind, want in wants[shape]:
+                    local[kind][m] -= min(local[kind][m], n * want)
+                f -= n
+                out.append((tail, m, cost, n))
+            arc[4] = f
+    return out
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[object, ...]:
+    n_machines = draw(st.integers(1, 12))
+    order = draw(st.permutations(list(range(n_machines))))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, n_machines - 1)), max_size=3)))
+    members = [list(order[a:b]) for a, b in zip([0, *cuts], [*cuts, n_machines], strict=True) if a < b]
+    n_shapes = draw(st.integers(1, 3))
+    room = [draw(st.lists(st.integers(-1, 5), min_size=n_machines, max_size=n_machines)) for _ in range(n_shapes)]
+    wants = [draw(st.lists(st.tuples(st.sampled_from(["gpu", "nvme"]), st.integers(1, 3)), max_size=2,
+                           unique_by=lambda w: w[0])) for _ in range(n_shapes)]
+    left = draw(st.lists(st.integers(0, 8), min_size=n_machines, max_size=n_machines))
+    local = {k: draw(st.lists(st.integers(0, 6), min_size=n_machines, max_size=n_machines)) for k in ("gpu", "nvme")}
+    arcs = draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, n_shapes - 1),
+                                   st.integers(0, len(members) - 1), st.integers(0, 100), st.integers(1, 12)),
+                         max_size=6))
+    return members, room, wants, left, local, [list(a) for a in arcs]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cases())
+def test_the_vectorised_split_hands_out_what_the_machine_by_machine_walk_did(case: tuple[object, ...]) -> None:
+    members, room, wants, left, local, arcs = case
+    assert isinstance(members, list) and isinstance(room, list) and isinstance(wants, list)
+    assert isinstance(left, list) and isinstance(local, dict) and isinstance(arcs, list)
+    splitter = object.__new__(_Splitter)
+    splitter.members = [np.array(m, dtype=np.int64) for m in members]
+    splitter.room = [np.array(r, dtype=np.int64) for r in room]
+    splitter.wants = [sorted(w) for w in wants]
+    splitter.left = np.array(left, dtype=np.int64)
+    splitter.local = {k: np.array(v, dtype=np.int64) for k, v in local.items()}
+    mine = [list(a) for a in arcs]
+    got: list[tuple[int, np.ndarray, int, np.ndarray]] = []
+    for local_only in (True, False):
+        for arc in mine:
+            if arc[4] > 0:
+                arc[4] = splitter.take(arc, local_only, got)
+    flat = [(t, int(m), c, int(n)) for t, ms, c, ns in got for m, n in zip(ms, ns, strict=True)]
+    plain_room, plain_left, plain_local = [list(r) for r in room], list(left), {k: list(v) for k, v in local.items()}
+    expected = _plain(members, plain_room, [sorted(w) for w in wants], plain_left, plain_local, arcs)
+    assert flat == expected
+    assert [a[4] for a in mine] == [a[4] for a in arcs]  # the flow each arc has left over
+    assert splitter.left.tolist() == plain_left and [r.tolist() for r in splitter.room] == plain_room
+    assert {k: v.tolist() for k, v in splitter.local.items()} == plain_local
