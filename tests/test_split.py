@@ -81,3 +81,51 @@ def test_the_vectorised_split_hands_out_what_the_machine_by_machine_walk_did(cas
     assert [a[4] for a in mine] == [a[4] for a in arcs]  # the flow each arc has left over
     assert splitter.left.tolist() == plain_left and [r.tolist() for r in splitter.room] == plain_room
     assert {k: v.tolist() for k, v in splitter.local.items()} == plain_local
+
+
+def _groups_plain(columns: list[np.ndarray], rack: np.ndarray) -> tuple[list[int], list[int], list[list[int]]]:
+    """`MachineGroups.of` as it was before its columns were packed into keys: a lexsort by every column."""
+    key = np.column_stack(columns)
+    order = np.lexsort(key.T[::-1])
+    rows = key[order]
+    starts = np.r_[True, (rows[1:] != rows[:-1]).any(axis=1)]
+    first = order[starts]
+    of_machine = np.empty(len(order), dtype=np.int64)
+    of_machine[order] = np.cumsum(starts) - 1
+    by_rack = np.lexsort((rack, of_machine))
+    cell = of_machine[by_rack] * (int(rack.max(initial=0)) + 1) + rack[by_rack]
+    starts = np.r_[0, np.nonzero(cell[1:] != cell[:-1])[0] + 1]
+    rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
+    order = by_rack[np.lexsort((rack[by_rack], rank, of_machine[by_rack]))]
+    bounds = np.cumsum(np.bincount(of_machine, minlength=len(first)))[:-1]
+    return of_machine.tolist(), first.tolist(), [m.tolist() for m in np.split(order, bounds)]
+
+
+_FLOATS = st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.5, 1e-9, float("inf"), float("nan")])
+
+
+@st.composite
+def _machine_columns(draw: st.DrawFn) -> tuple[list[np.ndarray], np.ndarray]:
+    n = draw(st.integers(1, 30))
+    columns: list[np.ndarray] = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            columns.append(np.array(draw(st.lists(_FLOATS, min_size=n, max_size=n)), dtype=np.float64))
+        else:
+            top = draw(st.sampled_from([1, 3, 2**40, 2**61, 2**62]))
+            columns.append(np.array(draw(st.lists(st.integers(-top, top), min_size=n, max_size=n)), dtype=np.int64))
+    rack = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    return columns, rack
+
+
+@settings(max_examples=300, deadline=None)
+@given(_machine_columns())
+def test_machine_classes_from_packed_keys_are_those_of_a_sort_by_every_column(
+        case: tuple[list[np.ndarray], np.ndarray]) -> None:
+    from disagg.placement.phase_one import MachineGroups
+
+    columns, rack = case
+    groups = MachineGroups.of(columns, rack)
+    of_machine, first, members = _groups_plain(columns, rack)
+    assert groups.of_machine.tolist() == of_machine and groups.first.tolist() == first
+    assert groups.members == members and [m.tolist() for m in groups.member_arrays] == members
