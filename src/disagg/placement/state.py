@@ -102,6 +102,9 @@ class FreeState:
             column(machines, "uplink_gbps"), column(cluster.pools, "uplink_gbps"),
             np.full(self.n_racks, cluster.rack_uplink_gbps, dtype=np.float64)])
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
+        # Scalar access to them as for cpus and memory: the decoders read a path's few links at a time.
+        self._used_view = _float_view(self.link_used)
+        self._cap_view = _float_view(self.link_cap)
         # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
         # segment slots[start[loc] : start[loc] + size[loc]], and its first free_count[loc] entries are
         # the free ones (a stack: take from the top, give back on top).
@@ -223,6 +226,11 @@ class FreeState:
         """Utilisation (0..1+) of the busiest link among `links`."""
         if not links:
             return 0.0
+        used, cap = self._used_view, self._cap_view
+        # A path has a few links: plain floats (the same quotients numpy takes), unless a link has no
+        # capacity, where numpy's inf and nan stand (a float division would raise).
+        if all(cap[link] != 0.0 for link in links):
+            return max(used[link] / cap[link] for link in links)
         idx = np.fromiter(links, dtype=np.int64)
         return float(np.max(self.link_used[idx] / self.link_cap[idx]))
 
@@ -301,7 +309,7 @@ class FreeState:
     def take_traffic(self, links: tuple[int, ...], gbps: float, journal: Reservations) -> bool:
         if not links or gbps <= 0:
             return True
-        used, cap = self.link_used, self.link_cap
+        used, cap = self._used_view, self._cap_view
         for link in links:
             if exceeds(used[link] + gbps, cap[link]):
                 return False
@@ -314,8 +322,9 @@ class FreeState:
     def undo_last_traffic(self, journal: Reservations) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
         links, gbps = journal.taken_traffic.pop()
+        used = self._used_view
         for link in links:
-            self.link_used[link] -= gbps
+            used[link] -= gbps
         self.version += 1
 
     def free_by_model(self, kind: str) -> tuple[list[str], IntArray]:
