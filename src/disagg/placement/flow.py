@@ -414,7 +414,10 @@ class FlowPlacer:
                     tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, granted, local)
                                    for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
             out_placed.append(JobPlacement(name, tasks))
-        return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)
+        placed_at = {js.order for js in placed}
+        if len(placed_at) == len(ordered):  # every job placed: none to explain (no pass over the queue)
+            return tuple(out_placed), ()
+        return tuple(out_placed), self._unplaced(ordered, placed_at, jobs, refused)
 
     def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[RoundJob],
                   refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:
