@@ -7,9 +7,9 @@ from the queue, and to prevent starvation, the queue is sorted by the total wait
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter, methodcaller
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import NDArray
@@ -115,6 +115,11 @@ class _Head:
     need_cpu: NDArray[np.float64]
     need_mem: NDArray[np.float64]
     need_dev: dict[tuple[str, str | None], IntArray]
+
+
+def _mapping_get(mapping: Mapping[str, int], key: str, default: int) -> int:
+    """`Mapping.get`, for a request whose devices are not a plain dict."""
+    return mapping.get(key, default)
 
 
 class _Admission:
@@ -229,8 +234,11 @@ class _Admission:
         models = list(map(attrgetter("models"), requests))
         counts = count.astype(np.int64)
         out: dict[tuple[str, str | None], IntArray] = {}
-        for kind in sorted(set(itertools.chain.from_iterable(devices))):
-            per_task = np.fromiter(map(methodcaller("get", kind, 0), devices), dtype=np.int64, count=n)
+        # `dict.get` straight on the queue's dicts (the usual mappings) costs a fifth of a `methodcaller`'s call.
+        get = dict.get if set(map(type, devices)) == {dict} else _mapping_get
+        for kind in sorted(set().union(*devices)):
+            per_task = np.fromiter(map(get, devices, itertools.repeat(kind), itertools.repeat(0)), dtype=np.int64,
+                                   count=n)
             out[(kind, None)] = np.maximum(per_task, 0) * counts
         for i in np.nonzero(np.fromiter(map(bool, models), dtype=bool, count=n))[0].tolist():
             for kind, model in models[i].items():
