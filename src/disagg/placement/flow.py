@@ -50,6 +50,7 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
+    goals: dict[float, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -310,7 +311,13 @@ class FlowPlacer:
                                                goal_s(no_slo, profile), remote_gbps(no_slo, profile))
         profile, phi_known, default_tau, default_gbps = image
         slo = job.slo_s
-        tau = default_tau if slo is None else clamp_goal(slo)
+        if slo is None:
+            tau = default_tau
+        else:  # a queue has a few distinct SLOs: clamped once each
+            goal = cache.goals.get(slo)
+            if goal is None:
+                goal = cache.goals[slo] = clamp_goal(slo)
+            tau = goal
         gbps = job.network_gbps
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
