@@ -116,18 +116,20 @@ class FreeState:
         n_dev = len(devices)
         # One pass per attribute with map/attrgetter: a snapshot can hold 50,000 devices or more.
         kind_code = {k: i for i, k in enumerate(self.kinds)}
-        kind_names = list(map(attrgetter("kind"), devices))
-        present = set(kind_names)
+        present = set(map(attrgetter("kind"), devices))
         # One kind in the whole cluster (the usual case): its code for every device, without a lookup each.
         kinds = (np.full(n_dev, kind_code[present.pop()], dtype=np.int64) if len(present) == 1 else
-                 np.fromiter(map(kind_code.__getitem__, kind_names), dtype=np.int64, count=n_dev))
+                 np.fromiter(map(kind_code.__getitem__, map(attrgetter("kind"), devices)), dtype=np.int64,
+                             count=n_dev))
+        #: Whether every device is of one kind (`_models_of` then reads the models straight off the devices).
+        self._one_kind = len(present) == 1
         self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
                                              dtype=np.int64, count=n_dev)
         self._kind_codes = kinds
         self._models: dict[str, list[str]] = {}
-        health = list(map(attrgetter("health"), devices))
-        usable = (np.ones(n_dev, dtype=bool) if set(health) <= {DEVICE_HEALTHY} else
-                  np.fromiter(map(DEVICE_HEALTHY.__eq__, health), dtype=bool, count=n_dev))
+        usable = (np.ones(n_dev, dtype=bool) if set(map(attrgetter("health"), devices)) <= {DEVICE_HEALTHY} else
+                  np.fromiter(map(DEVICE_HEALTHY.__eq__, map(attrgetter("health"), devices)), dtype=bool,
+                              count=n_dev))
         if cluster.down_links:  # behind a down link: unreachable, whatever the snapshot's word for it
             behind = cluster.reach.behind
             usable &= ~np.fromiter(map(behind.__contains__, map(attrgetter("location"), devices)), dtype=bool,
@@ -347,9 +349,14 @@ class FreeState:
         """The models of a kind's devices (free or not), sorted."""
         found = self._models.get(kind)
         if found is None:
-            at = np.nonzero(self._kind_codes == self.kinds.index(cast(DeviceKind, kind)))[0].tolist()
-            found = self._models[kind] = sorted(set(map(attrgetter("model"),
-                                                        map(self.cluster.devices.__getitem__, at))))
+            devices = self.cluster.devices
+            code = self.kinds.index(cast(DeviceKind, kind))
+            if self._one_kind and len(devices) and self._kind_codes[0] == code:  # every device is of the kind
+                found = sorted(set(map(attrgetter("model"), devices)))
+            else:
+                at = np.nonzero(self._kind_codes == code)[0].tolist()
+                found = sorted(set(map(attrgetter("model"), map(devices.__getitem__, at))))
+            self._models[kind] = found
         return found
 
     def rollback(self, journal: Reservations) -> None:
