@@ -176,9 +176,9 @@ class FlowPlacer:
         if fresh or forced:
             rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
-        # (what the flow gave them is free again).
-        gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
-        if not survivors and not fresh and not forced and not (retry and gave_back):
+        # (what the flow gave them is free again; looked for only then: a pass over every job of the round).
+        if not survivors and not fresh and not forced and not (retry and any(
+                js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)):
             return []
         for js in retry:
             js.failure = None
@@ -265,8 +265,8 @@ class FlowPlacer:
         serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
         the machine that failed it (`RoundJob.avoid`)."""
         out = []
-        for js in first:
-            if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
+        for js in [js for js in first if js.failure is not None]:  # (most of a round's jobs did not fail)
+            if js.second_try or js.failure is None or js.failure[0] not in _REMOTE_SHORT:
                 continue
             js.second_try = True
             if js.failure[0] == Reason.SLO_AT_RISK:
