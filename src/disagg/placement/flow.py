@@ -283,9 +283,18 @@ class FlowPlacer:
     def _guard(self, state: FreeState, jobs: list[RoundJob]) -> None:
         """What the cost model holds each job back for this round (only a model that guards SLOs
         looks: the others hold none back, and their classes stay as they were)."""
+        if not self.costs.guards_slo:
+            return  # (a job's guard starts as SloGuard.NONE)
         slo_guard = self.costs.slo_guard
+        # Once per distinct request (a round's jobs share one shape object per request): the guard is a
+        # function of the request and the free state (`CostModel.slo_guard`).
+        said: dict[tuple[int, int], int] = {}
         for js in jobs:
-            js.guard = slo_guard(state, js)
+            key = (id(js.shape), js.count)
+            guard = said.get(key)
+            if guard is None:
+                guard = said[key] = slo_guard(state, js)
+            js.guard = guard
 
     @staticmethod
     def _wanting(jobs: list[RoundJob], kind: str, cache: _RoundJobCache) -> list[RoundJob]:
