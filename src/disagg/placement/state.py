@@ -180,10 +180,10 @@ class FreeState:
         # `+=` each, which cost a numpy scalar write per link and a snapshot holds hundreds).
         links: list[int] = []
         shares: list[float] = []
-        for i in np.nonzero(gbps > 0)[0].tolist():
+        # Only allocations that draw bandwidth and hold devices have paths past their own uplink (found at once).
+        holds = np.fromiter(map(bool, map(attrgetter("devices"), allocations)), dtype=bool, count=n)
+        for i in np.nonzero((gbps > 0) & holds)[0].tolist():
             a = allocations[i]
-            if not a.devices:
-                continue
             by_id = cl.device_by_id  # built on first use: most allocations hold no remote devices
             remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
             src = int(where[i])
