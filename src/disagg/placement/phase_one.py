@@ -173,7 +173,12 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     keys: list[IntArray] = []
     packed: IntArray | None = None
     radix_so_far = 1
+    # The columns compare as one array of their common type (floats, when any is), as a stack of them did:
+    # integers beyond a float's precision are compared as floats.
+    as_floats = np.result_type(*columns).kind == "f"
     for values in map(np.asarray, columns):
+        if as_floats and values.dtype.kind in "iub" and int(np.abs(values).max(initial=0)) > 2**53:
+            values = values.astype(np.float64)
         if values.dtype.kind in "iub" and int(values.max(initial=0)) - int(values.min(initial=0)) < 2**62:
             low = int(values.min(initial=0))
             codes = values.astype(np.int64) - low

@@ -27,11 +27,20 @@ def order_queue(queue: Sequence[Job], now: float) -> list[Job]:
     `now - submit_s` falls as `submit_s` rises, so this is the order of (submit_s, name); `now` is
     kept in the signature because the order is defined by the wait.
 
-    Sorted by the submit time alone first (a float key sorts several times faster than a tuple);
-    only a queue with equal submit times needs the names."""
-    ordered = sorted(queue, key=attrgetter("submit_s"))
-    submits = list(map(attrgetter("submit_s"), ordered))
-    if len(set(submits)) == len(submits):
+    Sorted by the submit time alone first (numpy's stable argsort of the times, faster again than a
+    float key, itself several times faster than a tuple); only a queue with equal submit times needs
+    the names."""
+    submits = np.fromiter(map(attrgetter("submit_s"), queue), dtype=np.float64, count=len(queue))
+    if np.isnan(submits).any():  # (NaN sorts apart in numpy; Python's sort is the reference)
+        ordered = sorted(queue, key=attrgetter("submit_s"))
+        keys = list(map(attrgetter("submit_s"), ordered))
+        unique = len(set(keys)) == len(keys)
+    else:  # a stable argsort: the order `sorted` gives by the same float key
+        at = np.argsort(submits, kind="stable")
+        ordered = list(map(queue.__getitem__, at.tolist()))
+        in_order = submits[at]
+        unique = bool((in_order[1:] != in_order[:-1]).all())
+    if unique:
         return ordered
     return sorted(ordered, key=attrgetter("submit_s", "name"))
 

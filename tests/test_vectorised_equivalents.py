@@ -1,5 +1,5 @@
-"""`phase_one._Splitter` hands an arc's flow over its machine class's machines at once (numpy); this is
-the plain walk it replaced (machine by machine, in order), and a property that both hand out the same."""
+"""The vectorised steps of a flow round against the plain code they replaced: `phase_one._Splitter` (an
+arc's flow over its machine class's machines at once), `MachineGroups.of` (packed keys) and `order_queue`."""
 
 from __future__ import annotations
 
@@ -129,3 +129,19 @@ def test_machine_classes_from_packed_keys_are_those_of_a_sort_by_every_column(
     of_machine, first, members = _groups_plain(columns, rack)
     assert groups.of_machine.tolist() == of_machine and groups.first.tolist() == first
     assert groups.members == members and [m.tolist() for m in groups.member_arrays] == members
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -0.0, 1.0, 1.5, -3.0, 1e300, float("inf"), float("nan")]),
+                          st.sampled_from(["a", "b", "c"])), max_size=12))
+def test_queue_order_is_pythons_sort_by_submit_time_then_name(submits: list[tuple[float, str]]) -> None:
+    from operator import attrgetter
+
+    from disagg.model import Job, TaskRequest
+    from disagg.placement.queue import order_queue
+
+    queue = [Job(name=f"{name}{i}", image="x", tasks=TaskRequest(), submit_s=t) for i, (t, name) in enumerate(submits)]
+    by_time = sorted(queue, key=attrgetter("submit_s"))
+    times = [j.submit_s for j in by_time]
+    expected = by_time if len(set(times)) == len(times) else sorted(by_time, key=attrgetter("submit_s", "name"))
+    assert [j.name for j in order_queue(queue, 0.0)] == [j.name for j in expected]
