@@ -16,7 +16,7 @@ get all its devices fails its job (gang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -282,8 +282,8 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
     ids = map(attrgetter("id"), map(state.cluster.devices.__getitem__, taken))
     names = state.cluster.locations
-    granted = tuple([DeviceGrant(d, kind, False, names[loc])
-                     for d, loc in zip(ids, np.repeat(locs, wants).tolist(), strict=True)])
+    granted = tuple(map(DeviceGrant, ids, repeat(kind), repeat(False), map(names.__getitem__,
+                                                                          np.repeat(locs, wants).tolist())))
     # Back in task order (queue order) to hand them to their jobs: the jobs' records are then read in the
     # order they were made, not scattered by location (most of a round's cost here was those reads).
     back = np.empty_like(order)
