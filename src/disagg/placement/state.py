@@ -74,6 +74,17 @@ class Journal:
     taken_traffic: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
 
 
+def _kind_codes(devices: Sequence[Any], kinds: tuple[DeviceKind, ...]) -> IntArray:
+    """Each device's kind as its place in `kinds`. One kind in the whole cluster (the usual case): its
+    code for every device, without a lookup each."""
+    kind_code = {k: i for i, k in enumerate(kinds)}
+    present = set(map(attrgetter("kind"), devices))
+    if len(present) == 1:
+        return np.full(len(devices), kind_code[present.pop()], dtype=np.int64)
+    return np.fromiter(map(kind_code.__getitem__, map(attrgetter("kind"), devices)), dtype=np.int64,
+                       count=len(devices))
+
+
 class FreeState:
     """Mutable free capacity derived from a snapshot: cpus, memory, devices, link bandwidth."""
 
@@ -115,14 +126,9 @@ class FreeState:
         devices = cluster.devices
         n_dev = len(devices)
         # One pass per attribute with map/attrgetter: a snapshot can hold 50,000 devices or more.
-        kind_code = {k: i for i, k in enumerate(self.kinds)}
-        present = set(map(attrgetter("kind"), devices))
-        # One kind in the whole cluster (the usual case): its code for every device, without a lookup each.
-        kinds = (np.full(n_dev, kind_code[present.pop()], dtype=np.int64) if len(present) == 1 else
-                 np.fromiter(map(kind_code.__getitem__, map(attrgetter("kind"), devices)), dtype=np.int64,
-                             count=n_dev))
+        kinds = _kind_codes(devices, self.kinds)
         #: Whether every device is of one kind (`_models_of` then reads the models straight off the devices).
-        self._one_kind = len(present) == 1
+        self._one_kind = bool(n_dev) and bool((kinds == kinds[0]).all())
         self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
                                              dtype=np.int64, count=n_dev)
         self._kind_codes = kinds
