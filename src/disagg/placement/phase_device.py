@@ -280,7 +280,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     ends = np.cumsum(wants)
     step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
-    ids = map(attrgetter("id"), map(state.cluster.devices.__getitem__, taken))
+    ids = map(state.dev_id.__getitem__, taken)
     names = state.cluster.locations
     granted = tuple(map(DeviceGrant, ids, repeat(kind), repeat(False), map(names.__getitem__,
                                                                           np.repeat(locs, wants).tolist())))
@@ -374,11 +374,10 @@ def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model
             costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """One device of `kind` at `loc` for a task on `own`, with its traffic on the path; `why`
     ("bandwidth", "slo" or "") says what stopped it."""
-    devices = state.cluster.devices
     locations = state.cluster.locations
     if loc == own:
         dev = state.take_device(kind, loc, model, js)
-        return (None, "") if dev is None else (DeviceGrant(devices[dev].id, kind, False, locations[loc]), "")
+        return (None, "") if dev is None else (DeviceGrant(state.dev_id[dev], kind, False, locations[loc]), "")
     path = state.path(own, loc)
     if not state.take_traffic(path, js.gbps, js):
         return None, "bandwidth"
@@ -391,7 +390,7 @@ def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model
         return None, ""
     js.remote += 1
     names = tuple(state.link_names[p] for p in path)
-    return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
+    return DeviceGrant(state.dev_id[dev], kind, True, locations[loc], names, js.gbps), ""
 
 
 def explain(state: FreeState, phase: DevicePhase, i: int, js: RoundJob) -> None:

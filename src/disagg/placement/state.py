@@ -131,6 +131,9 @@ class FreeState:
         self._one_kind = bool(n_dev) and bool((kinds == kinds[0]).all())
         self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
                                              dtype=np.int64, count=n_dev)
+        #: Every device's id, by index: read here, in the pass over the devices, rather than off each device
+        #: granted (a round grants tens of thousands, by then scattered out of the cache).
+        self.dev_id: list[str] = list(map(attrgetter("id"), devices))
         self._kind_codes = kinds
         self._models: dict[str, list[str]] = {}
         usable = (np.ones(n_dev, dtype=bool) if set(map(attrgetter("health"), devices)) <= {DEVICE_HEALTHY} else
