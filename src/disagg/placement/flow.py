@@ -265,14 +265,19 @@ class FlowPlacer:
         serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
         the machine that failed it (`RoundJob.avoid`)."""
         out = []
+        # How many tasks of a request the machines' own free devices serve, per request (its shape object;
+        # nothing is taken here, so it holds for every job asking it).
+        served: dict[int, int] = {}
         for js in [js for js in first if js.failure is not None]:  # (most of a round's jobs did not fail)
             if js.second_try or js.failure is None or js.failure[0] not in _REMOTE_SHORT:
                 continue
             js.second_try = True
             if js.failure[0] == Reason.SLO_AT_RISK:
                 js.held_failure = js.failure
-            local = {k: state.local_free(k) for k in js.wants}
-            if not self.costs.local_only and int(local_capacity(state, js, local).sum()) >= js.count:
+            if not self.costs.local_only and id(js.shape) not in served:
+                local = {k: state.local_free(k) for k in js.wants}
+                served[id(js.shape)] = int(local_capacity(state, js, local).sum())
+            if not self.costs.local_only and served[id(js.shape)] >= js.count:
                 js.local_first = True
             else:
                 js.avoid = js.failed_on
