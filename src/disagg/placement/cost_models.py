@@ -159,6 +159,9 @@ class CostModel(Protocol):
     #: Whether a task's devices must all sit in its own machine (server-centric): phase 1 then bounds
     #: a machine's tasks by the local devices they claim.
     local_only: bool
+    #: Whether `slo_guard` may hold a job back at all (a model blind to the SLO holds none: the placer
+    #: then does not ask it job by job).
+    guards_slo: bool
 
     def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
         """The cost of leaving each of `rows` (a job, or a task of it, by its row in `table`) unscheduled."""
@@ -216,7 +219,8 @@ class CostModel(Protocol):
 
     def slo_guard(self, state: FreeState, js: RoundJob) -> SloGuard:
         """What the model holds this job back for this round, to keep its SLO (the liveness rule:
-        docs/design-decisions.md, "No job waits forever")."""
+        docs/design-decisions.md, "No job waits forever"). A function of the free state and the job's
+        request (its shape and task count) only: the placer asks once per distinct request."""
         ...
 
     def at_risk(self, js: RoundJob, expected_s: float) -> bool:
@@ -233,6 +237,7 @@ class DRMaestroCostModel:
 
     name = "drmaestro"
     local_only = False
+    guards_slo = False
 
     # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
     # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
@@ -414,6 +419,7 @@ class DRMaestroNACostModel(DRMaestroCostModel):
     while the expected miss is large against the job's W, and places it once waiting costs more."""
 
     name = "drmaestro-na"
+    guards_slo = True
 
     def priced_load(self, load: FloatArray) -> FloatArray:
         return load

@@ -50,6 +50,7 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
+    goals: dict[float, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -175,9 +176,9 @@ class FlowPlacer:
         if fresh or forced:
             rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
-        # (what the flow gave them is free again).
-        gave_back = any(js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)
-        if not survivors and not fresh and not forced and not (retry and gave_back):
+        # (what the flow gave them is free again; looked for only then: a pass over every job of the round).
+        if not survivors and not fresh and not forced and not (retry and any(
+                js.failure is not None and js.failure[0] != Reason.CONTENTION for js in pending)):
             return []
         for js in retry:
             js.failure = None
@@ -264,14 +265,19 @@ class FlowPlacer:
         serve) when the machines' own free devices can hold its whole gang, else with one task fewer on
         the machine that failed it (`RoundJob.avoid`)."""
         out = []
-        for js in first:
-            if js.failure is None or js.second_try or js.failure[0] not in _REMOTE_SHORT:
+        # How many tasks of a request the machines' own free devices serve, per request (its shape object;
+        # nothing is taken here, so it holds for every job asking it).
+        served: dict[int, int] = {}
+        for js in [js for js in first if js.failure is not None]:  # (most of a round's jobs did not fail)
+            if js.second_try or js.failure is None or js.failure[0] not in _REMOTE_SHORT:
                 continue
             js.second_try = True
             if js.failure[0] == Reason.SLO_AT_RISK:
                 js.held_failure = js.failure
-            local = {k: state.local_free(k) for k in js.wants}
-            if not self.costs.local_only and int(local_capacity(state, js, local).sum()) >= js.count:
+            if not self.costs.local_only and id(js.shape) not in served:
+                local = {k: state.local_free(k) for k in js.wants}
+                served[id(js.shape)] = int(local_capacity(state, js, local).sum())
+            if not self.costs.local_only and served[id(js.shape)] >= js.count:
                 js.local_first = True
             else:
                 js.avoid = js.failed_on
@@ -282,9 +288,18 @@ class FlowPlacer:
     def _guard(self, state: FreeState, jobs: list[RoundJob]) -> None:
         """What the cost model holds each job back for this round (only a model that guards SLOs
         looks: the others hold none back, and their classes stay as they were)."""
+        if not self.costs.guards_slo:
+            return  # (a job's guard starts as SloGuard.NONE)
         slo_guard = self.costs.slo_guard
+        # Once per distinct request (a round's jobs share one shape object per request): the guard is a
+        # function of the request and the free state (`CostModel.slo_guard`).
+        said: dict[tuple[int, int], int] = {}
         for js in jobs:
-            js.guard = slo_guard(state, js)
+            key = (id(js.shape), js.count)
+            guard = said.get(key)
+            if guard is None:
+                guard = said[key] = slo_guard(state, js)
+            js.guard = guard
 
     @staticmethod
     def _wanting(jobs: list[RoundJob], kind: str, cache: _RoundJobCache) -> list[RoundJob]:
@@ -310,7 +325,13 @@ class FlowPlacer:
                                                goal_s(no_slo, profile), remote_gbps(no_slo, profile))
         profile, phi_known, default_tau, default_gbps = image
         slo = job.slo_s
-        tau = default_tau if slo is None else clamp_goal(slo)
+        if slo is None:
+            tau = default_tau
+        else:  # a queue has a few distinct SLOs: clamped once each
+            goal = cache.goals.get(slo)
+            if goal is None:
+                goal = cache.goals[slo] = clamp_goal(slo)
+            tau = goal
         gbps = job.network_gbps
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
@@ -414,7 +435,10 @@ class FlowPlacer:
                     tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, granted, local)
                                    for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
             out_placed.append(JobPlacement(name, tasks))
-        return tuple(out_placed), self._unplaced(ordered, {js.order for js in placed}, jobs, refused)
+        placed_at = {js.order for js in placed}
+        if len(placed_at) == len(ordered):  # every job placed: none to explain (no pass over the queue)
+            return tuple(out_placed), ()
+        return tuple(out_placed), self._unplaced(ordered, placed_at, jobs, refused)
 
     def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[RoundJob],
                   refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:

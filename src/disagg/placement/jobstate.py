@@ -183,10 +183,13 @@ def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArra
     return {owner[k]: [[h[i], f[i]] for i in range(b, e)] for k, (b, e) in enumerate(zip(starts, ends, strict=True))}
 
 
-def profile_arrays(jobs: Sequence[RoundJob]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity."""
+def profile_arrays(jobs: Sequence[RoundJob], tau: FloatArray | None = None
+                   ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity.
+    `tau`: the jobs' τ, when the caller has read it already."""
     profiles = list(map(attrgetter("profile"), jobs))
-    base = np.where(column(profiles, "known", np.bool_), column(profiles, "base_s"), column(jobs, "tau"))
+    base = np.where(column(profiles, "known", np.bool_), column(profiles, "base_s"),
+                    column(jobs, "tau") if tau is None else tau)
     return (base, column(profiles, "transfer_share"), column(profiles, "remote_factor"),
             column(profiles, "load_sensitivity"))
 
@@ -228,14 +231,15 @@ class JobTable:
             terms = np.fromiter(map(bonus.get, map(attrgetter("job.tenant"), jobs), repeat(0.0)), dtype=np.float64,
                                 count=len(jobs))
             fair = np.rint(terms * SCALE).astype(np.int64)
+        tau = column(jobs, "tau")
         return cls(
-            tau=column(jobs, "tau"),
+            tau=tau,
             z=column(jobs, "z"),
             gbps=column(jobs, "gbps"),
             phi_local=column(jobs, "phi_local"),
             order=column(jobs, "order"),
             waits=column(jobs, "job.wait_rounds"),
-            params=profile_arrays(jobs),
+            params=profile_arrays(jobs, tau),
             guard=column(jobs, "guard", np.int64),
             must_place=column(jobs, "must_place", np.bool_),
             fair=fair,

@@ -16,7 +16,7 @@ get all its devices fails its job (gang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -80,7 +80,8 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     own = np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n)
     own_up, own_rack = np.zeros(n), np.zeros(n)
     starts = np.cumsum(per_task) - per_task
-    for j in np.nonzero([bool(js.taken_traffic) for js in jobs])[0].tolist():
+    for j in np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
+                                    count=n_jobs))[0].tolist():
         for i in range(int(starts[j]), int(starts[j] + per_task[j])):
             up, rack = int(own[i]), len(state.loc_rack) + int(state.loc_rack[own[i]])
             for links, gbps in jobs[j].taken_traffic:
@@ -279,16 +280,19 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     ends = np.cumsum(wants)
     step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
-    ids = map(attrgetter("id"), map(state.cluster.devices.__getitem__, taken))
+    ids = map(state.dev_id.__getitem__, taken)
     names = state.cluster.locations
-    granted = tuple([DeviceGrant(d, kind, False, names[loc])
-                     for d, loc in zip(ids, np.repeat(locs, wants).tolist(), strict=True)])
-    bounds = np.r_[0, ends].tolist()
+    granted = tuple(map(DeviceGrant, ids, repeat(kind), repeat(False), map(names.__getitem__,
+                                                                          np.repeat(locs, wants).tolist())))
+    # Back in task order (queue order) to hand them to their jobs: the jobs' records are then read in the
+    # order they were made, not scattered by location (most of a round's cost here was those reads).
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
     jobs, job_at, task_index = tasks.jobs, tasks.job_at, tasks.task_index
-    for t_idx, b, e in zip(idx.tolist(), bounds[:-1], bounds[1:], strict=True):
-        js, ti = jobs[job_at[t_idx]], task_index[t_idx]
+    for t_idx, b, e in zip(idx[back].tolist(), (ends - wants)[back].tolist(), ends[back].tolist(), strict=True):
+        js = jobs[job_at[t_idx]]
         js.taken_devices.extend(taken[b:e])
-        js.grants[ti] += granted[b:e]
+        js.grants[task_index[t_idx]] += granted[b:e]
     np.subtract.at(state.free_count[kind], locs, wants)
     state.version += 1
 
@@ -370,11 +374,10 @@ def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model
             costs: CostModel) -> tuple[DeviceGrant | None, str]:
     """One device of `kind` at `loc` for a task on `own`, with its traffic on the path; `why`
     ("bandwidth", "slo" or "") says what stopped it."""
-    devices = state.cluster.devices
     locations = state.cluster.locations
     if loc == own:
         dev = state.take_device(kind, loc, model, js)
-        return (None, "") if dev is None else (DeviceGrant(devices[dev].id, kind, False, locations[loc]), "")
+        return (None, "") if dev is None else (DeviceGrant(state.dev_id[dev], kind, False, locations[loc]), "")
     path = state.path(own, loc)
     if not state.take_traffic(path, js.gbps, js):
         return None, "bandwidth"
@@ -387,7 +390,7 @@ def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model
         return None, ""
     js.remote += 1
     names = tuple(state.link_names[p] for p in path)
-    return DeviceGrant(devices[dev].id, kind, True, locations[loc], names, js.gbps), ""
+    return DeviceGrant(state.dev_id[dev], kind, True, locations[loc], names, js.gbps), ""
 
 
 def explain(state: FreeState, phase: DevicePhase, i: int, js: RoundJob) -> None:

@@ -21,6 +21,7 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -124,32 +125,83 @@ class MachineGroups:
     of_machine: IntArray  # per machine, its class
     first: IntArray  # per class, its first machine (the one its columns are read from)
     members: list[list[int]]  # per class, its machines in order
+    #: `members` as arrays (the splitter reads a class's machines at once).
+    member_arrays: list[IntArray] = field(default_factory=list)
 
     @staticmethod
     def of(columns: list[NDArray[np.float64] | IntArray], rack: IntArray) -> MachineGroups:
         """Machines with equal `columns` in one class; a class's machines in turn across racks (its
         first machine in each rack, then its second in each, ...), so that the tasks a class's flow
         brings spread over racks' pools and uplinks as the per-machine network's did."""
-        key = np.column_stack(columns)
+        keys = _row_keys(columns)
         # Sorted by every column (stable: equal rows keep machine order), a class starts where a row differs.
-        order = np.lexsort(key.T[::-1])
-        rows = key[order]
-        starts = np.r_[True, (rows[1:] != rows[:-1]).any(axis=1)]
+        order = np.lexsort(keys[::-1]) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
+        differs = np.zeros(max(len(order) - 1, 0), dtype=bool)
+        for k in keys:
+            sorted_k = k[order]
+            differs |= sorted_k[1:] != sorted_k[:-1]
+        starts = np.r_[True, differs]
         first = order[starts]
         of_machine = np.empty(len(order), dtype=np.int64)
         of_machine[order] = np.cumsum(starts) - 1
-        by_rack = np.lexsort((rack, of_machine))  # per class, per rack, in machine order
-        cell = of_machine[by_rack] * (int(rack.max(initial=0)) + 1) + rack[by_rack]
+        n_racks = int(rack.max(initial=0)) + 1
+        by_rack = np.argsort(of_machine * n_racks + rack, kind="stable")  # per class, per rack, in machine order
+        cell = of_machine[by_rack] * n_racks + rack[by_rack]
         starts = np.r_[0, np.nonzero(cell[1:] != cell[:-1])[0] + 1]
         rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
-        order = by_rack[np.lexsort((rack[by_rack], rank, of_machine[by_rack]))]
-        bounds = np.cumsum(np.bincount(of_machine, minlength=len(first)))[:-1]
-        members = [m.tolist() for m in np.split(order, bounds)]
-        return MachineGroups(of_machine.astype(np.int64), first.astype(np.int64), members)
+        # (class, rank in its rack, rack) as one key: each part is below its radix, so the order is theirs.
+        turn = (of_machine[by_rack] * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack[by_rack]
+        order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64)
+        bounds = np.r_[0, np.cumsum(np.bincount(of_machine, minlength=len(first)))].tolist()
+        flat = order.tolist()
+        spans = list(pairwise(bounds))
+        return MachineGroups(of_machine, first.astype(np.int64), [flat[a:b] for a, b in spans],
+                             [order[a:b] for a, b in spans])
 
     def total(self, per_machine: IntArray) -> IntArray:
         """A per-machine count summed over each class."""
         return np.bincount(self.of_machine, weights=per_machine, minlength=len(self.first)).astype(np.int64)
+
+
+def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
+    """Integer keys whose lexicographic order and equality are the columns' (first column first), several
+    columns packed into one key while their radices allow: a machine class's columns are mostly small
+    counts, and sorting by 17 columns of 12,500 machines one pass per column cost more than the rest of
+    the grouping. Each column becomes its values' ranks (integers: less their minimum; floats: their
+    rank among the distinct values). A float column with a NaN (NaN equals nothing) or integers too far
+    apart is kept as it is, as a key of its own."""
+    keys: list[IntArray] = []
+    packed: IntArray | None = None
+    radix_so_far = 1
+    # The columns compare as one array of their common type (floats, when any is), as a stack of them did:
+    # integers beyond a float's precision are compared as floats.
+    as_floats = np.result_type(*columns).kind == "f"
+    for values in map(np.asarray, columns):
+        if as_floats and values.dtype.kind in "iub" and int(np.abs(values).max(initial=0)) > 2**53:
+            values = values.astype(np.float64)
+        if values.dtype.kind in "iub" and int(values.max(initial=0)) - int(values.min(initial=0)) < 2**62:
+            low = int(values.min(initial=0))
+            codes = values.astype(np.int64) - low
+            radix = int(codes.max(initial=0)) + 1
+        elif values.dtype.kind == "f" and not np.isnan(values).any():
+            distinct, inverse = np.unique(values, return_inverse=True)
+            codes, radix = inverse.astype(np.int64).ravel(), len(distinct)
+        else:  # a float column with a NaN, or integers too far apart to rank by subtraction
+            if packed is not None:
+                keys.append(packed)
+            keys.append(values)  # type: ignore[arg-type]
+            packed, radix_so_far = None, 1
+            continue
+        if packed is not None and radix_so_far * radix < 2**62:
+            packed = packed * radix + codes
+            radix_so_far *= radix
+        else:
+            if packed is not None:
+                keys.append(packed)
+            packed, radix_so_far = codes, radix
+    if packed is not None:
+        keys.append(packed)
+    return keys
 
 
 def classify(jobs: list[RoundJob]) -> Classes:
@@ -457,11 +509,8 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
             if claims is not None:
                 m = claims.take(offered, js, costs)
             else:
-                for offers in offered:
-                    m = take(offers, cpus, memory_gb, js, SCAN_LIMIT)
-                    if m >= 0:
-                        break
-                else:
+                m = take(offered, cpus, memory_gb, js, SCAN_LIMIT)
+                if m < 0:
                     m = repair(state, js, costs, allowed, phase.pricing)
             if m < 0:
                 if claims is not None:
@@ -523,18 +572,22 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
         todo.append([[t, shape_of[t] if shape_of is not None else t, node, cost, f] for t, node, cost, f in
                      zip(arcs[0][nz].tolist(), arcs[1][nz].tolist(), arcs[3][nz].tolist(), flows[nz].tolist(),
                          strict=True)])
-    out: list[list[tuple[int, int, int, int]]] = [[], []]
+    out: list[list[tuple[int, IntArray, int, IntArray]]] = [[], []]
     for local_only in (True, False):
         for part, arcs_left in zip(out, todo, strict=True):
             for arc in arcs_left:
                 if arc[4] > 0:
                     arc[4] = splitter.take(arc, local_only, part)
 
-    def arrays(part: list[tuple[int, int, int, int]]) -> tuple[Arcs, IntArray]:
+    def arrays(part: list[tuple[int, IntArray, int, IntArray]]) -> tuple[Arcs, IntArray]:
         if not part:
             empty = np.zeros(0, dtype=np.int64)
             return (empty, empty, empty, empty), empty
-        t, h, c, f = (np.array(x, dtype=np.int64) for x in zip(*part, strict=True))
+        sizes = [len(m) for _, m, _, _ in part]
+        t = np.repeat(np.array([x[0] for x in part], dtype=np.int64), sizes)
+        c = np.repeat(np.array([x[2] for x in part], dtype=np.int64), sizes)
+        h = np.concatenate([x[1] for x in part])
+        f = np.concatenate([x[3] for x in part])
         return (t, h, f, c), f
 
     (pref_m, f_pref_m), (shared_m, f_shared_m) = arrays(out[0]), arrays(out[1])
@@ -543,54 +596,49 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
 
 class _Splitter:
     """What the machines of a round's machine classes have left while flows are split over them: tasks
-    their cpus and memory hold (for the round's smallest task), tasks of each shape (its fit), and their
-    own free devices per kind."""
+    their cpus and memory hold (for the round's smallest task), tasks of each shape (its fit, less what
+    the split gave it), and their own free devices per kind. Arrays over every machine: an arc's flow is
+    handed over its class's machines at once."""
 
     def __init__(self, state: FreeState, cls: Classes, pricing: Pricing) -> None:
         assert pricing.groups is not None
-        self.members = pricing.groups.members
+        self.members = pricing.groups.member_arrays
         reps = [cls.representative[members[0]] for members in cls.shapes]
-        self.fit = [pricing.fit[id(rep.shape)].tolist() for rep in reps]
+        #: Per shape, per machine: how many more of its tasks the machine takes (its fit, less those given).
+        self.room = [pricing.fit[id(rep.shape)].astype(np.int64) for rep in reps]
         self.wants = [sorted(rep.wants.items()) for rep in reps]
         min_cpu = min(js.cpus for js in cls.representative)
         min_mem = min(js.memory_gb for js in cls.representative)
         with np.errstate(divide="ignore", invalid="ignore"):
             cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
-        self.left: list[int] = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64).tolist()
-        self.local: dict[str, list[int]] = {k: state.local_free(k).tolist() for k in state.kinds}
-        self.taken: dict[tuple[int, int], int] = {}
-        #: Per (pass, machine class, shape): the first machine that may still have room (room only shrinks).
-        self.cursor: dict[tuple[bool, int, int], int] = {}
+        self.left: IntArray = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64)
+        self.local: dict[str, IntArray] = {k: state.local_free(k).astype(np.int64) for k in state.kinds}
 
-    def take(self, arc: list[int], local_only: bool, out: list[tuple[int, int, int, int]]) -> int:
-        """Hand the arc's flow to its machine class's machines; returns the flow left over. (`room`
-        inlined: this runs once per machine a flow reaches.)"""
+    def take(self, arc: list[int], local_only: bool, out: list[tuple[int, IntArray, int, IntArray]]) -> int:
+        """Hand the arc's flow to its machine class's machines, in their order, each as many tasks as it
+        has room for (`local_only`: as its own free devices serve, too); returns the flow left over.
+        Appends (tail, machines, cost, tasks) to `out`."""
         tail, shape, node, cost, f = arc
         members = self.members[node]
-        fit, taken, left = self.fit[shape], self.taken, self.left
+        room = self.room[shape]
+        fits = np.minimum(self.left[members], room[members])
         wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
-        key = (local_only, node, shape)
-        k = self.cursor.get(key, 0)
-        while f > 0 and k < len(members):
-            m = members[k]
-            room = min(left[m], int(fit[m]) - taken.get((shape, m), 0))
-            if local_only:
-                for local, want in wants:
-                    room = min(room, local[m] // want)
-            if room <= 0:
-                k += 1
-                continue
-            n = min(room, f)
-            left[m] -= n
-            taken[(shape, m)] = taken.get((shape, m), 0) + n
+        if local_only:
             for local, want in wants:
-                local[m] -= min(local[m], n * want)
-            f -= n
-            out.append((tail, m, cost, n))
-            if n == room:
-                k += 1
-        self.cursor[key] = k
-        return f
+                fits = np.minimum(fits, local[members] // want)
+        fits = np.maximum(fits, 0)
+        before = np.cumsum(fits) - fits
+        given = np.clip(f - before, 0, fits)
+        at = np.nonzero(given)[0]
+        if len(at) == 0:
+            return f
+        machines, n = members[at], given[at]
+        self.left[machines] -= n
+        room[machines] -= n
+        for local, want in wants:
+            local[machines] -= np.minimum(local[machines], n * want)
+        out.append((tail, machines, cost, n))
+        return f - int(n.sum())
 
 
 def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:

@@ -1,0 +1,147 @@
+"""The vectorised steps of a flow round against the plain code they replaced: `phase_one._Splitter` (an
+arc's flow over its machine class's machines at once), `MachineGroups.of` (packed keys) and `order_queue`."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from disagg.placement.phase_one import _Splitter
+
+
+def _plain(members: list[list[int]], room: list[list[int]], wants: list[list[tuple[str, int]]], left: list[int],
+           local: dict[str, list[int]], arcs: list[list[int]]) -> list[tuple[int, int, int, int]]:
+    """Both passes (local devices only, then up to the fit) over `arcs` [tail, shape, node, cost, flow],
+    one machine at a time: what the splitter did before it was vectorised."""
+    out: list[tuple[int, int, int, int]] = []
+    for local_only in (True, False):
+        for arc in arcs:
+            tail, shape, node, cost, f = arc
+            for m in members[node]:
+                if f <= 0:
+                    break
+                r = min(left[m], room[shape][m])
+                if local_only:
+                    for kind, want in wants[shape]:
+                        r = min(r, local[kind][m] // want)
+                if r <= 0:
+                    continue
+                n = min(r, f)
+                left[m] -= n
+                room[shape][m] -= n
+                for kind, want in wants[shape]:
+                    local[kind][m] -= min(local[kind][m], n * want)
+                f -= n
+                out.append((tail, m, cost, n))
+            arc[4] = f
+    return out
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[object, ...]:
+    n_machines = draw(st.integers(1, 12))
+    order = draw(st.permutations(list(range(n_machines))))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, n_machines - 1)), max_size=3)))
+    members = [list(order[a:b]) for a, b in zip([0, *cuts], [*cuts, n_machines], strict=True) if a < b]
+    n_shapes = draw(st.integers(1, 3))
+    room = [draw(st.lists(st.integers(-1, 5), min_size=n_machines, max_size=n_machines)) for _ in range(n_shapes)]
+    wants = [draw(st.lists(st.tuples(st.sampled_from(["gpu", "nvme"]), st.integers(1, 3)), max_size=2,
+                           unique_by=lambda w: w[0])) for _ in range(n_shapes)]
+    left = draw(st.lists(st.integers(0, 8), min_size=n_machines, max_size=n_machines))
+    local = {k: draw(st.lists(st.integers(0, 6), min_size=n_machines, max_size=n_machines)) for k in ("gpu", "nvme")}
+    arcs = draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, n_shapes - 1),
+                                   st.integers(0, len(members) - 1), st.integers(0, 100), st.integers(1, 12)),
+                         max_size=6))
+    return members, room, wants, left, local, [list(a) for a in arcs]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cases())
+def test_the_vectorised_split_hands_out_what_the_machine_by_machine_walk_did(case: tuple[object, ...]) -> None:
+    members, room, wants, left, local, arcs = case
+    assert isinstance(members, list) and isinstance(room, list) and isinstance(wants, list)
+    assert isinstance(left, list) and isinstance(local, dict) and isinstance(arcs, list)
+    splitter = object.__new__(_Splitter)
+    splitter.members = [np.array(m, dtype=np.int64) for m in members]
+    splitter.room = [np.array(r, dtype=np.int64) for r in room]
+    splitter.wants = [sorted(w) for w in wants]
+    splitter.left = np.array(left, dtype=np.int64)
+    splitter.local = {k: np.array(v, dtype=np.int64) for k, v in local.items()}
+    mine = [list(a) for a in arcs]
+    got: list[tuple[int, np.ndarray, int, np.ndarray]] = []
+    for local_only in (True, False):
+        for arc in mine:
+            if arc[4] > 0:
+                arc[4] = splitter.take(arc, local_only, got)
+    flat = [(t, int(m), c, int(n)) for t, ms, c, ns in got for m, n in zip(ms, ns, strict=True)]
+    plain_room, plain_left, plain_local = [list(r) for r in room], list(left), {k: list(v) for k, v in local.items()}
+    expected = _plain(members, plain_room, [sorted(w) for w in wants], plain_left, plain_local, arcs)
+    assert flat == expected
+    assert [a[4] for a in mine] == [a[4] for a in arcs]  # the flow each arc has left over
+    assert splitter.left.tolist() == plain_left and [r.tolist() for r in splitter.room] == plain_room
+    assert {k: v.tolist() for k, v in splitter.local.items()} == plain_local
+
+
+def _groups_plain(columns: list[np.ndarray], rack: np.ndarray) -> tuple[list[int], list[int], list[list[int]]]:
+    """`MachineGroups.of` as it was before its columns were packed into keys: a lexsort by every column."""
+    key = np.column_stack(columns)
+    order = np.lexsort(key.T[::-1])
+    rows = key[order]
+    starts = np.r_[True, (rows[1:] != rows[:-1]).any(axis=1)]
+    first = order[starts]
+    of_machine = np.empty(len(order), dtype=np.int64)
+    of_machine[order] = np.cumsum(starts) - 1
+    by_rack = np.lexsort((rack, of_machine))
+    cell = of_machine[by_rack] * (int(rack.max(initial=0)) + 1) + rack[by_rack]
+    starts = np.r_[0, np.nonzero(cell[1:] != cell[:-1])[0] + 1]
+    rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
+    order = by_rack[np.lexsort((rack[by_rack], rank, of_machine[by_rack]))]
+    bounds = np.cumsum(np.bincount(of_machine, minlength=len(first)))[:-1]
+    return of_machine.tolist(), first.tolist(), [m.tolist() for m in np.split(order, bounds)]
+
+
+_FLOATS = st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.5, 1e-9, float("inf"), float("nan")])
+
+
+@st.composite
+def _machine_columns(draw: st.DrawFn) -> tuple[list[np.ndarray], np.ndarray]:
+    n = draw(st.integers(1, 30))
+    columns: list[np.ndarray] = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            columns.append(np.array(draw(st.lists(_FLOATS, min_size=n, max_size=n)), dtype=np.float64))
+        else:
+            top = draw(st.sampled_from([1, 3, 2**40, 2**61, 2**62]))
+            columns.append(np.array(draw(st.lists(st.integers(-top, top), min_size=n, max_size=n)), dtype=np.int64))
+    rack = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    return columns, rack
+
+
+@settings(max_examples=300, deadline=None)
+@given(_machine_columns())
+def test_machine_classes_from_packed_keys_are_those_of_a_sort_by_every_column(
+        case: tuple[list[np.ndarray], np.ndarray]) -> None:
+    from disagg.placement.phase_one import MachineGroups
+
+    columns, rack = case
+    groups = MachineGroups.of(columns, rack)
+    of_machine, first, members = _groups_plain(columns, rack)
+    assert groups.of_machine.tolist() == of_machine and groups.first.tolist() == first
+    assert groups.members == members and [m.tolist() for m in groups.member_arrays] == members
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -0.0, 1.0, 1.5, -3.0, 1e300, float("inf"), float("nan")]),
+                          st.sampled_from(["a", "b", "c"])), max_size=12))
+def test_queue_order_is_pythons_sort_by_submit_time_then_name(submits: list[tuple[float, str]]) -> None:
+    from operator import attrgetter
+
+    from disagg.model import Job, TaskRequest
+    from disagg.placement.queue import order_queue
+
+    queue = [Job(name=f"{name}{i}", image="x", tasks=TaskRequest(), submit_s=t) for i, (t, name) in enumerate(submits)]
+    by_time = sorted(queue, key=attrgetter("submit_s"))
+    times = [j.submit_s for j in by_time]
+    expected = by_time if len(set(times)) == len(times) else sorted(by_time, key=attrgetter("submit_s", "name"))
+    assert [j.name for j in order_queue(queue, 0.0)] == [j.name for j in expected]
