@@ -168,13 +168,11 @@ def typical(fits: Iterable[tuple[Sequence[float], int]], min_remote: int = 5) ->
 
 
 def fit(image: str, observations: Sequence[Observation], prior: Profile | None = None,
-        typical_profile: Profile | None = None, split: Split | None = None) -> Estimate:
+        typical_profile: Profile | None = None) -> Estimate:
     """The posterior of (A, B, C) for one image, from its observations and a prior.
 
     Prior: `prior` (the operator's table entry) if given and known, else `typical_profile` with the
-    base taken from the runs, else a neutral one (B = C = 0) with wide spreads. `split` (not with a
-    table entry): the load term's ratio to the fixed one learned from other images (`split_prior`),
-    which ties C to B in the prior so that runs at one narrow band of loads still extrapolate."""
+    base taken from the runs, else a neutral one (B = C = 0) with wide spreads."""
     obs = [o for o in observations if o.run_s > 0 and math.isfinite(o.run_s)]
     x = np.array([[1.0, o.remote_share, o.remote_share * min(max(o.load, 0.0), 1.0)] for o in obs]).reshape(-1, 3)
     y = np.array([o.run_s for o in obs], dtype=np.float64)
@@ -186,8 +184,6 @@ def fit(image: str, observations: Sequence[Observation], prior: Profile | None =
     spread_b, spread_c = (TABLE_B, TABLE_C) if kind == "table" else (WIDE_B, WIDE_C)
     sd0 = np.array([scale, spread_b * scale, spread_c * scale])
     precision0 = np.diag(1.0 / sd0 ** 2)
-    if split is not None and kind != "table":
-        m0, precision0 = _split_prior(m0, sd0, split)
     if not obs:
         cov = np.linalg.inv(precision0)
         return _estimate(image, m0, cov, 0, 0, 0.0, used, kind)
@@ -198,63 +194,6 @@ def fit(image: str, observations: Sequence[Observation], prior: Profile | None =
     rmse = float(np.sqrt(np.mean((x @ mean - y) ** 2)))
     remote = int(np.count_nonzero(x[:, 1] > 0))
     return _estimate(image, mean, cov, len(obs), remote, rmse, used, kind)
-
-
-@dataclass(frozen=True, slots=True)
-class Split:
-    """What other images say of how the remote extra divides between the fixed term and the load term:
-    C ≈ ratio·B, the ratio known to a relative sd `rel_sd`, from `donors` images."""
-
-    ratio: float
-    rel_sd: float
-    donors: int
-
-
-#: A donor's ratio C/B counts when its own relative sd is at most this (its loads were spread enough
-#: to tell the two terms apart).
-SPLIT_DONOR_SD = 0.3
-#: The least relative sd a split prior is given (images differ even where each is well measured).
-SPLIT_MIN_SD = 0.25
-
-
-def split_ratio(coef: Sequence[float], cov: Sequence[Sequence[float]]) -> tuple[float, float] | None:
-    """C/B of one fit and its relative sd (delta method), or None where B is not clearly positive (no
-    ratio to speak of: the image's remote extra is all load term, or nothing)."""
-    _, b, c = coef
-    var_b, var_c, cov_bc = cov[1][1], cov[2][2], cov[1][2]
-    if b <= 0.0 or c <= 0.0 or b < 2.0 * math.sqrt(max(var_b, 0.0)):
-        return None
-    ratio = c / b
-    var = (var_c - 2.0 * ratio * cov_bc + ratio ** 2 * var_b) / b ** 2
-    return ratio, math.sqrt(max(var, 0.0)) / ratio
-
-
-def split_prior(fits: Iterable[tuple[Sequence[float], Sequence[Sequence[float]]]],
-                donor_sd: float = SPLIT_DONOR_SD, min_sd: float = SPLIT_MIN_SD) -> Split | None:
-    """The split the images whose terms are told apart agree on (Paragon-style: what was learned of
-    earlier images is the prior of a new one): the median ratio C/B over the fits whose ratio is known
-    within `donor_sd`, its relative sd the larger of the donors' relative spread and `min_sd`; None
-    without donors."""
-    ratios = [r for coef, cov in fits if (r := split_ratio(coef, cov)) is not None and r[1] <= donor_sd]
-    if not ratios:
-        return None
-    values = np.log([r for r, _ in ratios])
-    spread = float(np.std(values)) if len(values) > 1 else 0.0
-    own = float(np.median([sd for _, sd in ratios]))
-    return Split(float(np.exp(np.median(values))), max(spread, own, min_sd), len(ratios))
-
-
-def _split_prior(m0: np.ndarray, sd0: np.ndarray, split: Split) -> tuple[np.ndarray, np.ndarray]:
-    """The prior with C tied to B: B as before, C = ratio·B + ε, ε's sd the ratio's doubt at B's prior
-    spread. A Gaussian with a correlated (B, C) block; its mean puts C at ratio·B."""
-    sb = sd0[1]
-    se = split.rel_sd * split.ratio * sb
-    cov = np.diag(sd0 ** 2)
-    cov[1, 2] = cov[2, 1] = split.ratio * sb ** 2
-    cov[2, 2] = split.ratio ** 2 * sb ** 2 + se ** 2
-    mean = m0.copy()
-    mean[2] = split.ratio * m0[1]
-    return mean, np.linalg.inv(cov)
 
 
 def physical_mode(mean: np.ndarray, precision: np.ndarray) -> np.ndarray:

@@ -28,7 +28,6 @@ from disagg.profiles.learn import (
     Observation,
     fit,
     remote_slowdown,
-    split_prior,
     to_profile,
     typical,
 )
@@ -36,6 +35,12 @@ from disagg.profiles.table import ProfileTable
 
 #: What the policies may know, by name (`--knowledge`).
 KNOWLEDGE = ("shipped", "given", "oracle", "neutral", "learned")
+#: Remote runs an image may make placed blind to link load while its load term is unsure (`load_blind`):
+#: 4 measured best of 0, 3, 4, 6 and 8 in docs/profiles.md ("Exploring across loads"). Read when a
+#: `Knowledge` is made (`knowledge_for`), so that scripts/measure-learning.py can compare settings.
+BLIND_EXPLORE = 4
+#: The load term counts as unsure while its sd is over this share of itself.
+BLIND_SD = 0.25
 
 
 @dataclass
@@ -53,15 +58,11 @@ class Knowledge:
     #: they see the estimate itself (optimism under uncertainty, the bandit's way to learn); 0: cautious
     #: from the first observation.
     explore: int = 8
-    #: Whether a new image's prior ties its load term to its fixed one by the ratio that images whose
-    #: loads were spread agree on (`profiles.learn.split_prior`).
-    share_split: bool = False
     #: Remote observations an image may make while placed blind to link load (`load_blind`), as long
-    #: as its load term is unsure (relative sd over `blind_sd`): so that its first remote runs meet
-    #: whatever load the placement brings, not only the quietest path. 0: never.
+    #: as its load term is unsure (`slope_unsure`): so that its first remote runs meet whatever load
+    #: the placement brings, not only the quietest path. 0: never.
     blind: int = 0
-    blind_sd: float = 0.25
-    blind_load: float = -1.0
+    blind_sd: float = BLIND_SD
 
     def apply(self, jobs: Sequence[Job]) -> list[Job]:
         """The jobs as the policy sees them (`Job.profile` set), or as they are for the shipped table."""
@@ -89,13 +90,10 @@ class Knowledge:
         runs.append(obs)
         prior = lookup(image, self.table) if self.table is not None else None
         others = ((e.coef, e.remote_observations) for k, e in self.estimates.items() if k != key)
-        split = None
-        if self.share_split:
-            split = split_prior((e.coef, e.cov) for k, e in self.estimates.items() if k != key)
-        est = fit(key, runs, prior if prior is not None and prior.known else None, typical(others), split)
+        est = fit(key, runs, prior if prior is not None and prior.known else None, typical(others))
         self.estimates[key] = est
-        if est.remote_observations < self.blind and _slope_unsure(est, self.blind_sd):
-            self.learned[key] = load_blind(est, runs, None if self.blind_load < 0 else self.blind_load)
+        if est.remote_observations < self.blind and slope_unsure(est, self.blind_sd):
+            self.learned[key] = load_blind(est, runs)
         else:
             self.learned[key] = est.profile(pessimistic=est.remote_observations >= self.explore)
         point = {"n": float(len(runs)), "remote": float(est.remote_observations), "slowdown": est.slowdown(),
@@ -116,32 +114,38 @@ class Knowledge:
             for image, points in sorted(self.convergence.items())}}
 
 
-def _slope_unsure(est: Estimate, rel_sd: float) -> bool:
-    """Whether the load term C is known to no better than `rel_sd` of itself (or of the remote extra
-    at the reference load, where C is near 0)."""
+def slope_unsure(est: Estimate, rel_sd: float = BLIND_SD) -> bool:
+    """Whether the load term's doubt at the reference load (sd of C · REFERENCE_LOAD) is over `rel_sd`
+    of the remote extra there (B + C · REFERENCE_LOAD): measured against what remote costs at that
+    load, not against C alone, so that an image whose remote cost is all fixed (C near 0) is not
+    taken for unsure when its slope cannot matter."""
     _, b, c = est.coef
-    return est.sd[2] > rel_sd * max(c, (b + c * REFERENCE_LOAD) / REFERENCE_LOAD, 1e-9)
+    return est.sd[2] * REFERENCE_LOAD > rel_sd * max(b + c * REFERENCE_LOAD, 1e-9)
 
 
-def load_blind(est: Estimate, runs: Sequence[Observation], at: float | None = None) -> Profile:
-    """The estimate with its load term folded into the fixed one at the mean load its remote runs met:
-    the remote cost it has seen, the same at every load, so that the network-aware policy does not
-    keep the image to the quietest path (and learns nothing of its slope there)."""
+def load_blind(est: Estimate, runs: Sequence[Observation]) -> Profile:
+    """The estimate with its load term folded into the fixed one at the mean load its remote runs met
+    (none: idle): the remote cost it has seen, the same at every load. The network-aware policy prices
+    each remote arc by φ at the path's load, so an image whose remote runs are costly goes remote only
+    on the quietest path, and runs that all meet one narrow band of loads pin B + C·load there and
+    nothing of the slope C, which the issue's φ(1, 0.5) needs (docs/profiles.md). Blind to load, the
+    image's machine is chosen as if every uplink were alike, so its runs meet the loads that placement
+    brings; its cost is what was seen, so the SLO still holds it back where that already misses."""
     a, b, c = est.coef
     loads = [o.load for o in runs if o.remote_share > 0]
     seen = sum(loads) / len(loads) if loads else 0.0
-    if at is not None:
-        seen = at
     return to_profile(est.image, a, b + c * seen, 0.0, est.prior,
-                      f"learned from {est.observations} tasks, placed blind to load while its slope is unsure")
+                      f"learned from {est.observations} tasks ({est.remote_observations} with remote devices), "
+                      f"placed blind to load while its load term is unsure")
 
 
 def _key(image: str) -> str:
     return normalize_image(image)
 
 
-def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 8) -> Knowledge:
-    """A fresh `Knowledge` of `kind` (one per run: learning is per run)."""
+def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 8,
+                  blind: int | None = None) -> Knowledge:
+    """A fresh `Knowledge` of `kind` (one per run: learning is per run); `blind`: BLIND_EXPLORE unless given."""
     if kind not in KNOWLEDGE:
         raise ValueError(f"knowledge {kind!r} is not known; known: {', '.join(KNOWLEDGE)}")
     if kind == "oracle":
@@ -150,4 +154,4 @@ def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | N
         return Knowledge("oracle", truth, truth)
     if kind == "given" and given is None:
         raise ValueError("knowledge 'given' needs a table (--profiles FILE)")
-    return Knowledge(kind, given, truth, explore=explore)
+    return Knowledge(kind, given, truth, explore=explore, blind=BLIND_EXPLORE if blind is None else blind)
