@@ -35,10 +35,12 @@ from disagg.profiles.table import ProfileTable
 
 #: What the policies may know, by name (`--knowledge`).
 KNOWLEDGE = ("shipped", "given", "oracle", "neutral", "learned")
-#: Remote runs an image may make placed blind to link load while its load term is unsure (`load_blind`):
-#: 4 measured best of 0, 3, 4, 6 and 8 in docs/profiles.md ("Exploring across loads"). Read when a
-#: `Knowledge` is made (`knowledge_for`), so that scripts/measure-learning.py can compare settings.
-BLIND_EXPLORE = 4
+#: Remote runs an image may make placed blind to link load while its load term is unsure (`load_blind`).
+#: 0 (never): measured in docs/profiles.md ("Second pass: exploring across loads"), blind for 4 gained
+#: 3 + 2 pairs on seeds 1–27 but lost 1 on seeds 28–45, did not widen the loads an image meets, and cost
+#: about 3% more violations. Read when a `Knowledge` is made (`knowledge_for`), so that
+#: scripts/measure-learning.py --blind can compare settings.
+BLIND_EXPLORE = 0
 #: The load term counts as unsure while its sd is over this share of itself.
 BLIND_SD = 0.25
 
