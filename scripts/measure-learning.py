@@ -5,6 +5,9 @@ oracle and neutral knowledge. Traces are tests/sim/test_sim_learning.py's genera
 1–9 by default) on examples/learning's cluster and truth. One simulation at a time; JSON on stdout.
 
     PYTHONPATH=src .venv/bin/python scripts/measure-learning.py [--seeds 1-9] [--compare 1-3] [--explore 8]
+        [--blind 4]
+
+`--compare ""` runs no oracle or neutral traces (only the learned ones).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from rich.progress import Progress
 
 from disagg.model import load_cluster
 from disagg.model.spec import load_profiles
+from disagg.sim import learning
 from disagg.sim.sweep import RunSpec, TraceSource, run_one
 from disagg.sim.trace import read_trace
 
@@ -69,7 +73,10 @@ def main() -> None:
     ap.add_argument("--compare", default="1-3", help="traces also run with oracle and neutral knowledge")
     ap.add_argument("--jobs", type=int, default=600)
     ap.add_argument("--explore", type=int, default=8)
+    ap.add_argument("--blind", type=int, default=learning.BLIND_EXPLORE,
+                    help="remote runs an image may make placed blind to load while its load term is unsure")
     args = ap.parse_args()
+    learning.BLIND_EXPLORE = args.blind  # read by every Knowledge the runs make
     make = _generator()
     seeds, compare = _seeds(args.seeds), _seeds(args.compare)
     runs = [(s, "learned") for s in seeds] + [(s, k) for s in compare for k in ("oracle", "neutral")]
@@ -86,7 +93,7 @@ def main() -> None:
             bar.advance(task)
     errors = [p["error"] for p in pairs if p["error"] is not None]
     print(json.dumps({
-        "jobs": args.jobs, "explore": args.explore, "pairs": pairs,
+        "jobs": args.jobs, "explore": args.explore, "blind": args.blind, "pairs": pairs,
         "within_10": sum(e <= 0.10 for e in errors), "within_13": sum(e <= 0.13 for e in errors), "of": len(pairs),
         "worst": max(errors, default=None),
         "misses": [f"{p['seed']}/{p['image']} {p['error']:.3f}" for p in pairs if (p["error"] or 0) > 0.10],

@@ -9,13 +9,19 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from disagg.cli import app
 from disagg.model import load_cluster
 from disagg.model.spec import load_profiles
+from disagg.profiles import Profile, expected_s
+from disagg.profiles.learn import Observation, fit
+from disagg.sim.learning import Knowledge, knowledge_for, load_blind, slope_unsure
 from disagg.sim.sweep import RunSpec, run_one
 from disagg.sim.trace import read_trace
 
@@ -127,3 +133,52 @@ def test_the_cli_runs_knowledge_side_by_side_and_refuses_what_it_cannot_do(tmp_p
     rows = json.loads(result.read_text())["results"]
     assert [r["knowledge"] for r in rows] == ["oracle", "learned"]
     assert (tmp_path / "plots" / "t-learning.png").exists()
+
+
+ETL = Profile("etl", 120.0, 0.6, 2.0, 4.0, 6.0)
+
+
+def _remote_runs(truth: Profile, loads: list[float], seed: int = 0) -> list[Observation]:
+    rng = np.random.default_rng(seed)
+    local = [Observation(expected_s(truth, 0.0, 0.0) * rng.normal(1.0, 0.02), 0.0, 0.0) for _ in range(6)]
+    return local + [Observation(expected_s(truth, 1.0, x) * rng.normal(1.0, 0.02), 1.0, x) for x in loads]
+
+
+def test_remote_runs_at_one_narrow_band_of_loads_leave_the_slope_unsure_and_spread_ones_pin_it() -> None:
+    """Trace 7's etl (docs/profiles.md): remote runs at loads 0.15-0.18 pin φ there, not C."""
+    narrow = fit("etl", _remote_runs(ETL, [0.15, 0.16]))
+    spread = fit("etl", _remote_runs(ETL, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]))
+    assert slope_unsure(narrow) and not slope_unsure(spread)
+
+
+@settings(max_examples=40, deadline=None)
+@given(loads=st.lists(st.floats(0.0, 0.9), min_size=0, max_size=6), seed=st.integers(0, 2 ** 16),
+       load=st.floats(0.0, 1.0))
+def test_a_load_blind_profile_costs_what_was_seen_whatever_the_load(loads: list[float], seed: int,
+                                                                     load: float) -> None:
+    """φ of the blind profile is the estimate's at the mean load its remote runs met (idle with none),
+    at every load: the policy then has no reason to prefer a quiet path for it, and the SLO still holds
+    it back where what was seen already misses."""
+    runs = _remote_runs(ETL, loads, seed)
+    est = fit("etl", runs)
+    blind = load_blind(est, runs)
+    seen = float(np.mean(loads)) if loads else 0.0
+    a, b, c = est.coef
+    assert blind.load_sensitivity == 0.0
+    assert expected_s(blind, 1.0, load) == pytest.approx(expected_s(blind, 1.0, 0.0), rel=1e-9)
+    assert expected_s(blind, 1.0, load) == pytest.approx(max(a, 1e-3) + max(b + c * seen, 0.0), rel=1e-6)
+    assert expected_s(blind, 0.0, load) == pytest.approx(a, rel=1e-6)
+
+
+def test_knowledge_places_an_unsure_image_blind_to_load_for_its_first_remote_runs_only() -> None:
+    k = knowledge_for("learned", None, None, blind=4)
+    assert isinstance(k, Knowledge) and k.blind == 4
+    runs = _remote_runs(ETL, [0.15, 0.16, 0.16, 0.17, 0.18])
+    seen = []
+    for obs in runs:
+        k.observe("acme/etl", obs)
+        seen.append((k.estimates["etl"].remote_observations, k.learned["etl"].load_sensitivity))
+    # blind (σ = 0) while fewer than 4 remote runs; after, the estimate with its slope (σ > 0)
+    assert all(sigma == 0.0 for remote, sigma in seen if remote < 4)
+    assert all(sigma > 0.0 for remote, sigma in seen if remote >= 4)
+    assert knowledge_for("learned", None, None, blind=0).blind == 0

@@ -22,11 +22,27 @@ from typing import Any
 
 from disagg.model import Job
 from disagg.profiles import NEUTRAL, Profile, lookup, normalize_image, with_profiles
-from disagg.profiles.learn import Estimate, Observation, fit, remote_slowdown, typical
+from disagg.profiles.learn import (
+    REFERENCE_LOAD,
+    Estimate,
+    Observation,
+    fit,
+    remote_slowdown,
+    to_profile,
+    typical,
+)
 from disagg.profiles.table import ProfileTable
 
 #: What the policies may know, by name (`--knowledge`).
 KNOWLEDGE = ("shipped", "given", "oracle", "neutral", "learned")
+#: Remote runs an image may make placed blind to link load while its load term is unsure (`load_blind`).
+#: 0 (never): measured in docs/profiles.md ("Second pass: exploring across loads"), blind for 4 gained
+#: 3 + 2 pairs on seeds 1–27 but lost 1 on seeds 28–45, did not widen the loads an image meets, and cost
+#: about 3% more violations. Read when a `Knowledge` is made (`knowledge_for`), so that
+#: scripts/measure-learning.py --blind can compare settings.
+BLIND_EXPLORE = 0
+#: The load term counts as unsure while its sd is over this share of itself.
+BLIND_SD = 0.25
 
 
 @dataclass
@@ -44,6 +60,11 @@ class Knowledge:
     #: they see the estimate itself (optimism under uncertainty, the bandit's way to learn); 0: cautious
     #: from the first observation.
     explore: int = 8
+    #: Remote observations an image may make while placed blind to link load (`load_blind`), as long
+    #: as its load term is unsure (`slope_unsure`): so that its first remote runs meet whatever load
+    #: the placement brings, not only the quietest path. 0: never.
+    blind: int = 0
+    blind_sd: float = BLIND_SD
 
     def apply(self, jobs: Sequence[Job]) -> list[Job]:
         """The jobs as the policy sees them (`Job.profile` set), or as they are for the shipped table."""
@@ -73,7 +94,10 @@ class Knowledge:
         others = ((e.coef, e.remote_observations) for k, e in self.estimates.items() if k != key)
         est = fit(key, runs, prior if prior is not None and prior.known else None, typical(others))
         self.estimates[key] = est
-        self.learned[key] = est.profile(pessimistic=est.remote_observations >= self.explore)
+        if est.remote_observations < self.blind and slope_unsure(est, self.blind_sd):
+            self.learned[key] = load_blind(est, runs)
+        else:
+            self.learned[key] = est.profile(pessimistic=est.remote_observations >= self.explore)
         point = {"n": float(len(runs)), "remote": float(est.remote_observations), "slowdown": est.slowdown(),
                  "pessimistic": est.slowdown(pessimistic=True), "sd": est.slowdown_sd()}
         if self.truth is not None:
@@ -92,12 +116,38 @@ class Knowledge:
             for image, points in sorted(self.convergence.items())}}
 
 
+def slope_unsure(est: Estimate, rel_sd: float = BLIND_SD) -> bool:
+    """Whether the load term's doubt at the reference load (sd of C · REFERENCE_LOAD) is over `rel_sd`
+    of the remote extra there (B + C · REFERENCE_LOAD): measured against what remote costs at that
+    load, not against C alone, so that an image whose remote cost is all fixed (C near 0) is not
+    taken for unsure when its slope cannot matter."""
+    _, b, c = est.coef
+    return est.sd[2] * REFERENCE_LOAD > rel_sd * max(b + c * REFERENCE_LOAD, 1e-9)
+
+
+def load_blind(est: Estimate, runs: Sequence[Observation]) -> Profile:
+    """The estimate with its load term folded into the fixed one at the mean load its remote runs met
+    (none: idle): the remote cost it has seen, the same at every load. The network-aware policy prices
+    each remote arc by φ at the path's load, so an image whose remote runs are costly goes remote only
+    on the quietest path, and runs that all meet one narrow band of loads pin B + C·load there and
+    nothing of the slope C, which the issue's φ(1, 0.5) needs (docs/profiles.md). Blind to load, the
+    image's machine is chosen as if every uplink were alike, so its runs meet the loads that placement
+    brings; its cost is what was seen, so the SLO still holds it back where that already misses."""
+    a, b, c = est.coef
+    loads = [o.load for o in runs if o.remote_share > 0]
+    seen = sum(loads) / len(loads) if loads else 0.0
+    return to_profile(est.image, a, b + c * seen, 0.0, est.prior,
+                      f"learned from {est.observations} tasks ({est.remote_observations} with remote devices), "
+                      f"placed blind to load while its load term is unsure")
+
+
 def _key(image: str) -> str:
     return normalize_image(image)
 
 
-def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 8) -> Knowledge:
-    """A fresh `Knowledge` of `kind` (one per run: learning is per run)."""
+def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 8,
+                  blind: int | None = None) -> Knowledge:
+    """A fresh `Knowledge` of `kind` (one per run: learning is per run); `blind`: BLIND_EXPLORE unless given."""
     if kind not in KNOWLEDGE:
         raise ValueError(f"knowledge {kind!r} is not known; known: {', '.join(KNOWLEDGE)}")
     if kind == "oracle":
@@ -106,4 +156,4 @@ def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | N
         return Knowledge("oracle", truth, truth)
     if kind == "given" and given is None:
         raise ValueError("knowledge 'given' needs a table (--profiles FILE)")
-    return Knowledge(kind, given, truth, explore=explore)
+    return Knowledge(kind, given, truth, explore=explore, blind=BLIND_EXPLORE if blind is None else blind)
