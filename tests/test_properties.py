@@ -118,3 +118,22 @@ def test_admission_with_the_rounds_request_codes_decides_as_without(cluster: Clu
     found = admit(FreeState(cluster), late, vectorised=False)
     assert given[0] == found[0]
     assert list(given[1].items()) == list(found[1].items())
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=clusters(), queue=long_queues(), vectorised=st.booleans())
+def test_admission_with_its_tail_deferred_refuses_as_when_written(cluster: Cluster, queue: list[Job],
+                                                                  vectorised: bool) -> None:
+    """A flow round keeps the walk's tail as places and codes (`admit_deferred`) and writes it at the
+    end: the refusals written then, with those of the dict, must be what `admit` writes at once."""
+    from disagg.placement.queue import admit, admit_deferred
+    from disagg.placement.state import FreeState
+
+    taken, refused, tail = admit_deferred(FreeState(cluster), queue, vectorised=vectorised, probe=3)
+    written = admit(FreeState(cluster), queue, vectorised=vectorised, probe=3)
+    assert taken == written[0]
+    if tail is not None:
+        assert not set(refused) & {j.name for j in queue[tail.start:]}
+        assert len(tail.codes) == len(queue) - tail.start > 0
+        tail.write(queue, refused)
+    assert refused == written[1]

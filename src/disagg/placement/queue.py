@@ -99,10 +99,41 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
     `codes`: the jobs' request codes (`asks.codes_of`), when the caller has them already (a round that
     admits again reads them off the codes it took of its whole queue once).
     """
+    taken, out, tail = admit_deferred(state, ordered, vectorised, probe, asks, refused, codes)
+    if tail is not None:
+        tail.write(ordered, out)
+    return taken, out
+
+
+@dataclass
+class Tail:
+    """The end of a walk whose refusals were not written (`admit_deferred`): from `start` (a place in
+    the jobs walked) on, every job is refused as the last job of its request was (`said`, by request
+    code); `codes`: the request codes of those jobs, in order. On a full cluster most of a long queue is
+    such a tail, and a flow round re-admits it several times: it keeps the tail as places and codes and
+    writes the refusals that last once, at the end."""
+
+    start: int
+    said: dict[int, Refusal]
+    codes: list[int]
+
+    def write(self, ordered: Sequence[Job], refused: dict[str, Refusal]) -> None:
+        """The tail's refusals into `refused`, by the names of `ordered`'s jobs from `start` on."""
+        names = map(attrgetter("name"), ordered[self.start:])
+        refused.update(zip(names, map(self.said.__getitem__, self.codes), strict=True))
+
+
+def admit_deferred(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
+                   asks: Asks | None = None, refused: dict[str, Refusal] | None = None,
+                   codes: Sequence[int] | None = None) -> tuple[list[int], dict[str, Refusal], Tail | None]:
+    """`admit`, with the refusals of the walk's tail (once every request of the walk is refused with
+    nothing taken since) left out of the dict and returned as a `Tail` (None: the walk had none).
+    `admit` is this with the tail written."""
     admission = _Admission(state, Asks() if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
-    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes)
-    return admission.taken, admission.refused
+    tail = admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes,
+                          defer=True)
+    return admission.taken, admission.refused, tail
 
 
 @dataclass
@@ -240,12 +271,14 @@ class _Admission:
                     need[i] = 0
         return {dev: need for dev, need in out.items() if need.any()}
 
-    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0, codes: Sequence[int] | None = None) -> None:
+    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0, codes: Sequence[int] | None = None,
+             defer: bool = False) -> Tail | None:
         """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
         A job asking for what the last refused one asked for, with nothing taken since, is refused
         the same way without a look (on a full cluster most of a long queue is); once every request
         of the walk is so refused, nothing more can be taken (what is left only shrinks), and the rest
-        of the queue is refused at once, each job the way its request was."""
+        of the queue is refused at once, each job the way its request was: written into `refused`, or
+        (`defer`) returned as a `Tail` (its `start` a place in `ordered`; None: no tail)."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
         jobs = ordered[first:] if first else ordered
         ask_list = (asks.codes_of(list(map(attrgetter("tasks"), jobs))) if codes is None else
@@ -268,10 +301,12 @@ class _Admission:
                 continue
             blocked.add(ask)
             if len(blocked) == len(walk_asks):
-                said = {a: last[a][1] for a in walk_asks}
-                names = map(attrgetter("name"), jobs[at + 1:])
-                refused.update(zip(names, map(said.__getitem__, ask_list[at + 1:]), strict=True))
-                return
+                tail = Tail(first + at + 1, {a: last[a][1] for a in walk_asks}, ask_list[at + 1:])
+                if not defer:
+                    tail.write(ordered, refused)
+                    return None
+                return tail if tail.codes else None
+        return None
 
     def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
