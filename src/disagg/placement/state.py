@@ -102,6 +102,9 @@ class FreeState:
             column(machines, "uplink_gbps"), column(cluster.pools, "uplink_gbps"),
             np.full(self.n_racks, cluster.rack_uplink_gbps, dtype=np.float64)])
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
+        # Scalar access to the links' use and capacity (`load`, `take_traffic`: per path a device phase tries).
+        self._used_view = _float_view(self.link_used)
+        self._cap_view = _float_view(self.link_cap)
         # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
         # segment slots[start[loc] : start[loc] + size[loc]], and its first free_count[loc] entries are
         # the free ones (a stack: take from the top, give back on top).
@@ -220,11 +223,17 @@ class FreeState:
         return (src, len(rack_of) + rack_of[src], len(rack_of) + rack_of[dst], dst)
 
     def load(self, links: tuple[int, ...] | list[int]) -> float:
-        """Utilisation (0..1+) of the busiest link among `links`."""
+        """Utilisation (0..1+) of the busiest link among `links`. In plain floats (the network-aware
+        decoder asks for every path it tries; numpy's calls on a few elements cost several times more):
+        the same quotients, so the same maximum; a link of no capacity goes to numpy (inf, nan)."""
         if not links:
             return 0.0
-        idx = np.fromiter(links, dtype=np.int64)
-        return float(np.max(self.link_used[idx] / self.link_cap[idx]))
+        used, cap = self._used_view, self._cap_view
+        try:
+            return max([used[i] / cap[i] for i in links])
+        except ZeroDivisionError:
+            idx = np.fromiter(links, dtype=np.int64)
+            return float(np.max(self.link_used[idx] / self.link_cap[idx]))
 
     def link_load(self) -> FloatArray:
         return self.link_used / self.link_cap
@@ -293,7 +302,7 @@ class FreeState:
     def take_traffic(self, links: tuple[int, ...], gbps: float, journal: Reservations) -> bool:
         if not links or gbps <= 0:
             return True
-        used, cap = self.link_used, self.link_cap
+        used, cap = self._used_view, self._cap_view
         for link in links:
             if exceeds(used[link] + gbps, cap[link]):
                 return False
@@ -306,8 +315,9 @@ class FreeState:
     def undo_last_traffic(self, journal: Reservations) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
         links, gbps = journal.taken_traffic.pop()
+        used = self._used_view
         for link in links:
-            self.link_used[link] -= gbps
+            used[link] -= gbps
         self.version += 1
 
     def free_by_model(self, kind: str) -> tuple[list[str], IntArray]:
