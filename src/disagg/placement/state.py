@@ -102,7 +102,7 @@ class FreeState:
             column(machines, "uplink_gbps"), column(cluster.pools, "uplink_gbps"),
             np.full(self.n_racks, cluster.rack_uplink_gbps, dtype=np.float64)])
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
-        # Scalar access to the links' use and capacity (`load`, `take_traffic`: per path a device phase tries).
+        # Scalar access to them as for cpus and memory: the decoders read a path's few links at a time.
         self._used_view = _float_view(self.link_used)
         self._cap_view = _float_view(self.link_cap)
         # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
@@ -246,17 +246,16 @@ class FreeState:
         return (src, len(rack_of) + rack_of[src], len(rack_of) + rack_of[dst], dst)
 
     def load(self, links: tuple[int, ...] | list[int]) -> float:
-        """Utilisation (0..1+) of the busiest link among `links`. In plain floats (the network-aware
-        decoder asks for every path it tries; numpy's calls on a few elements cost several times more):
-        the same quotients, so the same maximum; a link of no capacity goes to numpy (inf, nan)."""
+        """Utilisation (0..1+) of the busiest link among `links`."""
         if not links:
             return 0.0
         used, cap = self._used_view, self._cap_view
-        try:
-            return max([used[i] / cap[i] for i in links])
-        except ZeroDivisionError:
-            idx = np.fromiter(links, dtype=np.int64)
-            return float(np.max(self.link_used[idx] / self.link_cap[idx]))
+        # A path has a few links: plain floats (the same quotients numpy takes), unless a link has no
+        # capacity, where numpy's inf and nan stand (a float division would raise).
+        if all(cap[link] != 0.0 for link in links):
+            return max(used[link] / cap[link] for link in links)
+        idx = np.fromiter(links, dtype=np.int64)
+        return float(np.max(self.link_used[idx] / self.link_cap[idx]))
 
     def link_load(self) -> FloatArray:
         return self.link_used / self.link_cap
