@@ -5,12 +5,17 @@ the wrapper computed from the snapshot's tenancy for this round, passed as an ar
 back into the snapshot, so that the snapshot stays what the shell observed.
 
 `stopwatch` is how the shell lends a clock for the timings; the core never reads one itself.
+
+A queue may come as a `WaitingQueue`: its jobs carry the W they had when they were queued, and
+`current(job)` is the job with its W this round. A policy that reads W and says so
+(`reads_waiting_queue = True`) takes the jobs it looks at through `current`; the shell hands it one
+only then (the simulator, whose queue of thousands waits round after round).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -54,6 +59,25 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
             if gc.get_count()[0] > gc.get_threshold()[0]:
                 gc.collect(0)
+
+
+class WaitingQueue(list[Job]):
+    """A round's queue whose jobs' W (`Job.wait_rounds`) is kept apart: each job as it was queued,
+    and `current(job)` the job with the W it has this round (the job itself when it is that already).
+
+    Raising W means a new `Job` (they are immutable): a simulated queue of thousands that waits round
+    after round copied every job of it each round, a tenth of a run, where a flow round reads W of
+    the few dozen jobs it admits. A policy that reads W only through `current` says so with
+    `reads_waiting_queue = True`; any other is handed a plain list of current jobs."""
+
+    def __init__(self, jobs: Iterable[Job], current: Callable[[Job], Job]) -> None:
+        super().__init__(jobs)
+        self.current = current
+
+
+def current_jobs(queue: Sequence[Job]) -> Sequence[Job]:
+    """The queue with every job as it is this round (a `WaitingQueue`'s through `current`)."""
+    return list(map(queue.current, queue)) if isinstance(queue, WaitingQueue) else queue
 
 
 class Policy(Protocol):

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
-from disagg.placement.base import Clock, FairTerms, collector_paused, no_clock
+from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
 from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
@@ -51,6 +51,8 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
+    #: A `WaitingQueue`'s `current`: each admitted job as it is this round (its W); None: as given.
+    current: Callable[[Job], Job] | None = None
 
 
 @dataclass
@@ -155,8 +157,10 @@ class FlowPlacer:
         `placement.fairness` hands the policy), what is free covers (admission), the admitted jobs' records."""
         state = FreeState(snapshot)
         bonus = dict(terms)
-        ordered = fair_order(order_queue(queue, now), bonus)
-        cache = _RoundJobCache()
+        # W is read off the jobs the round admits (their job states), but fair order reads every job's.
+        current = queue.current if isinstance(queue, WaitingQueue) and not bonus else None
+        ordered = fair_order(order_queue(queue if current is not None else current_jobs(queue), now), bonus)
+        cache = _RoundJobCache(current=current)
         admitted, refused, tail = admit_deferred(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
@@ -337,6 +341,8 @@ class FlowPlacer:
 
     @staticmethod
     def _job_state(job: Job, order: int, cache: _RoundJobCache) -> RoundJob:
+        if cache.current is not None:
+            job = cache.current(job)
         # Per image, once a round: its profile, its local time if the profile is known (it then does
         # not depend on the job's SLO; an unknown image's is its τ), the τ of a job without an SLO,
         # and the bandwidth a remote device of a job that does not say draws.
