@@ -48,7 +48,7 @@ from disagg.placement.usage import capacity
 from disagg.profiles import lookup
 from disagg.profiles.learn import Observation
 from disagg.profiles.table import ProfileTable
-from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE
+from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE, path_factor
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.learning import knowledge_for
 from disagg.sim.records import (
@@ -362,8 +362,10 @@ class Simulation(Replanning):
                 # A grant that does not say what it draws draws its job's, or its profile's.
                 gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
-                grants.append(Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS),
-                                     peers=() if remote else st.peers.get(d, ())))
+                bottleneck = min(caps, default=REFERENCE_GBPS)
+                grants.append(Grant(d, remote, links, gbps, dev.kind, caps, bottleneck,
+                                     peers=() if remote else st.peers.get(d, ()),
+                                     path_factor=path_factor(profile, bottleneck) if remote else 1.0))
             tasks.append(sim_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
         if over_commit(_as_charged(jp, tasks), st) is not None:
             return None

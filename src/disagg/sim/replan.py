@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from disagg.sim.execution import COLLOCATION_KAPPA, REFERENCE_GBPS, memory_slowdown
+from disagg.sim.execution import COLLOCATION_KAPPA, memory_slowdown
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.records import Event, JobFinished
 from disagg.sim.simcluster import Running, SimCluster
@@ -57,8 +57,7 @@ class Replanning:
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         own = run.own_traffic
         profile = run.profile
-        ts, extra_at_ref, sens = profile.transfer_share, (profile.remote_factor - 1.0) * REFERENCE_GBPS, \
-            profile.load_sensitivity
+        ts, sens = profile.transfer_share, profile.load_sensitivity
         worst = 1.0
         busiest = 0.0
         for t in run.tasks:
@@ -76,9 +75,7 @@ class Replanning:
                     d.load = load
                     if load > busiest:
                         busiest = load
-                    # path_factor · link_load_factor
-                    total += max(1.0, 1.0 + extra_at_ref / max(d.bottleneck_gbps, 1e-9)) * (
-                        1.0 + sens * min(max(load, 0.0), 1.0))
+                    total += d.path_factor * (1.0 + sens * min(max(load, 0.0), 1.0))  # · link_load_factor
                 else:
                     if d.peers:
                         d.pcie = sum(map(link_share.get, d.peers, _ZEROS))

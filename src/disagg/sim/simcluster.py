@@ -36,6 +36,8 @@ class Grant:
     #: re-evaluation of a local one, the share of time other jobs move data over that link.
     peers: tuple[int, ...] = ()
     pcie: float = 0.0
+    #: A remote one's `execution.path_factor` for its holder's profile on this path (fixed for its life).
+    path_factor: float = 1.0
 
 
 @dataclass(slots=True)
