@@ -171,6 +171,10 @@ class _Admission:
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
         self.last: dict[int, tuple[int, Refusal]] = {}
         self.asks = asks
+        #: Per request taken once: what a job of it needs in all (cpus, memory, devices). Its gang fits
+        #: the machines (what they can take does not change while the queue is walked), so the next job
+        #: asking for it is taken when what is left covers that (`walk`), else looked at (`consider`).
+        self.needs: dict[int, tuple[float, float, list[tuple[str, int, tuple[str, str | None]]]]] = {}
 
     def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
         """How many tasks of a shape the machines can take now, and the most free on one machine."""
@@ -288,11 +292,24 @@ class _Admission:
         n_taken = len(taken)
         # The walk's requests refused with nothing taken since (a take makes every request worth a look).
         blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
-        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits.
+        needs, left_dev = self.needs, self.left_dev
+        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits, and a
+        # round that admits many jobs of one request takes them here (server-centric ones, hundreds).
         for at, (job, ask) in enumerate(zip(jobs, ask_list, strict=True)):
             seen = seen_for(ask)
             if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
+                continue
+            need = needs.get(ask)
+            if (need is not None and not exceeds(need[0], self.left_cpu) and not exceeds(need[1], self.left_mem)
+                    and all(n <= left_dev[dev] for _, n, dev in need[2])):
+                self.left_cpu -= need[0]
+                self.left_mem -= need[1]
+                for _, n, dev in need[2]:
+                    left_dev[dev] -= n
+                taken.append(offset + first + at)
+                n_taken += 1
+                blocked.clear()
                 continue
             self.consider(job, offset + first + at, ask)
             if len(taken) != n_taken:
@@ -348,4 +365,5 @@ class _Admission:
             self.refused[job.name] = short
             self.last[ask] = (len(self.taken), short)
             return
+        self.needs[ask] = (need_cpu, need_mem, wanted)
         self.take(job, at, wanted)
