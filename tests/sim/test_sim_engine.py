@@ -335,8 +335,8 @@ def test_a_run_eases_the_collector_and_gives_back_what_it_found() -> None:
 
 @pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na", "firmament"])
 def test_flow_policies_decide_the_same_with_w_kept_apart(policy: str) -> None:
-    # A flow policy says it reads W through a WaitingQueue's `current`: the engine then keeps W apart
-    # and copies a job only when a round admits it or it starts. The recording wrapper lacks the
+    # A flow policy says it reads W off a WaitingQueue: the engine then keeps W apart and copies a job
+    # with its W only when it starts. The recording wrapper lacks the
     # attribute, so through it the engine raises W on every queued job each round. Every decision and
     # every W a round reads must be the same (the unscheduled arcs and the reasons price and name W).
     sc = replace(small_scenario(jobs=64), rate_per_s=0.5)
@@ -365,8 +365,8 @@ def test_flow_policies_decide_the_same_with_w_kept_apart(policy: str) -> None:
 
 
 def test_a_waiting_queue_places_as_its_current_jobs() -> None:
-    # The flow round reads W off the jobs it admits through `current`; with fair-share terms (fair
-    # order reads every job's W) it takes them all so. Either way: as the current jobs themselves.
+    # The flow round reads the W of the jobs it admits off the queue's `wait_rounds`; with fair-share
+    # terms (fair order reads every job's W) it raises every job's first. Either way: as the current jobs.
     sc = small_scenario(jobs=48)
     cluster = sc.cluster()
     rec = recording("drmaestro-na")
@@ -374,7 +374,7 @@ def test_a_waiting_queue_places_as_its_current_jobs() -> None:
     chosen = busiest_round(rec.rounds)
     stale = [replace(j, wait_rounds=0) for j in chosen.queue]
     by_name = {j.name: j for j in chosen.queue}
-    waiting = WaitingQueue(stale, lambda j: by_name[j.name])
+    waiting = WaitingQueue(stale, lambda j: by_name[j.name].wait_rounds)
     for terms in (None, {"alice": 0.5, "bob": 0.0}):
         a = get_policy("drmaestro-na").place(chosen.snapshot, waiting, chosen.now, np.random.default_rng(0),
                                              terms=terms)

@@ -19,7 +19,7 @@ class DRMaestroPolicy:
 
     name = "drmaestro"
     options = FlowOptions(name="drmaestro", cost_model="drmaestro")
-    #: W is read off the jobs a round admits, through a `WaitingQueue`'s `current` (placement/base.py).
+    #: W is read off a `WaitingQueue`'s `wait_rounds` for the jobs a round admits (placement/base.py).
     reads_waiting_queue = True
 
     def __init__(self) -> None:

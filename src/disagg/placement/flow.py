@@ -44,6 +44,8 @@ class _RoundJobCache:
     """What job states of one round share: per image its profile, (known profiles) local time and
     defaults; per request its wanted devices and its shape, one shape object per distinct request."""
 
+    #: A `WaitingQueue`'s `wait_rounds`: each admitted job's W this round; None: the job's own.
+    wait_rounds: Callable[[Job], int] | None = None
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
     asks: Asks = field(default_factory=Asks)  # admission's, shared by the round's admissions
@@ -51,8 +53,6 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
-    #: A `WaitingQueue`'s `current`: each admitted job as it is this round (its W); None: as given.
-    current: Callable[[Job], Job] | None = None
 
 
 @dataclass
@@ -158,9 +158,9 @@ class FlowPlacer:
         state = FreeState(snapshot)
         bonus = dict(terms)
         # W is read off the jobs the round admits (their job states), but fair order reads every job's.
-        current = queue.current if isinstance(queue, WaitingQueue) and not bonus else None
-        ordered = fair_order(order_queue(queue if current is not None else current_jobs(queue), now), bonus)
-        cache = _RoundJobCache(current=current)
+        waits = queue.wait_rounds if isinstance(queue, WaitingQueue) and not bonus else None
+        ordered = fair_order(order_queue(queue if waits is not None else current_jobs(queue), now), bonus)
+        cache = _RoundJobCache(wait_rounds=waits)
         admitted, refused, tail = admit_deferred(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
@@ -341,8 +341,6 @@ class FlowPlacer:
 
     @staticmethod
     def _job_state(job: Job, order: int, cache: _RoundJobCache) -> RoundJob:
-        if cache.current is not None:
-            job = cache.current(job)
         # Per image, once a round: its profile, its local time if the profile is known (it then does
         # not depend on the job's SLO; an unknown image's is its τ), the τ of a job without an SLO,
         # and the bandwidth a remote device of a job that does not say draws.
@@ -381,7 +379,8 @@ class FlowPlacer:
             z = cache.importance[job.importance] = clamp_importance(job.importance)
         return RoundJob(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
-                        shape, wants, t.count, cpus, memory_gb)
+                        shape, wants, t.count, cpus, memory_gb,
+                        job.wait_rounds if cache.wait_rounds is None else cache.wait_rounds(job))
 
     def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
         state, timings, clock = rnd.state, rnd.timings, rnd.clock
@@ -416,7 +415,7 @@ class FlowPlacer:
             return None
         worst = max(t.expected_s or 0.0 for t in tasks)
         if js.slo_held:
-            why = (f"held back {js.job.wait_rounds} rounds; waiting now costs more than a miss of "
+            why = (f"held back {js.wait_rounds} rounds; waiting now costs more than a miss of "
                    f"{100 * (worst - js.tau) / js.tau:.0f}% of it (docs/design-decisions.md, \"No job waits forever\")")
         else:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"

@@ -7,8 +7,8 @@ policy, exactly as `disagg place` does. It then applies the `Decisions` to its o
 that nothing is over-committed with `placement.commit.over_commit` (a placement that would over-commit
 is refused and counted as a conflict, Nomad's plan re-validation), and raises `wait_rounds` of every
 job left waiting (unless the policy declares `reads_wait_rounds = False`, as the sequential baselines
-do: W cannot change their decisions). A flow policy reads W through a `placement.base.WaitingQueue`
-(`reads_waiting_queue`): W is then counted apart and a job copied with it only when read.
+do: W cannot change their decisions). A flow policy reads W off a `placement.base.WaitingQueue`
+(`reads_waiting_queue`): W is then counted apart and a job copied with it only when it starts.
 
 Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
 (scheduler latency) and the run's total `wall_s`.
@@ -166,9 +166,9 @@ class Simulation(Replanning):
         #: work for nothing, a good part of such a run's time on a long queue.
         #: (The starvation bound reads W whatever the policy.)
         self.track_waits = bool(getattr(policy, "reads_wait_rounds", True)) or self.config.starvation_rounds is not None
-        #: W kept apart from the queued jobs (`placement.base.WaitingQueue`): a policy that reads it through
-        #: `current` (`reads_waiting_queue`) gets the queue as queued, and a job is copied with its W only
-        #: when the round admits it or it starts: `wait_ticks` counts the rounds since the run began, and
+        #: W kept apart from the queued jobs (`placement.base.WaitingQueue`): a policy that reads it there
+        #: (`reads_waiting_queue`) gets the queue as queued, and a job is copied with its W only when it
+        #: starts: `wait_ticks` counts the rounds since the run began, and
         #: a job's W is what it was queued with plus the rounds since (`queued_at`). Not with tenants or the
         #: starvation bound, whose wrappers read every job's W.
         self.waits_apart = (self.track_waits and bool(getattr(self.policy, "reads_waiting_queue", False))
@@ -259,8 +259,12 @@ class Simulation(Replanning):
         self.queued_sub[job.name] = sub
         self.queued_at[job.name] = self.wait_ticks
 
+    def _wait_rounds(self, job: Job) -> int:
+        """A queued job's W now (`waits_apart`; else the queue holds it so already)."""
+        return job.wait_rounds + self.wait_ticks - self.queued_at[job.name]
+
     def _current(self, job: Job) -> Job:
-        """A queued job with its W now (`waits_apart`; else the queue holds it so already)."""
+        """A queued job with its W now."""
         extra = self.wait_ticks - self.queued_at[job.name]
         return waited(job, extra) if extra else job
 
@@ -289,7 +293,7 @@ class Simulation(Replanning):
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
         queue = self.knowledge.apply(list(self.queue.values()))
         if self.waits_apart:
-            queue = WaitingQueue(queue, self._current)
+            queue = WaitingQueue(queue, self._wait_rounds)
         t0 = self.clock()
         if self.config.starvation_rounds is None:
             decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
