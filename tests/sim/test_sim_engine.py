@@ -16,7 +16,7 @@ from sim_helpers import Round, recording, small_scenario
 from typer.testing import CliRunner
 
 from disagg.cli import app
-from disagg.model import Cluster, Job, TaskRequest, parse_cluster
+from disagg.model import Allocation, Cluster, Job, TaskRequest, parse_cluster
 from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, no_clock
 from disagg.placement.registry import POLICIES, get_policy
@@ -381,3 +381,23 @@ def test_a_waiting_queue_places_as_its_current_jobs() -> None:
         b = get_policy("drmaestro-na").place(chosen.snapshot, list(chosen.queue), chosen.now,
                                              np.random.default_rng(0), terms=terms)
         assert a.to_json() | {"timings": {}} == b.to_json() | {"timings": {}}
+
+
+def test_snapshots_keep_the_inventorys_indexes_until_a_device_changes() -> None:
+    # Each round's snapshot is the inventory with what runs now (`Cluster.with_allocations`): the
+    # indexes a round worked out are kept, and dropped when a device's health changes.
+    from disagg.model.states import DEVICE_FAILED
+    from disagg.sim.simcluster import SimCluster
+
+    cluster = small_scenario(jobs=4).cluster()
+    sim = SimCluster(cluster)
+    first = sim.snapshot()
+    by_id = first.device_by_id
+    sim.allocations["t"] = Allocation("j", cluster.machines[0].name, 1.0, 1.0)
+    second = sim.snapshot()
+    assert second.device_by_id is by_id and second.allocations == (sim.allocations["t"],)
+    assert first.allocations == ()
+    sim.set_health(0, DEVICE_FAILED)
+    third = sim.snapshot()
+    assert third.device_by_id[cluster.devices[0].id].health == DEVICE_FAILED
+    assert third.allocations == second.allocations
