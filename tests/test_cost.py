@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disagg.placement.cost import outwaits, placing_cost, postponement, unscheduled_cost, utility
 from disagg.placement.jobstate import expected_vec
@@ -99,3 +101,16 @@ def test_the_scalar_outwait_check_gives_the_vector_functions_answer() -> None:
             assert outwaits(phi_s, t, z, w, pref, extra) == want, (phi_s, t, z, w, pref, extra)
             decided.add(want)
     assert decided == {True, False}, "the cases must include both answers"
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20),
+       st.sampled_from([(-1000.0, 1.0, -1000.0), (0.0, 1000.0, 1000.0)]))
+def test_within_is_clip_of_nan_to_num(values: list[float], bounds: tuple[float, float, float]) -> None:
+    """`cost._within` replaces `np.clip(np.nan_to_num(x, nan=...), low, high)` (±inf clipped either way),
+    the same values (a zero's sign aside: the costs round it away)."""
+    from disagg.placement.cost import _within
+
+    low, high, nan = bounds
+    x = np.array(values, dtype=np.float64)
+    expected = np.clip(np.nan_to_num(x, nan=nan), low, high)
+    assert np.array_equal(_within(x, low, high, nan) + 0.0, expected + 0.0)

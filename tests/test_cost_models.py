@@ -32,7 +32,8 @@ def job_state(job: Job, order: int = 0) -> RoundJob:
     wants = {k: t.wants(k) for k in t.kinds}
     shape = (t.cpus, t.memory_gb, tuple(sorted(wants.items())), ())
     return RoundJob(job, order, profile, goal_s(job, profile), job.importance, remote_gbps(job, profile),
-                    phi(job, profile, 0.0, 0.0), shape, wants, t.count, t.cpus, t.memory_gb)
+                    phi(job, profile, 0.0, 0.0), shape, wants, t.count, t.cpus, t.memory_gb,
+                    job.wait_rounds)
 
 
 def test_registry_has_one_cost_model_per_flow_policy_and_refuses_duplicates() -> None:

@@ -118,3 +118,65 @@ def test_admission_with_the_rounds_request_codes_decides_as_without(cluster: Clu
     found = admit(FreeState(cluster), late, vectorised=False)
     assert given[0] == found[0]
     assert list(given[1].items()) == list(found[1].items())
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=clusters(), queue=long_queues(), vectorised=st.booleans())
+def test_admission_with_its_tail_deferred_refuses_as_when_written(cluster: Cluster, queue: list[Job],
+                                                                  vectorised: bool) -> None:
+    """A flow round keeps the walk's tail as places and codes (`admit_deferred`) and writes it at the
+    end: the refusals written then, with those of the dict, must be what `admit` writes at once."""
+    from disagg.placement.queue import admit, admit_deferred
+    from disagg.placement.state import FreeState
+
+    taken, refused, tail = admit_deferred(FreeState(cluster), queue, vectorised=vectorised, probe=3)
+    written = admit(FreeState(cluster), queue, vectorised=vectorised, probe=3)
+    assert taken == written[0]
+    if tail is not None:
+        assert not set(refused) & {j.name for j in queue[tail.start:]}
+        assert len(tail.codes) == len(queue) - tail.start > 0
+        tail.write(queue, refused)
+    assert refused == written[1]
+
+
+@st.composite
+def remote_holdings(draw: st.DrawFn) -> Cluster:
+    """A cluster whose allocations hold devices anywhere (their own machine's, another machine's, a
+    pool's, across racks), with traffic or none."""
+    from dataclasses import replace
+
+    from disagg.model import Allocation
+
+    cluster = draw(clusters())
+    free = [d.id for d in cluster.devices]
+    allocations = list(cluster.allocations)
+    for k in range(draw(st.integers(0, 6))):
+        taken = draw(st.lists(st.sampled_from(free), max_size=3, unique=True)) if free else []
+        free = [d for d in free if d not in taken]
+        machine = draw(st.sampled_from(cluster.machines)).name
+        allocations.append(Allocation(f"r{k}", machine, 1.0, 1.0, tuple(taken),
+                                      draw(st.sampled_from([0.0, 0.3, 1.0, 7.0]))))
+    return replace(cluster, allocations=tuple(allocations))
+
+
+@settings(max_examples=80, deadline=None)
+@given(cluster=remote_holdings())
+def test_remote_traffic_adds_up_as_one_path_at_a_time(cluster: Cluster) -> None:
+    """FreeState puts an allocation's traffic on the path to each remote device it holds (an even share
+    each) as arrays: the same sums, bit for bit, as adding path by path in the allocations' order."""
+    from disagg.placement.state import FreeState
+
+    state = FreeState(cluster)
+    expected = np.zeros(len(state.link_cap))
+    index = cluster.location_index
+    for a in cluster.allocations:
+        expected[index[a.machine]] += a.network_gbps
+    for a in cluster.allocations:
+        if a.network_gbps <= 0:
+            continue
+        remote = [cluster.device_by_id[d].location for d in a.devices
+                  if cluster.device_by_id[d].location != a.machine]
+        for loc in remote:
+            for link in state.path(index[a.machine], index[loc])[1:]:
+                expected[link] += a.network_gbps / len(remote)
+    assert state.link_used.tobytes() == expected.tobytes()

@@ -75,3 +75,19 @@ def test_export_json_and_dot_name_every_arc() -> None:
     assert len(data["arcs"]) == net.num_arcs
     assert {a["block"] for a in data["arcs"]} == {"s->m", "s->U", "m->t", "U->t"}
     assert net.to_dot().count("->") == net.num_arcs
+
+
+def test_arc_blocks_take_arrays_scalars_and_broadcasts_alike() -> None:
+    """`add_arcs` takes a block's heads, capacities and costs as arrays of its length, as scalars, or
+    as anything numpy broadcasts to it: the arcs are the same either way."""
+    net = FlowNetwork()
+    net.add_nodes(4)
+    net.add_arcs("arrays", [0, 1, 2], np.array([3, 3, 3]), [5, 5, 5], np.array([7, 8, 9]))
+    net.add_arcs("scalars", [0, 1, 2], 3, np.int64(5), [7, 8, 9])
+    net.add_arcs("broadcast", [0, 1, 2], [3], np.array([5]), [7, 8, 9])
+    tails, heads, caps, costs = net.arrays()
+    for block in ("arrays", "scalars", "broadcast"):
+        arcs = net.block(block)
+        assert (tails[arcs].tolist(), heads[arcs].tolist(), caps[arcs].tolist(), costs[arcs].tolist()) == (
+            [0, 1, 2], [3, 3, 3], [5, 5, 5], [7, 8, 9])
+    assert heads.dtype == caps.dtype == costs.dtype == np.int64

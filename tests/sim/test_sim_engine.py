@@ -16,9 +16,9 @@ from sim_helpers import Round, recording, small_scenario
 from typer.testing import CliRunner
 
 from disagg.cli import app
-from disagg.model import Cluster, Job, TaskRequest, parse_cluster
+from disagg.model import Allocation, Cluster, Job, TaskRequest, parse_cluster
 from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
-from disagg.placement.base import Clock, FairTerms, no_clock
+from disagg.placement.base import Clock, FairTerms, WaitingQueue, no_clock
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.profiles import lookup
 from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, simulate, waited
@@ -154,6 +154,7 @@ def test_wait_rounds_rise_by_one_each_round_a_job_waits() -> None:
 def test_fast_waited_matches_job_waited() -> None:
     job = Job("a", "rodinia/nw", TaskRequest(2, 2.0, 8.0, {"gpu": 1}), 1.5, 3.0, 99.0, 4, 2.5, ("x",))
     assert waited(job) == job.waited()
+    assert waited(job, 3) == job.waited().waited().waited()
 
 
 @pytest.mark.parametrize("policy", ["greedy", "random-remote", "fifo"])
@@ -330,3 +331,73 @@ def test_a_run_eases_the_collector_and_gives_back_what_it_found() -> None:
     with collector_eased():
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na", "firmament"])
+def test_flow_policies_decide_the_same_with_w_kept_apart(policy: str) -> None:
+    # A flow policy says it reads W off a WaitingQueue: the engine then keeps W apart and copies a job
+    # with its W only when it starts. The recording wrapper lacks the
+    # attribute, so through it the engine raises W on every queued job each round. Every decision and
+    # every W a round reads must be the same (the unscheduled arcs and the reasons price and name W).
+    sc = replace(small_scenario(jobs=64), rate_per_s=0.5)
+    cluster = sc.cluster()
+    subs = sc.submissions(4, cluster)
+    bare = get_policy(policy)
+    assert getattr(bare, "reads_waiting_queue", False) is True
+    seen: list[Decisions] = []
+    original = bare.place
+
+    def spy(*args: Any, **kwargs: Any) -> Decisions:
+        assert isinstance(args[1], WaitingQueue)
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    bare.place = spy  # type: ignore[method-assign]
+    rec = recording(policy)
+    fast = simulate(cluster, subs, bare, seed=4)
+    slow = simulate(cluster, subs, rec, seed=4)
+    assert any(j.wait_rounds > 1 for r in rec.rounds for j in r.queue)
+    assert [d.to_json() | {"timings": {}} for d in seen] == [r.decisions.to_json() | {"timings": {}}
+                                                            for r in rec.rounds]
+    def key(r: SimResult) -> list[tuple[object, ...]]:
+        return sorted((x.name, x.start_s, x.finish_s, x.gpus, x.remote_gpus) for x in r.records)
+    assert key(fast) == key(slow)
+
+
+def test_a_waiting_queue_places_as_its_current_jobs() -> None:
+    # The flow round reads the W of the jobs it admits off the queue's `wait_rounds`; with fair-share
+    # terms (fair order reads every job's W) it raises every job's first. Either way: as the current jobs.
+    sc = small_scenario(jobs=48)
+    cluster = sc.cluster()
+    rec = recording("drmaestro-na")
+    simulate(cluster, sc.submissions(1, cluster), rec, seed=1)
+    chosen = busiest_round(rec.rounds)
+    stale = [replace(j, wait_rounds=0) for j in chosen.queue]
+    by_name = {j.name: j for j in chosen.queue}
+    waiting = WaitingQueue(stale, lambda j: by_name[j.name].wait_rounds)
+    for terms in (None, {"alice": 0.5, "bob": 0.0}):
+        a = get_policy("drmaestro-na").place(chosen.snapshot, waiting, chosen.now, np.random.default_rng(0),
+                                             terms=terms)
+        b = get_policy("drmaestro-na").place(chosen.snapshot, list(chosen.queue), chosen.now,
+                                             np.random.default_rng(0), terms=terms)
+        assert a.to_json() | {"timings": {}} == b.to_json() | {"timings": {}}
+
+
+def test_snapshots_keep_the_inventorys_indexes_until_a_device_changes() -> None:
+    # Each round's snapshot is the inventory with what runs now (`Cluster.with_allocations`): the
+    # indexes a round worked out are kept, and dropped when a device's health changes.
+    from disagg.model.states import DEVICE_FAILED
+    from disagg.sim.simcluster import SimCluster
+
+    cluster = small_scenario(jobs=4).cluster()
+    sim = SimCluster(cluster)
+    first = sim.snapshot()
+    by_id = first.device_by_id
+    sim.allocations["t"] = Allocation("j", cluster.machines[0].name, 1.0, 1.0)
+    second = sim.snapshot()
+    assert second.device_by_id is by_id and second.allocations == (sim.allocations["t"],)
+    assert first.allocations == ()
+    sim.set_health(0, DEVICE_FAILED)
+    third = sim.snapshot()
+    assert third.device_by_id[cluster.devices[0].id].health == DEVICE_FAILED
+    assert third.allocations == second.allocations

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from disagg.profiles import Profile
-from disagg.sim.execution import task_stretch
+from disagg.sim.execution import path_factor, task_stretch
 from disagg.sim.replan import Replanning
 from disagg.sim.simcluster import Grant, Running, SimTask
 
@@ -55,6 +55,9 @@ def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
         tasks.append(t)
     profile = Profile("x", 100.0, rng.choice([0.0, rng.uniform(0.01, 0.9)]), rng.uniform(1.0, 3.0),
                       rng.uniform(0.0, 2.0), 1.0)
+    for t in tasks:  # as the engine makes them: a remote grant's path factor for its holder's profile
+        for g in t.remote_transfer:
+            g.path_factor = path_factor(profile, g.bottleneck_gbps)
     run = Running(None, None, profile, tasks, 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
     run.own_traffic = {lk: rng.uniform(0.0, 5.0) for lk in links if rng.random() < 0.3}
     return state, run

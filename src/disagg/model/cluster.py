@@ -168,7 +168,14 @@ class Cluster:
     def with_tenancy(self, tenancy: Tenancy | None) -> Cluster:
         """The same snapshot with another `tenancy`. What it has worked out already (its indexes) is
         kept: none of it depends on the tenancy, and at 12,500 machines it is worth keeping."""
-        new = replace(self, tenancy=tenancy)
+        return self._with_indexes(replace(self, tenancy=tenancy))
+
+    def with_allocations(self, allocations: tuple[Allocation, ...]) -> Cluster:
+        """The same inventory with other `allocations` (what runs now). Its indexes are kept, as by
+        `with_tenancy`: none of them depends on what runs (a simulator's snapshot each round)."""
+        return self._with_indexes(replace(self, allocations=allocations))
+
+    def _with_indexes(self, new: Cluster) -> Cluster:
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED})
         return new
 

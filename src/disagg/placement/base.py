@@ -5,13 +5,19 @@ the wrapper computed from the snapshot's tenancy for this round, passed as an ar
 back into the snapshot, so that the snapshot stays what the shell observed.
 
 `stopwatch` is how the shell lends a clock for the timings; the core never reads one itself.
+
+A queue may come as a `WaitingQueue`: its jobs carry the W they had when they were queued, and
+`wait_rounds(job)` is the job's W this round. A policy that reads W and says so
+(`reads_waiting_queue = True`) reads it there for the jobs it looks at; the shell hands it one only
+then (the simulator, whose queue of thousands waits round after round).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -54,6 +60,28 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
             if gc.get_count()[0] > gc.get_threshold()[0]:
                 gc.collect(0)
+
+
+class WaitingQueue(list[Job]):
+    """A round's queue whose jobs' W (`Job.wait_rounds`) is kept apart: each job as it was queued,
+    and `wait_rounds(job)` the W it has this round.
+
+    Raising W means a new `Job` (they are immutable): a simulated queue of thousands that waits round
+    after round copied every job of it each round, a tenth of a run, where a flow round reads W of
+    the jobs it admits, once each. A policy that reads W only through `wait_rounds` says so with
+    `reads_waiting_queue = True`; any other is handed a plain list of current jobs."""
+
+    def __init__(self, jobs: Iterable[Job], wait_rounds: Callable[[Job], int]) -> None:
+        super().__init__(jobs)
+        self.wait_rounds = wait_rounds
+
+
+def current_jobs(queue: Sequence[Job]) -> Sequence[Job]:
+    """The queue with every job's W as it is this round (a `WaitingQueue`'s, raised to its `wait_rounds`)."""
+    if not isinstance(queue, WaitingQueue):
+        return queue
+    return [replace(j, wait_rounds=w) if w != j.wait_rounds else j for j, w in zip(queue, map(queue.wait_rounds, queue),
+                                                                                  strict=True)]
 
 
 class Policy(Protocol):

@@ -478,7 +478,7 @@ def outwaited(js: RoundJob, expected_s: float) -> bool:
     re-check once this round's traffic is on the links. A job that must be placed always is."""
     if js.must_place:
         return True
-    return outwaits(expected_s, js.tau, js.z, js.job.wait_rounds, P_CROSS, round(2 * LOAD_COST * SCALE))
+    return outwaits(expected_s, js.tau, js.z, js.wait_rounds, P_CROSS, round(2 * LOAD_COST * SCALE))
 
 
 def hold_bound(expected_s: float, tau: float, z: float, phi_local: float, phi_idle: float) -> int:

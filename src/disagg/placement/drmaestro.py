@@ -19,6 +19,8 @@ class DRMaestroPolicy:
 
     name = "drmaestro"
     options = FlowOptions(name="drmaestro", cost_model="drmaestro")
+    #: W is read off a `WaitingQueue`'s `wait_rounds` for the jobs a round admits (placement/base.py).
+    reads_waiting_queue = True
 
     def __init__(self) -> None:
         self._placer = FlowPlacer(self.options)

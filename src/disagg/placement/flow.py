@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, not_
 from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
-from disagg.placement.base import Clock, FairTerms, collector_paused, no_clock
+from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
 from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
 from disagg.placement.jobstate import FlowOptions, IntArray, JobTable, RoundJob, Timings, request
 from disagg.placement.network import FlowNetwork
-from disagg.placement.queue import Asks, Refusal, admit, order_queue
+from disagg.placement.queue import Asks, Refusal, Tail, admit_deferred, order_queue
 from disagg.placement.search import search
 from disagg.placement.solver import solve
 from disagg.placement.state import FreeState
@@ -43,6 +44,8 @@ class _RoundJobCache:
     """What job states of one round share: per image its profile, (known profiles) local time and
     defaults; per request its wanted devices and its shape, one shape object per distinct request."""
 
+    #: A `WaitingQueue`'s `wait_rounds`: each admitted job's W this round; None: the job's own.
+    wait_rounds: Callable[[Job], int] | None = None
     images: dict[str, tuple[Profile, float | None, float, float]] = field(default_factory=dict)
     shapes: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
     asks: Asks = field(default_factory=Asks)  # admission's, shared by the round's admissions
@@ -75,10 +78,16 @@ class FlowRound:
     placed: list[RoundJob] = field(default_factory=list)
     first_fit: dict[int, int] = field(default_factory=dict)
     #: Places in the queue of the jobs refused only for contention: re-admitted once those ahead are decided.
+    #: From `tail_from` on, the last walk's tail (`queue.Tail`): refused as their requests were
+    #: (`tail_said`, by the codes `tail_codes`), not written into `refused` until the round ends
+    #: (`_settle`); before it, jobs whose refusal `refused` holds.
     late: list[int] = field(default_factory=list)
-    #: The request code (`queue.Asks.codes_of`) of each job `late` held when re-admission first ran:
-    #: taken once a round (`late` only shrinks), and only for those jobs.
-    late_codes: dict[int, int] | None = None
+    tail_from: int = 0
+    tail_said: dict[int, Refusal] = field(default_factory=dict)
+    tail_codes: list[int] = field(default_factory=list)
+    #: The request code (`queue.Asks.codes_of`) of each job of `late` before `tail_from`: taken when
+    #: re-admission first runs (and only for those jobs), then kept in step with `late`.
+    head_codes: list[int] | None = None
     iterations: int = 0
 
     @property
@@ -131,6 +140,7 @@ class FlowPlacer:
         if not snapshot.allocations and not rnd.placed and rnd.jobs:
             rnd.placed += self._last_resort(rnd.state, min(rnd.jobs, key=lambda js: js.order))
         decode_start = clock()
+        self._settle(rnd)
         placed, unplaced = self._decisions(rnd)
         rnd.timings.decode_s += clock() - decode_start
         return Decisions(
@@ -148,15 +158,22 @@ class FlowPlacer:
         `placement.fairness` hands the policy), what is free covers (admission), the admitted jobs' records."""
         state = FreeState(snapshot)
         bonus = dict(terms)
-        ordered = fair_order(order_queue(queue, now), bonus)
-        cache = _RoundJobCache()
-        admitted, refused = admit(state, ordered, asks=cache.asks)
+        # W is read off the jobs the round admits (their job states), but fair order reads every job's.
+        waits = queue.wait_rounds if isinstance(queue, WaitingQueue) and not bonus else None
+        ordered = fair_order(order_queue(queue if waits is not None else current_jobs(queue), now), bonus)
+        cache = _RoundJobCache(wait_rounds=waits)
+        admitted, refused, tail = admit_deferred(state, ordered, asks=cache.asks)
         jobs = [self._job_state(ordered[i], i, cache) for i in admitted]
         self._guard(state, jobs)
         rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock)
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
-        rnd.late = [i for i, j in enumerate(ordered) if j.name in refused] if refused else []
+        head = len(ordered) if tail is None else tail.start
+        rnd.late = [i for i, j in enumerate(ordered[:head]) if j.name in refused] if refused else []
+        rnd.tail_from = len(rnd.late)
+        if tail is not None:
+            rnd.late += range(tail.start, len(ordered))
+            rnd.tail_said, rnd.tail_codes = tail.said, tail.codes
         return rnd
 
     def _iteration(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
@@ -197,30 +214,55 @@ class FlowPlacer:
     def _readmit(self, rnd: FlowRound) -> list[RoundJob]:
         """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
         another look, now that those jobs are decided (some of them may not have been placed)."""
-        ordered, refused = rnd.ordered, rnd.refused
-        if rnd.late_codes is None:
-            rnd.late_codes = dict(zip(rnd.late, rnd.cache.asks.codes_of([ordered[i].tasks for i in rnd.late]),
-                                      strict=True))
-        late_jobs: list[Job] = []
-        keep, keep_job, refusal, contention = [], late_jobs.append, refused.get, Reason.CONTENTION
-        for i in rnd.late:  # (a pass over most of a long queue on a full cluster: kept lean)
-            job = ordered[i]
-            r = refusal(job.name)
-            if r is not None and r.reason is contention:
-                keep.append(i)
-                keep_job(job)
-        rnd.late = keep
+        ordered, refused, late, split, contention = rnd.ordered, rnd.refused, rnd.late, rnd.tail_from, Reason.CONTENTION
+        if rnd.head_codes is None:
+            rnd.head_codes = rnd.cache.asks.codes_of([ordered[i].tasks for i in late[:split]])
+        head_codes = rnd.head_codes
+        # Still refused for contention: the jobs walked one by one by their own refusal, the tail (most
+        # of a long queue on a full cluster) by its requests'; what the tail's other jobs were refused
+        # for is final, written now.
+        kept = [k for k in range(split) if refused[ordered[late[k]].name].reason is contention]
+        positions = list(map(late.__getitem__, kept))
+        codes = list(map(head_codes.__getitem__, kept))
+        tail_codes = rnd.tail_codes
+        if tail_codes:
+            still = {a: r.reason is contention for a, r in rnd.tail_said.items()}
+            mask = list(map(still.__getitem__, tail_codes))
+            if all(mask):
+                positions += late[split:]
+                codes += tail_codes
+            else:
+                final = Tail(0, rnd.tail_said, list(compress(tail_codes, map(not_, mask))))
+                final.write(list(map(ordered.__getitem__, compress(late[split:], map(not_, mask)))), refused)
+                positions += compress(late[split:], mask)
+                codes += compress(tail_codes, mask)
         # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
         # refusals answers without a look; the head would stop at the first.)
-        # The refusals go straight into the round's (every job walked is in it already).
-        more, _ = admit(rnd.state, late_jobs, vectorised=False, asks=rnd.cache.asks, refused=refused,
-                        codes=list(map(rnd.late_codes.__getitem__, keep)))
-        for k in more:
-            del refused[ordered[rnd.late[k]].name]
-        fresh = [self._job_state(ordered[rnd.late[k]], rnd.late[k], rnd.cache) for k in more]
+        # The refusals go straight into the round's (every job walked is in it already), but for the
+        # walk's tail.
+        more, _, tail = admit_deferred(rnd.state, list(map(ordered.__getitem__, positions)), vectorised=False,
+                                       asks=rnd.cache.asks, refused=refused, codes=codes)
+        fresh = [self._job_state(ordered[positions[k]], positions[k], rnd.cache) for k in more]
+        for js in fresh:
+            refused.pop(js.job.name, None)  # (a job of an earlier tail has none)
+        taken = set(more)
+        end = len(positions) if tail is None else tail.start
+        rnd.late = [i for k, i in enumerate(positions[:end]) if k not in taken] if taken else positions[:end]
+        rnd.head_codes = [a for k, a in enumerate(codes[:end]) if k not in taken] if taken else codes[:end]
+        rnd.tail_from = len(rnd.late)
+        rnd.tail_said, rnd.tail_codes = ({}, []) if tail is None else (tail.said, tail.codes)
+        if tail is not None:
+            rnd.late += positions[end:]
         self._guard(rnd.state, fresh)
         rnd.jobs += fresh
         return fresh
+
+    @staticmethod
+    def _settle(rnd: FlowRound) -> None:
+        """The last walk's tail written into the round's refusals (the round is over)."""
+        if rnd.tail_codes:
+            Tail(0, rnd.tail_said, rnd.tail_codes).write(list(map(rnd.ordered.__getitem__, rnd.late[rnd.tail_from:])),
+                                                          rnd.refused)
 
     @staticmethod
     def _must_place(snapshot: Cluster, queue_len: int, pending: list[RoundJob]) -> list[RoundJob]:
@@ -358,7 +400,8 @@ class FlowPlacer:
             z = cache.importance[job.importance] = clamp_importance(job.importance)
         return RoundJob(job, order, profile, tau, z, default_gbps if gbps is None else gbps,
                         phi_known if phi_known is not None else phi(job, profile, 0.0, 0.0),
-                        shape, wants, t.count, cpus, memory_gb)
+                        shape, wants, t.count, cpus, memory_gb,
+                        job.wait_rounds if cache.wait_rounds is None else cache.wait_rounds(job))
 
     def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
         state, timings, clock = rnd.state, rnd.timings, rnd.clock
@@ -393,7 +436,7 @@ class FlowPlacer:
             return None
         worst = max(t.expected_s or 0.0 for t in tasks)
         if js.slo_held:
-            why = (f"held back {js.job.wait_rounds} rounds; waiting now costs more than a miss of "
+            why = (f"held back {js.wait_rounds} rounds; waiting now costs more than a miss of "
                    f"{100 * (worst - js.tau) / js.tau:.0f}% of it (docs/design-decisions.md, \"No job waits forever\")")
         else:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"

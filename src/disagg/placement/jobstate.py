@@ -59,6 +59,8 @@ class RoundJob:
     count: int
     cpus: float
     memory_gb: float
+    #: Its W this round: the job's, or what the round's `WaitingQueue` says (placement/base.py).
+    wait_rounds: int
     index: int = 0
     remote: int = 0
     #: What the cost model holds the job back for this round (`SloGuard`).
@@ -238,7 +240,7 @@ class JobTable:
             gbps=column(jobs, "gbps"),
             phi_local=column(jobs, "phi_local"),
             order=column(jobs, "order"),
-            waits=column(jobs, "job.wait_rounds"),
+            waits=column(jobs, "wait_rounds"),
             params=profile_arrays(jobs, tau),
             guard=column(jobs, "guard", np.int64),
             must_place=column(jobs, "must_place", np.bool_),

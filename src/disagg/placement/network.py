@@ -17,6 +17,19 @@ from numpy.typing import ArrayLike, NDArray
 IntArray = NDArray[np.int64]
 
 
+def _column(values: ArrayLike, n: int) -> IntArray:
+    """`values` as one int64 per arc of a block of `n`: the array itself when it is one already, a
+    scalar repeated, else broadcast (`np.broadcast_to` costs several microseconds a call, and a round
+    adds a dozen blocks per network, thousands of networks a simulated run)."""
+    a = np.asarray(values, dtype=np.int64)
+    if a.shape == (n,):
+        return a
+    if a.ndim == 0:
+        return np.full(n, a, dtype=np.int64)
+    out: IntArray = np.broadcast_to(a, (n,)).ravel()
+    return out
+
+
 @dataclass
 class FlowNetwork:
     """Arcs are appended in named blocks; `block(name)` gives the arc range of a block."""
@@ -41,9 +54,7 @@ class FlowNetwork:
     def add_arcs(self, name: str, tails: ArrayLike, heads: ArrayLike, caps: ArrayLike, costs: ArrayLike) -> None:
         """Append a block of arcs; arcs with zero capacity are kept (they cost nothing to solve)."""
         t = np.asarray(tails, dtype=np.int64).ravel()
-        h = np.broadcast_to(np.asarray(heads, dtype=np.int64), t.shape).ravel()
-        c = np.broadcast_to(np.asarray(caps, dtype=np.int64), t.shape).ravel()
-        w = np.broadcast_to(np.asarray(costs, dtype=np.int64), t.shape).ravel()
+        h, c, w = (_column(x, len(t)) for x in (heads, caps, costs))
         if name in self._blocks:
             raise ValueError(f"arc block {name!r} added twice")
         self._blocks[name] = (self._num_arcs, self._num_arcs + len(t))

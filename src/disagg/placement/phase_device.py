@@ -321,7 +321,7 @@ def grant(state: FreeState, js: RoundJob, ti: int, kind: str, own: int,
         js.fail(state, Reason.SLO_AT_RISK, (
             f"remote {kind} for {js.job.name}/{ti} on {locations[own]} would miss the SLO "
             f"({js.tau:g} s) once this round's traffic is on the links, by more than waiting costs at "
-            f"W={js.job.wait_rounds}; postponed"))
+            f"W={js.wait_rounds}; postponed"))
     elif why == "bandwidth":
         js.fail(state, Reason.NO_BANDWIDTH, (
             f"needs {js.job.tasks.wants(kind)} {kind} for task {js.job.name}/{ti} on {locations[own]}; "
@@ -408,7 +408,7 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: RoundJob) -> None:
         js.fail(state, Reason.SLO_AT_RISK, (
             f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
             f"the SLO ({js.tau:g} s) under the current network load by more than waiting costs at "
-            f"W={js.job.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
+            f"W={js.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
         return
     reach = state.reachable(kind, own, js.gbps, js.job.tasks.models.get(kind))
     if reach < want:
@@ -421,7 +421,7 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: RoundJob) -> None:
     if best >= u_cost:
         js.fail(state, Reason.POSTPONED, (
             f"waiting costs less than its best {kind} placement (cost {best / SCALE:.3f} ≥ "
-            f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed"))
+            f"{u_cost / SCALE:.3f}, W={js.wait_rounds}); postponed"))
         return
     js.fail(state, Reason.CONTENTION, f"its {kind} went to jobs ahead of it in the queue this round")
 

@@ -772,10 +772,10 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
     elif best >= u_cost > unheld:
         js.fail(state, Reason.SLO_AT_RISK, (
             f"its placements would miss the SLO ({js.tau:g} s) under the current network load by more than "
-            f"waiting costs at W={js.job.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
+            f"waiting costs at W={js.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
-                                         f"{u_cost / SCALE:.3f}, W={js.job.wait_rounds}); postponed")
+                                         f"{u_cost / SCALE:.3f}, W={js.wait_rounds}); postponed")
     elif pricing is not None and pricing.first_fit.get(id(js.shape), js.count) < js.count:
         # Not contention: the machines could not take the whole gang before any job of the round took anything.
         _gang_short(state, js, pricing, costs)

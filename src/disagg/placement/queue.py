@@ -108,10 +108,41 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
     `codes`: the jobs' request codes (`asks.codes_of`), when the caller has them already (a round that
     admits again reads them off the codes it took of its whole queue once).
     """
+    taken, out, tail = admit_deferred(state, ordered, vectorised, probe, asks, refused, codes)
+    if tail is not None:
+        tail.write(ordered, out)
+    return taken, out
+
+
+@dataclass
+class Tail:
+    """The end of a walk whose refusals were not written (`admit_deferred`): from `start` (a place in
+    the jobs walked) on, every job is refused as the last job of its request was (`said`, by request
+    code); `codes`: the request codes of those jobs, in order. On a full cluster most of a long queue is
+    such a tail, and a flow round re-admits it several times: it keeps the tail as places and codes and
+    writes the refusals that last once, at the end."""
+
+    start: int
+    said: dict[int, Refusal]
+    codes: list[int]
+
+    def write(self, ordered: Sequence[Job], refused: dict[str, Refusal]) -> None:
+        """The tail's refusals into `refused`, by the names of `ordered`'s jobs from `start` on."""
+        names = map(attrgetter("name"), ordered[self.start:])
+        refused.update(zip(names, map(self.said.__getitem__, self.codes), strict=True))
+
+
+def admit_deferred(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
+                   asks: Asks | None = None, refused: dict[str, Refusal] | None = None,
+                   codes: Sequence[int] | None = None) -> tuple[list[int], dict[str, Refusal], Tail | None]:
+    """`admit`, with the refusals of the walk's tail (once every request of the walk is refused with
+    nothing taken since) left out of the dict and returned as a `Tail` (None: the walk had none).
+    `admit` is this with the tail written."""
     admission = _Admission(state, Asks() if asks is None else asks, {} if refused is None else refused)
     vectorised = vectorised and len(ordered) > probe
-    admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes)
-    return admission.taken, admission.refused
+    tail = admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes,
+                          defer=True)
+    return admission.taken, admission.refused, tail
 
 
 @dataclass
@@ -154,6 +185,10 @@ class _Admission:
         # one was refused for is refused the same way (a queue on a full cluster is mostly such jobs).
         self.last: dict[int, tuple[int, Refusal]] = {}
         self.asks = asks
+        #: Per request taken once: what a job of it needs in all (cpus, memory, devices). Its gang fits
+        #: the machines (what they can take does not change while the queue is walked), so the next job
+        #: asking for it is taken when what is left covers that (`walk`), else looked at (`consider`).
+        self.needs: dict[int, tuple[float, float, list[tuple[str, int, tuple[str, str | None]]]]] = {}
 
     def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
         """How many tasks of a shape the machines can take now, and the most free on one machine."""
@@ -257,12 +292,14 @@ class _Admission:
                     need[i] = 0
         return {dev: need for dev, need in out.items() if need.any()}
 
-    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0, codes: Sequence[int] | None = None) -> None:
+    def walk(self, ordered: Sequence[Job], first: int, offset: int = 0, codes: Sequence[int] | None = None,
+             defer: bool = False) -> Tail | None:
         """Decide the jobs from `first` on one by one (their places in the queue: `offset` + index).
         A job asking for what the last refused one asked for, with nothing taken since, is refused
         the same way without a look (on a full cluster most of a long queue is); once every request
         of the walk is so refused, nothing more can be taken (what is left only shrinks), and the rest
-        of the queue is refused at once, each job the way its request was."""
+        of the queue is refused at once, each job the way its request was: written into `refused`, or
+        (`defer`) returned as a `Tail` (its `start` a place in `ordered`; None: no tail)."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
         jobs = ordered[first:] if first else ordered
         ask_list = (asks.codes_of(list(map(attrgetter("tasks"), jobs))) if codes is None else
@@ -272,11 +309,24 @@ class _Admission:
         n_taken = len(taken)
         # The walk's requests refused with nothing taken since (a take makes every request worth a look).
         blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
-        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits.
+        needs, left_dev = self.needs, self.left_dev
+        # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits, and a
+        # round that admits many jobs of one request takes them here (server-centric ones, hundreds).
         for at, (job, ask) in enumerate(zip(jobs, ask_list, strict=True)):
             seen = seen_for(ask)
             if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
+                continue
+            need = needs.get(ask)
+            if (need is not None and not exceeds(need[0], self.left_cpu) and not exceeds(need[1], self.left_mem)
+                    and all(n <= left_dev[dev] for _, n, dev in need[2])):
+                self.left_cpu -= need[0]
+                self.left_mem -= need[1]
+                for _, n, dev in need[2]:
+                    left_dev[dev] -= n
+                taken.append(offset + first + at)
+                n_taken += 1
+                blocked.clear()
                 continue
             self.consider(job, offset + first + at, ask)
             if len(taken) != n_taken:
@@ -285,10 +335,12 @@ class _Admission:
                 continue
             blocked.add(ask)
             if len(blocked) == len(walk_asks):
-                said = {a: last[a][1] for a in walk_asks}
-                names = map(attrgetter("name"), jobs[at + 1:])
-                refused.update(zip(names, map(said.__getitem__, ask_list[at + 1:]), strict=True))
-                return
+                tail = Tail(first + at + 1, {a: last[a][1] for a in walk_asks}, ask_list[at + 1:])
+                if not defer:
+                    tail.write(ordered, refused)
+                    return None
+                return tail if tail.codes else None
+        return None
 
     def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
@@ -330,4 +382,5 @@ class _Admission:
             self.refused[job.name] = short
             self.last[ask] = (len(self.taken), short)
             return
+        self.needs[ask] = (need_cpu, need_mem, wanted)
         self.take(job, at, wanted)

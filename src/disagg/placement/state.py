@@ -187,21 +187,44 @@ class FreeState:
         # The paths' links past the machine's own uplink, each with its share, in the order the
         # allocations name them, then added at once (`add.at` adds in that order: the same sums as one
         # `+=` each, which cost a numpy scalar write per link and a snapshot holds hundreds).
-        links: list[int] = []
-        shares: list[float] = []
-        # Only allocations that draw bandwidth and hold devices have paths past their own uplink (found at once).
-        holds = np.fromiter(map(bool, map(attrgetter("devices"), allocations)), dtype=bool, count=n)
-        for i in np.nonzero((gbps > 0) & holds)[0].tolist():
-            a = allocations[i]
-            by_id = cl.device_by_id  # built on first use: most allocations hold no remote devices
-            remote = [by_id[d].location for d in a.devices if by_id[d].location != a.machine]
-            src = int(where[i])
-            for loc in remote:
-                beyond = self.path(src, cl.location_index[loc])[1:]
-                links += beyond
-                shares += [a.network_gbps / len(remote)] * len(beyond)
-        if links:
-            np.add.at(self.link_used, np.array(links, dtype=np.int64), np.array(shares, dtype=np.float64))
+        moving = np.nonzero(gbps > 0)[0]
+        held = [allocations[i].devices for i in moving.tolist()]
+        if any(held):
+            self._add_remote_traffic(moving, held, where, gbps)
+
+    def _add_remote_traffic(self, moving: IntArray, held: list[tuple[str, ...]], where: IntArray,
+                            gbps: FloatArray) -> None:
+        """The links past a machine's uplink to each remote device its allocations hold, each device's
+        path carrying an even share of the allocation's traffic (`moving`: the allocations with traffic,
+        `held`: their devices). As arrays, device by device and link by link in the order the
+        allocations name them (a loop over a snapshot's hundreds of allocations with remote devices was
+        most of building a simulator round's state)."""
+        cl = self.cluster
+        by_id, loc_index = cl.device_by_id, cl.location_index  # built on first use: most hold no devices
+        per_allocation = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
+        devices = list(itertools.chain.from_iterable(held))
+        dst = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), map(by_id.__getitem__, devices))),
+                          dtype=np.int64, count=len(devices))
+        owner = np.repeat(np.arange(len(held)), per_allocation)  # per device, its allocation in `held`
+        src = where[moving][owner]
+        remote = dst != src
+        if not remote.any():
+            return
+        n_remote = np.bincount(owner[remote], minlength=len(held))
+        share = (gbps[moving] / np.maximum(n_remote, 1))[owner[remote]]
+        src, dst = src[remote], dst[remote]
+        # A path past the machine's uplink: the device's uplink in its rack, else both racks' then its.
+        rack = self.loc_rack
+        same = rack[src] == rack[dst]
+        n_links = np.where(same, 1, 3)
+        starts = np.cumsum(n_links) - n_links
+        links = np.empty(int(n_links.sum()), dtype=np.int64)
+        n_loc = len(rack)
+        links[starts] = np.where(same, dst, n_loc + rack[src])
+        cross = starts[~same]
+        links[cross + 1] = n_loc + rack[dst[~same]]
+        links[cross + 2] = dst[~same]
+        np.add.at(self.link_used, links, np.repeat(share, n_links))
 
     def _cut_off(self) -> None:
         """A machine behind a down link offers nothing: no task lands there; with its devices (left out

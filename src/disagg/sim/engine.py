@@ -7,7 +7,8 @@ policy, exactly as `disagg place` does. It then applies the `Decisions` to its o
 that nothing is over-committed with `placement.commit.over_commit` (a placement that would over-commit
 is refused and counted as a conflict, Nomad's plan re-validation), and raises `wait_rounds` of every
 job left waiting (unless the policy declares `reads_wait_rounds = False`, as the sequential baselines
-do: W cannot change their decisions).
+do: W cannot change their decisions). A flow policy reads W off a `placement.base.WaitingQueue`
+(`reads_waiting_queue`): W is then counted apart and a job copied with it only when it starts.
 
 Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
 (scheduler latency) and the run's total `wall_s`.
@@ -39,7 +40,7 @@ from disagg.model.states import DEVICE_FAILED, DEVICE_HEALTHY
 from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S
 from disagg.model.tenants import Tenants
 from disagg.placement.backfill import place_round
-from disagg.placement.base import Policy
+from disagg.placement.base import Policy, WaitingQueue
 from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
@@ -47,7 +48,7 @@ from disagg.placement.usage import capacity
 from disagg.profiles import lookup
 from disagg.profiles.learn import Observation
 from disagg.profiles.table import ProfileTable
-from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE
+from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE, path_factor
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.learning import knowledge_for
 from disagg.sim.records import (
@@ -165,6 +166,15 @@ class Simulation(Replanning):
         #: work for nothing, a good part of such a run's time on a long queue.
         #: (The starvation bound reads W whatever the policy.)
         self.track_waits = bool(getattr(policy, "reads_wait_rounds", True)) or self.config.starvation_rounds is not None
+        #: W kept apart from the queued jobs (`placement.base.WaitingQueue`): a policy that reads it there
+        #: (`reads_waiting_queue`) gets the queue as queued, and a job is copied with its W only when it
+        #: starts: `wait_ticks` counts the rounds since the run began, and
+        #: a job's W is what it was queued with plus the rounds since (`queued_at`). Not with tenants or the
+        #: starvation bound, whose wrappers read every job's W.
+        self.waits_apart = (self.track_waits and bool(getattr(self.policy, "reads_waiting_queue", False))
+                            and self.config.tenants is None and self.config.starvation_rounds is None)
+        self.wait_ticks = 0
+        self.queued_at: dict[str, int] = {}
         self.knowledge = knowledge_for(self.config.knowledge, self.config.profiles, self.config.truth,
                                        self.config.explore)
 
@@ -243,9 +253,23 @@ class Simulation(Replanning):
             self.records[sub.job.name] = rec
         return rec
 
+    def _enqueue(self, job: Job, sub: Submission) -> None:
+        """Queue a job (arrived, or back after a failure or preemption, with the W it had)."""
+        self.queue[job.name] = job
+        self.queued_sub[job.name] = sub
+        self.queued_at[job.name] = self.wait_ticks
+
+    def _wait_rounds(self, job: Job) -> int:
+        """A queued job's W now (`waits_apart`; else the queue holds it so already)."""
+        return job.wait_rounds + self.wait_ticks - self.queued_at[job.name]
+
+    def _current(self, job: Job) -> Job:
+        """A queued job with its W now."""
+        extra = self.wait_ticks - self.queued_at[job.name]
+        return waited(job, extra) if extra else job
+
     def _arrive(self, sub: Submission) -> None:
-        self.queue[sub.job.name] = sub.job
-        self.queued_sub[sub.job.name] = sub
+        self._enqueue(sub.job, sub)
         self._record_for(sub)
         self._want_round()
 
@@ -268,6 +292,8 @@ class Simulation(Replanning):
         if self.tenants is not None and self.config.tenants is not None:
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
         queue = self.knowledge.apply(list(self.queue.values()))
+        if self.waits_apart:
+            queue = WaitingQueue(queue, self._wait_rounds)
         t0 = self.clock()
         if self.config.starvation_rounds is None:
             decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
@@ -283,9 +309,10 @@ class Simulation(Replanning):
         self._preempt(decisions.preempted, now)
         if self.tenants is not None:
             self.tenants.sample(now, self.queue.values())
-        if self.track_waits:
-            for name, job in self.queue.items():
-                self.queue[name] = waited(job)
+        if self.waits_apart:
+            self.wait_ticks += 1
+        elif self.track_waits:  # (a queue of thousands on a full cluster: one pass of builtins)
+            self.queue = dict(zip(self.queue, map(waited, self.queue.values()), strict=True))
         if placed == 0 and not self.running:
             self.idle_rounds += 1
             if self.idle_rounds >= self.config.stall_rounds and self.kernel.peek_time() is None:
@@ -339,8 +366,10 @@ class Simulation(Replanning):
                 # A grant that does not say what it draws draws its job's, or its profile's.
                 gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
-                grants.append(Grant(d, remote, links, gbps, dev.kind, caps, min(caps, default=REFERENCE_GBPS),
-                                     peers=() if remote else st.peers.get(d, ())))
+                bottleneck = min(caps, default=REFERENCE_GBPS)
+                grants.append(Grant(d, remote, links, gbps, dev.kind, caps, bottleneck,
+                                     peers=() if remote else st.peers.get(d, ()),
+                                     path_factor=path_factor(profile, bottleneck) if remote else 1.0))
             tasks.append(sim_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
         if over_commit(_as_charged(jp, tasks), st) is not None:
             return None
@@ -349,8 +378,9 @@ class Simulation(Replanning):
     def _start(self, name: str, tasks: list[SimTask], now: float) -> set[str]:
         """Take the resources and start the job; returns the jobs whose pace may have changed."""
         st = self.state
-        job = self.queue.pop(name)
+        job = self._current(self.queue.pop(name))  # the W it keeps if it comes back to the queue
         sub = self.queued_sub.pop(name)
+        del self.queued_at[name]
         run = Running(sub, job, lookup(job.image, self.config.truth), tasks, now, sub.base_s, 1.0, now)
         gpus = remote_gpus = 0
         for t in tasks:
@@ -465,8 +495,7 @@ class Simulation(Replanning):
         self._reevaluate(self._neighbours(run), now)
         self.records[name].preempted += 1
         self.counters["preempted"] += 1
-        self.queue[name] = run.job
-        self.queued_sub[name] = run.sub
+        self._enqueue(run.job, run.sub)
         self._want_round()
 
     # -- failures --
@@ -487,8 +516,7 @@ class Simulation(Replanning):
             self._reevaluate(self._neighbours(run), now)
             self.records[holder].restarts += 1
             self.counters["restarts"] += 1
-            self.queue[holder] = run.job  # restarts from scratch, keeps its wait counter
-            self.queued_sub[holder] = run.sub
+            self._enqueue(run.job, run.sub)  # restarts from scratch, keeps its wait counter
             self._want_round()
         self.kernel.schedule(now + float(self.failure_rng.exponential(fm.mttr_s)), Priority.FAILURE,
                              DeviceRepaired(device))
@@ -555,8 +583,8 @@ _new_job = object.__new__
  _set_command, _set_tenant, _set_preemptible, _set_profile) = (getattr(Job, f).__set__ for f in _JOB_FIELDS)
 
 
-def waited(job: Job) -> Job:
-    """`job.waited()`, fast (a test checks they are equal)."""
+def waited(job: Job, rounds: int = 1) -> Job:
+    """`job.waited()` (`rounds` times), fast (a test checks they are equal)."""
     new = _new_job(Job)
     _set_name(new, job.name)
     _set_image(new, job.image)
@@ -564,7 +592,7 @@ def waited(job: Job) -> Job:
     _set_submit(new, job.submit_s)
     _set_importance(new, job.importance)
     _set_slo(new, job.slo_s)
-    _set_wait(new, job.wait_rounds + 1)
+    _set_wait(new, job.wait_rounds + rounds)
     _set_gbps(new, job.network_gbps)
     _set_command(new, job.command)
     _set_tenant(new, job.tenant)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from disagg.sim.execution import COLLOCATION_KAPPA, REFERENCE_GBPS, memory_slowdown
+from disagg.sim.execution import COLLOCATION_KAPPA, memory_slowdown
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.records import Event, JobFinished
 from disagg.sim.simcluster import Running, SimCluster
@@ -57,37 +57,33 @@ class Replanning:
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         own = run.own_traffic
         profile = run.profile
-        ts, extra_at_ref, sens = profile.transfer_share, (profile.remote_factor - 1.0) * REFERENCE_GBPS, \
-            profile.load_sensitivity
+        ts, sens = profile.transfer_share, profile.load_sensitivity
         worst = 1.0
         busiest = 0.0
         for t in run.tasks:
             transfer = t.transfer
-            for g in transfer:
-                if g.peers and not g.remote:
-                    g.pcie = sum(map(link_share.get, g.peers, _ZEROS))
-            for g in t.remote_transfer:
-                load = 0.0
-                for lk, cap in zip(g.links, g.caps, strict=True):
-                    share = (used[lk] - own.get(lk, 0.0)) / cap
-                    if share > load:
-                        load = share
-                g.load = load
-                if load > busiest:
-                    busiest = load
+            total = 0.0
+            # One pass over the task's transfer-bearing devices (local ones first, as the model sums
+            # them): each device's PCIe share or path load, and its factor.
+            for d in transfer:
+                if d.remote:
+                    load = 0.0
+                    for lk, cap in zip(d.links, d.caps, strict=True):
+                        share = (used[lk] - own.get(lk, 0.0)) / cap
+                        if share > load:
+                            load = share
+                    d.load = load
+                    if load > busiest:
+                        busiest = load
+                    total += d.path_factor * (1.0 + sens * min(max(load, 0.0), 1.0))  # · link_load_factor
+                else:
+                    if d.peers:
+                        d.pcie = sum(map(link_share.get, d.peers, _ZEROS))
+                    total += 1.0 + min(max(d.pcie, 0.0), 1.0)  # pcie_factor
             total_cpus = machines[t.machine].cpus
             others = (cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
-            if not transfer or ts <= 0.0:  # execution.transfer_stretch
-                stretch = 1.0
-            else:
-                total = 0.0
-                for d in transfer:
-                    if d.remote:  # path_factor · link_load_factor
-                        total += max(1.0, 1.0 + extra_at_ref / max(d.bottleneck_gbps, 1e-9)) * (
-                            1.0 + sens * min(max(d.load, 0.0), 1.0))
-                    else:  # pcie_factor
-                        total += 1.0 + min(max(d.pcie, 0.0), 1.0)
-                stretch = (1.0 - ts) + ts * total / len(transfer)
+            # execution.transfer_stretch
+            stretch = 1.0 if not transfer or ts <= 0.0 else (1.0 - ts) + ts * total / len(transfer)
             stretch = stretch * (1.0 + COLLOCATION_KAPPA * min(max(others, 0.0), 1.0))  # collocation_factor
             if t.remote_memory_gb > 0.0:
                 stretch *= memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))

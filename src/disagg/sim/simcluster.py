@@ -36,6 +36,8 @@ class Grant:
     #: re-evaluation of a local one, the share of time other jobs move data over that link.
     peers: tuple[int, ...] = ()
     pcie: float = 0.0
+    #: A remote one's `execution.path_factor` for its holder's profile on this path (fixed for its life).
+    path_factor: float = 1.0
 
 
 @dataclass(slots=True)
@@ -102,19 +104,27 @@ class SimCluster:
             for did in a.devices:
                 self.holder[self.d_index[did]] = a.job
         self._devices_tuple: tuple[Device, ...] = tuple(self.devices)
+        self._inventory = self._bare()
         self.total_gpus = sum(1 for d in self.devices if d.kind == "gpu")
 
     def snapshot(self) -> Cluster:
-        """A fresh immutable snapshot; the static parts are shared, allocations are the current ones."""
-        b = self.base
-        return Cluster(
-            machines=b.machines, pools=b.pools, devices=self._devices_tuple,
-            rack_uplink_gbps=b.rack_uplink_gbps, allocations=tuple(self.allocations.values()),
-        )
+        """A fresh immutable snapshot; the static parts are shared, allocations are the current ones.
+        The inventory's indexes that the last snapshot's round worked out are kept (`with_allocations`)
+        until a device's health changes."""
+        snap = self._inventory.with_allocations(tuple(self.allocations.values()))
+        self._inventory = snap
+        return snap
 
     def set_health(self, device: int, health: str) -> None:
         self.devices[device] = replace(self.devices[device], health=health)  # type: ignore[arg-type]
         self._devices_tuple = tuple(self.devices)
+        self._inventory = self._bare()
+
+    def _bare(self) -> Cluster:
+        """The inventory as it is now, with nothing running (what each round's snapshot is built on)."""
+        b = self.base
+        return Cluster(machines=b.machines, pools=b.pools, devices=self._devices_tuple,
+                       rack_uplink_gbps=b.rack_uplink_gbps)
 
     # -- what is free now, as `commit.Room` (the re-check before a placement starts) --
 
