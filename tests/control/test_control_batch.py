@@ -11,8 +11,8 @@ from control_helpers import body, make_service, wait_for
 from fastapi.testclient import TestClient
 
 from disagg.api import create_app
-from disagg.api.schemas import MAX_BATCH
 from disagg.control.service import Service
+from disagg.model.jobs import MAX_BATCH
 from disagg.store import DuplicateKey, new_job_row
 
 Client = tuple[TestClient, dict[str, str]]

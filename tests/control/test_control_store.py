@@ -264,10 +264,10 @@ def test_group_insert_commits_a_batch_and_answers_each_row_of_a_refused_one(db_u
         assert f.result(timeout=30) is None
     # one batch in which one row breaks the (tenant, idempotency key) constraint: the others are stored
     writer.insert(_values("k0", key="dup")).result(timeout=30)
-    batch: list[tuple[dict[str, object], Future[None]]] = [
-        (_values("k1", key="other"), Future()),
-        (_values("k2", key="dup"), Future()),
-        (_values("k3"), Future()),
+    batch: list[tuple[list[dict[str, object]], Future[None]]] = [
+        ([_values("k1", key="other")], Future()),
+        ([_values("k2", key="dup")], Future()),
+        ([_values("k3")], Future()),
     ]
     writer._write(batch)
     assert batch[0][1].result() is None and batch[2][1].result() is None

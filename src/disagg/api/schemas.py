@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from disagg.model import states
+from disagg.model.jobs import MAX_BATCH
 from disagg.model.spec import TasksSpec
 from disagg.model.tenants import Limits
 
@@ -156,10 +157,6 @@ class JobOut(BaseModel):
 def _next() -> Any:
     """A listing's link to its next page (null on the last page)."""
     return Field(default=None, description="The path of the next page (null: this is the last one).")
-
-
-#: Jobs one POST /v1/job-batches may carry (and, below it, a tenant's `rate_burst_per_tenant`).
-MAX_BATCH = 100
 
 
 class JobBatchIn(BaseModel):

@@ -17,7 +17,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from disagg.api.schemas import MAX_BATCH
 from disagg.cli.common import (
     DEFAULT_API,
     AsJson,
@@ -32,6 +31,7 @@ from disagg.cli.common import (
 )
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
+from disagg.model.jobs import MAX_BATCH
 from disagg.model.states import JobState
 
 #: How often `disagg logs --follow` asks for more, seconds.

@@ -16,6 +16,10 @@ from disagg.model.cluster import DEVICE_KINDS, DeviceKind
 if TYPE_CHECKING:
     from disagg.profiles.model import Profile
 
+#: Jobs one batch submission may carry (POST /v1/job-batches, `disagg submit --count`): one request, one
+#: transaction, bounded like every size a tenant controls.
+MAX_BATCH = 100
+
 
 @dataclass(frozen=True, slots=True)
 class TaskRequest:
