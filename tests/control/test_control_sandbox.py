@@ -299,6 +299,10 @@ def test_a_100_gb_task_on_a_smaller_host_gets_at_most_the_hosts_memory(tmp_path:
         limit = "memory.limit_in_bytes" if "memory" in c.v1 else "memory.max"
         wait_for(lambda: _group_file(handle, limit).exists(), what="the task's group")
         wait_for(lambda: engine.status(handle).state == "running", what="the task to run")
+        # the group's directory exists (its limit file reading "max") a moment before the limit is written;
+        # a task joins its group only after: once one is in it, the limit is the one the task runs under
+        procs = _group_file(handle, limit).parent / "cgroup.procs"
+        wait_for(lambda: bool(procs.read_text().split()), what="the task in its group")
         got = int(_group_file(handle, limit).read_text())
         assert got < total < 100 * 2**30, (got, total)  # at most the jobs' share of the host
     finally:
