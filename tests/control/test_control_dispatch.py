@@ -63,6 +63,16 @@ def test_the_ended_slices_of_a_poll_end_together_and_only_once(tmp_path: Path, d
         svc.close()
 
 
+def _wait_for_waiters(store: Store, n: int) -> None:
+    """Until `n` writers wait for SQLite's writer lock in this process (a loaded host starts threads late)."""
+    queue = store._writers
+    assert queue is not None
+    deadline = time.monotonic() + 20
+    while len(queue._urgent) + len(queue._normal) < n:
+        assert time.monotonic() < deadline, f"{n} writers never queued"
+        time.sleep(0.005)
+
+
 def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'w.db'}")
     store.migrate()
@@ -84,11 +94,11 @@ def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path
     threads = [threading.Thread(target=holder)]
     threads[0].start()
     held.wait(10)
-    for name, first in [*((f"worker{i}", False) for i in range(5)), ("loop", True)]:
+    for n, (name, first) in enumerate([*((f"worker{i}", False) for i in range(5)), ("loop", True)]):
         t = threading.Thread(target=writer, args=(name, first))
         t.start()
         threads.append(t)
-        time.sleep(0.05)  # each is waiting before the next comes
+        _wait_for_waiters(store, n + 1)  # each is waiting before the next comes
     release.set()
     for t in threads:
         t.join(10)
@@ -137,11 +147,11 @@ def test_a_lease_renewal_goes_ahead_of_the_workers_waiting_to_write(tmp_path: Pa
     threads = [threading.Thread(target=holder)]
     threads[0].start()
     held.wait(10)
-    for target, args in [*((worker, (f"worker{i}",)) for i in range(5)), (renew, ())]:
+    for n, (target, args) in enumerate([*((worker, (f"worker{i}",)) for i in range(5)), (renew, ())]):
         t = threading.Thread(target=target, args=args)
         t.start()
         threads.append(t)
-        time.sleep(0.05)
+        _wait_for_waiters(store, n + 1)
     release.set()
     for t in threads:
         t.join(10)
