@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from control_helpers import make_service, submit
@@ -73,9 +74,9 @@ def _wait_for_waiters(store: Store, n: int) -> None:
         time.sleep(0.005)
 
 
-def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'w.db'}")
-    store.migrate()
+def _write_order(store: Store, last: Callable[[], None]) -> list[str]:
+    """Who writes in which order: a writer holds SQLite's writer lock while five workers queue for it, each
+    waiting before the next comes, then `last` (a write of its own); then the holder lets go."""
     order: list[str] = []
     held, release = threading.Event(), threading.Event()
 
@@ -85,25 +86,40 @@ def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path
             release.wait(10)
             order.append("holder")
 
-    def writer(name: str, first: bool) -> None:
-        if first:
-            store.write_first()
+    def worker(name: str) -> None:
         with store.write_core():
             order.append(name)
+
+    def final() -> None:
+        last()
+        order.append("last")
 
     threads = [threading.Thread(target=holder)]
     threads[0].start()
     held.wait(10)
-    for n, (name, first) in enumerate([*((f"worker{i}", False) for i in range(5)), ("loop", True)]):
-        t = threading.Thread(target=writer, args=(name, first))
+    for n, (target, args) in enumerate([*((worker, (f"worker{i}",)) for i in range(5)), (final, ())]):
+        t = threading.Thread(target=target, args=args)
         t.start()
         threads.append(t)
-        _wait_for_waiters(store, n + 1)  # each is waiting before the next comes
+        _wait_for_waiters(store, n + 1)
     release.set()
     for t in threads:
         t.join(10)
+    return order
+
+
+def test_the_loops_writes_go_ahead_of_the_writers_already_waiting(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'w.db'}")
+    store.migrate()
+
+    def loop_write() -> None:
+        store.write_first()
+        with store.write_core():
+            pass
+
+    order = _write_order(store, loop_write)
     store.close()
-    assert order[:2] == ["holder", "loop"] and order[2:] == [f"worker{i}" for i in range(5)]
+    assert order == ["holder", "last", *(f"worker{i}" for i in range(5))]
 
 
 def test_notes_on_many_jobs_are_one_event_each_in_the_jobs_state(tmp_path: Path, db_url: str) -> None:
@@ -127,33 +143,7 @@ def test_a_lease_renewal_goes_ahead_of_the_workers_waiting_to_write(tmp_path: Pa
     store.migrate()
     epoch = store.acquire_lease("me", 3.0, force=True)
     assert epoch is not None
-    order: list[str] = []
-    held, release = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with store.write_core():
-            held.set()
-            release.wait(10)
-            order.append("holder")
-
-    def worker(name: str) -> None:
-        with store.write_core():
-            order.append(name)
-
-    def renew() -> None:
-        assert store.renew_lease("me", epoch, 3.0)
-        order.append("renewal")
-
-    threads = [threading.Thread(target=holder)]
-    threads[0].start()
-    held.wait(10)
-    for n, (target, args) in enumerate([*((worker, (f"worker{i}",)) for i in range(5)), (renew, ())]):
-        t = threading.Thread(target=target, args=args)
-        t.start()
-        threads.append(t)
-        _wait_for_waiters(store, n + 1)
-    release.set()
-    for t in threads:
-        t.join(10)
+    renewed: list[bool] = []
+    order = _write_order(store, lambda: renewed.append(store.renew_lease("me", epoch, 3.0)))
     store.close()
-    assert order[:2] == ["holder", "renewal"], order
+    assert renewed == [True] and order[:2] == ["holder", "last"], order

@@ -108,41 +108,22 @@ class JobService:
         Returns (job, created) once the job is committed. Raises JobRejected when the job can never
         fit, IdempotencyConflict when the key was used with another body.
         """
-        digest = _digest(request)
-        if idempotency_key is not None:
-            found = self.store.job_by_key(tenant, idempotency_key, digest)
-            if found is not None:
-                return found, False
-        if self.queued.stale():
-            self.queued.refresh()
-        if self.limits.stale():
-            self.limits.refresh()
-        values = self._new_job(tenant, request, idempotency_key, digest)
-        try:
-            self._jobs.insert(values).result()
-        except DuplicateKey:
-            if idempotency_key is None:
-                raise
-            found = self.store.job_by_key(tenant, idempotency_key, digest)  # a concurrent twin won the race
-            if found is None:
-                raise
-            return found, False
-        self.wake()
-        return job_dict(values), True
+        digest, key = _digest(request), idempotency_key
+
+        def earlier() -> list[dict[str, Any]] | None:
+            found = None if key is None else self.store.job_by_key(tenant, key, digest)
+            return None if found is None else [found]
+
+        jobs, created = self._store(lambda: [self._new_job(tenant, request, key, digest)], earlier, key is not None)
+        return jobs[0], created
 
     async def submit_async(self, tenant: str, request: dict[str, Any], idempotency_key: str | None = None
                            ) -> tuple[dict[str, Any], bool]:
         """`submit` for the API's event loop: no thread hop unless an idempotency key needs a look-up."""
         if idempotency_key is not None:
             return await anyio.to_thread.run_sync(self.submit, tenant, request, idempotency_key)
-        if self.queued.stale():  # once a second: one query, off the event loop
-            await anyio.to_thread.run_sync(self.queued.refresh)
-        if self.limits.stale():
-            await anyio.to_thread.run_sync(self.limits.refresh)
-        values = self._new_job(tenant, request, None, _digest(request))
-        await asyncio.wrap_future(self._jobs.insert(values))
-        self.wake()
-        return job_dict(values), True
+        jobs = await self._store_async(lambda: [self._new_job(tenant, request, None, _digest(request))])
+        return jobs[0], True
 
     def submit_batch(self, tenant: str, requests: list[dict[str, Any]], idempotency_key: str | None = None
                      ) -> tuple[list[dict[str, Any]], bool]:
@@ -153,43 +134,60 @@ class JobService:
         whole batch does not fit the tenant's queue bound. An Idempotency-Key covers the batch: job `i`
         is stored under `batch_key(key, i)` with the digest of the whole body, so a repeat returns the
         same jobs and a repeat with another body (a job changed, added or left out) is a conflict."""
-        digest = _digest({"batch": requests})
-        key = idempotency_key
+        digest, key = _digest({"batch": requests}), idempotency_key
         keys = None if key is None else [batch_key(key, i) for i in range(len(requests))]
-        if key is not None:
-            found = self._batch_by_key(tenant, key, len(requests), digest)
-            if found is not None:
-                return found, False
-        if self.queued.stale():
-            self.queued.refresh()
-        if self.limits.stale():
-            self.limits.refresh()
-        rows = self._new_jobs(tenant, requests, keys, digest)
-        try:
-            self._jobs.insert_all(rows).result()
-        except DuplicateKey:
-            if key is None:
-                raise
-            found = self._batch_by_key(tenant, key, len(requests), digest)  # a concurrent twin won the race
-            if found is None:
-                raise
-            return found, False
-        self.wake()
-        return [job_dict(values) for values in rows], True
+
+        def earlier() -> list[dict[str, Any]] | None:
+            return None if key is None else self._batch_by_key(tenant, key, len(requests), digest)
+
+        return self._store(lambda: self._new_jobs(tenant, requests, keys, digest), earlier, key is not None)
 
     async def submit_batch_async(self, tenant: str, requests: list[dict[str, Any]],
                                  idempotency_key: str | None = None) -> tuple[list[dict[str, Any]], bool]:
         """`submit_batch` for the API's event loop: no thread hop unless an idempotency key needs look-ups."""
         if idempotency_key is not None:
             return await anyio.to_thread.run_sync(self.submit_batch, tenant, requests, idempotency_key)
+        rows = await self._store_async(lambda: self._new_jobs(tenant, requests, None, _digest({"batch": requests})))
+        return rows, True
+
+    def _store(self, build: Callable[[], list[dict[str, Any]]], earlier: Callable[[], list[dict[str, Any]] | None],
+               keyed: bool) -> tuple[list[dict[str, Any]], bool]:
+        """What `submit` and `submit_batch` share: the jobs stored before under the same key (`earlier`,
+        when `keyed`), else the rows `build` makes committed in one transaction; a concurrent twin with
+        the same key that won the race gives its jobs back. (jobs, created)"""
+        if keyed:
+            found = earlier()
+            if found is not None:
+                return found, False
+        self._refresh_counts()
+        rows = build()
+        try:
+            self._jobs.insert_all(rows).result()
+        except DuplicateKey:
+            found = earlier() if keyed else None
+            if found is None:
+                raise
+            return found, False
+        self.wake()
+        return [job_dict(values) for values in rows], True
+
+    async def _store_async(self, build: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """`_store` without a key, for the API's event loop: the counts' reads (once a second) off it."""
         if self.queued.stale():
             await anyio.to_thread.run_sync(self.queued.refresh)
         if self.limits.stale():
             await anyio.to_thread.run_sync(self.limits.refresh)
-        rows = self._new_jobs(tenant, requests, None, _digest({"batch": requests}))
+        rows = build()
         await asyncio.wrap_future(self._jobs.insert_all(rows))
         self.wake()
-        return [job_dict(values) for values in rows], True
+        return [job_dict(values) for values in rows]
+
+    def _refresh_counts(self) -> None:
+        """The tenants' queued counts and limits, read again when a second old."""
+        if self.queued.stale():
+            self.queued.refresh()
+        if self.limits.stale():
+            self.limits.refresh()
 
     def _batch_by_key(self, tenant: str, key: str, count: int, digest: str) -> list[dict[str, Any]] | None:
         """The jobs a batch with Idempotency-Key `key` stored before (None: none was); IdempotencyConflict
