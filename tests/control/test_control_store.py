@@ -124,6 +124,8 @@ def _same_snapshot(store: Store) -> None:
         parsed = [a for i, j, p in conn.execute(live) for a in SlicePlacement.from_json(i, p).allocations(holder(i, j))]
     for field in ("machines", "pools", "devices", "down_links", "rack_uplink_gbps"):
         assert getattr(cached, field) == getattr(fresh, field), field
+    # Nothing changed since: the same devices tuple, so a round keeps what it read off the inventory.
+    assert store.cluster().devices is cached.devices
     assert sorted(cached.allocations, key=repr) == sorted(parsed, key=repr)
 
 

@@ -29,7 +29,7 @@ class Reason(StrEnum):
     RECLAIMING = "reclaiming"          # within its tenant's quota; waits for preempted borrowers to stop
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DeviceGrant:
     id: str
     kind: str

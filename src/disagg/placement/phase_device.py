@@ -16,7 +16,7 @@ get all its devices fails its job (gang).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice, repeat
+from itertools import chain, compress, islice
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -280,10 +280,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     ends = np.cumsum(wants)
     step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
     taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
-    ids = map(state.dev_id.__getitem__, taken)
-    names = state.cluster.locations
-    granted = tuple(map(DeviceGrant, ids, repeat(kind), repeat(False), map(names.__getitem__,
-                                                                          np.repeat(locs, wants).tolist())))
+    granted = tuple(map(state.inventory.local_grants(kind, state.cluster.locations).__getitem__, taken))
     # Back in task order (queue order) to hand them to their jobs: the jobs' records are then read in the
     # order they were made, not scattered by location (most of a round's cost here was those reads).
     back = np.empty_like(order)

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from disagg.model import DEVICE_KINDS, Cluster, DeviceKind
 from disagg.model.states import DEVICE_HEALTHY
 from disagg.placement.commit import EPS, exceeds
+from disagg.placement.decisions import DeviceGrant
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -85,67 +86,149 @@ def _kind_codes(devices: Sequence[Any], kinds: tuple[DeviceKind, ...]) -> IntArr
                        count=len(devices))
 
 
+@dataclass(frozen=True)
+class InventoryArrays:
+    """What a round's free state reads off the inventory alone (machines, pools, devices, their health
+    and the down links), none of it off what runs: the same from one round to the next until the
+    inventory changes. Read-only arrays, shared by every `FreeState` built on that inventory."""
+
+    n_machines: int
+    cpu_total: FloatArray
+    mem_total: FloatArray
+    loc_rack: IntArray
+    rack_of: list[int]
+    n_racks: int
+    link_cap: FloatArray
+    kind_codes: IntArray
+    one_kind: bool
+    dev_loc: IntArray
+    dev_id: list[str]
+    dev_index: dict[str, int]
+    #: Devices a round may offer before anything runs: healthy, and not behind a down link.
+    healthy: NDArray[np.bool_]
+    _local_grants: dict[str, list[DeviceGrant]] = field(default_factory=dict)
+
+    def local_grants(self, kind: str, locations: Sequence[str]) -> list[DeviceGrant]:
+        """Each device's grant as a local device of `kind`, by device index, made on first use. A local
+        grant says only which device, of what kind, where: the same in every round, so rounds hand out
+        these (immutable) grants instead of making tens of thousands anew (and having the collector walk
+        them at the round's end)."""
+        found = self._local_grants.get(kind)
+        if found is None:
+            found = self._local_grants[kind] = list(map(
+                DeviceGrant, self.dev_id, itertools.repeat(kind), itertools.repeat(False),
+                map(locations.__getitem__, self.dev_loc.tolist())))
+        return found
+
+
+#: The last inventory's arrays, with the parts of the snapshot they were read from (compared by identity:
+#: the controller's kept inventory and the simulator's snapshots share these tuples from round to round).
+_kept_inventory: list[tuple[tuple[object, ...], InventoryArrays]] = []
+
+
+def inventory_arrays(cluster: Cluster) -> InventoryArrays:
+    """`read_inventory_arrays` of this snapshot's inventory, kept for the next snapshot of the same one.
+    At 12,500 machines and 50,000 devices reading it is most of building a round's free state (a pass
+    over every device per attribute), and a controller's or a simulator's rounds share one inventory
+    for as long as no device changes health. Only immutable parts are compared (tuples of frozen
+    records, by identity; the rack uplink and the down links, by value)."""
+    parts: tuple[object, ...] = (cluster.machines, cluster.pools, cluster.devices)
+    rest = (cluster.rack_uplink_gbps, cluster.down_links)
+    if _kept_inventory:
+        kept_parts, kept = _kept_inventory[0]
+        if all(a is b for a, b in zip(kept_parts[:3], parts, strict=True)) and kept_parts[3:] == rest:
+            return kept
+    arrays = read_inventory_arrays(cluster)
+    if all(isinstance(p, tuple) for p in parts):
+        _kept_inventory[:] = [(parts + rest, arrays)]
+    return arrays
+
+
+def forget_kept_inventory() -> None:
+    """Drop the kept inventory arrays, so that the next round reads its inventory afresh: what a
+    controller's first round, or its first after a device changes health, pays (`bench placement`
+    reports it as `cold_round_cpu_s`)."""
+    _kept_inventory.clear()
+
+
+def read_inventory_arrays(cluster: Cluster) -> InventoryArrays:
+    """One pass per attribute over machines and devices, with map/attrgetter (no Python loop)."""
+    machines, devices = cluster.machines, cluster.devices
+    n_dev = len(devices)
+    rack_index = {r: i for i, r in enumerate(cluster.racks)}
+    loc_rack = np.fromiter(map(rack_index.__getitem__, cluster.location_rack), dtype=np.int64,
+                           count=len(cluster.locations))
+    link_cap = np.concatenate([column(machines, "uplink_gbps"), column(cluster.pools, "uplink_gbps"),
+                               np.full(len(rack_index), cluster.rack_uplink_gbps, dtype=np.float64)])
+    kinds = _kind_codes(devices, DEVICE_KINDS)
+    loc_index = cluster.location_index
+    healths = set(map(attrgetter("health"), devices))
+    healthy = (np.ones(n_dev, dtype=bool) if healths <= {DEVICE_HEALTHY} else
+               np.fromiter(map(DEVICE_HEALTHY.__eq__, map(attrgetter("health"), devices)), dtype=bool, count=n_dev))
+    if cluster.down_links:  # behind a down link: unreachable, whatever the snapshot's word for it
+        behind = cluster.reach.behind
+        healthy &= ~np.fromiter(map(behind.__contains__, map(attrgetter("location"), devices)), dtype=bool,
+                                count=n_dev)
+    arrays = InventoryArrays(
+        n_machines=len(machines), cpu_total=column(machines, "cpus"), mem_total=column(machines, "memory_gb"),
+        loc_rack=loc_rack, rack_of=loc_rack.tolist(), n_racks=len(rack_index), link_cap=link_cap,
+        kind_codes=kinds, one_kind=bool(n_dev) and bool((kinds == kinds[0]).all()),
+        dev_loc=np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)), dtype=np.int64,
+                            count=n_dev),
+        dev_id=(ids := list(map(attrgetter("id"), devices))), dev_index=dict(zip(ids, range(n_dev), strict=True)),
+        healthy=healthy)
+    for a in (arrays.cpu_total, arrays.mem_total, arrays.loc_rack, arrays.link_cap, arrays.kind_codes,
+              arrays.dev_loc, arrays.healthy):
+        a.flags.writeable = False  # shared between rounds: a write would leak into the next one
+    return arrays
+
+
 class FreeState:
     """Mutable free capacity derived from a snapshot: cpus, memory, devices, link bandwidth."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        machines = cluster.machines
-        n_machines = len(machines)
-        locations = cluster.locations
-        n_loc = len(locations)
-        self.n_machines = n_machines
-        self.cpu_total: FloatArray = column(machines, "cpus")
-        self.mem_total: FloatArray = column(machines, "memory_gb")
-        self.cpu: FloatArray = self.cpu_total.copy()
-        self.mem: FloatArray = self.mem_total.copy()
+        inv = inventory_arrays(cluster)
+        self.inventory = inv
+        n_loc = len(cluster.locations)
+        self.n_machines = inv.n_machines
+        self.cpu_total: FloatArray = inv.cpu_total
+        self.mem_total: FloatArray = inv.mem_total
+        self.cpu: FloatArray = inv.cpu_total.copy()
+        self.mem: FloatArray = inv.mem_total.copy()
         # Scalar access to the same memory (the arrays are never replaced, only written in place).
         self._cpu_view = _float_view(self.cpu)
         self._mem_view = _float_view(self.mem)
         # Racks and links: links are ordered [uplink of each location..., uplink of each rack...].
-        rack_index = {r: i for i, r in enumerate(cluster.racks)}
-        self.loc_rack: IntArray = np.fromiter(map(rack_index.__getitem__, cluster.location_rack), dtype=np.int64,
-                                              count=n_loc)
-        self.n_racks = len(rack_index)
+        self.loc_rack: IntArray = inv.loc_rack
+        self.n_racks = inv.n_racks
         #: `loc_rack` as a list: `path` reads it per device, where numpy's scalar reads cost several times more.
-        self._rack_of: list[int] = self.loc_rack.tolist()
-        self.link_cap: FloatArray = np.concatenate([
-            column(machines, "uplink_gbps"), column(cluster.pools, "uplink_gbps"),
-            np.full(self.n_racks, cluster.rack_uplink_gbps, dtype=np.float64)])
+        self._rack_of: list[int] = inv.rack_of
+        self.link_cap: FloatArray = inv.link_cap
         self.link_used: FloatArray = np.zeros(len(self.link_cap), dtype=np.float64)
         # Scalar access to them as for cpus and memory: the decoders read a path's few links at a time.
         self._used_view = _float_view(self.link_used)
-        self._cap_view = _float_view(self.link_cap)
+        self._cap_view = _float_view(inv.link_cap)
         # Devices: per kind, the free devices sorted by location in one array; location `loc` owns the
         # segment slots[start[loc] : start[loc] + size[loc]], and its first free_count[loc] entries are
         # the free ones (a stack: take from the top, give back on top).
         # Every kind gets (possibly empty) arrays, so a request for a kind the cluster lacks finds none.
         self.kinds: tuple[DeviceKind, ...] = DEVICE_KINDS
-        loc_index = cluster.location_index
         held = set(itertools.chain.from_iterable(map(attrgetter("devices"), cluster.allocations)))
-        devices = cluster.devices
-        n_dev = len(devices)
-        # One pass per attribute with map/attrgetter: a snapshot can hold 50,000 devices or more.
-        kinds = _kind_codes(devices, self.kinds)
+        kinds = inv.kind_codes
         #: Whether every device is of one kind (`_models_of` then reads the models straight off the devices).
-        self._one_kind = bool(n_dev) and bool((kinds == kinds[0]).all())
-        self.dev_loc: IntArray = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)),
-                                             dtype=np.int64, count=n_dev)
-        #: Every device's id, by index: read here, in the pass over the devices, rather than off each device
-        #: granted (a round grants tens of thousands, by then scattered out of the cache).
-        self.dev_id: list[str] = list(map(attrgetter("id"), devices))
+        self._one_kind = inv.one_kind
+        self.dev_loc: IntArray = inv.dev_loc
+        #: Every device's id, by index: read in the inventory's one pass over the devices, rather than off
+        #: each device granted (a round grants tens of thousands, by then scattered out of the cache).
+        self.dev_id: list[str] = inv.dev_id
         self._kind_codes = kinds
         self._models: dict[str, list[str]] = {}
-        usable = (np.ones(n_dev, dtype=bool) if set(map(attrgetter("health"), devices)) <= {DEVICE_HEALTHY} else
-                  np.fromiter(map(DEVICE_HEALTHY.__eq__, map(attrgetter("health"), devices)), dtype=bool,
-                              count=n_dev))
-        if cluster.down_links:  # behind a down link: unreachable, whatever the snapshot's word for it
-            behind = cluster.reach.behind
-            usable &= ~np.fromiter(map(behind.__contains__, map(attrgetter("location"), devices)), dtype=bool,
-                                   count=n_dev)
-        self._healthy = usable.copy()
+        usable = inv.healthy.copy()
+        self._healthy = inv.healthy
         if held:
-            usable &= ~np.fromiter(map(held.__contains__, map(attrgetter("id"), devices)), dtype=bool, count=n_dev)
+            at = inv.dev_index
+            usable[[at[d] for d in held if d in at]] = False
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}

@@ -101,6 +101,10 @@ class _Kept:
     def __init__(self) -> None:
         self.placements = PlacementCache()
         self.inventory: Inventory | None = None
+        #: The inventory's devices with the last health words read, and what they were read from: the
+        #: same tuple while nothing changes, so a round's placement keeps what it worked out of the
+        #: devices (`placement.state.inventory_arrays` compares them by identity).
+        self.health: tuple[object, tuple[Device, ...]] | None = None
 
 
 #: Each store's kept reads, by its SQLAlchemy engine (one per `Store`; gone with it).
@@ -219,6 +223,11 @@ def _with_health(conn: Connection, inv: Inventory, reach: Reach) -> tuple[Device
     odd_rows = odd.all()
     if not odd_rows and not reach.down:
         return inv.devices
+    kept = _kept(conn)
+    key = (inv.version, frozenset((str(i), str(h), bool(dr)) for i, h, dr in odd_rows), reach.down)
+    last = kept.health
+    if last is not None and last[0] == key:
+        return last[1]
     devices = list(inv.devices)
     if reach.down:
         for k, dv in enumerate(devices):
@@ -230,7 +239,8 @@ def _with_health(conn: Connection, inv: Inventory, reach: Reach) -> tuple[Device
             dv = devices[at]
             health = _snapshot_health(stored, drained, reach.reachable(dv.location))
             devices[at] = Device(dv.id, dv.kind, dv.model, dv.location, dv.index, dv.capacity, health)
-    return tuple(devices)
+    kept.health = (key, tuple(devices))
+    return kept.health[1]
 
 
 def read_cluster(conn: Connection, fresh: bool = False) -> Cluster:
