@@ -279,8 +279,9 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     # Flat positions of every taken device, task after task, each task's from its top down.
     ends = np.cumsum(wants)
     step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
-    taken = state.slots[kind][np.repeat(hi - 1, wants) - step].tolist()
-    granted = tuple(map(state.inventory.local_grants(kind, state.cluster.locations).__getitem__, taken))
+    taken_at = state.slots[kind][np.repeat(hi - 1, wants) - step]
+    taken = taken_at.tolist()
+    granted = state.inventory.local_grants(kind, taken_at, state.cluster.locations)
     # Back in task order (queue order) to hand them to their jobs: the jobs' records are then read in the
     # order they were made, not scattered by location (most of a round's cost here was those reads).
     back = np.empty_like(order)

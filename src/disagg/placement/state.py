@@ -106,19 +106,26 @@ class InventoryArrays:
     dev_index: dict[str, int]
     #: Devices a round may offer before anything runs: healthy, and not behind a down link.
     healthy: NDArray[np.bool_]
-    _local_grants: dict[str, list[DeviceGrant]] = field(default_factory=dict)
+    #: Per kind, each device's grant as a local device (by device index; None until first granted), and
+    #: which are made.
+    _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
 
-    def local_grants(self, kind: str, locations: Sequence[str]) -> list[DeviceGrant]:
-        """Each device's grant as a local device of `kind`, by device index, made on first use. A local
-        grant says only which device, of what kind, where: the same in every round, so rounds hand out
-        these (immutable) grants instead of making tens of thousands anew (and having the collector walk
-        them at the round's end)."""
-        found = self._local_grants.get(kind)
-        if found is None:
-            found = self._local_grants[kind] = list(map(
-                DeviceGrant, self.dev_id, itertools.repeat(kind), itertools.repeat(False),
-                map(locations.__getitem__, self.dev_loc.tolist())))
-        return found
+    def local_grants(self, kind: str, devices: IntArray, locations: Sequence[str]) -> tuple[DeviceGrant, ...]:
+        """The grants of `devices` (indexes) as local devices of `kind`. A local grant says only which
+        device, of what kind, where: the same in every round, so each is made the first time its device
+        is granted and handed out again by later rounds on this inventory (immutable, so shared safely),
+        instead of tens of thousands made anew each round and walked by the collector at its end."""
+        kept = self._local_grants.get(kind)
+        if kept is None:
+            kept = self._local_grants[kind] = ([None] * len(self.dev_id), np.zeros(len(self.dev_id), dtype=bool))
+        grants, made = kept
+        at = devices.tolist()
+        if not made[devices].all():
+            dev_id, dev_loc = self.dev_id, self.dev_loc
+            for d in np.unique(devices[~made[devices]]).tolist():
+                grants[d] = DeviceGrant(dev_id[d], kind, False, locations[int(dev_loc[d])])
+            made[devices] = True
+        return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, at)))
 
 
 #: The last inventory's arrays, with the parts of the snapshot they were read from (compared by identity:
