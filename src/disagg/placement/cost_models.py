@@ -45,8 +45,8 @@ from disagg.placement.cost import (
     SPREAD,
     WAIT_STEP,
     age_bonus,
+    goal_s,
     outwaits,
-    phi,
     placing_cost,
     postponement,
     unscheduled_cost,
@@ -65,8 +65,12 @@ from disagg.placement.jobstate import (
 )
 from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState
+from disagg.profiles import expected_s
 
 BoolArray = NDArray[np.bool_]
+#: A cost model's check of one job's remote paths (`CostModel.remote_check`): a path of link indices,
+#: the device's traffic not yet on it → whether the placement holds once it is.
+RemoteCheck = Callable[[tuple[int, ...]], bool]
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
@@ -208,9 +212,11 @@ class CostModel(Protocol):
         load on its uplink (and on its rack's uplink, across racks)."""
         ...
 
-    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
-        """Once the decoder has put this device's traffic on `path`, is the remote arc still cheaper
-        than waiting?"""
+    def remote_check(self, state: FreeState, js: RoundJob) -> RemoteCheck | None:
+        """For the job's next remote devices: whether a path, once the device's traffic is on it, keeps
+        the remote arc cheaper than waiting (asked before the traffic is taken). None: every path does.
+        The decoder asks it of every path it tries for a task (tens of them), so what does not depend
+        on the path is worked out once here."""
         ...
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
@@ -405,8 +411,8 @@ class DRMaestroCostModel:
         cross: IntArray = rack + np.rint(LOAD_COST * SCALE * across).astype(np.int64)
         return rack, cross
 
-    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
-        return True
+    def remote_check(self, state: FreeState, js: RoundJob) -> RemoteCheck | None:
+        return None
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         return 0.0
@@ -450,22 +456,35 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """Placed knowing it misses the SLO: φ over τ and over its local time."""
         return expected_s > js.tau and expected_s > js.phi_local
 
-    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
-        """With this round's traffic on the path, the placement meets the SLO; or waiting cannot help
-        (TRAFFIC: its own traffic alone already makes it miss); or it still costs less than waiting
-        (`outwaited`). A miss it lets through is noted on the job (`slo_risk`; `slo_held` when the job
-        had been held for it): the placement is then `slo_at_risk`."""
-        after = phi(js.job, js.profile, 1.0, state.load(path))
-        if not self.at_risk(js, after):
+    def remote_check(self, state: FreeState, js: RoundJob) -> RemoteCheck:
+        """With this round's traffic and the device's own on the path, the placement meets the SLO; or
+        waiting cannot help (TRAFFIC: its own traffic alone already makes it miss); or it still costs
+        less than waiting (`outwaited`). A miss it lets through is noted on the job (`slo_risk`;
+        `slo_held` when the job had been held for it): the placement is then `slo_at_risk`. The job's
+        goal and, per expected time, whether waiting outweighs it are worked out once for all the paths
+        tried (most of a task's paths share its own busiest uplink, so the same φ)."""
+        profile, gbps, at_risk = js.profile, js.gbps, self.at_risk
+        goal = goal_s(js.job, profile)
+        outwaited_at: dict[float, bool] = {}
+
+        def holds(path: tuple[int, ...]) -> bool:
+            after = expected_s(profile, 1.0, state.load_with(path, gbps), goal)
+            if not at_risk(js, after):
+                return True
+            helps = js.guard == SloGuard.ALL or (
+                js.guard == SloGuard.TRAFFIC
+                and not at_risk(js, expected_s(profile, 1.0, own_load(state, js, path, gbps), goal)))
+            if helps:
+                out = outwaited_at.get(after)
+                if out is None:
+                    out = outwaited_at[after] = outwaited(js, after)
+                if not out:
+                    return False
+            js.slo_risk = True
+            js.slo_held |= helps
             return True
-        helps = js.guard == SloGuard.ALL or (
-            js.guard == SloGuard.TRAFFIC
-            and not self.at_risk(js, phi(js.job, js.profile, 1.0, own_load(state, js, path))))
-        if helps and not outwaited(js, after):
-            return False
-        js.slo_risk = True
-        js.slo_held |= helps
-        return True
+
+        return holds
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         """The busiest link any of the task's devices crosses."""
@@ -559,13 +578,17 @@ def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[
     return out
 
 
-def own_load(state: FreeState, js: RoundJob, path: tuple[int, ...]) -> float:
-    """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round."""
+def own_load(state: FreeState, js: RoundJob, path: tuple[int, ...], trial: float = 0.0) -> float:
+    """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round,
+    and `trial` more (the device being tried, its traffic not yet taken)."""
     own = dict.fromkeys(path, 0.0)
     for links, gbps in js.taken_traffic:
         for link in links:
             if link in own:
                 own[link] += gbps
+    if trial > 0:
+        for link in path:
+            own[link] += trial
     return max((used / state.link_cap[link] for link, used in own.items()), default=0.0)
 
 

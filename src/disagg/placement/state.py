@@ -353,6 +353,40 @@ class FreeState:
         self.version += 1
         return True
 
+    def fits_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
+        """Whether `take_traffic` would take `gbps` on every link of `links` (without taking it)."""
+        if gbps <= 0:
+            return True
+        used, cap = self._used_view, self._cap_view
+        return all(not exceeds(used[link] + gbps, cap[link]) for link in links)
+
+    def load_with(self, links: tuple[int, ...], gbps: float) -> float:
+        """`load(links)` as it reads once `take_traffic(links, gbps, ...)` has taken it, without
+        taking it: the NA decoder prices each path it tries with its own traffic on it, and most
+        tries fail (taking and giving back the traffic of each cost more than the check itself)."""
+        if gbps <= 0 or not links:
+            return self.load(links)
+        used, cap = self._used_view, self._cap_view
+        if all(cap[link] != 0.0 for link in links):
+            return max((used[link] + gbps) / cap[link] for link in links)
+        idx = np.fromiter(links, dtype=np.int64)
+        return float(np.max((self.link_used[idx] + gbps) / self.link_cap[idx]))
+
+    def retrace_traffic(self, links: tuple[int, ...], gbps: float) -> None:
+        """Leave the links as `take_traffic` followed by `undo_last_traffic` leaves them, for a path the
+        decoder tried and did not take: x + g − g need not be x in floats, and every later check reads
+        these sums, so a try costs the same rounding whether or not its traffic was really taken.
+        (Cached reach is dropped only where a sum did move.)"""
+        if gbps <= 0:
+            return
+        used = self._used_view
+        for link in links:
+            was = used[link]
+            back = (was + gbps) - gbps
+            if back != was:
+                used[link] = back
+                self.version += 1
+
     def undo_last_traffic(self, journal: Reservations) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
         links, gbps = journal.taken_traffic.pop()
