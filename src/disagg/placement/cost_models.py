@@ -26,6 +26,7 @@ each job's `JobTable.fair` (its tenant's term, from `placement.fairness`; absent
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -68,9 +69,6 @@ from disagg.placement.state import FreeState
 from disagg.profiles import expected_s
 
 BoolArray = NDArray[np.bool_]
-#: A cost model's check of one job's remote paths (`CostModel.remote_check`): a path of link indices,
-#: the device's traffic not yet on it → whether the placement holds once it is.
-RemoteCheck = Callable[[tuple[int, ...]], bool]
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
@@ -80,6 +78,22 @@ P_MAX = max(P_CROSS, P_LOCAL + SPREAD + P_SPARE_DEVICES * (len(DEVICE_KINDS) - 1
 
 
 # -- what the models are asked about ---------------------------------------------------------------
+
+
+class RemoteCheck(Protocol):
+    """A cost model's check of one job's remote paths (`CostModel.remote_check`), for the decoder: asked
+    before the device's traffic is taken, whether the placement holds once it is on the path."""
+
+    def __call__(self, path: tuple[int, ...]) -> bool:
+        """Whether the path (link indices) holds; may note on the job that it was let through missing
+        its SLO (the decoder then takes it)."""
+        ...
+
+    def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
+        """The first of `locs` (devices for a task on `own`) whose path `fits` and that the check would
+        not reject, with each path's busiest-link load with the device's traffic on it in `loads`;
+        `len(locs)` if none. Notes nothing on the job (the decoder asks `__call__` of that one)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,35 +470,8 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """Placed knowing it misses the SLO: φ over τ and over its local time."""
         return expected_s > js.tau and expected_s > js.phi_local
 
-    def remote_check(self, state: FreeState, js: RoundJob) -> RemoteCheck:
-        """With this round's traffic and the device's own on the path, the placement meets the SLO; or
-        waiting cannot help (TRAFFIC: its own traffic alone already makes it miss); or it still costs
-        less than waiting (`outwaited`). A miss it lets through is noted on the job (`slo_risk`;
-        `slo_held` when the job had been held for it): the placement is then `slo_at_risk`. The job's
-        goal and, per expected time, whether waiting outweighs it are worked out once for all the paths
-        tried (most of a task's paths share its own busiest uplink, so the same φ)."""
-        profile, gbps, at_risk = js.profile, js.gbps, self.at_risk
-        goal = goal_s(js.job, profile)
-        outwaited_at: dict[float, bool] = {}
-
-        def holds(path: tuple[int, ...]) -> bool:
-            after = expected_s(profile, 1.0, state.load_with(path, gbps), goal)
-            if not at_risk(js, after):
-                return True
-            helps = js.guard == SloGuard.ALL or (
-                js.guard == SloGuard.TRAFFIC
-                and not at_risk(js, expected_s(profile, 1.0, own_load(state, js, path, gbps), goal)))
-            if helps:
-                out = outwaited_at.get(after)
-                if out is None:
-                    out = outwaited_at[after] = outwaited(js, after)
-                if not out:
-                    return False
-            js.slo_risk = True
-            js.slo_held |= helps
-            return True
-
-        return holds
+    def remote_check(self, state: FreeState, js: RoundJob) -> SloCheck:
+        return SloCheck(self, state, js)
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         """The busiest link any of the task's devices crosses."""
@@ -498,6 +485,76 @@ def outwaited(js: RoundJob, expected_s: float) -> bool:
     if js.must_place:
         return True
     return outwaits(expected_s, js.tau, js.z, js.wait_rounds, P_CROSS, round(2 * LOAD_COST * SCALE))
+
+
+class SloCheck:
+    """`DRMaestroNACostModel.remote_check`: with this round's traffic and the device's own on the path,
+    the placement meets the SLO; or waiting cannot help (TRAFFIC: its own traffic alone already makes it
+    miss); or it still costs less than waiting (`outwaited`). A miss it lets through is noted on the job
+    (`slo_risk`; `slo_held` when the job had been held for it): the placement is then `slo_at_risk`.
+
+    Made once per task the decoder serves: the job's goal is worked out once for all the paths tried,
+    whether waiting outweighs a placement is asked of `outwaited` only where the answers known for the
+    task do not settle it (`_outwaits`), and `first_kept` prices a whole list of paths in one pass (a
+    held task's decoder tries tens of paths and rejects nearly all of them)."""
+
+    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_state")
+
+    def __init__(self, model: DRMaestroNACostModel, state: FreeState, js: RoundJob) -> None:
+        self._at_risk = model.at_risk
+        self._state = state
+        self._js = js
+        self._goal = goal_s(js.job, js.profile)
+        #: `_outwaits`'s bracket: the largest φ known to outwait waiting, the least known not to.
+        self._kept_to = -math.inf
+        self._held_from = math.inf
+
+    def __call__(self, path: tuple[int, ...]) -> bool:
+        js = self._js
+        after = expected_s(js.profile, 1.0, self._state.load_with(path, js.gbps), self._goal)
+        if not self._at_risk(js, after):
+            return True
+        helps = self._helps(path[0], path[-1])
+        if helps and not self._outwaits(after):
+            return False
+        js.slo_risk = True
+        js.slo_held |= helps
+        return True
+
+    def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
+        js = self._js
+        after = expected_vec(js.profile, np.ones(1), loads, self._goal)
+        # `at_risk` over the array (φ over τ and over the local time); the rest per path, in order.
+        risky = ((after > js.tau) & (after > js.phi_local)).tolist()
+        for i, (fit, risk, phi_s) in enumerate(zip(fits, risky, after.tolist(), strict=True)):
+            if fit and (not risk or not self._helps(own, locs[i]) or self._outwaits(phi_s)):
+                return i
+        return len(locs)
+
+    def _helps(self, own: int, loc: int) -> bool:
+        """Whether waiting can help the path from `own` to `loc` where it misses: ALL, or TRAFFIC where
+        the job's own traffic alone (the device's included) would not make it miss."""
+        js = self._js
+        if js.guard == SloGuard.ALL:
+            return True
+        return js.guard == SloGuard.TRAFFIC and not self._at_risk(js, expected_s(
+            js.profile, 1.0, own_load(self._state, js, self._state.path(own, loc), js.gbps), self._goal))
+
+    def _outwaits(self, after: float) -> bool:
+        """`outwaited`, bracketed by the answers known for this job: a placement expected to take
+        longer never costs less (Eq. 7 and the postponement grow with φ, and so do their roundings),
+        so it outwaits waiting up to some φ and not beyond. (A φ that is not finite is priced as it is.)"""
+        if after <= self._kept_to:
+            return True
+        if after >= self._held_from:
+            return False
+        out = outwaited(self._js, after)
+        if math.isfinite(after):
+            if out:
+                self._kept_to = after
+            else:
+                self._held_from = after
+        return out
 
 
 def hold_bound(expected_s: float, tau: float, z: float, phi_local: float, phi_idle: float) -> int:

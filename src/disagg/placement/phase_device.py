@@ -362,13 +362,39 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
         return None, ""
     cand = np.nonzero((free > 0) & state.remote_reach(own, js.gbps))[0]
     same = state.loc_rack[cand] == state.loc_rack[own]
-    why = ""
-    for loc in np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT].tolist():
+    order = np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT]
+    start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check)
+    for loc in order[start:].tolist():
         got, reason = take_at(state, js, kind, own, loc, model, check)
         if got is not None:
             return got, ""
         why = reason or why
     return None, why
+
+
+def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, check: RemoteCheck) -> tuple[int, str]:
+    """Try the leading `locs` as `take_at` would, one after another, as long as it would reject them
+    (no headroom, or the check), priced in one pass for all of them: a held task's decoder tries tens
+    of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
+    Each rejected path is retraced (`retrace_traffic`) in turn; where that moves a link other paths
+    share (the task's uplink, a rack's), the rest are priced again from there, as the walk would see
+    them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one."""
+    start, why, n = 0, "", len(locs)
+    while n - start > 1:
+        rest = locs[start:]
+        trial = state.trial_loads(own, rest, js.gbps)
+        if trial is None:
+            break
+        fits = trial[0].tolist()
+        first = check.first_kept(own, rest.tolist(), fits, trial[1])
+        for i, loc in enumerate(rest[:first].tolist()):
+            why = "slo" if fits[i] else "bandwidth"
+            if fits[i] and state.retrace_traffic(state.path(own, loc), js.gbps):
+                start += i + 1
+                break
+        else:
+            return start + first, why
+    return start, why
 
 
 def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model: str | None,

@@ -372,20 +372,50 @@ class FreeState:
         idx = np.fromiter(links, dtype=np.int64)
         return float(np.max((self.link_used[idx] + gbps) / self.link_cap[idx]))
 
-    def retrace_traffic(self, links: tuple[int, ...], gbps: float) -> None:
+    def trial_loads(self, own: int, locs: IntArray, gbps: float) -> tuple[NDArray[np.bool_], FloatArray] | None:
+        """For a task on `own` and a device at each of `locs` (other locations): whether every link of
+        the path has `gbps` of headroom (`fits_traffic`) and the busiest link's load with it on
+        (`load_with`), for all of them in one pass (the same floats). None where that pass does not
+        stand for them: no traffic (gbps ≤ 0) or a link with no capacity (`load`'s numpy path)."""
+        n_loc = len(self._rack_of)
+        used, cap = self.link_used, self.link_cap
+        rack_own = n_loc + self._rack_of[own]
+        rack_loc = n_loc + self.loc_rack[locs]
+        cross = rack_loc != rack_own
+        links = np.concatenate(([own, rack_own], locs, rack_loc[cross]))
+        if gbps <= 0 or not cap[links].all():
+            return None
+        need = used[locs] + gbps
+        fits = need <= cap[locs] + EPS
+        load = np.maximum((used[own] + gbps) / cap[own], need / cap[locs])
+        fits &= not exceeds(used[own] + gbps, cap[own])
+        if cross.any():
+            far = rack_loc[cross]
+            far_need = used[far] + gbps
+            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(used[rack_own] + gbps, cap[rack_own]))
+            load[cross] = np.maximum(np.maximum(load[cross], (used[rack_own] + gbps) / cap[rack_own]),
+                                     far_need / cap[far])
+        return fits, load
+
+    def retrace_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
         """Leave the links as `take_traffic` followed by `undo_last_traffic` leaves them, for a path the
         decoder tried and did not take: x + g − g need not be x in floats, and every later check reads
         these sums, so a try costs the same rounding whether or not its traffic was really taken.
-        (Cached reach is dropped only where a sum did move.)"""
+        (Cached reach is dropped only where a sum did move.) Returns whether a link but the path's last
+        moved: on a path from a machine those are the ones its other paths share (its uplink, racks')."""
         if gbps <= 0:
-            return
+            return False
         used = self._used_view
-        for link in links:
+        shared = False
+        last = len(links) - 1
+        for at, link in enumerate(links):
             was = used[link]
             back = (was + gbps) - gbps
             if back != was:
                 used[link] = back
                 self.version += 1
+                shared |= at < last
+        return shared
 
     def undo_last_traffic(self, journal: Reservations) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
