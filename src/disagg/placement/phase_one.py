@@ -269,6 +269,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     sizes = np.bincount(groups.of_machine, minlength=len(at))
     used_at, load_at = used_frac[at], up_load[at]
     free_at = {k: v[at] for k, v in local_free.items()}
+    with_devices: list[int] = []  # the classes priced below whose request wants devices
     for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
         t = rep.job.tasks
         gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
@@ -292,8 +293,21 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         proxy = costs.shape_to_machine(rep, columns).cost
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
         kept = Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))
-        _price_classes(pricing, g, members, cls, kept, costs, want_total > 0)
+        _price_classes(pricing, g, members, cls, kept, costs)
+        if want_total:
+            with_devices.extend(members)
+    _surcharges(pricing, [cls.representative[c] for c in with_devices], costs)
     return pricing
+
+
+def _surcharges(pricing: Pricing, reps: list[RoundJob], costs: CostModel) -> None:
+    """What going remote costs each class that wants devices and has machines (the spill arc is priced
+    at their median), for all of them at once rather than shape by shape: a class's surcharge is its
+    own (row by row), and the median does not depend on their order."""
+    if reps:
+        found = costs.remote_surcharge(ClassRows.of(profile_arrays(reps), reps))
+        if found is not None:
+            pricing.surcharges.extend(found.tolist())
 
 
 def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
@@ -335,8 +349,8 @@ def shape_representative(cls: Classes, members: list[int]) -> int:
     return max(members, key=lambda c: (reps[c].tau, -c))
 
 
-def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates, costs: CostModel,
-                   wants_devices: bool) -> None:
+def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates,
+                   costs: CostModel) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
     (its cheapest machines). A class's offset to X and its preferred machines come from there."""
     head = cand.head(CLASS_HEAD)
@@ -345,10 +359,6 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     rows = ClassRows.of(profile_arrays(reps), reps)
     arcs = costs.task_to_machine(rows, head.columns)
     cost = arcs.cost
-    if wants_devices:
-        surcharges = costs.remote_surcharge(rows)
-        if surcharges is not None:
-            pricing.surcharges.extend(surcharges.tolist())
     masked = cost
     has = np.full(len(ids), cost.shape[1] > 0)
     offsets = (cost - head.proxy[None, :]).max(axis=1, initial=np.iinfo(np.int64).min)
@@ -621,8 +631,10 @@ class _Splitter:
         tail, shape, node, cost, f = arc
         members = self.members[node]
         room = self.room[shape]
-        fits = np.minimum(self.left[members], room[members])
         wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
+        if len(members) == 1:
+            return self._take_one(arc, members, room, wants, local_only, out)
+        fits = np.minimum(self.left[members], room[members])
         if local_only:
             for local, want in wants:
                 fits = np.minimum(fits, local[members] // want)
@@ -639,6 +651,26 @@ class _Splitter:
             local[machines] -= np.minimum(local[machines], n * want)
         out.append((tail, machines, cost, n))
         return f - int(n.sum())
+
+    def _take_one(self, arc: list[int], members: IntArray, room: IntArray, wants: list[tuple[IntArray, int]],
+                  local_only: bool, out: list[tuple[int, IntArray, int, IntArray]]) -> int:
+        """`take` for a machine class of one machine (most of them, on a small cluster's rounds), in
+        Python integers: the same steps without a dozen numpy calls on one-element arrays."""
+        tail, _, _, cost, f = arc
+        m = int(members[0])
+        fit = min(int(self.left[m]), int(room[m]))
+        if local_only:
+            for local, want in wants:
+                fit = min(fit, int(local[m]) // want)
+        given = min(max(f, 0), max(fit, 0))
+        if given == 0:
+            return f
+        self.left[m] -= given
+        room[m] -= given
+        for local, want in wants:
+            local[m] -= min(int(local[m]), given * want)
+        out.append((tail, members, cost, np.array([given], dtype=np.int64)))
+        return f - given
 
 
 def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
