@@ -376,24 +376,26 @@ def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, ch
     """Try the leading `locs` as `take_at` would, one after another, as long as it would reject them
     (no headroom, or the check), priced in one pass for all of them: a held task's decoder tries tens
     of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
-    Each rejected path is retraced (`retrace_traffic`) in turn; where that moves a link other paths
-    share (the task's uplink, a rack's), the rest are priced again from there, as the walk would see
-    them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one."""
-    start, why, n = 0, "", len(locs)
+    The paths rejected by the check are retraced in turn (`retrace_paths`); where that moves a link
+    other paths share (the task's uplink, a rack's), the rest are priced again from there, as the walk
+    would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one."""
+    start, why, n, gbps = 0, "", len(locs), js.gbps
     while n - start > 1:
         rest = locs[start:]
-        trial = state.trial_loads(own, rest, js.gbps)
+        trial = state.trial_loads(own, rest, gbps)
         if trial is None:
             break
         fits = trial[0].tolist()
         first = check.first_kept(own, rest.tolist(), fits, trial[1])
-        for i, loc in enumerate(rest[:first].tolist()):
-            why = "slo" if fits[i] else "bandwidth"
-            if fits[i] and state.retrace_traffic(state.path(own, loc), js.gbps):
-                start += i + 1
-                break
-        else:
+        if first == 0:
+            break
+        why = "slo" if fits[first - 1] else "bandwidth"
+        tried = np.nonzero(trial[0][:first])[0]
+        done = state.retrace_paths(own, rest[tried], gbps)
+        if done == len(tried):
             return start + first, why
+        start += int(tried[done - 1]) + 1
+        why = "slo"
     return start, why
 
 

@@ -397,6 +397,42 @@ class FreeState:
                                      far_need / cap[far])
         return fits, load
 
+    def retrace_paths(self, own: int, locs: IntArray, gbps: float) -> int:
+        """`retrace_traffic` on the paths from `own` to each of `locs`, one after another, as far as the
+        first whose retrace moves a link the paths share (`own`'s uplink, a rack's: the paths after it
+        then see other sums); returns how many it retraced, that one included. One pass for those
+        before it: each moves only its own location's uplink, which no other of these paths crosses."""
+        n = len(locs)
+        if gbps <= 0 or n == 0:
+            return n
+        n_loc = len(self._rack_of)
+        used = self.link_used
+        rack_own = n_loc + self._rack_of[own]
+        racks = n_loc + self.loc_rack[locs]
+        cross = np.nonzero(racks != rack_own)[0]
+        # A shared link moves, if at all, the first time it is retraced: the task's uplink on the first
+        # path, its rack's on the first path across racks, another rack's on the first path to it.
+        stop = n
+        if (used[own] + gbps) - gbps != used[own]:
+            stop = 0
+        elif len(cross):
+            if (used[rack_own] + gbps) - gbps != used[rack_own]:
+                stop = int(cross[0])
+            far = used[racks[cross]]
+            moved = np.nonzero((far + gbps) - gbps != far)[0]
+            if len(moved):
+                stop = min(stop, int(cross[moved[0]]))
+        ahead = locs[:stop]
+        was = used[ahead]
+        back = (was + gbps) - gbps
+        if (back != was).any():
+            used[ahead] = back
+            self.version += 1
+        if stop == n:
+            return n
+        self.retrace_traffic(self.path(own, int(locs[stop])), gbps)
+        return stop + 1
+
     def retrace_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
         """Leave the links as `take_traffic` followed by `undo_last_traffic` leaves them, for a path the
         decoder tried and did not take: x + g − g need not be x in floats, and every later check reads
