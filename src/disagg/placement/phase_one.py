@@ -49,6 +49,7 @@ from disagg.placement.state import FreeState, Offers, column
 PREFERRED = 8
 #: How many of its shape's cheapest machines a class prices itself.
 CLASS_HEAD = 256
+_INT64_MIN = int(np.iinfo(np.int64).min)
 #: How far the decoder looks along a flow list for a machine the task really fits on.
 SCAN_LIMIT = 64
 
@@ -361,26 +362,29 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     cost = arcs.cost
     masked = cost
     has = np.full(len(ids), cost.shape[1] > 0)
-    offsets = (cost - head.proxy[None, :]).max(axis=1, initial=np.iinfo(np.int64).min)
+    offsets = (cost - head.proxy[None, :]).max(axis=1, initial=_INT64_MIN)
     pricing.to_shape.add(ids[has], np.full(int(has.sum()), g, dtype=np.int64), cls.tasks[ids[has]],
                          np.maximum(offsets[has], 0))
+    # Per-row gathers and scatters as fancy indexing with this row index (what take_along_axis and
+    # put_along_axis do, without their Python wrappers: this runs once per shape, thousands a run).
+    row = np.arange(len(ids))[:, None]
     n_pref = min(PREFERRED, masked.shape[1])
     if n_pref < masked.shape[1]:
         top = np.argpartition(masked, n_pref - 1, axis=1)[:, :n_pref]
     else:
-        top = np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
-    top_cost = np.take_along_axis(masked, top, axis=1)
+        top = np.arange(masked.shape[1])[None, :].repeat(len(ids), axis=0)
+    top_cost = masked[row, top]
     # A class's own arcs reach PREFERRED machines in all (its cheapest classes' first
     # machines), each class's arc carrying what that many of its machines take with their own devices
     # (as the per-machine network's arcs to PREFERRED machines did: more, and the classes would crowd
     # into their favourite machine classes and spill to remote devices).
     nodes = head.machines[top]
     size = cand.size[nodes]
-    by_cost = np.argsort(top_cost, axis=1, kind="stable")
-    sorted_size = np.take_along_axis(size, by_cost, axis=1)
+    by_cost = top_cost.argsort(axis=1, kind="stable")
+    sorted_size = size[row, by_cost]
     before = np.empty_like(size)
-    np.put_along_axis(before, by_cost, np.cumsum(sorted_size, axis=1) - sorted_size, axis=1)
-    machines = np.clip(PREFERRED - before, 0, size)
+    before[row, by_cost] = sorted_size.cumsum(axis=1) - sorted_size
+    machines = np.minimum(np.maximum(PREFERRED - before, 0), size)  # np.clip(PREFERRED - before, 0, size)
     per_machine = cand.fit[nodes] // np.maximum(size, 1)
     per_machine = np.where(size > 1, np.minimum(per_machine, np.maximum(cand.local[nodes], 1)), per_machine)
     caps = np.minimum(per_machine * machines, cls.tasks[ids][:, None])
@@ -390,7 +394,7 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     # what their own devices serve, and spilled to remote devices: 570 -> 1,160-2,300 at 12,500
     # machines.) A single machine is as the per-machine network had it.
     keep = (top_cost < NEVER) & (caps > 0) & ((offsets > 0)[:, None] | (size == 1))
-    rows_at = np.broadcast_to(ids[:, None], top.shape)[keep]
+    rows_at = ids[np.nonzero(keep)[0]]  # each kept arc's class, in row-major order as keep's mask gives them
     pricing.preferred.add(rows_at, nodes[keep], caps[keep], top_cost[keep])
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
     if arcs.hold is not None:
