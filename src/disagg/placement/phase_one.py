@@ -178,10 +178,13 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     # integers beyond a float's precision are compared as floats.
     as_floats = np.result_type(*columns).kind == "f"
     for values in map(np.asarray, columns):
-        if as_floats and values.dtype.kind in "iub" and int(np.abs(values).max(initial=0)) > 2**53:
-            values = values.astype(np.float64)
-        if values.dtype.kind in "iub" and int(values.max(initial=0)) - int(values.min(initial=0)) < 2**62:
-            low = int(values.min(initial=0))
+        if values.dtype.kind in "iub":
+            # Each bound read once (a round packs a dozen integer columns, and each reduction is a call).
+            low, high = int(values.min(initial=0)), int(values.max(initial=0))
+            # |values| ≤ 2**53 unless a bound is beyond it (then as it was: numpy's abs, int64's least included).
+            if as_floats and (low < -2**53 or high > 2**53) and int(np.abs(values).max(initial=0)) > 2**53:
+                values = values.astype(np.float64)
+        if values.dtype.kind in "iub" and high - low < 2**62:
             codes = values.astype(np.int64) - low
             radix = int(codes.max(initial=0)) + 1
         elif values.dtype.kind == "f" and not np.isnan(values).any():
