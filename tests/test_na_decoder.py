@@ -110,3 +110,15 @@ def test_outwaits_holds_up_to_some_phi_and_not_beyond(tau: float, z: int, wait: 
     grid = np.concatenate([np.linspace(0.0, 3.0 * tau, 600), tau * (1 + np.arange(-50, 50) * 1e-12)])
     answers = [outwaits(float(p), tau, float(z), wait, pref, extra) for p in np.sort(grid)]
     assert answers == sorted(answers, reverse=True)
+
+
+def test_a_job_that_draws_no_bandwidth_is_refused_a_remote_device_without_giving_back_traffic() -> None:
+    """A job with no traffic of its own (network_gbps 0) takes none on the path, so a remote device the
+    SLO re-check refuses has none to give back (the path-by-path walk popped the job's last traffic, or
+    failed on an empty list)."""
+    state = FreeState(make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4))
+    js = _job_state(make_job("z", slo_s=50.0))  # nw: 208 s with a remote GPU, far past its goal
+    js.gbps, js.guard = 0.0, SloGuard.ALL
+    before = state.link_used.copy()
+    assert take_at(state, js, "gpu", 0, 2, None, DRMaestroNACostModel().remote_check(state, js)) == (None, "slo")
+    assert js.taken_traffic == [] and (state.link_used == before).all()
