@@ -522,12 +522,11 @@ class SloCheck:
         return True
 
     def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
-        js = self._js
-        after = expected_vec(js.profile, np.ones(1), loads, self._goal)
-        # `at_risk` over the array (φ over τ and over the local time); the rest per path, in order.
-        risky = ((after > js.tau) & (after > js.phi_local)).tolist()
-        for i, (fit, risk, phi_s) in enumerate(zip(fits, risky, after.tolist(), strict=True)):
-            if fit and (not risk or not self._helps(own, locs[i]) or self._outwaits(phi_s)):
+        js, at_risk = self._js, self._at_risk
+        # φ of every path at once (`expected_s` over the array, the same floats); the rest per path, in order.
+        after = expected_vec(js.profile, np.ones(1), loads, self._goal).tolist()
+        for i, (fit, phi_s) in enumerate(zip(fits, after, strict=True)):
+            if fit and (not at_risk(js, phi_s) or not self._helps(own, locs[i]) or self._outwaits(phi_s)):
                 return i
         return len(locs)
 
