@@ -26,6 +26,7 @@ each job's `JobTable.fair` (its tenant's term, from `placement.fairness`; absent
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,8 +46,8 @@ from disagg.placement.cost import (
     SPREAD,
     WAIT_STEP,
     age_bonus,
+    goal_s,
     outwaits,
-    phi,
     placing_cost,
     postponement,
     unscheduled_cost,
@@ -65,6 +66,7 @@ from disagg.placement.jobstate import (
 )
 from disagg.placement.queue import task_fit_counts
 from disagg.placement.state import FreeState
+from disagg.profiles import expected_s
 
 BoolArray = NDArray[np.bool_]
 
@@ -76,6 +78,22 @@ P_MAX = max(P_CROSS, P_LOCAL + SPREAD + P_SPARE_DEVICES * (len(DEVICE_KINDS) - 1
 
 
 # -- what the models are asked about ---------------------------------------------------------------
+
+
+class RemoteCheck(Protocol):
+    """A cost model's check of one job's remote paths (`CostModel.remote_check`), for the decoder: asked
+    before the device's traffic is taken, whether the placement holds once it is on the path."""
+
+    def __call__(self, path: tuple[int, ...]) -> bool:
+        """Whether the path (link indices) holds; may note on the job that it was let through missing
+        its SLO (the decoder then takes it)."""
+        ...
+
+    def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
+        """The first of `locs` (devices for a task on `own`) whose path `fits` and that the check would
+        not reject, with each path's busiest-link load with the device's traffic on it in `loads`;
+        `len(locs)` if none. Notes nothing on the job (the decoder asks `__call__` of that one)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +226,11 @@ class CostModel(Protocol):
         load on its uplink (and on its rack's uplink, across racks)."""
         ...
 
-    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
-        """Once the decoder has put this device's traffic on `path`, is the remote arc still cheaper
-        than waiting?"""
+    def remote_check(self, state: FreeState, js: RoundJob) -> RemoteCheck | None:
+        """For the job's next remote devices: whether a path, once the device's traffic is on it, keeps
+        the remote arc cheaper than waiting (asked before the traffic is taken). None: every path does.
+        The decoder asks it of every path it tries for a task (tens of them), so what does not depend
+        on the path is worked out once here."""
         ...
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
@@ -405,8 +425,8 @@ class DRMaestroCostModel:
         cross: IntArray = rack + np.rint(LOAD_COST * SCALE * across).astype(np.int64)
         return rack, cross
 
-    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
-        return True
+    def remote_check(self, state: FreeState, js: RoundJob) -> RemoteCheck | None:
+        return None
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         return 0.0
@@ -450,22 +470,8 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """Placed knowing it misses the SLO: φ over τ and over its local time."""
         return expected_s > js.tau and expected_s > js.phi_local
 
-    def subtask_to_remote_holds(self, state: FreeState, js: RoundJob, path: tuple[int, ...]) -> bool:
-        """With this round's traffic on the path, the placement meets the SLO; or waiting cannot help
-        (TRAFFIC: its own traffic alone already makes it miss); or it still costs less than waiting
-        (`outwaited`). A miss it lets through is noted on the job (`slo_risk`; `slo_held` when the job
-        had been held for it): the placement is then `slo_at_risk`."""
-        after = phi(js.job, js.profile, 1.0, state.load(path))
-        if not self.at_risk(js, after):
-            return True
-        helps = js.guard == SloGuard.ALL or (
-            js.guard == SloGuard.TRAFFIC
-            and not self.at_risk(js, phi(js.job, js.profile, 1.0, own_load(state, js, path))))
-        if helps and not outwaited(js, after):
-            return False
-        js.slo_risk = True
-        js.slo_held |= helps
-        return True
+    def remote_check(self, state: FreeState, js: RoundJob) -> SloCheck:
+        return SloCheck(self, state, js)
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         """The busiest link any of the task's devices crosses."""
@@ -479,6 +485,75 @@ def outwaited(js: RoundJob, expected_s: float) -> bool:
     if js.must_place:
         return True
     return outwaits(expected_s, js.tau, js.z, js.wait_rounds, P_CROSS, round(2 * LOAD_COST * SCALE))
+
+
+class SloCheck:
+    """`DRMaestroNACostModel.remote_check`: with this round's traffic and the device's own on the path,
+    the placement meets the SLO; or waiting cannot help (TRAFFIC: its own traffic alone already makes it
+    miss); or it still costs less than waiting (`outwaited`). A miss it lets through is noted on the job
+    (`slo_risk`; `slo_held` when the job had been held for it): the placement is then `slo_at_risk`.
+
+    Made once per task the decoder serves: the job's goal is worked out once for all the paths tried,
+    whether waiting outweighs a placement is asked of `outwaited` only where the answers known for the
+    task do not settle it (`_outwaits`), and `first_kept` prices a whole list of paths in one pass (a
+    held task's decoder tries tens of paths and rejects nearly all of them)."""
+
+    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_state")
+
+    def __init__(self, model: DRMaestroNACostModel, state: FreeState, js: RoundJob) -> None:
+        self._at_risk = model.at_risk
+        self._state = state
+        self._js = js
+        self._goal = goal_s(js.job, js.profile)
+        #: `_outwaits`'s bracket: the largest φ known to outwait waiting, the least known not to.
+        self._kept_to = -math.inf
+        self._held_from = math.inf
+
+    def __call__(self, path: tuple[int, ...]) -> bool:
+        js = self._js
+        after = expected_s(js.profile, 1.0, self._state.load_with(path, js.gbps), self._goal)
+        if not self._at_risk(js, after):
+            return True
+        helps = self._helps(path[0], path[-1])
+        if helps and not self._outwaits(after):
+            return False
+        js.slo_risk = True
+        js.slo_held |= helps
+        return True
+
+    def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
+        js, at_risk = self._js, self._at_risk
+        # φ of every path at once (`expected_s` over the array, the same floats); the rest per path, in order.
+        after = expected_vec(js.profile, np.ones(1), loads, self._goal).tolist()
+        for i, (fit, phi_s) in enumerate(zip(fits, after, strict=True)):
+            if fit and (not at_risk(js, phi_s) or not self._helps(own, locs[i]) or self._outwaits(phi_s)):
+                return i
+        return len(locs)
+
+    def _helps(self, own: int, loc: int) -> bool:
+        """Whether waiting can help the path from `own` to `loc` where it misses: ALL, or TRAFFIC where
+        the job's own traffic alone (the device's included) would not make it miss."""
+        js = self._js
+        if js.guard == SloGuard.ALL:
+            return True
+        return js.guard == SloGuard.TRAFFIC and not self._at_risk(js, expected_s(
+            js.profile, 1.0, own_load(self._state, js, self._state.path(own, loc), js.gbps), self._goal))
+
+    def _outwaits(self, after: float) -> bool:
+        """`outwaited`, bracketed by the answers known for this job: a placement expected to take
+        longer never costs less (Eq. 7 and the postponement grow with φ, and so do their roundings),
+        so it outwaits waiting up to some φ and not beyond. (A φ that is not finite is priced as it is.)"""
+        if after <= self._kept_to:
+            return True
+        if after >= self._held_from:
+            return False
+        out = outwaited(self._js, after)
+        if math.isfinite(after):
+            if out:
+                self._kept_to = after
+            else:
+                self._held_from = after
+        return out
 
 
 def hold_bound(expected_s: float, tau: float, z: float, phi_local: float, phi_idle: float) -> int:
@@ -559,13 +634,17 @@ def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[
     return out
 
 
-def own_load(state: FreeState, js: RoundJob, path: tuple[int, ...]) -> float:
-    """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round."""
+def own_load(state: FreeState, js: RoundJob, path: tuple[int, ...], trial: float = 0.0) -> float:
+    """The load (0..1+) of the busiest link of `path` counting only the job's own traffic this round,
+    and `trial` more (the device being tried, its traffic not yet taken)."""
     own = dict.fromkeys(path, 0.0)
     for links, gbps in js.taken_traffic:
         for link in links:
             if link in own:
                 own[link] += gbps
+    if trial > 0:
+        for link in path:
+            own[link] += trial
     return max((used / state.link_cap[link] for link, used in own.items()), default=0.0)
 
 

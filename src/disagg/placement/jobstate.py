@@ -129,10 +129,10 @@ def unscheduled(costs: IntArray, table: JobTable, rows: IntArray) -> IntArray:
 
 
 def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
-    """`profiles.expected_s` over arrays, for one profile (kept in step with it by a test)."""
-    params = tuple(np.array([x], dtype=np.float64) for x in (
-        profile.base_s if profile.known else tau, profile.transfer_share, profile.remote_factor,
-        profile.load_sensitivity))
+    """`profiles.expected_s` over arrays, for one profile (kept in step with it by a test). The profile's
+    numbers go in as floats (the same products as one-element arrays, without making four of them)."""
+    params = (float(profile.base_s if profile.known else tau), float(profile.transfer_share),
+              float(profile.remote_factor), float(profile.load_sensitivity))
     return expected_arrays(params, remote_share, load)
 
 
@@ -196,11 +196,13 @@ def profile_arrays(jobs: Sequence[RoundJob], tau: FloatArray | None = None
             column(profiles, "load_sensitivity"))
 
 
-def expected_arrays(params: tuple[FloatArray, ...], remote_share: FloatArray,
+def expected_arrays(params: tuple[FloatArray | float, ...], remote_share: FloatArray,
                     load: FloatArray) -> FloatArray:
     """`profiles.expected_s` for many jobs at once."""
     base, ts, rf, sens = params
-    stretch = rf * (1.0 + sens * np.clip(load, 0.0, 1.0))
+    # `np.clip(load, 0, 1)` as two ufuncs (clip's Python wrapper costs more than both on the few
+    # elements a round prices at a time); only a zero's sign may differ, which 1 + sens·load erases.
+    stretch = rf * (1.0 + sens * np.minimum(np.maximum(load, 0.0), 1.0))
     out: FloatArray = base * ((1.0 - ts) + ts * ((1.0 - remote_share) + remote_share * stretch))
     return out
 

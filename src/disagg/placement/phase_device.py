@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import SCALE
-from disagg.placement.cost_models import CostModel, RemoteArcs
+from disagg.placement.cost_models import CostModel, RemoteArcs, RemoteCheck
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.jobstate import FloatArray, IntArray, JobTable, RoundJob, unscheduled
 from disagg.placement.network import FlowNetwork
@@ -301,12 +301,13 @@ def grant(state: FreeState, js: RoundJob, ti: int, kind: str, own: int,
     real state says no."""
     locations = state.cluster.locations
     why = "none"
+    check = costs.remote_check(state, js)
     for model, count, entries in sources:
         for _ in range(count):
             if entries is None:
-                got, why = take_at(state, js, kind, own, own, model, costs)
+                got, why = take_at(state, js, kind, own, own, model, check)
             else:
-                got, why = take_remote(state, js, kind, own, model, entries, costs)
+                got, why = take_remote(state, js, kind, own, model, entries, check)
             if got is None:
                 break
             js.grants[ti] += (got,)
@@ -329,7 +330,7 @@ def grant(state: FreeState, js: RoundJob, ti: int, kind: str, own: int,
 
 
 def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None, entries: list[list[int]],
-                costs: CostModel) -> tuple[DeviceGrant | None, str]:
+                check: RemoteCheck | None) -> tuple[DeviceGrant | None, str]:
     """One remote device for a task from an aggregator's list, if a path has the bandwidth (and, NA,
     the SLO still holds with this round's traffic on it); else from any location within reach (the
     flow sees the task's own links, not those of the device's side, so its choice can be full).
@@ -340,18 +341,18 @@ def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str 
     for entry in islice(entries, SCAN_LIMIT):
         if entry[1] == 0:
             continue
-        got, reason = take_at(state, js, kind, own, entry[0], model, costs)
+        got, reason = take_at(state, js, kind, own, entry[0], model, check)
         if got is not None:
             entry[1] -= 1
             return got, ""
         why = reason or why
     # Within reach, any model the job accepts (the flow's model stands for its choice, not the job's ask).
-    got, reason = take_within_reach(state, js, kind, own, js.job.tasks.models.get(kind), costs)
+    got, reason = take_within_reach(state, js, kind, own, js.job.tasks.models.get(kind), check)
     return got, reason or why
 
 
 def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None,
-                      costs: CostModel) -> tuple[DeviceGrant | None, str]:
+                      check: RemoteCheck | None) -> tuple[DeviceGrant | None, str]:
     """A device from any other location whose path has the headroom: in the task's rack first, then
     across racks, each in location order (deterministic)."""
     free = state.free_count.get(kind)
@@ -359,32 +360,64 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
         return None, ""
     cand = np.nonzero((free > 0) & state.remote_reach(own, js.gbps))[0]
     same = state.loc_rack[cand] == state.loc_rack[own]
-    why = ""
-    for loc in np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT].tolist():
-        got, reason = take_at(state, js, kind, own, loc, model, costs)
+    order = np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT]
+    start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check)
+    for loc in order[start:].tolist():
+        got, reason = take_at(state, js, kind, own, loc, model, check)
         if got is not None:
             return got, ""
         why = reason or why
     return None, why
 
 
+def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, check: RemoteCheck) -> tuple[int, str]:
+    """Try the leading `locs` as `take_at` would, one after another, as long as it would reject them
+    (no headroom, or the check), priced in one pass for all of them: a held task's decoder tries tens
+    of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
+    The paths rejected by the check are retraced in turn (`retrace_paths`); where that moves a link
+    other paths share (the task's uplink, a rack's), the rest are priced again from there, as the walk
+    would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one."""
+    start, why, n, gbps = 0, "", len(locs), js.gbps
+    while n - start > 1:
+        rest = locs[start:]
+        trial = state.trial_loads(own, rest, gbps)
+        if trial is None:
+            break
+        fits = trial[0].tolist()
+        first = check.first_kept(own, rest.tolist(), fits, trial[1])
+        if first == 0:
+            break
+        why = "slo" if fits[first - 1] else "bandwidth"
+        tried = np.nonzero(trial[0][:first])[0]
+        done = state.retrace_paths(own, rest[tried], gbps)
+        if done == len(tried):
+            return start + first, why
+        start += int(tried[done - 1]) + 1
+        why = "slo"
+    return start, why
+
+
 def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model: str | None,
-            costs: CostModel) -> tuple[DeviceGrant | None, str]:
+            check: RemoteCheck | None) -> tuple[DeviceGrant | None, str]:
     """One device of `kind` at `loc` for a task on `own`, with its traffic on the path; `why`
-    ("bandwidth", "slo" or "") says what stopped it."""
+    ("bandwidth", "slo" or "") says what stopped it. The path's headroom and the cost model's `check`
+    are asked before its traffic is taken: most paths tried fail the check."""
     locations = state.cluster.locations
     if loc == own:
         dev = state.take_device(kind, loc, model, js)
         return (None, "") if dev is None else (DeviceGrant(state.dev_id[dev], kind, False, locations[loc]), "")
     path = state.path(own, loc)
-    if not state.take_traffic(path, js.gbps, js):
+    gbps = js.gbps
+    if not state.fits_traffic(path, gbps):
         return None, "bandwidth"
-    if not costs.subtask_to_remote_holds(state, js, path):
-        state.undo_last_traffic(js)
+    if check is not None and not check(path):
+        state.retrace_traffic(path, gbps)
         return None, "slo"
+    state.take_traffic(path, gbps, js)
     dev = state.take_device(kind, loc, model, js)
     if dev is None:
-        state.undo_last_traffic(js)
+        if gbps > 0:  # no traffic was taken otherwise (`take_traffic`), so none to give back
+            state.undo_last_traffic(js)
         return None, ""
     js.remote += 1
     names = tuple(state.link_names[p] for p in path)

@@ -49,6 +49,7 @@ from disagg.placement.state import FreeState, Offers, column
 PREFERRED = 8
 #: How many of its shape's cheapest machines a class prices itself.
 CLASS_HEAD = 256
+_INT64_MIN = int(np.iinfo(np.int64).min)
 #: How far the decoder looks along a flow list for a machine the task really fits on.
 SCAN_LIMIT = 64
 
@@ -177,10 +178,13 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     # integers beyond a float's precision are compared as floats.
     as_floats = np.result_type(*columns).kind == "f"
     for values in map(np.asarray, columns):
-        if as_floats and values.dtype.kind in "iub" and int(np.abs(values).max(initial=0)) > 2**53:
-            values = values.astype(np.float64)
-        if values.dtype.kind in "iub" and int(values.max(initial=0)) - int(values.min(initial=0)) < 2**62:
-            low = int(values.min(initial=0))
+        if values.dtype.kind in "iub":
+            # Each bound read once (a round packs a dozen integer columns, and each reduction is a call).
+            low, high = int(values.min(initial=0)), int(values.max(initial=0))
+            # |values| ≤ 2**53 unless a bound is beyond it (then as it was: numpy's abs, int64's least included).
+            if as_floats and (low < -2**53 or high > 2**53) and int(np.abs(values).max(initial=0)) > 2**53:
+                values = values.astype(np.float64)
+        if values.dtype.kind in "iub" and high - low < 2**62:
             codes = values.astype(np.int64) - low
             radix = int(codes.max(initial=0)) + 1
         elif values.dtype.kind == "f" and not np.isnan(values).any():
@@ -269,6 +273,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     sizes = np.bincount(groups.of_machine, minlength=len(at))
     used_at, load_at = used_frac[at], up_load[at]
     free_at = {k: v[at] for k, v in local_free.items()}
+    with_devices: list[int] = []  # the classes priced below whose request wants devices
     for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
         t = rep.job.tasks
         gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
@@ -292,8 +297,21 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         proxy = costs.shape_to_machine(rep, columns).cost
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
         kept = Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))
-        _price_classes(pricing, g, members, cls, kept, costs, want_total > 0)
+        _price_classes(pricing, g, members, cls, kept, costs)
+        if want_total:
+            with_devices.extend(members)
+    _surcharges(pricing, [cls.representative[c] for c in with_devices], costs)
     return pricing
+
+
+def _surcharges(pricing: Pricing, reps: list[RoundJob], costs: CostModel) -> None:
+    """What going remote costs each class that wants devices and has machines (the spill arc is priced
+    at their median), for all of them at once rather than shape by shape: a class's surcharge is its
+    own (row by row), and the median does not depend on their order."""
+    if reps:
+        found = costs.remote_surcharge(ClassRows.of(profile_arrays(reps), reps))
+        if found is not None:
+            pricing.surcharges.extend(found.tolist())
 
 
 def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
@@ -335,8 +353,8 @@ def shape_representative(cls: Classes, members: list[int]) -> int:
     return max(members, key=lambda c: (reps[c].tau, -c))
 
 
-def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates, costs: CostModel,
-                   wants_devices: bool) -> None:
+def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates,
+                   costs: CostModel) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
     (its cheapest machines). A class's offset to X and its preferred machines come from there."""
     head = cand.head(CLASS_HEAD)
@@ -345,32 +363,31 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     rows = ClassRows.of(profile_arrays(reps), reps)
     arcs = costs.task_to_machine(rows, head.columns)
     cost = arcs.cost
-    if wants_devices:
-        surcharges = costs.remote_surcharge(rows)
-        if surcharges is not None:
-            pricing.surcharges.extend(surcharges.tolist())
     masked = cost
     has = np.full(len(ids), cost.shape[1] > 0)
-    offsets = (cost - head.proxy[None, :]).max(axis=1, initial=np.iinfo(np.int64).min)
+    offsets = (cost - head.proxy[None, :]).max(axis=1, initial=_INT64_MIN)
     pricing.to_shape.add(ids[has], np.full(int(has.sum()), g, dtype=np.int64), cls.tasks[ids[has]],
                          np.maximum(offsets[has], 0))
+    # Per-row gathers and scatters as fancy indexing with this row index (what take_along_axis and
+    # put_along_axis do, without their Python wrappers: this runs once per shape, thousands a run).
+    row = np.arange(len(ids))[:, None]
     n_pref = min(PREFERRED, masked.shape[1])
     if n_pref < masked.shape[1]:
         top = np.argpartition(masked, n_pref - 1, axis=1)[:, :n_pref]
     else:
-        top = np.broadcast_to(np.arange(masked.shape[1]), masked.shape)
-    top_cost = np.take_along_axis(masked, top, axis=1)
+        top = np.arange(masked.shape[1])[None, :].repeat(len(ids), axis=0)
+    top_cost = masked[row, top]
     # A class's own arcs reach PREFERRED machines in all (its cheapest classes' first
     # machines), each class's arc carrying what that many of its machines take with their own devices
     # (as the per-machine network's arcs to PREFERRED machines did: more, and the classes would crowd
     # into their favourite machine classes and spill to remote devices).
     nodes = head.machines[top]
     size = cand.size[nodes]
-    by_cost = np.argsort(top_cost, axis=1, kind="stable")
-    sorted_size = np.take_along_axis(size, by_cost, axis=1)
+    by_cost = top_cost.argsort(axis=1, kind="stable")
+    sorted_size = size[row, by_cost]
     before = np.empty_like(size)
-    np.put_along_axis(before, by_cost, np.cumsum(sorted_size, axis=1) - sorted_size, axis=1)
-    machines = np.clip(PREFERRED - before, 0, size)
+    before[row, by_cost] = sorted_size.cumsum(axis=1) - sorted_size
+    machines = np.minimum(np.maximum(PREFERRED - before, 0), size)  # np.clip(PREFERRED - before, 0, size)
     per_machine = cand.fit[nodes] // np.maximum(size, 1)
     per_machine = np.where(size > 1, np.minimum(per_machine, np.maximum(cand.local[nodes], 1)), per_machine)
     caps = np.minimum(per_machine * machines, cls.tasks[ids][:, None])
@@ -380,7 +397,7 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     # what their own devices serve, and spilled to remote devices: 570 -> 1,160-2,300 at 12,500
     # machines.) A single machine is as the per-machine network had it.
     keep = (top_cost < NEVER) & (caps > 0) & ((offsets > 0)[:, None] | (size == 1))
-    rows_at = np.broadcast_to(ids[:, None], top.shape)[keep]
+    rows_at = ids[np.nonzero(keep)[0]]  # each kept arc's class, in row-major order as keep's mask gives them
     pricing.preferred.add(rows_at, nodes[keep], caps[keep], top_cost[keep])
     pricing.min_cost[ids[has]] = masked[has].min(axis=1)
     if arcs.hold is not None:
@@ -621,8 +638,10 @@ class _Splitter:
         tail, shape, node, cost, f = arc
         members = self.members[node]
         room = self.room[shape]
-        fits = np.minimum(self.left[members], room[members])
         wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
+        if len(members) == 1:
+            return self._take_one(arc, members, room, wants, local_only, out)
+        fits = np.minimum(self.left[members], room[members])
         if local_only:
             for local, want in wants:
                 fits = np.minimum(fits, local[members] // want)
@@ -639,6 +658,26 @@ class _Splitter:
             local[machines] -= np.minimum(local[machines], n * want)
         out.append((tail, machines, cost, n))
         return f - int(n.sum())
+
+    def _take_one(self, arc: list[int], members: IntArray, room: IntArray, wants: list[tuple[IntArray, int]],
+                  local_only: bool, out: list[tuple[int, IntArray, int, IntArray]]) -> int:
+        """`take` for a machine class of one machine (most of them, on a small cluster's rounds), in
+        Python integers: the same steps without a dozen numpy calls on one-element arrays."""
+        tail, _, _, cost, f = arc
+        m = int(members[0])
+        fit = min(int(self.left[m]), int(room[m]))
+        if local_only:
+            for local, want in wants:
+                fit = min(fit, int(local[m]) // want)
+        given = min(max(f, 0), max(fit, 0))
+        if given == 0:
+            return f
+        self.left[m] -= given
+        room[m] -= given
+        for local, want in wants:
+            local[m] -= min(int(local[m]), given * want)
+        out.append((tail, members, cost, np.array([given], dtype=np.int64)))
+        return f - given
 
 
 def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:

@@ -443,6 +443,106 @@ class FreeState:
         self.version += 1
         return True
 
+    def fits_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
+        """Whether `take_traffic` would take `gbps` on every link of `links` (without taking it)."""
+        if gbps <= 0:
+            return True
+        used, cap = self._used_view, self._cap_view
+        return all(not exceeds(used[link] + gbps, cap[link]) for link in links)
+
+    def load_with(self, links: tuple[int, ...], gbps: float) -> float:
+        """`load(links)` as it reads once `take_traffic(links, gbps, ...)` has taken it, without
+        taking it: the NA decoder prices each path it tries with its own traffic on it, and most
+        tries fail (taking and giving back the traffic of each cost more than the check itself)."""
+        if gbps <= 0 or not links:
+            return self.load(links)
+        used, cap = self._used_view, self._cap_view
+        if all(cap[link] != 0.0 for link in links):
+            return max((used[link] + gbps) / cap[link] for link in links)
+        idx = np.fromiter(links, dtype=np.int64)
+        return float(np.max((self.link_used[idx] + gbps) / self.link_cap[idx]))
+
+    def trial_loads(self, own: int, locs: IntArray, gbps: float) -> tuple[NDArray[np.bool_], FloatArray] | None:
+        """For a task on `own` and a device at each of `locs` (other locations): whether every link of
+        the path has `gbps` of headroom (`fits_traffic`) and the busiest link's load with it on
+        (`load_with`), for all of them in one pass (the same floats). None where that pass does not
+        stand for them: no traffic (gbps ≤ 0) or a link with no capacity (`load`'s numpy path)."""
+        n_loc = len(self._rack_of)
+        used, cap = self.link_used, self.link_cap
+        rack_own = n_loc + self._rack_of[own]
+        rack_loc = n_loc + self.loc_rack[locs]
+        cross = rack_loc != rack_own
+        links = np.concatenate(([own, rack_own], locs, rack_loc[cross]))
+        if gbps <= 0 or not cap[links].all():
+            return None
+        need = used[locs] + gbps
+        fits = need <= cap[locs] + EPS
+        load = np.maximum((used[own] + gbps) / cap[own], need / cap[locs])
+        fits &= not exceeds(used[own] + gbps, cap[own])
+        if cross.any():
+            far = rack_loc[cross]
+            far_need = used[far] + gbps
+            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(used[rack_own] + gbps, cap[rack_own]))
+            load[cross] = np.maximum(np.maximum(load[cross], (used[rack_own] + gbps) / cap[rack_own]),
+                                     far_need / cap[far])
+        return fits, load
+
+    def retrace_paths(self, own: int, locs: IntArray, gbps: float) -> int:
+        """`retrace_traffic` on the paths from `own` to each of `locs`, one after another, as far as the
+        first whose retrace moves a link the paths share (`own`'s uplink, a rack's: the paths after it
+        then see other sums); returns how many it retraced, that one included. One pass for those
+        before it: each moves only its own location's uplink, which no other of these paths crosses."""
+        n = len(locs)
+        if gbps <= 0 or n == 0:
+            return n
+        n_loc = len(self._rack_of)
+        used = self.link_used
+        rack_own = n_loc + self._rack_of[own]
+        racks = n_loc + self.loc_rack[locs]
+        cross = np.nonzero(racks != rack_own)[0]
+        # A shared link moves, if at all, the first time it is retraced: the task's uplink on the first
+        # path, its rack's on the first path across racks, another rack's on the first path to it.
+        stop = n
+        if (used[own] + gbps) - gbps != used[own]:
+            stop = 0
+        elif len(cross):
+            if (used[rack_own] + gbps) - gbps != used[rack_own]:
+                stop = int(cross[0])
+            far = used[racks[cross]]
+            moved = np.nonzero((far + gbps) - gbps != far)[0]
+            if len(moved):
+                stop = min(stop, int(cross[moved[0]]))
+        ahead = locs[:stop]
+        was = used[ahead]
+        back = (was + gbps) - gbps
+        if (back != was).any():
+            used[ahead] = back
+            self.version += 1
+        if stop == n:
+            return n
+        self.retrace_traffic(self.path(own, int(locs[stop])), gbps)
+        return stop + 1
+
+    def retrace_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
+        """Leave the links as `take_traffic` followed by `undo_last_traffic` leaves them, for a path the
+        decoder tried and did not take: x + g − g need not be x in floats, and every later check reads
+        these sums, so a try costs the same rounding whether or not its traffic was really taken.
+        (Cached reach is dropped only where a sum did move.) Returns whether a link but the path's last
+        moved: on a path from a machine those are the ones its other paths share (its uplink, racks')."""
+        if gbps <= 0:
+            return False
+        used = self._used_view
+        shared = False
+        last = len(links) - 1
+        for at, link in enumerate(links):
+            was = used[link]
+            back = (was + gbps) - gbps
+            if back != was:
+                used[link] = back
+                self.version += 1
+                shared |= at < last
+        return shared
+
     def undo_last_traffic(self, journal: Reservations) -> None:
         """Give back the most recent `take_traffic` of this journal (a device that then fell through)."""
         links, gbps = journal.taken_traffic.pop()
