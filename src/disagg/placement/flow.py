@@ -405,6 +405,11 @@ class FlowPlacer:
 
     def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
         state, timings, clock = rnd.state, rnd.timings, rnd.clock
+        # No shape fits any machine: the jobs fail as the decoder would fail them, with no network (kept
+        # when the networks are wanted for debugging).
+        if self.graphs is None and self._timed(timings, clock, "decode_s", lambda: phase_one.fits_nowhere(
+                state, jobs, self.costs, rnd.first_fit)):
+            return []
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
             state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))

@@ -388,6 +388,48 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
         pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
 
 
+def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int]) -> bool:
+    """Phase 1 when no shape of `jobs` fits any machine: every job fails as the decoder would fail it
+    (`explain`: the cost model offers it no machine), without a network, a solve or a decode; True then.
+    False (nothing done) when some shape fits somewhere: the caller builds the network.
+
+    A server-centric round whose free devices all sit in pools admits hundreds of jobs that no machine
+    serves with its own devices, iteration after iteration (paper-128m-4096j under `firmament`: three
+    quarters of its phase-1 jobs); their network has no arc but to U, and its flow says nothing the fits
+    do not. A shape's fit is `_shape_fit`'s (its first job stands for it: the fit reads the request, and a
+    second try's `local_first` or `avoid` has a shape of its own), at the least gbps of its jobs (of its
+    classes, in `price`). Nothing is taken here, so the state each explanation reads is the same for all:
+    the cost model's reason is asked once per request and gbps."""
+    shapes: dict[int, tuple[RoundJob, float]] = {}
+    get = shapes.get
+    for js in jobs:
+        seen = get(id(js.shape))
+        if seen is None or js.gbps < seen[1]:
+            shapes[id(js.shape)] = (js if seen is None else seen[0], js.gbps)
+    local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
+    for rep, min_gbps in shapes.values():
+        if rep.count < 1:  # (a job of no tasks is placed by the decoder: left to it)
+            return False
+        fit = (local_capacity(state, rep, local_free) if rep.local_first else
+               costs.task_to_machine_capacity(state, rep, local_free, min_gbps))
+        if rep.avoid:
+            fit = fit.copy()
+            np.subtract.at(fit, list(rep.avoid), 1)
+            fit = np.maximum(fit, 0)
+        if fit.any():
+            return False
+    for shape in shapes:
+        first_fit.setdefault(shape, 0)
+    said: dict[tuple[int, float], tuple[Reason, str]] = {}
+    for js in jobs:
+        key = (id(js.job.tasks), js.gbps)
+        why = said.get(key)
+        if why is None:
+            why = said[key] = costs.why_no_machine(state, js)
+        js.fail(state, *why)
+    return True
+
+
 @dataclass
 class PhaseOne:
     """The network of phase 1 and what the decoder reads back from its flows."""
