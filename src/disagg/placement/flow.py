@@ -89,6 +89,13 @@ class FlowRound:
     #: re-admission first runs (and only for those jobs), then kept in step with `late`.
     head_codes: list[int] | None = None
     iterations: int = 0
+    #: Places in the queue of the jobs re-admitted for the next iteration whose job states are not made
+    #: yet (`FlowPlacer._warm`): made when a phase looks at them, which a phase that no shape of its jobs
+    #: fits does not (`FlowPlacer._nowhere`), nor a last iteration. `cold_failed`: why such a job failed
+    #: without a job state (by place in the queue); `cold_admitted`: how many jobs were admitted so.
+    cold: list[int] = field(default_factory=list)
+    cold_failed: dict[int, tuple[Reason, str]] = field(default_factory=dict)
+    cold_admitted: int = 0
 
     @property
     def queue_len(self) -> int:
@@ -134,11 +141,13 @@ class FlowPlacer:
         rnd.timings.build_s += clock() - start
         pending = rnd.jobs
         for _ in range(self.options.max_iterations):
-            if not pending:
+            if not pending and not rnd.cold:
                 break
             pending = self._iteration(rnd, pending)
-        if not snapshot.allocations and not rnd.placed and rnd.jobs:
-            rnd.placed += self._last_resort(rnd.state, min(rnd.jobs, key=lambda js: js.order))
+        rnd.cold_admitted += len(rnd.cold)  # (re-admitted by the last iteration: no phase looks at them)
+        # (A phase that fits nowhere made `cold` empty: what is left there was re-admitted by the last iteration.)
+        if not snapshot.allocations and not rnd.placed and (rnd.jobs or rnd.cold_admitted):
+            rnd.placed += self._last_resort(rnd.state, self._oldest(rnd))
         decode_start = clock()
         self._settle(rnd)
         placed, unplaced = self._decisions(rnd)
@@ -148,7 +157,7 @@ class FlowPlacer:
             placed=placed,
             unplaced=unplaced,
             timings=rnd.timings.as_dict(clock() - start),
-            stats={"admitted": len(rnd.jobs), "iterations": rnd.iterations,
+            stats={"admitted": len(rnd.jobs) + rnd.cold_admitted, "iterations": rnd.iterations,
                    "slo_at_risk": sum(1 for p in placed if p.slo_at_risk)},
         )
 
@@ -180,7 +189,11 @@ class FlowPlacer:
         """Stage 2, once per iteration: phase 1, the device phases, the gang check; then the retries and
         re-admission. Returns the jobs for the next iteration (none: the round is over)."""
         rnd.iterations += 1
-        first = self._phase_one(rnd, pending)
+        if self._nowhere(rnd, pending):
+            first: list[RoundJob] = []
+        else:
+            pending = self._warm(rnd, pending)
+            first = self._phase_one(rnd, pending)
         survivors = first
         for kind in DEVICE_KINDS:
             wanting = self._wanting(survivors, kind, rnd.cache)
@@ -190,8 +203,8 @@ class FlowPlacer:
         rnd.placed += survivors
         retry, forced = self._retries(rnd, pending, first)
         fresh = self._readmit(rnd)
-        if fresh or forced:
-            rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
+        if forced:
+            rnd.table = rnd.table.extended(rnd.jobs, [], rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
         # (what the flow gave them is free again; looked for only then: a pass over every job of the round).
         if not survivors and not fresh and not forced and not (retry and any(
@@ -199,7 +212,8 @@ class FlowPlacer:
             return []
         for js in retry:
             js.failure = None
-        return sorted(retry + fresh, key=lambda js: js.order)
+        rnd.cold = fresh
+        return sorted(retry, key=lambda js: js.order)
 
     def _retries(self, rnd: FlowRound, pending: list[RoundJob], first: list[RoundJob]
                  ) -> tuple[list[RoundJob], list[RoundJob]]:
@@ -211,9 +225,11 @@ class FlowPlacer:
         retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
         return retry, forced
 
-    def _readmit(self, rnd: FlowRound) -> list[RoundJob]:
+    def _readmit(self, rnd: FlowRound) -> list[int]:
         """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
-        another look, now that those jobs are decided (some of them may not have been placed)."""
+        another look, now that those jobs are decided (some of them may not have been placed). Returns
+        the places in the queue of those admitted (their job states are made when a phase needs them:
+        `_warm`)."""
         ordered, refused, late, split, contention = rnd.ordered, rnd.refused, rnd.late, rnd.tail_from, Reason.CONTENTION
         if rnd.head_codes is None:
             rnd.head_codes = rnd.cache.asks.codes_of([ordered[i].tasks for i in late[:split]])
@@ -242,9 +258,9 @@ class FlowPlacer:
         # walk's tail.
         more, _, tail = admit_deferred(rnd.state, list(map(ordered.__getitem__, positions)), vectorised=False,
                                        asks=rnd.cache.asks, refused=refused, codes=codes)
-        fresh = [self._job_state(ordered[positions[k]], positions[k], rnd.cache) for k in more]
-        for js in fresh:
-            refused.pop(js.job.name, None)  # (a job of an earlier tail has none)
+        fresh = [positions[k] for k in more]
+        for i in fresh:
+            refused.pop(ordered[i].name, None)  # (a job of an earlier tail has none)
         taken = set(more)
         end = len(positions) if tail is None else tail.start
         rnd.late = [i for k, i in enumerate(positions[:end]) if k not in taken] if taken else positions[:end]
@@ -253,9 +269,68 @@ class FlowPlacer:
         rnd.tail_said, rnd.tail_codes = ({}, []) if tail is None else (tail.said, tail.codes)
         if tail is not None:
             rnd.late += positions[end:]
+        return fresh
+
+    def _warm(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
+        """The re-admitted jobs' job states, made for the phase that looks at them (nothing has changed
+        the free state since they were admitted): appended to the round's jobs and table, and merged into
+        `pending` in queue order."""
+        if not rnd.cold:
+            return pending
+        ordered, cache = rnd.ordered, rnd.cache
+        fresh = [self._job_state(ordered[i], i, cache) for i in rnd.cold]
+        rnd.cold = []
         self._guard(rnd.state, fresh)
         rnd.jobs += fresh
-        return fresh
+        rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
+        return sorted(pending + fresh, key=lambda js: js.order)
+
+    def _nowhere(self, rnd: FlowRound, pending: list[RoundJob]) -> bool:
+        """Phase 1 when no shape of its jobs (`pending`, and the re-admitted ones not yet made, `rnd.cold`)
+        fits any machine (`phase_one.fits_nowhere`): every job fails as the decoder would fail it, without
+        a network; a re-admitted job without a job state of its own (one is made per request and gbps, to
+        stand for them). A server-centric round whose free devices all sit in pools re-admits hundreds of
+        jobs each iteration that no machine serves (paper-128m-4096j under `firmament`: three quarters of
+        its phase-1 jobs). False (nothing done): the phase is built (always, when its networks are kept)."""
+        if self.graphs is not None:
+            return False
+        start = rnd.clock()
+        ordered, cache = rnd.ordered, rnd.cache
+        # The re-admitted jobs by request and gbps (what their fit and their reason read), in queue order.
+        groups: dict[tuple[int, float], list[int]] = {}
+        for i in rnd.cold:
+            job = ordered[i]
+            groups.setdefault((id(job.tasks), self._gbps(job, cache)), []).append(i)
+        stand_ins = [(self._job_state(ordered[at[0]], at[0], cache), at) for at in groups.values()]
+        failed = phase_one.fits_nowhere(rnd.state, pending + [js for js, _ in stand_ins], self.costs, rnd.first_fit)
+        if failed:
+            for js, at in stand_ins:
+                assert js.failure is not None  # (`fits_nowhere` failed every job it was given)
+                rnd.cold_failed.update(dict.fromkeys(at, js.failure))
+            rnd.cold_admitted += len(rnd.cold)
+            rnd.cold = []
+        rnd.timings.decode_s += rnd.clock() - start
+        return failed
+
+    @staticmethod
+    def _gbps(job: Job, cache: _RoundJobCache) -> float:
+        """The bandwidth a remote device of the job draws, as its job state has it (`_job_state`)."""
+        if job.network_gbps is not None:
+            return job.network_gbps
+        image = cache.images.get(job.image)
+        if image is None:
+            profile = profile_of(job)
+            return remote_gbps(replace(job, slo_s=None, network_gbps=None), profile)
+        return image[3]
+
+    def _oldest(self, rnd: FlowRound) -> RoundJob:
+        """The oldest job the round admitted (the last resort's): a job state, made for it when it has none
+        (it then stays out of the round's jobs: it is placed, or stays as it was)."""
+        oldest = min(rnd.jobs, key=lambda js: js.order) if rnd.jobs else None
+        first = min(min(rnd.cold_failed, default=len(rnd.ordered)), min(rnd.cold, default=len(rnd.ordered)))
+        if oldest is not None and oldest.order < first:
+            return oldest
+        return self._job_state(rnd.ordered[first], first, rnd.cache)
 
     @staticmethod
     def _settle(rnd: FlowRound) -> None:
@@ -405,11 +480,6 @@ class FlowPlacer:
 
     def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
         state, timings, clock = rnd.state, rnd.timings, rnd.clock
-        # No shape fits any machine: the jobs fail as the decoder would fail them, with no network (kept
-        # when the networks are wanted for debugging).
-        if self.graphs is None and self._timed(timings, clock, "decode_s", lambda: phase_one.fits_nowhere(
-                state, jobs, self.costs, rnd.first_fit)):
-            return []
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
             state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
@@ -461,7 +531,7 @@ class FlowPlacer:
 
     def _decisions(self, rnd: FlowRound) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
         """The last stage: the placed jobs as placements (queue order) and every other job with why."""
-        state, ordered, placed, jobs, refused = rnd.state, rnd.ordered, rnd.placed, rnd.jobs, rnd.refused
+        state, ordered, placed = rnd.state, rnd.ordered, rnd.placed
         names = state.cluster.locations  # machines first, in order
         # Jobs of one image share their local time (known profiles): round it once (round is slow).
         rounded: dict[float, float] = {}
@@ -486,25 +556,31 @@ class FlowPlacer:
         placed_at = {js.order for js in placed}
         if len(placed_at) == len(ordered):  # every job placed: none to explain (no pass over the queue)
             return tuple(out_placed), ()
-        return tuple(out_placed), self._unplaced(ordered, placed_at, jobs, refused)
+        return tuple(out_placed), self._unplaced(rnd, placed_at)
 
-    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[RoundJob],
-                  refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:
-        """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
-        by_name = {js.job.name: js for js in jobs if js.order not in placed_at}
-        out: list[Unplaced] = []
-        append, refusal = out.append, refused.get
-        # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean.)
-        for i, job in enumerate(ordered):
-            if i in placed_at:
-                continue
-            r = refusal(job.name)
-            if r is not None:
-                append(Unplaced(job.name, r.reason, r.message))
-                continue
-            js = by_name[job.name]
-            reason, message = js.held_failure or js.failure or (
-                Reason.CONTENTION, f"needs {request(job)}; still contended after {self.options.max_iterations} tries "
-                                   f"this round")
-            out.append(Unplaced(job.name, reason, message))
-        return tuple(out)
+    def _unplaced(self, rnd: FlowRound, placed_at: set[int]) -> tuple[Unplaced, ...]:
+        """Every job not placed (`placed_at`: their places in the queue), in queue order, with why: refused,
+        failed (with a job state, or without: `FlowRound.cold_failed`), or still contended after the
+        round's tries (re-admitted by its last iteration: `FlowRound.cold`)."""
+        ordered = rnd.ordered
+        failed: dict[int, tuple[Reason, str]] = {js.order: js.held_failure or js.failure or self._contended(js.job)
+                                                  for js in rnd.jobs if js.order not in placed_at}
+        failed.update(rnd.cold_failed)
+        failed.update((i, self._contended(ordered[i])) for i in rnd.cold)
+        # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean. A job
+        # refused is said so, whatever else the round holds of it.)
+        names = list(map(attrgetter("name"), ordered))
+        said: list[Refusal | None] = list(map(rnd.refused.get, names))
+        for i, (reason, message) in failed.items():
+            if said[i] is None:
+                said[i] = Refusal(reason, message)
+        for i in placed_at:
+            said[i] = None
+        return tuple([Unplaced(name, r.reason, r.message) for name, r in zip(names, said, strict=True)
+                      if r is not None])
+
+    def _contended(self, job: Job) -> tuple[Reason, str]:
+        """Why a job admitted this round and never failed waits: it was still contended when the round's
+        tries ran out."""
+        return Reason.CONTENTION, (f"needs {request(job)}; still contended after {self.options.max_iterations} "
+                                   f"tries this round")

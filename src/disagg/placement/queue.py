@@ -318,16 +318,21 @@ class _Admission:
                 refused[job.name] = seen[1]
                 continue
             need = needs.get(ask)
-            if (need is not None and not exceeds(need[0], self.left_cpu) and not exceeds(need[1], self.left_mem)
-                    and all(n <= left_dev[dev] for _, n, dev in need[2])):
-                self.left_cpu -= need[0]
-                self.left_mem -= need[1]
+            # (`exceeds` inlined, and the devices' check a loop, not a generator: a round re-admitting
+            # hundreds of jobs of one request takes them here.)
+            if need is not None and not need[0] > self.left_cpu + EPS and not need[1] > self.left_mem + EPS:
                 for _, n, dev in need[2]:
-                    left_dev[dev] -= n
-                taken.append(offset + first + at)
-                n_taken += 1
-                blocked.clear()
-                continue
+                    if n > left_dev[dev]:
+                        break
+                else:
+                    self.left_cpu -= need[0]
+                    self.left_mem -= need[1]
+                    for _, n, dev in need[2]:
+                        left_dev[dev] -= n
+                    taken.append(offset + first + at)
+                    n_taken += 1
+                    blocked.clear()
+                    continue
             self.consider(job, offset + first + at, ask)
             if len(taken) != n_taken:
                 n_taken = len(taken)
