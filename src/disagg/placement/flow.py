@@ -296,32 +296,25 @@ class FlowPlacer:
             return False
         start = rnd.clock()
         ordered, cache = rnd.ordered, rnd.cache
-        # The re-admitted jobs by request and gbps (what their fit and their reason read), in queue order.
-        groups: dict[tuple[int, float], list[int]] = {}
-        for i in rnd.cold:
-            job = ordered[i]
-            groups.setdefault((id(job.tasks), self._gbps(job, cache)), []).append(i)
-        stand_ins = [(self._job_state(ordered[at[0]], at[0], cache), at) for at in groups.values()]
-        failed = phase_one.fits_nowhere(rnd.state, pending + [js for js, _ in stand_ins], self.costs, rnd.first_fit)
+        # The re-admitted jobs by request and what sets their gbps (what their fit and their reason read),
+        # as columns: most of them ask for the same few things.
+        cold = rnd.cold
+        jobs = list(map(ordered.__getitem__, cold))
+        keys = list(zip(map(id, map(attrgetter("tasks"), jobs)), map(attrgetter("network_gbps"), jobs),
+                        map(attrgetter("image"), jobs), strict=True))
+        firsts = dict(zip(keys, cold, strict=True))
+        stand_ins = {key: self._job_state(ordered[i], i, cache) for key, i in firsts.items()}
+        failed = phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit)
         if failed:
-            for js, at in stand_ins:
+            why: dict[tuple[object, ...], tuple[Reason, str]] = {}
+            for key, js in stand_ins.items():
                 assert js.failure is not None  # (`fits_nowhere` failed every job it was given)
-                rnd.cold_failed.update(dict.fromkeys(at, js.failure))
-            rnd.cold_admitted += len(rnd.cold)
+                why[key] = js.failure
+            rnd.cold_failed.update(zip(cold, map(why.__getitem__, keys), strict=True))
+            rnd.cold_admitted += len(cold)
             rnd.cold = []
         rnd.timings.decode_s += rnd.clock() - start
         return failed
-
-    @staticmethod
-    def _gbps(job: Job, cache: _RoundJobCache) -> float:
-        """The bandwidth a remote device of the job draws, as its job state has it (`_job_state`)."""
-        if job.network_gbps is not None:
-            return job.network_gbps
-        image = cache.images.get(job.image)
-        if image is None:
-            profile = profile_of(job)
-            return remote_gbps(replace(job, slo_s=None, network_gbps=None), profile)
-        return image[3]
 
     def _oldest(self, rnd: FlowRound) -> RoundJob:
         """The oldest job the round admitted (the last resort's): a job state, made for it when it has none

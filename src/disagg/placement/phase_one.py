@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -400,33 +401,32 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     second try's `local_first` or `avoid` has a shape of its own), at the least gbps of its jobs (of its
     classes, in `price`). Nothing is taken here, so the state each explanation reads is the same for all:
     the cost model's reason is asked once per request and gbps."""
-    shapes: dict[int, tuple[RoundJob, float]] = {}
-    get = shapes.get
-    for js in jobs:
-        seen = get(id(js.shape))
-        if seen is None or js.gbps < seen[1]:
-            shapes[id(js.shape)] = (js if seen is None else seen[0], js.gbps)
+    # (Columns and sets, not a pass per job: a round sends hundreds of jobs here each iteration.)
+    shapes = list(map(id, map(attrgetter("shape"), jobs)))
+    gbps = list(map(attrgetter("gbps"), jobs))
+    reps = dict(zip(shapes, jobs, strict=True))
+    least: dict[int, float] = {}
+    for shape, g in set(zip(shapes, gbps, strict=True)):
+        if shape not in least or g < least[shape]:
+            least[shape] = g
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
-    for rep, min_gbps in shapes.values():
+    for shape, rep in reps.items():
         if rep.count < 1:  # (a job of no tasks is placed by the decoder: left to it)
             return False
         fit = (local_capacity(state, rep, local_free) if rep.local_first else
-               costs.task_to_machine_capacity(state, rep, local_free, min_gbps))
+               costs.task_to_machine_capacity(state, rep, local_free, least[shape]))
         if rep.avoid:
             fit = fit.copy()
             np.subtract.at(fit, list(rep.avoid), 1)
             fit = np.maximum(fit, 0)
         if fit.any():
             return False
-    for shape in shapes:
+    for shape in reps:
         first_fit.setdefault(shape, 0)
-    said: dict[tuple[int, float], tuple[Reason, str]] = {}
-    for js in jobs:
-        key = (id(js.job.tasks), js.gbps)
-        why = said.get(key)
-        if why is None:
-            why = said[key] = costs.why_no_machine(state, js)
-        js.fail(state, *why)
+    keys = list(zip(map(id, map(attrgetter("job.tasks"), jobs)), gbps, strict=True))
+    said = {key: costs.why_no_machine(state, js) for key, js in dict(zip(keys, jobs, strict=True)).items()}
+    for js, key in zip(jobs, keys, strict=True):
+        js.fail(state, *said[key])
     return True
 
 

@@ -309,34 +309,32 @@ class _Admission:
         n_taken = len(taken)
         # The walk's requests refused with nothing taken since (a take makes every request worth a look).
         blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
-        needs, left_dev = self.needs, self.left_dev
+        needs = self.needs
+        n_jobs, at = len(ask_list), 0
         # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits, and a
-        # round that admits many jobs of one request takes them here (server-centric ones, hundreds).
-        for at, (job, ask) in enumerate(zip(jobs, ask_list, strict=True)):
+        # round that admits many jobs of one request takes them here (server-centric ones, hundreds): a
+        # run of them at once (`_take_run`).
+        while at < n_jobs:
+            job, ask = jobs[at], ask_list[at]
             seen = seen_for(ask)
             if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
+                at += 1
                 continue
             need = needs.get(ask)
-            # (`exceeds` inlined, and the devices' check a loop, not a generator: a round re-admitting
-            # hundreds of jobs of one request takes them here.)
-            if need is not None and not need[0] > self.left_cpu + EPS and not need[1] > self.left_mem + EPS:
-                for _, n, dev in need[2]:
-                    if n > left_dev[dev]:
-                        break
-                else:
-                    self.left_cpu -= need[0]
-                    self.left_mem -= need[1]
-                    for _, n, dev in need[2]:
-                        left_dev[dev] -= n
-                    taken.append(offset + first + at)
-                    n_taken += 1
+            if need is not None:
+                run = self._take_run(need, ask_list, at)
+                if run > at:
+                    taken.extend(range(offset + first + at, offset + first + run))
+                    n_taken += run - at
                     blocked.clear()
+                    at = run
                     continue
             self.consider(job, offset + first + at, ask)
             if len(taken) != n_taken:
                 n_taken = len(taken)
                 blocked.clear()
+                at += 1
                 continue
             blocked.add(ask)
             if len(blocked) == len(walk_asks):
@@ -345,7 +343,37 @@ class _Admission:
                     tail.write(ordered, refused)
                     return None
                 return tail if tail.codes else None
+            at += 1
         return None
+
+    def _take_run(self, need: tuple[float, float, list[tuple[str, int, tuple[str, str | None]]]],
+                  ask_list: list[int], at: int) -> int:
+        """Take the jobs from `at` on while they ask for the request of `need` (taken once already, so its
+        gang fits the machines) and what is left covers them, subtracting as `take` does, job by job
+        (the same rounding); returns where the run stopped (`at`: nothing taken). (`exceeds` inlined.)"""
+        need_cpu, need_mem, devices = need
+        left_cpu, left_mem, left_dev = self.left_cpu, self.left_mem, self.left_dev
+        ask, run, n_jobs = ask_list[at], at, len(ask_list)
+        if len(devices) == 1:  # (the usual request: one kind of device)
+            (_, n, dev), = devices
+            free = left_dev[dev]
+            while (run < n_jobs and ask_list[run] == ask and not need_cpu > left_cpu + EPS
+                   and not need_mem > left_mem + EPS and not n > free):
+                left_cpu -= need_cpu
+                left_mem -= need_mem
+                free -= n
+                run += 1
+            left_dev[dev] = free
+        else:
+            while (run < n_jobs and ask_list[run] == ask and not need_cpu > left_cpu + EPS
+                   and not need_mem > left_mem + EPS and all(n <= left_dev[dev] for _, n, dev in devices)):
+                left_cpu -= need_cpu
+                left_mem -= need_mem
+                for _, n, dev in devices:
+                    left_dev[dev] -= n
+                run += 1
+        self.left_cpu, self.left_mem = left_cpu, left_mem
+        return run
 
     def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
