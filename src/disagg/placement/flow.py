@@ -556,10 +556,12 @@ class FlowPlacer:
         failed (with a job state, or without: `FlowRound.cold_failed`), or still contended after the
         round's tries (re-admitted by its last iteration: `FlowRound.cold`)."""
         ordered = rnd.ordered
-        failed: dict[int, tuple[Reason, str]] = {js.order: js.held_failure or js.failure or self._contended(js.job)
-                                                  for js in rnd.jobs if js.order not in placed_at}
+        contended: dict[int, tuple[Reason, str]] = {}  # by request (`id` of its `TaskRequest`)
+        failed: dict[int, tuple[Reason, str]] = {
+            js.order: js.held_failure or js.failure or self._contended(js.job, contended)
+            for js in rnd.jobs if js.order not in placed_at}
         failed.update(rnd.cold_failed)
-        failed.update((i, self._contended(ordered[i])) for i in rnd.cold)
+        failed.update((i, self._contended(ordered[i], contended)) for i in rnd.cold)
         # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean. A job
         # refused is said so, whatever else the round holds of it.)
         names = list(map(attrgetter("name"), ordered))
@@ -572,8 +574,11 @@ class FlowPlacer:
         return tuple([Unplaced(name, r.reason, r.message) for name, r in zip(names, said, strict=True)
                       if r is not None])
 
-    def _contended(self, job: Job) -> tuple[Reason, str]:
+    def _contended(self, job: Job, said: dict[int, tuple[Reason, str]]) -> tuple[Reason, str]:
         """Why a job admitted this round and never failed waits: it was still contended when the round's
-        tries ran out."""
-        return Reason.CONTENTION, (f"needs {request(job)}; still contended after {self.options.max_iterations} "
-                                   f"tries this round")
+        tries ran out. `said`: the round's, by request (most jobs of a round ask for the same few things)."""
+        found = said.get(id(job.tasks))
+        if found is None:
+            found = said[id(job.tasks)] = (Reason.CONTENTION, (
+                f"needs {request(job)}; still contended after {self.options.max_iterations} tries this round"))
+        return found

@@ -208,15 +208,15 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
 def classify(jobs: list[RoundJob]) -> Classes:
     """Jobs of one round into classes and classes into shapes. A round's job states share one shape
     object per distinct request, so shapes are told apart by identity (no hashing of nested tuples)."""
-    classes: dict[tuple[object, ...], int] = {}
-    of: list[int] = []
-    reps: list[RoundJob] = []  # the first job of each class (classes are numbered as they first appear)
-    for js in jobs:
-        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps, js.guard), len(classes))
-        if c == len(reps):
-            reps.append(js)
-        of.append(c)
-    of_job = np.array(of, dtype=np.int64)
+    # (Columns, not a pass per job: a full cluster's phase holds hundreds of jobs, most of a class of their own.)
+    keys = list(zip(map(id, map(attrgetter("shape"), jobs)), map(attrgetter("profile.name"), jobs),
+                    map(attrgetter("tau"), jobs), map(attrgetter("z"), jobs), map(attrgetter("gbps"), jobs),
+                    map(attrgetter("guard"), jobs), strict=True))
+    # Classes are numbered as they first appear; each is represented by its first job.
+    classes = {key: c for c, key in enumerate(dict.fromkeys(keys))}
+    firsts = dict(zip(reversed(keys), reversed(jobs), strict=True))
+    reps = list(map(firsts.__getitem__, classes))
+    of_job = np.fromiter(map(classes.__getitem__, keys), dtype=np.int64, count=len(keys))
     counts = column(jobs, "count", np.int64)
     tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
     shapes: dict[int, list[int]] = {}
@@ -526,9 +526,9 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
     common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
-    # A class without flow on its own arcs (most) draws from its shape's list only.
-    sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
-               for c in range(len(cls.representative))]
+    # A class without flow on its own arcs (most) draws from its shape's list only. Looked up for the
+    # classes whose jobs the flow placed (a full cluster's phase sends most of its classes to U).
+    sources: dict[int, tuple[Offers, ...]] = {}
     survivors: list[RoundJob] = []
     take = state.take_cpu_along
     # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
@@ -541,12 +541,16 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     # (As lists: a full cluster's round explains hundreds of jobs, and numpy's scalar reads cost more.)
     pricing = phase.pricing
     min_cost, u_cost, min_unheld = pricing.min_cost.tolist(), phase.u_cost.tolist(), pricing.min_unheld.tolist()
+    said: dict[int, str] = {}
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, min_cost[c], u_cost[i], costs, pricing, min_unheld[c])
+            explain(state, js, min_cost[c], u_cost[i], costs, pricing, min_unheld[c], said)
             continue
-        cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
+        offered = sources.get(c)
+        if offered is None:
+            offered = sources[c] = tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
+        cpus, memory_gb, machines = js.cpus, js.memory_gb, js.machines
         for _ in range(count):
             if claims is not None:
                 m = claims.take(offered, js, costs)
@@ -805,10 +809,12 @@ class LocalClaims:
 
 
 def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostModel,
-            pricing: Pricing | None = None, unheld: int = NEVER) -> None:
+            pricing: Pricing | None = None, unheld: int = NEVER, said: dict[int, str] | None = None) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
     was cheaper (only because of the SLO's postponement: `unheld`, its best cost without it), its gang
-    does not fit in what was free when the round began, or jobs ahead of it took what fits."""
+    does not fit in what was free when the round began, or jobs ahead of it took what fits. `said`: the
+    contention messages said so far, by request (`id` of the job's `TaskRequest`; the decoder's, for one
+    phase: a full cluster's phase explains hundreds of jobs asking the same few things)."""
     if best == NEVER:
         js.fail(state, *costs.why_no_machine(state, js))
     elif best >= u_cost > unheld:
@@ -822,8 +828,12 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
         # Not contention: the machines could not take the whole gang before any job of the round took anything.
         _gang_short(state, js, pricing, costs)
     else:
-        js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; what fits went to jobs ahead of it in the "
-                                          f"queue this round")
+        message = None if said is None else said.get(id(js.job.tasks))
+        if message is None:
+            message = f"needs {request(js.job)}; what fits went to jobs ahead of it in the queue this round"
+            if said is not None:
+                said[id(js.job.tasks)] = message
+        js.fail(state, Reason.CONTENTION, message)
 
 
 def _gang_short(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:

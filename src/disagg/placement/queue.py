@@ -250,11 +250,22 @@ class _Admission:
         if n == 0:
             return _Head(0, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0), {})
         requests = list(map(attrgetter("tasks"), ordered))
-        count, cpus, memory = (column(requests, name) for name in ("count", "cpus", "memory_gb"))
+        # A queue's jobs mostly share a few request objects (the simulator's share one per job type): the
+        # columns are read off those and spread over the jobs, rather than off every job.
+        distinct = dict(zip(map(id, requests), requests, strict=True))
+        shared = 2 * len(distinct) <= n
+        asked = list(distinct.values()) if shared else requests
+        count, cpus, memory = (column(asked, name) for name in ("count", "cpus", "memory_gb"))
         # Does a job's gang fit on the machines at all (per distinct task shape)?
         cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
         mem_values, mem_of = np.unique(memory, return_inverse=True)
         shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
+        need_dev = self._device_needs(asked, count)
+        if shared:  # (every request is some job's: the distinct values and the devices' kinds are the jobs')
+            index = {key: k for k, key in enumerate(distinct)}
+            of = np.fromiter(map(index.__getitem__, map(id, requests)), dtype=np.int64, count=n)
+            count, cpus, memory, shape_of = count[of], cpus[of], memory[of], shape_of[of]
+            need_dev = {dev: need_d[of] for dev, need_d in need_dev.items()}
         per_cpu = len(mem_values)
         shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))[0]
                               for s in shapes.tolist()], dtype=np.float64)
@@ -263,7 +274,6 @@ class _Admission:
         over = np.zeros(n, dtype=bool)
         for need, left in ((need_cpu, self.left_cpu), (need_mem, self.left_mem)):
             over |= np.cumsum(np.where(ok, need, 0.0)) > left - _HEAD_MARGIN * max(1.0, abs(left))
-        need_dev = self._device_needs(requests, count)
         for dev, need_d in need_dev.items():
             over |= np.cumsum(np.where(ok, need_d, 0)) > self.device_left(dev)
         over &= ok
