@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_
 
 import numpy as np
 from numpy.typing import NDArray
@@ -81,12 +82,23 @@ class Asks(dict[int, int]):
     def codes_of(self, requests: list[TaskRequest]) -> list[int]:
         """Each request's code, in order (a request not seen before gets its code here)."""
         codes = self.codes
-        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the distinct requests
+        distinct = _distinct(requests)
+        for t in distinct.values():
             if id(t) not in self:
                 models = t.models
                 key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
                 self[id(t)] = codes.setdefault(key, len(codes))
+        if len(distinct) == 1:
+            return [self[next(iter(distinct))]] * len(requests)
         return list(map(self.__getitem__, map(id, requests)))
+
+
+def _distinct(requests: list[TaskRequest]) -> dict[int, TaskRequest]:
+    """The distinct request objects, by `id`, in the order they first appear. A queue whose jobs all
+    share one (the simulator's, of one job type) is told at once, without a dict of the whole queue."""
+    if requests and all(map(is_, requests, repeat(requests[0]))):
+        return {id(requests[0]): requests[0]}
+    return dict(zip(map(id, requests), requests, strict=True))
 
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
@@ -252,7 +264,7 @@ class _Admission:
         requests = list(map(attrgetter("tasks"), ordered))
         # A queue's jobs mostly share a few request objects (the simulator's share one per job type): the
         # columns are read off those and spread over the jobs, rather than off every job.
-        distinct = dict(zip(map(id, requests), requests, strict=True))
+        distinct = _distinct(requests)
         shared = 2 * len(distinct) <= n
         asked = list(distinct.values()) if shared else requests
         count, cpus, memory = (column(asked, name) for name in ("count", "cpus", "memory_gb"))
@@ -262,8 +274,11 @@ class _Admission:
         shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
         need_dev = self._device_needs(asked, count)
         if shared:  # (every request is some job's: the distinct values and the devices' kinds are the jobs')
-            index = {key: k for k, key in enumerate(distinct)}
-            of = np.fromiter(map(index.__getitem__, map(id, requests)), dtype=np.int64, count=n)
+            if len(distinct) == 1:
+                of = np.zeros(n, dtype=np.int64)
+            else:
+                index = {key: k for k, key in enumerate(distinct)}
+                of = np.fromiter(map(index.__getitem__, map(id, requests)), dtype=np.int64, count=n)
             count, cpus, memory, shape_of = count[of], cpus[of], memory[of], shape_of[of]
             need_dev = {dev: need_d[of] for dev, need_d in need_dev.items()}
         per_cpu = len(mem_values)
