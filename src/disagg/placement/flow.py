@@ -566,9 +566,13 @@ class FlowPlacer:
         # refused is said so, whatever else the round holds of it.)
         names = list(map(attrgetter("name"), ordered))
         said: list[Refusal | None] = list(map(rnd.refused.get, names))
-        for i, (reason, message) in failed.items():
+        refusals: dict[tuple[Reason, str], Refusal] = {}  # one per distinct failure (jobs share a few)
+        for i, failure in failed.items():
             if said[i] is None:
-                said[i] = Refusal(reason, message)
+                found = refusals.get(failure)
+                if found is None:
+                    found = refusals[failure] = Refusal(*failure)
+                said[i] = found
         for i in placed_at:
             said[i] = None
         return tuple([Unplaced(name, r.reason, r.message) for name, r in zip(names, said, strict=True)
