@@ -189,11 +189,12 @@ class FlowPlacer:
         """Stage 2, once per iteration: phase 1, the device phases, the gang check; then the retries and
         re-admission. Returns the jobs for the next iteration (none: the round is over)."""
         rnd.iterations += 1
-        if self._nowhere(rnd, pending):
+        known: dict[int, IntArray] = {}  # the shapes' fits `_nowhere` found, for phase 1 (the same state)
+        if self._nowhere(rnd, pending, known):
             first: list[RoundJob] = []
         else:
             pending = self._warm(rnd, pending)
-            first = self._phase_one(rnd, pending)
+            first = self._phase_one(rnd, pending, known)
         survivors = first
         for kind in DEVICE_KINDS:
             wanting = self._wanting(survivors, kind, rnd.cache)
@@ -285,13 +286,14 @@ class FlowPlacer:
         rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
         return sorted(pending + fresh, key=lambda js: js.order)
 
-    def _nowhere(self, rnd: FlowRound, pending: list[RoundJob]) -> bool:
+    def _nowhere(self, rnd: FlowRound, pending: list[RoundJob], known: dict[int, IntArray]) -> bool:
         """Phase 1 when no shape of its jobs (`pending`, and the re-admitted ones not yet made, `rnd.cold`)
         fits any machine (`phase_one.fits_nowhere`): every job fails as the decoder would fail it, without
         a network; a re-admitted job without a job state of its own (one is made per request and gbps, to
         stand for them). A server-centric round whose free devices all sit in pools re-admits hundreds of
         jobs each iteration that no machine serves (paper-128m-4096j under `firmament`: three quarters of
-        its phase-1 jobs). False (nothing done): the phase is built (always, when its networks are kept)."""
+        its phase-1 jobs). False (nothing done): the phase is built (always, when its networks are kept), with the
+        fits found here (`known`)."""
         if self.graphs is not None:
             return False
         start = rnd.clock()
@@ -304,7 +306,8 @@ class FlowPlacer:
                         map(attrgetter("image"), jobs), strict=True))
         firsts = dict(zip(keys, cold, strict=True))
         stand_ins = {key: self._job_state(ordered[i], i, cache) for key, i in firsts.items()}
-        failed = phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit)
+        failed = phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit,
+                                        known)
         if failed:
             why: dict[tuple[object, ...], tuple[Reason, str]] = {}
             for key, js in stand_ins.items():
@@ -471,10 +474,10 @@ class FlowPlacer:
                         shape, wants, t.count, cpus, memory_gb,
                         job.wait_rounds if cache.wait_rounds is None else cache.wait_rounds(job))
 
-    def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
+    def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob], known: dict[int, IntArray]) -> list[RoundJob]:
         state, timings, clock = rnd.state, rnd.timings, rnd.clock
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
-            state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit))
+            state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit, known))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,

@@ -251,9 +251,9 @@ class Candidates:
 
 
 def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
-          first_fit: dict[int, int] | None = None) -> Pricing:
+          first_fit: dict[int, int] | None = None, known: dict[int, IntArray] | None = None) -> Pricing:
     """Arcs from classes to machine classes (`MachineGroups`), directly and through one aggregator per
-    shape."""
+    shape. `known`: the shapes' fits found already in this state (`fits_nowhere`'s), by shape."""
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
     up_load = state.link_load()[:state.n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
@@ -261,8 +261,8 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
                       min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
     reps = [cls.representative[shape_representative(cls, members)] for members in cls.shapes]
-    fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing) for members, rep in zip(cls.shapes, reps,
-                                                                                                  strict=True)]
+    fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing, known)
+            for members, rep in zip(cls.shapes, reps, strict=True)]
     pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
     groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
                                                 *pinned, *fits], state.loc_rack[:state.n_machines])
@@ -306,18 +306,28 @@ def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArra
 
 
 def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: RoundJob, costs: CostModel,
-               local_free: dict[str, IntArray], pricing: Pricing) -> IntArray:
-    """Per machine, how many tasks of the shape it can take (the cost model's capacity; local devices
-    only on a second try that asks for them, one task fewer where a second try avoids a machine)."""
+               local_free: dict[str, IntArray], pricing: Pricing, known: dict[int, IntArray] | None = None) -> IntArray:
+    """Per machine, how many tasks of the shape it can take (`shape_fit`; `known`: found already)."""
+    fit = None if known is None else known.get(id(rep.shape))
+    if fit is None:
+        fit = shape_fit(state, rep, costs, local_free, min(cls.representative[c].gbps for c in members))
+    pricing.fit[id(rep.shape)] = fit
+    if id(rep.shape) not in pricing.first_fit:
+        pricing.first_fit[id(rep.shape)] = int(fit.sum())
+    return fit
+
+
+def shape_fit(state: FreeState, rep: RoundJob, costs: CostModel, local_free: dict[str, IntArray],
+              min_gbps: float) -> IntArray:
+    """Per machine, how many tasks of `rep`'s shape it can take (the cost model's capacity at `min_gbps`,
+    the least any class of the shape draws; local devices only on a second try that asks for them, one
+    task fewer where a second try avoids a machine)."""
     fit = (local_capacity(state, rep, local_free) if rep.local_first else
-           costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
+           costs.task_to_machine_capacity(state, rep, local_free, min_gbps))
     if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
         fit = fit.copy()
         np.subtract.at(fit, list(rep.avoid), 1)
         fit = np.maximum(fit, 0)
-    pricing.fit[id(rep.shape)] = fit
-    if id(rep.shape) not in pricing.first_fit:
-        pricing.first_fit[id(rep.shape)] = int(fit.sum())
     return fit
 
 
@@ -389,7 +399,8 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
         pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
 
 
-def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int]) -> bool:
+def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int],
+                 known: dict[int, IntArray] | None = None) -> bool:
     """Phase 1 when no shape of `jobs` fits any machine: every job fails as the decoder would fail it
     (`explain`: the cost model offers it no machine), without a network, a solve or a decode; True then.
     False (nothing done) when some shape fits somewhere: the caller builds the network.
@@ -400,7 +411,8 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     do not. A shape's fit is `_shape_fit`'s (its first job stands for it: the fit reads the request, and a
     second try's `local_first` or `avoid` has a shape of its own), at the least gbps of its jobs (of its
     classes, in `price`). Nothing is taken here, so the state each explanation reads is the same for all:
-    the cost model's reason is asked once per request and gbps."""
+    the cost model's reason is asked once per request and gbps. `known`: where the fits it finds are kept,
+    by shape (for `price`, in the same state, when some shape fits after all)."""
     # (Columns and sets, not a pass per job: a round sends hundreds of jobs here each iteration.)
     shapes = list(map(id, map(attrgetter("shape"), jobs)))
     gbps = list(map(attrgetter("gbps"), jobs))
@@ -413,12 +425,9 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     for shape, rep in reps.items():
         if rep.count < 1:  # (a job of no tasks is placed by the decoder: left to it)
             return False
-        fit = (local_capacity(state, rep, local_free) if rep.local_first else
-               costs.task_to_machine_capacity(state, rep, local_free, least[shape]))
-        if rep.avoid:
-            fit = fit.copy()
-            np.subtract.at(fit, list(rep.avoid), 1)
-            fit = np.maximum(fit, 0)
+        fit = shape_fit(state, rep, costs, local_free, least[shape])
+        if known is not None:
+            known[shape] = fit
         if fit.any():
             return False
     for shape in reps:
@@ -442,11 +451,13 @@ class PhaseOne:
 
 
 def build(state: FreeState, jobs: list[RoundJob], costs: CostModel, min_candidates: int, queue_len: int,
-          table: JobTable, first_fit: dict[int, int] | None = None) -> PhaseOne:
+          table: JobTable, first_fit: dict[int, int] | None = None, known: dict[int, IntArray] | None = None
+          ) -> PhaseOne:
     """The network of phase 1 for `jobs`. `first_fit`: the round's per-shape fit in its first iteration
-    (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
+    (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out).
+    `known`: shapes' fits found already in this state, by shape (`price`)."""
     cls = classify(jobs)
-    pricing = price(state, cls, costs, min_candidates, first_fit)
+    pricing = price(state, cls, costs, min_candidates, first_fit, known)
     assert pricing.groups is not None
     n_machines, n_jobs, n_classes = len(pricing.groups.first), len(jobs), len(cls.representative)
     net = FlowNetwork()
