@@ -129,6 +129,10 @@ def test_the_flow_placer_keeps_nothing_of_a_round() -> None:
     assert set(vars(placer)) == {"options", "costs", "graphs"}
 
 
+#: What admission's refusals say (`queue._Admission.consider`): jobs the round did not admit.
+_ADMISSION_SAYS = ("after the jobs ahead of it in the queue", "fit now (most free on one machine")
+
+
 def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
     """A phase 1 that no shape of its jobs fits (`FlowPlacer._nowhere`: no network, re-admitted jobs
     without job states) decides what the network and its decoder decide: the same placements, reasons,
@@ -162,6 +166,10 @@ def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
             want = reference.place(snapshot, queue, now, rng)
             got = fast.place(snapshot, queue, now, rng)
             assert (got.placed, got.unplaced, got.stats) == (want.placed, want.unplaced, want.stats)
+            # Every job admitted (a job state or not) is placed or says why the round could not place it;
+            # the others say what admission refused them for.
+            refused = sum(1 for u in got.unplaced if any(said in u.message for said in _ADMISSION_SAYS))
+            assert got.stats["admitted"] == len(queue) - refused
             rounds["all"] += 1
             return got
 
