@@ -18,7 +18,7 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
-from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
@@ -53,7 +53,6 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
-    goals: dict[float, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -438,13 +437,8 @@ class FlowPlacer:
                                                goal_s(no_slo, profile), remote_gbps(no_slo, profile))
         profile, phi_known, default_tau, default_gbps = image
         slo = job.slo_s
-        if slo is None:
-            tau = default_tau
-        else:  # a queue has a few distinct SLOs: clamped once each
-            goal = cache.goals.get(slo)
-            if goal is None:
-                goal = cache.goals[slo] = clamp_goal(slo)
-            tau = goal
+        # (`clamp_goal` inline: a simulated queue's SLOs are mostly each its own, so a memo of them missed.)
+        tau = default_tau if slo is None else TAU_MAX_S if slo != slo else min(max(slo, TAU_MIN_S), TAU_MAX_S)
         gbps = job.network_gbps
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
