@@ -128,3 +128,51 @@ def test_the_flow_placer_keeps_nothing_of_a_round() -> None:
     placer.place(synthetic_cluster(40, 4, 1), rodinia_queue(30, 1), 0.0)
     assert vars(placer) == before
     assert set(vars(placer)) == {"options", "costs", "graphs"}
+
+
+#: What admission's refusals say (`queue._Admission.consider`): jobs the round did not admit.
+_ADMISSION_SAYS = ("after the jobs ahead of it in the queue", "fit now (most free on one machine")
+
+
+def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
+    """A phase 1 that no shape of its jobs fits (`FlowPlacer._nowhere`: no network, re-admitted jobs
+    without job states) decides what the network and its decoder decide: the same placements, reasons,
+    messages and stats in every round of a server-centric run whose free devices sit in pools. The
+    networks are always built where they are kept (`keep_graphs`), so that placer is the reference."""
+    from disagg.placement.registry import get_policy
+    from disagg.sim.engine import SimConfig, simulate
+    from disagg.sim.scenarios import get_scenario
+
+    scenario = get_scenario("paper-16m-512j")
+    cluster = scenario.cluster()
+    reference = get_policy("firmament")
+    reference.keep_graphs()  # type: ignore[attr-defined]
+    fast = get_policy("firmament")
+    rounds = {"all": 0, "nowhere": 0}
+    placer = fast._placer  # type: ignore[attr-defined]
+    nowhere = placer._nowhere
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        found = nowhere(*args)
+        rounds["nowhere"] += found
+        return found
+
+    placer._nowhere = counted
+
+    class Both:
+        name = "firmament"
+        reads_waiting_queue = True
+
+        def place(self, snapshot, queue, now, rng, clock=None, terms=None):  # type: ignore[no-untyped-def]
+            want = reference.place(snapshot, queue, now, rng)
+            got = fast.place(snapshot, queue, now, rng)
+            assert (got.placed, got.unplaced, got.stats) == (want.placed, want.unplaced, want.stats)
+            # Every job admitted (a job state or not) is placed or says why the round could not place it;
+            # the others say what admission refused them for.
+            refused = sum(1 for u in got.unplaced if any(said in u.message for said in _ADMISSION_SAYS))
+            assert got.stats["admitted"] == len(queue) - refused
+            rounds["all"] += 1
+            return got
+
+    simulate(cluster, scenario.submissions(1, cluster)[:200], Both(), 1, SimConfig(interval_s=5.0))  # type: ignore[arg-type]
+    assert rounds["all"] > 20 and rounds["nowhere"] > 20

@@ -18,7 +18,7 @@ from typing import TypeVar
 from disagg.model import DEVICE_KINDS, Cluster, Job
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
-from disagg.placement.cost import clamp_goal, clamp_importance, goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
 from disagg.placement.fairness import fair_order
@@ -53,7 +53,6 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
-    goals: dict[float, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,6 +88,13 @@ class FlowRound:
     #: re-admission first runs (and only for those jobs), then kept in step with `late`.
     head_codes: list[int] | None = None
     iterations: int = 0
+    #: Places in the queue of the jobs re-admitted for the next iteration whose job states are not made
+    #: yet (`FlowPlacer._warm`): made when a phase looks at them, which a phase that no shape of its jobs
+    #: fits does not (`FlowPlacer._nowhere`), nor a last iteration. `cold_failed`: why such a job failed
+    #: without a job state (by place in the queue); `cold_admitted`: how many jobs were admitted so.
+    cold: list[int] = field(default_factory=list)
+    cold_failed: dict[int, tuple[Reason, str]] = field(default_factory=dict)
+    cold_admitted: int = 0
 
     @property
     def queue_len(self) -> int:
@@ -134,11 +140,13 @@ class FlowPlacer:
         rnd.timings.build_s += clock() - start
         pending = rnd.jobs
         for _ in range(self.options.max_iterations):
-            if not pending:
+            if not pending and not rnd.cold:
                 break
             pending = self._iteration(rnd, pending)
-        if not snapshot.allocations and not rnd.placed and rnd.jobs:
-            rnd.placed += self._last_resort(rnd.state, min(rnd.jobs, key=lambda js: js.order))
+        rnd.cold_admitted += len(rnd.cold)  # (re-admitted by the last iteration: no phase looks at them)
+        # (A phase that fits nowhere made `cold` empty: what is left there was re-admitted by the last iteration.)
+        if not snapshot.allocations and not rnd.placed and (rnd.jobs or rnd.cold_admitted):
+            rnd.placed += self._last_resort(rnd.state, self._oldest(rnd))
         decode_start = clock()
         self._settle(rnd)
         placed, unplaced = self._decisions(rnd)
@@ -148,7 +156,7 @@ class FlowPlacer:
             placed=placed,
             unplaced=unplaced,
             timings=rnd.timings.as_dict(clock() - start),
-            stats={"admitted": len(rnd.jobs), "iterations": rnd.iterations,
+            stats={"admitted": len(rnd.jobs) + rnd.cold_admitted, "iterations": rnd.iterations,
                    "slo_at_risk": sum(1 for p in placed if p.slo_at_risk)},
         )
 
@@ -180,7 +188,12 @@ class FlowPlacer:
         """Stage 2, once per iteration: phase 1, the device phases, the gang check; then the retries and
         re-admission. Returns the jobs for the next iteration (none: the round is over)."""
         rnd.iterations += 1
-        first = self._phase_one(rnd, pending)
+        known: dict[int, IntArray] = {}  # the shapes' fits `_nowhere` found, for phase 1 (the same state)
+        if self._nowhere(rnd, pending, known):
+            first: list[RoundJob] = []
+        else:
+            pending = self._warm(rnd, pending)
+            first = self._phase_one(rnd, pending, known)
         survivors = first
         for kind in DEVICE_KINDS:
             wanting = self._wanting(survivors, kind, rnd.cache)
@@ -190,8 +203,8 @@ class FlowPlacer:
         rnd.placed += survivors
         retry, forced = self._retries(rnd, pending, first)
         fresh = self._readmit(rnd)
-        if fresh or forced:
-            rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
+        if forced:
+            rnd.table = rnd.table.extended(rnd.jobs, [], rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
         # (what the flow gave them is free again; looked for only then: a pass over every job of the round).
         if not survivors and not fresh and not forced and not (retry and any(
@@ -199,7 +212,8 @@ class FlowPlacer:
             return []
         for js in retry:
             js.failure = None
-        return sorted(retry + fresh, key=lambda js: js.order)
+        rnd.cold = fresh
+        return sorted(retry, key=lambda js: js.order)
 
     def _retries(self, rnd: FlowRound, pending: list[RoundJob], first: list[RoundJob]
                  ) -> tuple[list[RoundJob], list[RoundJob]]:
@@ -211,9 +225,11 @@ class FlowPlacer:
         retry += [js for js in forced if js.failure is not None and js.failure[0] != Reason.CONTENTION]
         return retry, forced
 
-    def _readmit(self, rnd: FlowRound) -> list[RoundJob]:
+    def _readmit(self, rnd: FlowRound) -> list[int]:
         """Stage 4: jobs refused up front only because the jobs ahead of them claimed what was free get
-        another look, now that those jobs are decided (some of them may not have been placed)."""
+        another look, now that those jobs are decided (some of them may not have been placed). Returns
+        the places in the queue of those admitted (their job states are made when a phase needs them:
+        `_warm`)."""
         ordered, refused, late, split, contention = rnd.ordered, rnd.refused, rnd.late, rnd.tail_from, Reason.CONTENTION
         if rnd.head_codes is None:
             rnd.head_codes = rnd.cache.asks.codes_of([ordered[i].tasks for i in late[:split]])
@@ -242,9 +258,9 @@ class FlowPlacer:
         # walk's tail.
         more, _, tail = admit_deferred(rnd.state, list(map(ordered.__getitem__, positions)), vectorised=False,
                                        asks=rnd.cache.asks, refused=refused, codes=codes)
-        fresh = [self._job_state(ordered[positions[k]], positions[k], rnd.cache) for k in more]
-        for js in fresh:
-            refused.pop(js.job.name, None)  # (a job of an earlier tail has none)
+        fresh = [positions[k] for k in more]
+        for i in fresh:
+            refused.pop(ordered[i].name, None)  # (a job of an earlier tail has none)
         taken = set(more)
         end = len(positions) if tail is None else tail.start
         rnd.late = [i for k, i in enumerate(positions[:end]) if k not in taken] if taken else positions[:end]
@@ -253,9 +269,63 @@ class FlowPlacer:
         rnd.tail_said, rnd.tail_codes = ({}, []) if tail is None else (tail.said, tail.codes)
         if tail is not None:
             rnd.late += positions[end:]
+        return fresh
+
+    def _warm(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
+        """The re-admitted jobs' job states, made for the phase that looks at them (nothing has changed
+        the free state since they were admitted): appended to the round's jobs and table, and merged into
+        `pending` in queue order."""
+        if not rnd.cold:
+            return pending
+        ordered, cache = rnd.ordered, rnd.cache
+        fresh = [self._job_state(ordered[i], i, cache) for i in rnd.cold]
+        rnd.cold = []
         self._guard(rnd.state, fresh)
         rnd.jobs += fresh
-        return fresh
+        rnd.table = rnd.table.extended(rnd.jobs, fresh, rnd.bonus)
+        return sorted(pending + fresh, key=lambda js: js.order)
+
+    def _nowhere(self, rnd: FlowRound, pending: list[RoundJob], known: dict[int, IntArray]) -> bool:
+        """Phase 1 when no shape of its jobs (`pending`, and the re-admitted ones not yet made, `rnd.cold`)
+        fits any machine (`phase_one.fits_nowhere`): every job fails as the decoder would fail it, without
+        a network; a re-admitted job without a job state of its own (one is made per request and gbps, to
+        stand for them). A server-centric round whose free devices all sit in pools re-admits hundreds of
+        jobs each iteration that no machine serves (paper-128m-4096j under `firmament`: three quarters of
+        its phase-1 jobs). False (nothing done): the phase is built (always, when its networks are kept), with the
+        fits found here (`known`)."""
+        if self.graphs is not None:
+            return False
+        start = rnd.clock()
+        ordered, cache = rnd.ordered, rnd.cache
+        # The re-admitted jobs by request and what sets their gbps (what their fit and their reason read),
+        # as columns: most of them ask for the same few things.
+        cold = rnd.cold
+        jobs = list(map(ordered.__getitem__, cold))
+        keys = list(zip(map(id, map(attrgetter("tasks"), jobs)), map(attrgetter("network_gbps"), jobs),
+                        map(attrgetter("image"), jobs), strict=True))
+        firsts = dict(zip(keys, cold, strict=True))
+        stand_ins = {key: self._job_state(ordered[i], i, cache) for key, i in firsts.items()}
+        failed = phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit,
+                                        known)
+        if failed:
+            why: dict[tuple[object, ...], tuple[Reason, str]] = {}
+            for key, js in stand_ins.items():
+                assert js.failure is not None  # (`fits_nowhere` failed every job it was given)
+                why[key] = js.failure
+            rnd.cold_failed.update(zip(cold, map(why.__getitem__, keys), strict=True))
+            rnd.cold_admitted += len(cold)
+            rnd.cold = []
+        rnd.timings.decode_s += rnd.clock() - start
+        return failed
+
+    def _oldest(self, rnd: FlowRound) -> RoundJob:
+        """The oldest job the round admitted (the last resort's): a job state, made for it when it has none
+        (it then stays out of the round's jobs: it is placed, or stays as it was)."""
+        oldest = min(rnd.jobs, key=lambda js: js.order) if rnd.jobs else None
+        first = min(min(rnd.cold_failed, default=len(rnd.ordered)), min(rnd.cold, default=len(rnd.ordered)))
+        if oldest is not None and oldest.order < first:
+            return oldest
+        return self._job_state(rnd.ordered[first], first, rnd.cache)
 
     @staticmethod
     def _settle(rnd: FlowRound) -> None:
@@ -367,13 +437,8 @@ class FlowPlacer:
                                                goal_s(no_slo, profile), remote_gbps(no_slo, profile))
         profile, phi_known, default_tau, default_gbps = image
         slo = job.slo_s
-        if slo is None:
-            tau = default_tau
-        else:  # a queue has a few distinct SLOs: clamped once each
-            goal = cache.goals.get(slo)
-            if goal is None:
-                goal = cache.goals[slo] = clamp_goal(slo)
-            tau = goal
+        # (`clamp_goal` inline: a simulated queue's SLOs are mostly each its own, so a memo of them missed.)
+        tau = default_tau if slo is None else TAU_MAX_S if slo != slo else min(max(slo, TAU_MIN_S), TAU_MAX_S)
         gbps = job.network_gbps
         t = job.tasks
         # Requests repeat across a queue: their device and model parts are worked out once per round.
@@ -403,10 +468,10 @@ class FlowPlacer:
                         shape, wants, t.count, cpus, memory_gb,
                         job.wait_rounds if cache.wait_rounds is None else cache.wait_rounds(job))
 
-    def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob]) -> list[RoundJob]:
+    def _phase_one(self, rnd: FlowRound, jobs: list[RoundJob], known: dict[int, IntArray]) -> list[RoundJob]:
         state, timings, clock = rnd.state, rnd.timings, rnd.clock
         phase = self._timed(timings, clock, "build_s", lambda: phase_one.build(
-            state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit))
+            state, jobs, self.costs, self.options.min_candidates, rnd.queue_len, rnd.table, rnd.first_fit, known))
         flows = self._timed(timings, clock, "solve_s", lambda: solve(phase.net))
         self._keep("phase1", phase.net, flows)
         return self._timed(timings, clock, "decode_s", lambda: phase_one.decode(state, jobs, phase, flows,
@@ -456,7 +521,7 @@ class FlowPlacer:
 
     def _decisions(self, rnd: FlowRound) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
         """The last stage: the placed jobs as placements (queue order) and every other job with why."""
-        state, ordered, placed, jobs, refused = rnd.state, rnd.ordered, rnd.placed, rnd.jobs, rnd.refused
+        state, ordered, placed = rnd.state, rnd.ordered, rnd.placed
         names = state.cluster.locations  # machines first, in order
         # Jobs of one image share their local time (known profiles): round it once (round is slow).
         rounded: dict[float, float] = {}
@@ -481,25 +546,40 @@ class FlowPlacer:
         placed_at = {js.order for js in placed}
         if len(placed_at) == len(ordered):  # every job placed: none to explain (no pass over the queue)
             return tuple(out_placed), ()
-        return tuple(out_placed), self._unplaced(ordered, placed_at, jobs, refused)
+        return tuple(out_placed), self._unplaced(rnd, placed_at)
 
-    def _unplaced(self, ordered: list[Job], placed_at: set[int], jobs: list[RoundJob],
-                  refused: dict[str, Refusal]) -> tuple[Unplaced, ...]:
-        """Every job not placed (`placed_at`: their places in the queue), in queue order, with why."""
-        by_name = {js.job.name: js for js in jobs if js.order not in placed_at}
-        out: list[Unplaced] = []
-        append, refusal = out.append, refused.get
-        # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean.)
-        for i, job in enumerate(ordered):
-            if i in placed_at:
-                continue
-            r = refusal(job.name)
-            if r is not None:
-                append(Unplaced(job.name, r.reason, r.message))
-                continue
-            js = by_name[job.name]
-            reason, message = js.held_failure or js.failure or (
-                Reason.CONTENTION, f"needs {request(job)}; still contended after {self.options.max_iterations} tries "
-                                   f"this round")
-            out.append(Unplaced(job.name, reason, message))
-        return tuple(out)
+    def _unplaced(self, rnd: FlowRound, placed_at: set[int]) -> tuple[Unplaced, ...]:
+        """Every job not placed (`placed_at`: their places in the queue), in queue order, with why: refused,
+        failed (with a job state, or without: `FlowRound.cold_failed`), or still contended after the
+        round's tries (re-admitted by its last iteration: `FlowRound.cold`)."""
+        ordered = rnd.ordered
+        contended: dict[int, tuple[Reason, str]] = {}  # by request (`id` of its `TaskRequest`)
+        failed: dict[int, tuple[Reason, str]] = {
+            js.order: js.held_failure or js.failure or self._contended(js.job, contended)
+            for js in rnd.jobs if js.order not in placed_at}
+        failed.update(rnd.cold_failed)
+        failed.update((i, self._contended(ordered[i], contended)) for i in rnd.cold)
+        # (One pass over a queue of thousands on a full cluster, most of it refused: kept lean. A job
+        # refused is said so, whatever else the round holds of it.)
+        names = list(map(attrgetter("name"), ordered))
+        said: list[Refusal | None] = list(map(rnd.refused.get, names))
+        refusals: dict[tuple[Reason, str], Refusal] = {}  # one per distinct failure (jobs share a few)
+        for i, failure in failed.items():
+            if said[i] is None:
+                found = refusals.get(failure)
+                if found is None:
+                    found = refusals[failure] = Refusal(*failure)
+                said[i] = found
+        for i in placed_at:
+            said[i] = None
+        return tuple([Unplaced(name, r.reason, r.message) for name, r in zip(names, said, strict=True)
+                      if r is not None])
+
+    def _contended(self, job: Job, said: dict[int, tuple[Reason, str]]) -> tuple[Reason, str]:
+        """Why a job admitted this round and never failed waits: it was still contended when the round's
+        tries ran out. `said`: the round's, by request (most jobs of a round ask for the same few things)."""
+        found = said.get(id(job.tasks))
+        if found is None:
+            found = said[id(job.tasks)] = (Reason.CONTENTION, (
+                f"needs {request(job)}; still contended after {self.options.max_iterations} tries this round"))
+        return found

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -211,15 +212,15 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
 def classify(jobs: list[RoundJob]) -> Classes:
     """Jobs of one round into classes and classes into shapes. A round's job states share one shape
     object per distinct request, so shapes are told apart by identity (no hashing of nested tuples)."""
-    classes: dict[tuple[object, ...], int] = {}
-    of: list[int] = []
-    reps: list[RoundJob] = []  # the first job of each class (classes are numbered as they first appear)
-    for js in jobs:
-        c = classes.setdefault((id(js.shape), js.profile.name, js.tau, js.z, js.gbps, js.guard), len(classes))
-        if c == len(reps):
-            reps.append(js)
-        of.append(c)
-    of_job = np.array(of, dtype=np.int64)
+    # (Columns, not a pass per job: a full cluster's phase holds hundreds of jobs, most of a class of their own.)
+    keys = list(zip(map(id, map(attrgetter("shape"), jobs)), map(attrgetter("profile.name"), jobs),
+                    map(attrgetter("tau"), jobs), map(attrgetter("z"), jobs), map(attrgetter("gbps"), jobs),
+                    map(attrgetter("guard"), jobs), strict=True))
+    # Classes are numbered as they first appear; each is represented by its first job.
+    classes = {key: c for c, key in enumerate(dict.fromkeys(keys))}
+    firsts = dict(zip(reversed(keys), reversed(jobs), strict=True))
+    reps = list(map(firsts.__getitem__, classes))
+    of_job = np.fromiter(map(classes.__getitem__, keys), dtype=np.int64, count=len(keys))
     counts = column(jobs, "count", np.int64)
     tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
     shapes: dict[int, list[int]] = {}
@@ -254,9 +255,9 @@ class Candidates:
 
 
 def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
-          first_fit: dict[int, int] | None = None) -> Pricing:
+          first_fit: dict[int, int] | None = None, known: dict[int, IntArray] | None = None) -> Pricing:
     """Arcs from classes to machine classes (`MachineGroups`), directly and through one aggregator per
-    shape."""
+    shape. `known`: the shapes' fits found already in this state (`fits_nowhere`'s), by shape."""
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
     up_load = state.link_load()[:state.n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
@@ -264,8 +265,8 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
                       min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
     reps = [cls.representative[shape_representative(cls, members)] for members in cls.shapes]
-    fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing) for members, rep in zip(cls.shapes, reps,
-                                                                                                  strict=True)]
+    fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing, known)
+            for members, rep in zip(cls.shapes, reps, strict=True)]
     pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
     groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
                                                 *pinned, *fits], state.loc_rack[:state.n_machines])
@@ -323,18 +324,28 @@ def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArra
 
 
 def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: RoundJob, costs: CostModel,
-               local_free: dict[str, IntArray], pricing: Pricing) -> IntArray:
-    """Per machine, how many tasks of the shape it can take (the cost model's capacity; local devices
-    only on a second try that asks for them, one task fewer where a second try avoids a machine)."""
+               local_free: dict[str, IntArray], pricing: Pricing, known: dict[int, IntArray] | None = None) -> IntArray:
+    """Per machine, how many tasks of the shape it can take (`shape_fit`; `known`: found already)."""
+    fit = None if known is None else known.get(id(rep.shape))
+    if fit is None:
+        fit = shape_fit(state, rep, costs, local_free, min(cls.representative[c].gbps for c in members))
+    pricing.fit[id(rep.shape)] = fit
+    if id(rep.shape) not in pricing.first_fit:
+        pricing.first_fit[id(rep.shape)] = int(fit.sum())
+    return fit
+
+
+def shape_fit(state: FreeState, rep: RoundJob, costs: CostModel, local_free: dict[str, IntArray],
+              min_gbps: float) -> IntArray:
+    """Per machine, how many tasks of `rep`'s shape it can take (the cost model's capacity at `min_gbps`,
+    the least any class of the shape draws; local devices only on a second try that asks for them, one
+    task fewer where a second try avoids a machine)."""
     fit = (local_capacity(state, rep, local_free) if rep.local_first else
-           costs.task_to_machine_capacity(state, rep, local_free, min(cls.representative[c].gbps for c in members)))
+           costs.task_to_machine_capacity(state, rep, local_free, min_gbps))
     if rep.avoid:  # its second try: one task fewer on the machine that failed it (flow.py)
         fit = fit.copy()
         np.subtract.at(fit, list(rep.avoid), 1)
         fit = np.maximum(fit, 0)
-    pricing.fit[id(rep.shape)] = fit
-    if id(rep.shape) not in pricing.first_fit:
-        pricing.first_fit[id(rep.shape)] = int(fit.sum())
     return fit
 
 
@@ -405,6 +416,46 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
         pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
 
 
+def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int],
+                 known: dict[int, IntArray] | None = None) -> bool:
+    """Phase 1 when no shape of `jobs` fits any machine: every job fails as the decoder would fail it
+    (`explain`: the cost model offers it no machine), without a network, a solve or a decode; True then.
+    False (nothing done) when some shape fits somewhere: the caller builds the network.
+
+    A server-centric round whose free devices all sit in pools admits hundreds of jobs that no machine
+    serves with its own devices, iteration after iteration (paper-128m-4096j under `firmament`: three
+    quarters of its phase-1 jobs); their network has no arc but to U, and its flow says nothing the fits
+    do not. A shape's fit is `_shape_fit`'s (its first job stands for it: the fit reads the request, and a
+    second try's `local_first` or `avoid` has a shape of its own), at the least gbps of its jobs (of its
+    classes, in `price`). Nothing is taken here, so the state each explanation reads is the same for all:
+    the cost model's reason is asked once per request and gbps. `known`: where the fits it finds are kept,
+    by shape (for `price`, in the same state, when some shape fits after all)."""
+    # (Columns and sets, not a pass per job: a round sends hundreds of jobs here each iteration.)
+    shapes = list(map(id, map(attrgetter("shape"), jobs)))
+    gbps = list(map(attrgetter("gbps"), jobs))
+    reps = dict(zip(shapes, jobs, strict=True))
+    least: dict[int, float] = {}
+    for shape, g in set(zip(shapes, gbps, strict=True)):
+        if shape not in least or g < least[shape]:
+            least[shape] = g
+    local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
+    for shape, rep in reps.items():
+        if rep.count < 1:  # (a job of no tasks is placed by the decoder: left to it)
+            return False
+        fit = shape_fit(state, rep, costs, local_free, least[shape])
+        if known is not None:
+            known[shape] = fit
+        if fit.any():
+            return False
+    for shape in reps:
+        first_fit.setdefault(shape, 0)
+    keys = list(zip(map(id, map(attrgetter("job.tasks"), jobs)), gbps, strict=True))
+    said = {key: costs.why_no_machine(state, js) for key, js in dict(zip(keys, jobs, strict=True)).items()}
+    for js, key in zip(jobs, keys, strict=True):
+        js.fail(state, *said[key])
+    return True
+
+
 @dataclass
 class PhaseOne:
     """The network of phase 1 and what the decoder reads back from its flows."""
@@ -417,11 +468,13 @@ class PhaseOne:
 
 
 def build(state: FreeState, jobs: list[RoundJob], costs: CostModel, min_candidates: int, queue_len: int,
-          table: JobTable, first_fit: dict[int, int] | None = None) -> PhaseOne:
+          table: JobTable, first_fit: dict[int, int] | None = None, known: dict[int, IntArray] | None = None
+          ) -> PhaseOne:
     """The network of phase 1 for `jobs`. `first_fit`: the round's per-shape fit in its first iteration
-    (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out)."""
+    (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out).
+    `known`: shapes' fits found already in this state, by shape (`price`)."""
     cls = classify(jobs)
-    pricing = price(state, cls, costs, min_candidates, first_fit)
+    pricing = price(state, cls, costs, min_candidates, first_fit, known)
     assert pricing.groups is not None
     n_machines, n_jobs, n_classes = len(pricing.groups.first), len(jobs), len(cls.representative)
     net = FlowNetwork()
@@ -501,9 +554,9 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
     common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
-    # A class without flow on its own arcs (most) draws from its shape's list only.
-    sources = [tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
-               for c in range(len(cls.representative))]
+    # A class without flow on its own arcs (most) draws from its shape's list only. Looked up for the
+    # classes whose jobs the flow placed (a full cluster's phase sends most of its classes to U).
+    sources: dict[int, tuple[Offers, ...]] = {}
     survivors: list[RoundJob] = []
     take = state.take_cpu_along
     # Server-centric: a machine's local devices bound its tasks. The flow cannot see that (a class's own
@@ -516,12 +569,16 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     # (As lists: a full cluster's round explains hundreds of jobs, and numpy's scalar reads cost more.)
     pricing = phase.pricing
     min_cost, u_cost, min_unheld = pricing.min_cost.tolist(), phase.u_cost.tolist(), pricing.min_unheld.tolist()
+    said: dict[int, str] = {}
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
-            explain(state, js, min_cost[c], u_cost[i], costs, pricing, min_unheld[c])
+            explain(state, js, min_cost[c], u_cost[i], costs, pricing, min_unheld[c], said)
             continue
-        cpus, memory_gb, machines, offered = js.cpus, js.memory_gb, js.machines, sources[c]
+        offered = sources.get(c)
+        if offered is None:
+            offered = sources[c] = tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
+        cpus, memory_gb, machines = js.cpus, js.memory_gb, js.machines
         for _ in range(count):
             if claims is not None:
                 m = claims.take(offered, js, costs)
@@ -802,10 +859,12 @@ class LocalClaims:
 
 
 def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostModel,
-            pricing: Pricing | None = None, unheld: int = NEVER) -> None:
+            pricing: Pricing | None = None, unheld: int = NEVER, said: dict[int, str] | None = None) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
     was cheaper (only because of the SLO's postponement: `unheld`, its best cost without it), its gang
-    does not fit in what was free when the round began, or jobs ahead of it took what fits."""
+    does not fit in what was free when the round began, or jobs ahead of it took what fits. `said`: the
+    contention messages said so far, by request (`id` of the job's `TaskRequest`; the decoder's, for one
+    phase: a full cluster's phase explains hundreds of jobs asking the same few things)."""
     if best == NEVER:
         js.fail(state, *costs.why_no_machine(state, js))
     elif best >= u_cost > unheld:
@@ -819,8 +878,12 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
         # Not contention: the machines could not take the whole gang before any job of the round took anything.
         _gang_short(state, js, pricing, costs)
     else:
-        js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; what fits went to jobs ahead of it in the "
-                                          f"queue this round")
+        message = None if said is None else said.get(id(js.job.tasks))
+        if message is None:
+            message = f"needs {request(js.job)}; what fits went to jobs ahead of it in the queue this round"
+            if said is not None:
+                said[id(js.job.tasks)] = message
+        js.fail(state, Reason.CONTENTION, message)
 
 
 def _gang_short(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_
 
 import numpy as np
 from numpy.typing import NDArray
@@ -81,12 +82,23 @@ class Asks(dict[int, int]):
     def codes_of(self, requests: list[TaskRequest]) -> list[int]:
         """Each request's code, in order (a request not seen before gets its code here)."""
         codes = self.codes
-        for t in dict(zip(map(id, requests), requests, strict=True)).values():  # the distinct requests
+        distinct = _distinct(requests)
+        for t in distinct.values():
             if id(t) not in self:
                 models = t.models
                 key = (t.count, t.cpus, t.memory_gb, tuple(t.devices.items()), tuple(models.items()) if models else ())
                 self[id(t)] = codes.setdefault(key, len(codes))
+        if len(distinct) == 1:
+            return [self[next(iter(distinct))]] * len(requests)
         return list(map(self.__getitem__, map(id, requests)))
+
+
+def _distinct(requests: list[TaskRequest]) -> dict[int, TaskRequest]:
+    """The distinct request objects, by `id`, in the order they first appear. A queue whose jobs all
+    share one (the simulator's, of one job type) is told at once, without a dict of the whole queue."""
+    if requests and all(map(is_, requests, repeat(requests[0]))):
+        return {id(requests[0]): requests[0]}
+    return dict(zip(map(id, requests), requests, strict=True))
 
 
 def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, probe: int = HEAD_PROBE,
@@ -250,11 +262,25 @@ class _Admission:
         if n == 0:
             return _Head(0, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0), {})
         requests = list(map(attrgetter("tasks"), ordered))
-        count, cpus, memory = (column(requests, name) for name in ("count", "cpus", "memory_gb"))
+        # A queue's jobs mostly share a few request objects (the simulator's share one per job type): the
+        # columns are read off those and spread over the jobs, rather than off every job.
+        distinct = _distinct(requests)
+        shared = 2 * len(distinct) <= n
+        asked = list(distinct.values()) if shared else requests
+        count, cpus, memory = (column(asked, name) for name in ("count", "cpus", "memory_gb"))
         # Does a job's gang fit on the machines at all (per distinct task shape)?
         cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
         mem_values, mem_of = np.unique(memory, return_inverse=True)
         shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
+        need_dev = self._device_needs(asked, count)
+        if shared:  # (every request is some job's: the distinct values and the devices' kinds are the jobs')
+            if len(distinct) == 1:
+                of = np.zeros(n, dtype=np.int64)
+            else:
+                index = {key: k for k, key in enumerate(distinct)}
+                of = np.fromiter(map(index.__getitem__, map(id, requests)), dtype=np.int64, count=n)
+            count, cpus, memory, shape_of = count[of], cpus[of], memory[of], shape_of[of]
+            need_dev = {dev: need_d[of] for dev, need_d in need_dev.items()}
         per_cpu = len(mem_values)
         shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))[0]
                               for s in shapes.tolist()], dtype=np.float64)
@@ -263,7 +289,6 @@ class _Admission:
         over = np.zeros(n, dtype=bool)
         for need, left in ((need_cpu, self.left_cpu), (need_mem, self.left_mem)):
             over |= np.cumsum(np.where(ok, need, 0.0)) > left - _HEAD_MARGIN * max(1.0, abs(left))
-        need_dev = self._device_needs(requests, count)
         for dev, need_d in need_dev.items():
             over |= np.cumsum(np.where(ok, need_d, 0)) > self.device_left(dev)
         over &= ok
@@ -309,29 +334,32 @@ class _Admission:
         n_taken = len(taken)
         # The walk's requests refused with nothing taken since (a take makes every request worth a look).
         blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
-        needs, left_dev = self.needs, self.left_dev
+        needs = self.needs
+        n_jobs, at = len(ask_list), 0
         # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits, and a
-        # round that admits many jobs of one request takes them here (server-centric ones, hundreds).
-        for at, (job, ask) in enumerate(zip(jobs, ask_list, strict=True)):
+        # round that admits many jobs of one request takes them here (server-centric ones, hundreds): a
+        # run of them at once (`_take_run`).
+        while at < n_jobs:
+            job, ask = jobs[at], ask_list[at]
             seen = seen_for(ask)
             if seen is not None and seen[0] == n_taken:
                 refused[job.name] = seen[1]
+                at += 1
                 continue
             need = needs.get(ask)
-            if (need is not None and not exceeds(need[0], self.left_cpu) and not exceeds(need[1], self.left_mem)
-                    and all(n <= left_dev[dev] for _, n, dev in need[2])):
-                self.left_cpu -= need[0]
-                self.left_mem -= need[1]
-                for _, n, dev in need[2]:
-                    left_dev[dev] -= n
-                taken.append(offset + first + at)
-                n_taken += 1
-                blocked.clear()
-                continue
+            if need is not None:
+                run = self._take_run(need, ask_list, at)
+                if run > at:
+                    taken.extend(range(offset + first + at, offset + first + run))
+                    n_taken += run - at
+                    blocked.clear()
+                    at = run
+                    continue
             self.consider(job, offset + first + at, ask)
             if len(taken) != n_taken:
                 n_taken = len(taken)
                 blocked.clear()
+                at += 1
                 continue
             blocked.add(ask)
             if len(blocked) == len(walk_asks):
@@ -340,7 +368,37 @@ class _Admission:
                     tail.write(ordered, refused)
                     return None
                 return tail if tail.codes else None
+            at += 1
         return None
+
+    def _take_run(self, need: tuple[float, float, list[tuple[str, int, tuple[str, str | None]]]],
+                  ask_list: list[int], at: int) -> int:
+        """Take the jobs from `at` on while they ask for the request of `need` (taken once already, so its
+        gang fits the machines) and what is left covers them, subtracting as `take` does, job by job
+        (the same rounding); returns where the run stopped (`at`: nothing taken). (`exceeds` inlined.)"""
+        need_cpu, need_mem, devices = need
+        left_cpu, left_mem, left_dev = self.left_cpu, self.left_mem, self.left_dev
+        ask, run, n_jobs = ask_list[at], at, len(ask_list)
+        if len(devices) == 1:  # (the usual request: one kind of device)
+            (_, n, dev), = devices
+            free = left_dev[dev]
+            while (run < n_jobs and ask_list[run] == ask and not need_cpu > left_cpu + EPS
+                   and not need_mem > left_mem + EPS and not n > free):
+                left_cpu -= need_cpu
+                left_mem -= need_mem
+                free -= n
+                run += 1
+            left_dev[dev] = free
+        else:
+            while (run < n_jobs and ask_list[run] == ask and not need_cpu > left_cpu + EPS
+                   and not need_mem > left_mem + EPS and all(n <= left_dev[dev] for _, n, dev in devices)):
+                left_cpu -= need_cpu
+                left_mem -= need_mem
+                for _, n, dev in devices:
+                    left_dev[dev] -= n
+                run += 1
+        self.left_cpu, self.left_mem = left_cpu, left_mem
+        return run
 
     def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
