@@ -94,7 +94,7 @@ def test_learned_profiles_come_close_to_the_truth_and_their_bound_covers_it(
         # an image the policy keeps placing remote ends close (one it keeps local learns less); not
         # within 10% on every trace: each job's own size varies (±10% around its image's base time),
         # which the fit cannot see, and where the bigger jobs happened to meet the higher loads it reads
-        # that as load cost (solver 15-17% over on trace 4 from 38 remote runs at loads 0.05-0.57: with
+        # that as load cost (solver 15-16% over on trace 4 from 37-39 remote runs at loads 0.05-0.57: with
         # each run divided by its own job's size the same runs give the truth; taking collocation off
         # moves it 1 point; docs/profiles.md, "Third pass")
         settled = {im: p for im, p in final.items() if p["remote"] >= 10}
