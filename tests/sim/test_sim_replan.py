@@ -10,7 +10,7 @@ import pytest
 
 from disagg.profiles import Profile
 from disagg.sim.execution import path_factor, task_stretch
-from disagg.sim.replan import Replanning
+from disagg.sim.replan import Replanning, plan_of
 from disagg.sim.simcluster import Grant, Running, SimTask
 
 
@@ -36,7 +36,8 @@ def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
     links = [f"l{i}" for i in range(4)]
     state = SimpleNamespace(
         link_used={lk: rng.uniform(0.0, 30.0) for lk in links},
-        link_share={d: rng.uniform(0.0, 0.9) for d in range(8) if rng.random() < 0.6},
+        # (a negative share and loads past 1 reach the clamps of pcie_factor and link_load_factor)
+        link_share={d: rng.uniform(-0.2, 1.2) for d in range(8) if rng.random() < 0.6},
         cpu_used=[rng.uniform(0.0, 40.0) for _ in range(3)],
         machines=[SimpleNamespace(cpus=rng.choice([0.0, 16.0, 32.0])) for _ in range(3)])
     tasks = []
@@ -68,3 +69,27 @@ def test_stretch_matches_the_model_to_the_bit(seed: int) -> None:
     state, run = _case(random.Random(seed))
     fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
     assert fast == _reference(state, run)
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_the_plan_is_read_once_and_reused(seed: int) -> None:
+    """`_reevaluate` keeps a run's plan; the stretch from a kept plan agrees with a fresh one after the
+    cluster's use changes (the plan holds only what a run's life does not change)."""
+    rng = random.Random(seed)
+    state, run = _case(rng)
+    run.plan = plan_of(run, state.machines)
+    kept = run.plan
+    for lk in state.link_used:
+        state.link_used[lk] = rng.uniform(0.0, 30.0)
+    state.cpu_used = [rng.uniform(0.0, 40.0) for _ in state.cpu_used]
+    fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
+    assert run.plan is kept
+    assert fast == _reference(state, run)
+
+
+def test_a_plan_needs_local_transfer_devices_first() -> None:
+    state, run = _case(random.Random(3))
+    t = run.tasks[0]
+    t.transfer = [Grant(0, True, ("l0",), 1.0, "gpu", (10.0,)), Grant(1, False, (), 0.0)]
+    with pytest.raises(ValueError, match="local transfer devices must come first"):
+        plan_of(run, state.machines)

@@ -65,6 +65,21 @@ class Kernel(Generic[E]):
         heapq.heappush(self._heap, (time, int(priority), seq, event))
         return seq
 
+    def reschedule(self, seq: int, time: float, priority: int, event: E) -> int:
+        """`cancel(seq)` (when seq >= 0), then `schedule(time, priority, event)`: one call for the
+        re-planner, which moves some 90,000 finish events in a long run."""
+        if time < self.now:
+            raise ValueError(f"cannot schedule at t={time} before now={self.now}")
+        dead = self._dead
+        new = self._seq
+        if 0 <= seq < new:
+            dead.add(seq)
+        self._seq = new + 1
+        heapq.heappush(self._heap, (time, int(priority), new, event))
+        if len(dead) > 64 and len(dead) * 2 >= len(self._heap):
+            self._compact()
+        return new
+
     def cancel(self, seq: int) -> None:
         """Forget a pending event. Idempotent; cancelling one that already fired does nothing harmful."""
         if seq < self._seq:

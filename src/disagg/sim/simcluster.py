@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_HEALTHY
@@ -53,6 +54,29 @@ class SimTask:
     remote_memory_gb: float = 0.0
 
 
+class RemotePath(NamedTuple):
+    """A remote transfer device as re-planning reads it: fixed for its grant's life, so worked out once
+    per run instead of at each of the run's re-plans (`replan.plan_of`)."""
+
+    grant: Grant
+    #: Per link of the path: the link, its capacity and the holder's own traffic on it (0.0 if none).
+    hops: tuple[tuple[str, float, float], ...]
+    factor: float  # the grant's path factor
+
+
+class TaskPlan(NamedTuple):
+    """What re-planning reads of a task that never changes while it runs (`replan.plan_of`)."""
+
+    machine: int
+    cpus: float
+    machine_cpus: float
+    #: The transfer-bearing devices: local ones (summed first, as the model does), then remote ones.
+    local: tuple[Grant, ...]
+    remote: tuple[RemotePath, ...]
+    #: The memory slowdown of its remote memory (`execution.memory_slowdown`); None without any.
+    memory: float | None
+
+
 @dataclass(slots=True)
 class Running:
     sub: Submission
@@ -71,6 +95,8 @@ class Running:
     load_now: float = 0.0
     load_area: float = 0.0
     work_done: float = 0.0
+    #: Its tasks' constants for re-planning, worked out at its first re-plan (`replan.plan_of`).
+    plan: tuple[TaskPlan, ...] | None = None
 
 
 class SimCluster:
