@@ -32,7 +32,8 @@ def _reference(state: SimpleNamespace, run: Running) -> tuple[float, float]:
     return worst, busiest
 
 
-def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
+def _case(rng: random.Random, one_path: bool = False) -> tuple[SimpleNamespace, Running]:
+    """A random cluster use and run; `one_path`: of the commonest shape (`replan.one_path_stretch`)."""
     links = [f"l{i}" for i in range(4)]
     state = SimpleNamespace(
         link_used={lk: rng.uniform(0.0, 30.0) for lk in links},
@@ -41,10 +42,10 @@ def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
         cpu_used=[rng.uniform(0.0, 40.0) for _ in range(3)],
         machines=[SimpleNamespace(cpus=rng.choice([0.0, 16.0, 32.0])) for _ in range(3)])
     tasks = []
-    for i in range(rng.randint(1, 3)):
+    for i in range(1 if one_path else rng.randint(1, 3)):
         grants = []
-        for d in range(rng.randint(0, 4)):
-            remote = rng.random() < 0.5
+        for d in range(1 if one_path else rng.randint(0, 4)):
+            remote = one_path or rng.random() < 0.5
             path = tuple(rng.sample(links, rng.randint(1, 3))) if remote else ()
             caps = tuple(rng.choice([1.0, 10.0, 25.0]) for _ in path)
             grants.append(Grant(d, remote, path, 1.0, "gpu", caps, min(caps, default=10.0),
@@ -52,14 +53,14 @@ def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
         t = SimTask(f"t{i}", rng.randrange(3), rng.uniform(1.0, 16.0), rng.uniform(1.0, 64.0), grants)
         t.remote_transfer = [g for g in grants if g.remote]
         t.transfer = [g for g in grants if not g.remote] + t.remote_transfer
-        t.remote_memory_gb = rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
+        t.remote_memory_gb = 0.0 if one_path else rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
         tasks.append(t)
     profile = Profile("x", 100.0, rng.choice([0.0, rng.uniform(0.01, 0.9)]), rng.uniform(1.0, 3.0),
                       rng.uniform(0.0, 2.0), 1.0)
     for t in tasks:  # as the engine makes them: a remote grant's path factor for its holder's profile
         for g in t.remote_transfer:
             g.path_factor = path_factor(profile, g.bottleneck_gbps)
-    run = Running(None, None, profile, tasks, 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
+    run = Running(None, SimpleNamespace(name="j"), profile, tasks, 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
     run.own_traffic = {lk: rng.uniform(0.0, 5.0) for lk in links if rng.random() < 0.3}
     return state, run
 
@@ -67,6 +68,14 @@ def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
 @pytest.mark.parametrize("seed", range(200))
 def test_stretch_matches_the_model_to_the_bit(seed: int) -> None:
     state, run = _case(random.Random(seed))
+    fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
+    assert fast == _reference(state, run)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_one_path_stretch_matches_the_model_to_the_bit(seed: int) -> None:
+    state, run = _case(random.Random(seed), one_path=True)
+    assert plan_of(run, state.machines).one is not None
     fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
     assert fast == _reference(state, run)
 

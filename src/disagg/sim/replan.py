@@ -12,8 +12,9 @@ from itertools import repeat
 from disagg.model import Machine
 from disagg.sim.execution import COLLOCATION_KAPPA, memory_slowdown
 from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.learning import Knowledge
 from disagg.sim.records import Event, JobFinished
-from disagg.sim.simcluster import Grant, RemotePath, Running, SimCluster, TaskPlan
+from disagg.sim.simcluster import Grant, OnePath, RemotePath, Running, RunPlan, SimCluster, TaskPlan
 
 #: The default of each peer's `link_share.get` (a device nobody holds uses none of its link).
 _ZEROS = repeat(0.0)
@@ -27,6 +28,7 @@ class Replanning:
     on_machine: list[set[str]]
     on_link: dict[str, set[str]]
     kernel: Kernel[Event]
+    knowledge: Knowledge
 
     def _neighbours(self, run: Running) -> set[str]:
         """The running jobs whose pace this one's start or end may change: on its machines, on its links,
@@ -49,44 +51,51 @@ class Replanning:
     # -- the execution model applied --
 
     def _stretch(self, run: Running) -> tuple[float, float]:
-        """The job's stretch now and the busiest load of its remote paths (`stretch_of` on its plan)."""
+        """The job's stretch now and the busiest load of its remote paths (`run_stretch` on its plan)."""
         st = self.state
         plan = run.plan if run.plan is not None else plan_of(run, st.machines)
-        return stretch_of(plan, run.profile.transfer_share, run.profile.load_sensitivity,
-                          st.link_used, st.link_share, st.cpu_used)
+        return run_stretch(plan, st.link_used, st.link_share, st.cpu_used)
 
     def _reevaluate(self, names: set[str], now: float) -> None:
-        """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic."""
-        running, kernel, st = self.running, self.kernel, self.state
+        """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic.
+        The load integral (`load_area`, `work_done`) is kept only for learning, its one reader
+        (`engine._observe`): two fewer updates per neighbour otherwise."""
+        running, st = self.running, self.state
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
+        reschedule = self.kernel.reschedule
+        learns = self.knowledge.kind == "learned"
         for name in sorted(names):
             run = running.get(name)
             if run is None:
                 continue
             work = (now - run.last_s) / run.stretch
-            run.remaining = max(0.0, run.remaining - work)
-            run.load_area += run.load_now * work
-            run.work_done += work
+            remaining = run.remaining - work
+            run.remaining = remaining if remaining > 0.0 else 0.0  # max(0.0, remaining), as max decides
+            if learns:
+                run.load_area += run.load_now * work
+                run.work_done += work
             run.last_s = now
             plan = run.plan
             if plan is None:
                 plan = run.plan = plan_of(run, machines)
-            profile = run.profile
-            new, run.load_now = stretch_of(plan, profile.transfer_share, profile.load_sensitivity,
-                                           used, link_share, cpu_used)
+            if plan.one is not None:
+                new, run.load_now = one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity,
+                                                     used, cpu_used)
+            else:
+                new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity,
+                                               used, link_share, cpu_used)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new
-            at = now + run.remaining * new
-            run.finish_seq = kernel.reschedule(run.finish_seq, at, Priority.FINISH, JobFinished(name))
+            run.finish_seq = reschedule(run.finish_seq, now + run.remaining * new, Priority.FINISH, plan.finished)
 
 
-def plan_of(run: Running, machines: Sequence[Machine]) -> tuple[TaskPlan, ...]:
-    """The run's tasks as `stretch_of` reads them: what stays fixed while the run lasts (its machines'
-    sizes, its own traffic per link, its remote memory's slowdown), worked out once rather than at each
-    of its re-plans."""
+def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
+    """The run as re-planning reads it: what stays fixed while it lasts (its profile's numbers, its
+    machines' sizes, its own traffic per link, its remote memory's slowdown, its finish event), worked
+    out once rather than at each of its re-plans."""
     own = run.own_traffic
-    plans: list[TaskPlan] = []
+    tasks: list[TaskPlan] = []
     for t in run.tasks:
         local = tuple(d for d in t.transfer if not d.remote)
         far = tuple(d for d in t.transfer if d.remote)
@@ -95,8 +104,22 @@ def plan_of(run: Running, machines: Sequence[Machine]) -> tuple[TaskPlan, ...]:
         remote = tuple(RemotePath(d, _hops(d, own), d.path_factor) for d in far)
         memory = (memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))
                   if t.remote_memory_gb > 0.0 else None)
-        plans.append(TaskPlan(t.machine, t.cpus, machines[t.machine].cpus, local, remote, memory))
-    return tuple(plans)
+        tasks.append(TaskPlan(t.machine, t.cpus, machines[t.machine].cpus, local, remote, memory))
+    one = None
+    if len(tasks) == 1 and not tasks[0].local and len(tasks[0].remote) == 1 and tasks[0].memory is None:
+        t0, (d, hops, factor) = tasks[0], tasks[0].remote[0]
+        one = OnePath(hops, d, factor, t0.machine, t0.cpus, t0.machine_cpus)
+    profile = run.profile
+    return RunPlan(profile.transfer_share, profile.load_sensitivity, JobFinished(run.job.name), one,
+                   tuple(tasks))
+
+
+def run_stretch(plan: RunPlan, used: dict[str, float], link_share: dict[int, float],
+                cpu_used: list[float]) -> tuple[float, float]:
+    """`one_path_stretch` or `stretch_of`, whichever the plan's shape takes."""
+    if plan.one is not None:
+        return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, used, cpu_used)
+    return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used, link_share, cpu_used)
 
 
 def _hops(d: Grant, own: dict[str, float]) -> tuple[tuple[str, float, float], ...]:
@@ -145,3 +168,23 @@ def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[st
         if stretch > worst:
             worst = stretch
     return worst, busiest
+
+
+def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float],
+                     cpu_used: list[float]) -> tuple[float, float]:
+    """`stretch_of` for a run of one task with one remote transfer device and no remote memory (most
+    runs): the same operations, less its loops and sums over one item (a sum's `0.0 +` and the mean's
+    `/ 1` change no value but a -0.0, and the factor is positive)."""
+    hops, d, factor, machine, cpus, machine_cpus = one
+    load = 0.0
+    for lk, cap, own in hops:
+        share = (used[lk] - own) / cap
+        if share > load:
+            load = share
+    d.load = load
+    total = factor * (1.0 + sens * (1.0 if load > 1.0 else load))
+    others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
+    others = 0.0 if others < 0.0 else others
+    stretch = 1.0 if ts <= 0.0 else (1.0 - ts) + ts * total
+    stretch = stretch * (1.0 + COLLOCATION_KAPPA * (1.0 if others > 1.0 else others))
+    return (stretch if stretch > 1.0 else 1.0), load

@@ -13,6 +13,7 @@ from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_HEALTHY
 from disagg.profiles import Profile
 from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS
+from disagg.sim.records import JobFinished
 from disagg.sim.workload import Submission
 
 #: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
@@ -77,6 +78,30 @@ class TaskPlan(NamedTuple):
     memory: float | None
 
 
+class OnePath(NamedTuple):
+    """The commonest run in the paper's scenarios, one task with one remote transfer device and no
+    remote memory, as `replan.one_path_stretch` reads it (the general loop's tuples unpacked once)."""
+
+    hops: tuple[tuple[str, float, float], ...]
+    grant: Grant
+    factor: float
+    machine: int
+    cpus: float
+    machine_cpus: float
+
+
+class RunPlan(NamedTuple):
+    """What re-planning reads of a run that never changes while it runs (`replan.plan_of`)."""
+
+    transfer_share: float
+    load_sensitivity: float
+    #: Its finish event, made once: a run's finish is moved at many of its neighbours' starts and ends.
+    finished: JobFinished
+    #: Its one task as `OnePath` where it has that shape, else None (`tasks` then).
+    one: OnePath | None
+    tasks: tuple[TaskPlan, ...]
+
+
 @dataclass(slots=True)
 class Running:
     sub: Submission
@@ -96,7 +121,7 @@ class Running:
     load_area: float = 0.0
     work_done: float = 0.0
     #: Its tasks' constants for re-planning, worked out at its first re-plan (`replan.plan_of`).
-    plan: tuple[TaskPlan, ...] | None = None
+    plan: RunPlan | None = None
 
 
 class SimCluster:
