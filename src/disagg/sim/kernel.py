@@ -13,6 +13,7 @@ dead entries outnumber live ones, so memory stays proportional to what is pendin
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Generic, TypeVar
@@ -65,20 +66,24 @@ class Kernel(Generic[E]):
         heapq.heappush(self._heap, (time, int(priority), seq, event))
         return seq
 
-    def reschedule(self, seq: int, time: float, priority: int, event: E) -> int:
-        """`cancel(seq)` (when seq >= 0), then `schedule(time, priority, event)`: one call for the
-        re-planner, which moves some 90,000 finish events in a long run."""
-        if time < self.now:
-            raise ValueError(f"cannot schedule at t={time} before now={self.now}")
-        dead = self._dead
-        new = self._seq
-        if 0 <= seq < new:
-            dead.add(seq)
-        self._seq = new + 1
-        heapq.heappush(self._heap, (time, int(priority), new, event))
-        if len(dead) > 64 and len(dead) * 2 >= len(self._heap):
+    def reschedule_many(self, moves: Sequence[tuple[int, float, E]], priority: int) -> range:
+        """Per `(seq, time, event)` in order: `cancel(seq)` (when seq >= 0), then `schedule(time,
+        priority, event)`; returns the new seqs. One call for all the finish events that a re-plan moves
+        (some 90,000 in a long run) rather than two per event."""
+        now, dead, heap = self.now, self._dead, self._heap
+        first = self._seq
+        p = int(priority)
+        for seq, (old, time, event) in enumerate(moves, first):
+            if time < now:
+                self._seq = seq  # those before it stay moved
+                raise ValueError(f"cannot schedule at t={time} before now={now}")
+            if 0 <= old < first:
+                dead.add(old)
+            heapq.heappush(heap, (time, p, seq, event))
+        self._seq = first + len(moves)
+        if len(dead) > 64 and len(dead) * 2 >= len(heap):
             self._compact()
-        return new
+        return range(first, self._seq)
 
     def cancel(self, seq: int) -> None:
         """Forget a pending event. Idempotent; cancelling one that already fired does nothing harmful."""

@@ -62,8 +62,9 @@ class Replanning:
         (`engine._observe`): two fewer updates per neighbour otherwise."""
         running, st = self.running, self.state
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
-        reschedule = self.kernel.reschedule
         learns = self.knowledge.kind == "learned"
+        moves: list[tuple[int, float, Event]] = []  # the finish events to move, in this (sorted) order
+        moved: list[Running] = []
         for name in sorted(names):
             run = running.get(name)
             if run is None:
@@ -87,8 +88,10 @@ class Replanning:
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new
-            run.finish_seq = reschedule(run.finish_seq, now + run.remaining * new, Priority.FINISH, plan.finished)
-
+            moves.append((run.finish_seq, now + run.remaining * new, plan.finished))
+            moved.append(run)
+        for run, seq in zip(moved, self.kernel.reschedule_many(moves, Priority.FINISH), strict=True):
+            run.finish_seq = seq
 
 def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
     """The run as re-planning reads it: what stays fixed while it lasts (its profile's numbers, its
