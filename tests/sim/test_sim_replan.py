@@ -10,6 +10,8 @@ import pytest
 
 from disagg.profiles import Profile
 from disagg.sim.execution import path_factor, task_stretch
+from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.records import Event, JobFinished
 from disagg.sim.replan import Replanning, plan_of
 from disagg.sim.simcluster import Grant, Running, SimTask
 
@@ -102,3 +104,29 @@ def test_a_plan_needs_local_transfer_devices_first() -> None:
     t.transfer = [Grant(0, True, ("l0",), 1.0, "gpu", (10.0,)), Grant(1, False, (), 0.0)]
     with pytest.raises(ValueError, match="local transfer devices must come first"):
         plan_of(run, state.machines)
+
+
+@pytest.mark.parametrize(("seed", "learns"), [(s, s % 2 == 0) for s in range(40)])
+def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: int, learns: bool) -> None:
+    """`_reevaluate`'s loop (which spells `_stretch` out) against the model: progress banked at the old
+    pace, the new stretch and load as `task_stretch` has them, the finish event moved to `now +
+    remaining · stretch`; the load integral kept only when learning."""
+    rng = random.Random(seed)
+    state, run = _case(rng, one_path=rng.random() < 0.5)
+    run.stretch, run.remaining, run.last_s, run.load_now = 1.5, 100.0, 10.0, 0.25
+    kernel: Kernel[Event] = Kernel()
+    run.finish_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))
+    sim = SimpleNamespace(state=state, running={"j": run}, kernel=kernel,
+                          knowledge=SimpleNamespace(kind="learned" if learns else "shipped"))
+    kernel.now = 40.0
+    Replanning._reevaluate(sim, {"j", "gone"}, 40.0)  # type: ignore[arg-type]
+    stretch, load = _reference(state, run)
+    assert (run.remaining, run.last_s, run.load_now) == (100.0 - 30.0 / 1.5, 40.0, load)
+    assert (run.load_area, run.work_done) == ((0.25 * 20.0, 20.0) if learns else (0.0, 0.0))
+    if abs(stretch - 1.5) < 1e-12:
+        assert (run.stretch, run.finish_seq) == (1.5, 0)
+    else:
+        assert run.stretch == stretch
+        item = kernel.pop()
+        assert item is not None and item.seq == run.finish_seq == 1
+        assert (item.time, item.event) == (40.0 + run.remaining * stretch, JobFinished("j"))

@@ -1,8 +1,11 @@
 """Completion re-planning: when a job starts or ends, the running jobs that share a machine, a link or
 a PCIe link with it (`neighbours`) bank their progress at the old pace and get a new finish time at the
-new one (`reevaluate`), their pace being `execution.task_stretch` of their slowest task (`stretch`).
-A mixin of `engine.Simulation`, whose state it reads: `state` (the `SimCluster`), `running`,
-`on_machine`, `on_link`, `kernel`."""
+new one (`reevaluate`), their pace being `execution.task_stretch` of their slowest task (`stretch_of`,
+or `one_path_stretch` for the commonest shape), read from what stays fixed while a job runs (`plan_of`,
+worked out at its first re-plan). A neighbour's inputs change at each re-plan, and its progress must be
+banked at each (the finish times depend on where the rounding falls), so every neighbour is visited;
+what is saved is the work per visit. A mixin of `engine.Simulation`, whose state it reads: `state`
+(the `SimCluster`), `running`, `on_machine`, `on_link`, `kernel`, `knowledge`."""
 
 from __future__ import annotations
 
@@ -51,10 +54,15 @@ class Replanning:
     # -- the execution model applied --
 
     def _stretch(self, run: Running) -> tuple[float, float]:
-        """The job's stretch now and the busiest load of its remote paths (`run_stretch` on its plan)."""
+        """The job's stretch now and the busiest load of its remote paths, from its plan (as
+        `_reevaluate` works them out, which spells this out in its loop)."""
         st = self.state
         plan = run.plan if run.plan is not None else plan_of(run, st.machines)
-        return run_stretch(plan, st.link_used, st.link_share, st.cpu_used)
+        if plan.one is not None:
+            return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, st.link_used,
+                                    st.cpu_used)
+        return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, st.link_used,
+                          st.link_share, st.cpu_used)
 
     def _reevaluate(self, names: set[str], now: float) -> None:
         """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic.
@@ -115,14 +123,6 @@ def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
     profile = run.profile
     return RunPlan(profile.transfer_share, profile.load_sensitivity, JobFinished(run.job.name), one,
                    tuple(tasks))
-
-
-def run_stretch(plan: RunPlan, used: dict[str, float], link_share: dict[int, float],
-                cpu_used: list[float]) -> tuple[float, float]:
-    """`one_path_stretch` or `stretch_of`, whichever the plan's shape takes."""
-    if plan.one is not None:
-        return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, used, cpu_used)
-    return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used, link_share, cpu_used)
 
 
 def _hops(d: Grant, own: dict[str, float]) -> tuple[tuple[str, float, float], ...]:
