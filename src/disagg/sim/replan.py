@@ -101,6 +101,7 @@ class Replanning:
         for run, seq in zip(moved, self.kernel.reschedule_many(moves, Priority.FINISH), strict=True):
             run.finish_seq = seq
 
+
 def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
     """The run as re-planning reads it: what stays fixed while it lasts (its profile's numbers, its
     machines' sizes, its own traffic per link, its remote memory's slowdown, its finish event), worked
@@ -176,8 +177,8 @@ def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[st
 def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float],
                      cpu_used: list[float]) -> tuple[float, float]:
     """`stretch_of` for a run of one task with one remote transfer device and no remote memory (most
-    runs): the same operations, less its loops and sums over one item (a sum's `0.0 +` and the mean's
-    `/ 1` change no value but a -0.0, and the factor is positive)."""
+    runs): the same operations, less its loops over one item and two that change no value: the sum's
+    `0.0 +` (which would only turn a -0.0 into 0.0, and the term is positive) and the mean's `/ 1`."""
     hops, d, factor, machine, cpus, machine_cpus = one
     load = 0.0
     for lk, cap, own in hops:
