@@ -53,3 +53,34 @@ def test_cannot_schedule_in_the_past() -> None:
     k.pop()
     with pytest.raises(ValueError, match="before now"):
         k.schedule(2.0, Priority.ROUND, "y")
+
+
+def test_reschedule_many_is_cancel_then_schedule_in_order() -> None:
+    """The re-planner's one call: each old event is dropped, the new ones take the next seqs in the
+    order given (so they pop after events scheduled earlier at the same time and priority), and -1
+    cancels nothing."""
+    a: Kernel[str] = Kernel()
+    b: Kernel[str] = Kernel()
+    for k in (a, b):
+        k.schedule(4.0, Priority.FINISH, "other")
+    old_a, old_b = a.schedule(9.0, Priority.FINISH, "old"), b.schedule(9.0, Priority.FINISH, "old")
+    new_a = a.reschedule_many([(old_a, 4.0, "new"), (-1, 6.0, "first"), (-1, 4.0, "last")], Priority.FINISH)
+    b.cancel(old_b)
+    new_b = [b.schedule(4.0, Priority.FINISH, "new"), b.schedule(6.0, Priority.FINISH, "first"),
+             b.schedule(4.0, Priority.FINISH, "last")]
+    assert list(new_a) == new_b
+    assert a.reschedule_many([], Priority.FINISH) == range(a._seq, a._seq)
+    assert drain(a) == drain(b) == [(4.0, "other"), (4.0, "new"), (4.0, "last"), (6.0, "first")]
+    with pytest.raises(ValueError, match="before now"):
+        a.reschedule_many([(-1, 1.0, "late")], Priority.FINISH)
+
+
+def test_reschedule_many_compacts_like_cancel() -> None:
+    """Moving each of 100 events five times leaves 100 pending, not 600 heap entries."""
+    k: Kernel[int] = Kernel()
+    seqs = [k.schedule(float(i), Priority.FINISH, i) for i in range(100)]
+    for move in range(1, 6):
+        seqs = list(k.reschedule_many([(s, 1000.0 * move + i, i) for i, s in enumerate(seqs)], Priority.FINISH))
+    assert len(k) == 100
+    assert len(k._heap) < 600
+    assert [e for _, e in drain(k)] == list(range(100))

@@ -10,7 +10,9 @@ import pytest
 
 from disagg.profiles import Profile
 from disagg.sim.execution import path_factor, task_stretch
-from disagg.sim.replan import Replanning
+from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.records import Event, JobFinished
+from disagg.sim.replan import Replanning, plan_of
 from disagg.sim.simcluster import Grant, Running, SimTask
 
 
@@ -32,18 +34,20 @@ def _reference(state: SimpleNamespace, run: Running) -> tuple[float, float]:
     return worst, busiest
 
 
-def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
+def _case(rng: random.Random, one_path: bool = False) -> tuple[SimpleNamespace, Running]:
+    """A random cluster use and run; `one_path`: of the commonest shape (`replan.one_path_stretch`)."""
     links = [f"l{i}" for i in range(4)]
     state = SimpleNamespace(
         link_used={lk: rng.uniform(0.0, 30.0) for lk in links},
-        link_share={d: rng.uniform(0.0, 0.9) for d in range(8) if rng.random() < 0.6},
+        # (a negative share and loads past 1 reach the clamps of pcie_factor and link_load_factor)
+        link_share={d: rng.uniform(-0.2, 1.2) for d in range(8) if rng.random() < 0.6},
         cpu_used=[rng.uniform(0.0, 40.0) for _ in range(3)],
         machines=[SimpleNamespace(cpus=rng.choice([0.0, 16.0, 32.0])) for _ in range(3)])
     tasks = []
-    for i in range(rng.randint(1, 3)):
+    for i in range(1 if one_path else rng.randint(1, 3)):
         grants = []
-        for d in range(rng.randint(0, 4)):
-            remote = rng.random() < 0.5
+        for d in range(1 if one_path else rng.randint(0, 4)):
+            remote = one_path or rng.random() < 0.5
             path = tuple(rng.sample(links, rng.randint(1, 3))) if remote else ()
             caps = tuple(rng.choice([1.0, 10.0, 25.0]) for _ in path)
             grants.append(Grant(d, remote, path, 1.0, "gpu", caps, min(caps, default=10.0),
@@ -51,14 +55,14 @@ def _case(rng: random.Random) -> tuple[SimpleNamespace, Running]:
         t = SimTask(f"t{i}", rng.randrange(3), rng.uniform(1.0, 16.0), rng.uniform(1.0, 64.0), grants)
         t.remote_transfer = [g for g in grants if g.remote]
         t.transfer = [g for g in grants if not g.remote] + t.remote_transfer
-        t.remote_memory_gb = rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
+        t.remote_memory_gb = 0.0 if one_path else rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
         tasks.append(t)
     profile = Profile("x", 100.0, rng.choice([0.0, rng.uniform(0.01, 0.9)]), rng.uniform(1.0, 3.0),
                       rng.uniform(0.0, 2.0), 1.0)
     for t in tasks:  # as the engine makes them: a remote grant's path factor for its holder's profile
         for g in t.remote_transfer:
             g.path_factor = path_factor(profile, g.bottleneck_gbps)
-    run = Running(None, None, profile, tasks, 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
+    run = Running(None, SimpleNamespace(name="j"), profile, tasks, 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
     run.own_traffic = {lk: rng.uniform(0.0, 5.0) for lk in links if rng.random() < 0.3}
     return state, run
 
@@ -68,3 +72,61 @@ def test_stretch_matches_the_model_to_the_bit(seed: int) -> None:
     state, run = _case(random.Random(seed))
     fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
     assert fast == _reference(state, run)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_one_path_stretch_matches_the_model_to_the_bit(seed: int) -> None:
+    state, run = _case(random.Random(seed), one_path=True)
+    assert plan_of(run, state.machines).one is not None
+    fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
+    assert fast == _reference(state, run)
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_the_plan_is_read_once_and_reused(seed: int) -> None:
+    """`_reevaluate` keeps a run's plan; the stretch from a kept plan agrees with a fresh one after the
+    cluster's use changes (the plan holds only what a run's life does not change)."""
+    rng = random.Random(seed)
+    state, run = _case(rng)
+    run.plan = plan_of(run, state.machines)
+    kept = run.plan
+    for lk in state.link_used:
+        state.link_used[lk] = rng.uniform(0.0, 30.0)
+    state.cpu_used = [rng.uniform(0.0, 40.0) for _ in state.cpu_used]
+    fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
+    assert run.plan is kept
+    assert fast == _reference(state, run)
+
+
+def test_a_plan_needs_local_transfer_devices_first() -> None:
+    state, run = _case(random.Random(3))
+    t = run.tasks[0]
+    t.transfer = [Grant(0, True, ("l0",), 1.0, "gpu", (10.0,)), Grant(1, False, (), 0.0)]
+    with pytest.raises(ValueError, match="local transfer devices must come first"):
+        plan_of(run, state.machines)
+
+
+@pytest.mark.parametrize(("seed", "learns"), [(s, s % 2 == 0) for s in range(40)])
+def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: int, learns: bool) -> None:
+    """`_reevaluate`'s loop (which spells `_stretch` out) against the model: progress banked at the old
+    pace, the new stretch and load as `task_stretch` has them, the finish event moved to `now +
+    remaining · stretch`; the load integral kept only when learning."""
+    rng = random.Random(seed)
+    state, run = _case(rng, one_path=rng.random() < 0.5)
+    run.stretch, run.remaining, run.last_s, run.load_now = 1.5, 100.0, 10.0, 0.25
+    kernel: Kernel[Event] = Kernel()
+    run.finish_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))
+    sim = SimpleNamespace(state=state, running={"j": run}, kernel=kernel,
+                          knowledge=SimpleNamespace(kind="learned" if learns else "shipped"))
+    kernel.now = 40.0
+    Replanning._reevaluate(sim, {"j", "gone"}, 40.0)  # type: ignore[arg-type]
+    stretch, load = _reference(state, run)
+    assert (run.remaining, run.last_s, run.load_now) == (100.0 - 30.0 / 1.5, 40.0, load)
+    assert (run.load_area, run.work_done) == ((0.25 * 20.0, 20.0) if learns else (0.0, 0.0))
+    if abs(stretch - 1.5) < 1e-12:
+        assert (run.stretch, run.finish_seq) == (1.5, 0)
+    else:
+        assert run.stretch == stretch
+        item = kernel.pop()
+        assert item is not None and item.seq == run.finish_seq == 1
+        assert (item.time, item.event) == (40.0 + run.remaining * stretch, JobFinished("j"))

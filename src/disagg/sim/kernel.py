@@ -13,6 +13,7 @@ dead entries outnumber live ones, so memory stays proportional to what is pendin
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Generic, TypeVar
@@ -64,6 +65,25 @@ class Kernel(Generic[E]):
         self._seq += 1
         heapq.heappush(self._heap, (time, int(priority), seq, event))
         return seq
+
+    def reschedule_many(self, moves: Sequence[tuple[int, float, E]], priority: int) -> range:
+        """Per `(seq, time, event)` in order: `cancel(seq)` (when seq >= 0), then `schedule(time,
+        priority, event)`; returns the new seqs. One call for all the finish events that a re-plan moves
+        (some 90,000 in a long run) rather than two per event."""
+        now, dead, heap = self.now, self._dead, self._heap
+        first = self._seq
+        p = int(priority)
+        for seq, (old, time, event) in enumerate(moves, first):
+            if time < now:
+                self._seq = seq  # those before it stay moved
+                raise ValueError(f"cannot schedule at t={time} before now={now}")
+            if 0 <= old < first:
+                dead.add(old)
+            heapq.heappush(heap, (time, p, seq, event))
+        self._seq = first + len(moves)
+        if len(dead) > 64 and len(dead) * 2 >= len(heap):
+            self._compact()
+        return range(first, self._seq)
 
     def cancel(self, seq: int) -> None:
         """Forget a pending event. Idempotent; cancelling one that already fired does nothing harmful."""

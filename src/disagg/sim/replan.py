@@ -1,17 +1,23 @@
 """Completion re-planning: when a job starts or ends, the running jobs that share a machine, a link or
 a PCIe link with it (`neighbours`) bank their progress at the old pace and get a new finish time at the
-new one (`reevaluate`), their pace being `execution.task_stretch` of their slowest task (`stretch`).
-A mixin of `engine.Simulation`, whose state it reads: `state` (the `SimCluster`), `running`,
-`on_machine`, `on_link`, `kernel`."""
+new one (`reevaluate`), their pace being `execution.task_stretch` of their slowest task (`stretch_of`,
+or `one_path_stretch` for the commonest shape), read from what stays fixed while a job runs (`plan_of`,
+worked out at its first re-plan). A neighbour's inputs change at each re-plan, and its progress must be
+banked at each (the finish times depend on where the rounding falls), so every neighbour is visited;
+what is saved is the work per visit. A mixin of `engine.Simulation`, whose state it reads: `state`
+(the `SimCluster`), `running`, `on_machine`, `on_link`, `kernel`, `knowledge`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
 
+from disagg.model import Machine
 from disagg.sim.execution import COLLOCATION_KAPPA, memory_slowdown
 from disagg.sim.kernel import Kernel, Priority
+from disagg.sim.learning import Knowledge
 from disagg.sim.records import Event, JobFinished
-from disagg.sim.simcluster import Running, SimCluster
+from disagg.sim.simcluster import Grant, OnePath, RemotePath, Running, RunPlan, SimCluster, TaskPlan
 
 #: The default of each peer's `link_share.get` (a device nobody holds uses none of its link).
 _ZEROS = repeat(0.0)
@@ -25,6 +31,7 @@ class Replanning:
     on_machine: list[set[str]]
     on_link: dict[str, set[str]]
     kernel: Kernel[Event]
+    knowledge: Knowledge
 
     def _neighbours(self, run: Running) -> set[str]:
         """The running jobs whose pace this one's start or end may change: on its machines, on its links,
@@ -47,67 +54,141 @@ class Replanning:
     # -- the execution model applied --
 
     def _stretch(self, run: Running) -> tuple[float, float]:
-        """The job's stretch now: `execution.task_stretch` of its slowest task, each remote device's
-        load being the busiest link of its path as used by others; and the busiest of those loads (0
-        without remote devices). Runs for every job that shares a machine or link with each start and
-        finish (some 120,000 times in a long run), so the model's factors are written out here, the
-        same operations in the same order as `task_stretch` (`stretch_matches_the_model` checks that
-        they agree to the bit), instead of five calls per task."""
+        """The job's stretch now and the busiest load of its remote paths, from its plan (as
+        `_reevaluate` works them out, which spells this out in its loop)."""
         st = self.state
-        used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
-        own = run.own_traffic
-        profile = run.profile
-        ts, sens = profile.transfer_share, profile.load_sensitivity
-        worst = 1.0
-        busiest = 0.0
-        for t in run.tasks:
-            transfer = t.transfer
-            total = 0.0
-            # One pass over the task's transfer-bearing devices (local ones first, as the model sums
-            # them): each device's PCIe share or path load, and its factor.
-            for d in transfer:
-                if d.remote:
-                    load = 0.0
-                    for lk, cap in zip(d.links, d.caps, strict=True):
-                        share = (used[lk] - own.get(lk, 0.0)) / cap
-                        if share > load:
-                            load = share
-                    d.load = load
-                    if load > busiest:
-                        busiest = load
-                    total += d.path_factor * (1.0 + sens * min(max(load, 0.0), 1.0))  # · link_load_factor
-                else:
-                    if d.peers:
-                        d.pcie = sum(map(link_share.get, d.peers, _ZEROS))
-                    total += 1.0 + min(max(d.pcie, 0.0), 1.0)  # pcie_factor
-            total_cpus = machines[t.machine].cpus
-            others = (cpu_used[t.machine] - t.cpus) / total_cpus if total_cpus > 0 else 0.0
-            # execution.transfer_stretch
-            stretch = 1.0 if not transfer or ts <= 0.0 else (1.0 - ts) + ts * total / len(transfer)
-            stretch = stretch * (1.0 + COLLOCATION_KAPPA * min(max(others, 0.0), 1.0))  # collocation_factor
-            if t.remote_memory_gb > 0.0:
-                stretch *= memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))
-            if stretch > worst:
-                worst = stretch
-        return worst, busiest
+        plan = run.plan if run.plan is not None else plan_of(run, st.machines)
+        if plan.one is not None:
+            return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, st.link_used,
+                                    st.cpu_used)
+        return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, st.link_used,
+                          st.link_share, st.cpu_used)
 
     def _reevaluate(self, names: set[str], now: float) -> None:
-        """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic."""
-        running, kernel = self.running, self.kernel
+        """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic.
+        The load integral (`load_area`, `work_done`) is kept only for learning, its one reader
+        (`engine._observe`): two fewer updates per neighbour otherwise."""
+        running, st = self.running, self.state
+        used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
+        learns = self.knowledge.kind == "learned"
+        moves: list[tuple[int, float, Event]] = []  # the finish events to move, in this (sorted) order
+        moved: list[Running] = []
         for name in sorted(names):
             run = running.get(name)
             if run is None:
                 continue
             work = (now - run.last_s) / run.stretch
-            run.remaining = max(0.0, run.remaining - work)
-            run.load_area += run.load_now * work
-            run.work_done += work
+            remaining = run.remaining - work
+            run.remaining = remaining if remaining > 0.0 else 0.0  # max(0.0, remaining), as max decides
+            if learns:
+                run.load_area += run.load_now * work
+                run.work_done += work
             run.last_s = now
-            new, run.load_now = self._stretch(run)
+            plan = run.plan
+            if plan is None:
+                plan = run.plan = plan_of(run, machines)
+            if plan.one is not None:
+                new, run.load_now = one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity,
+                                                     used, cpu_used)
+            else:
+                new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity,
+                                               used, link_share, cpu_used)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new
-            if run.finish_seq >= 0:
-                kernel.cancel(run.finish_seq)
-            at = now + run.remaining * new
-            run.finish_seq = kernel.schedule(at, Priority.FINISH, JobFinished(name))
+            moves.append((run.finish_seq, now + run.remaining * new, plan.finished))
+            moved.append(run)
+        for run, seq in zip(moved, self.kernel.reschedule_many(moves, Priority.FINISH), strict=True):
+            run.finish_seq = seq
+
+
+def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
+    """The run as re-planning reads it: what stays fixed while it lasts (its profile's numbers, its
+    machines' sizes, its own traffic per link, its remote memory's slowdown, its finish event), worked
+    out once rather than at each of its re-plans."""
+    own = run.own_traffic
+    tasks: list[TaskPlan] = []
+    for t in run.tasks:
+        local = tuple(d for d in t.transfer if not d.remote)
+        far = tuple(d for d in t.transfer if d.remote)
+        if [*local, *far] != t.transfer:
+            raise ValueError(f"task {t.name}: its local transfer devices must come first (the model's sum)")
+        remote = tuple(RemotePath(d, _hops(d, own), d.path_factor) for d in far)
+        memory = (memory_slowdown(t.memory_gb / (t.memory_gb + t.remote_memory_gb))
+                  if t.remote_memory_gb > 0.0 else None)
+        tasks.append(TaskPlan(t.machine, t.cpus, machines[t.machine].cpus, local, remote, memory))
+    one = None
+    if len(tasks) == 1 and not tasks[0].local and len(tasks[0].remote) == 1 and tasks[0].memory is None:
+        t0, (d, hops, factor) = tasks[0], tasks[0].remote[0]
+        one = OnePath(hops, d, factor, t0.machine, t0.cpus, t0.machine_cpus)
+    profile = run.profile
+    return RunPlan(profile.transfer_share, profile.load_sensitivity, JobFinished(run.job.name), one,
+                   tuple(tasks))
+
+
+def _hops(d: Grant, own: dict[str, float]) -> tuple[tuple[str, float, float], ...]:
+    """A remote device's path as `stretch_of` walks it: each link, its capacity, its holder's own traffic."""
+    return tuple((lk, cap, own.get(lk, 0.0)) for lk, cap in zip(d.links, d.caps, strict=True))
+
+
+def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[str, float],
+               link_share: dict[int, float], cpu_used: list[float]) -> tuple[float, float]:
+    """A run's stretch now: `execution.task_stretch` of its slowest task, each remote device's load
+    being the busiest link of its path as used by others; and the busiest of those loads (0 without
+    remote devices). Runs for every job that shares a machine or link with each start and finish (some
+    120,000 times in a long run), so the model's factors are written out here, the same operations in
+    the same order as `task_stretch` (`stretch_matches_the_model` checks that they agree to the bit),
+    instead of five calls per task; `min(max(x, 0.0), 1.0)` is spelt as the conditionals that the
+    builtins evaluate (`max(a, b)` is `b if b > a else a`), which skips two calls."""
+    worst = 1.0
+    busiest = 0.0
+    for machine, cpus, machine_cpus, local, remote, memory in plan:
+        total = 0.0
+        for d in local:
+            if d.peers:
+                d.pcie = sum(map(link_share.get, d.peers, _ZEROS))
+            x = d.pcie
+            x = 0.0 if x < 0.0 else x
+            total += 1.0 + (1.0 if x > 1.0 else x)  # pcie_factor
+        for d, hops, factor in remote:
+            load = 0.0
+            for lk, cap, own in hops:
+                share = (used[lk] - own) / cap
+                if share > load:
+                    load = share
+            d.load = load
+            if load > busiest:
+                busiest = load
+            # · link_load_factor (load >= 0.0 here, so the max with 0.0 is load itself)
+            total += factor * (1.0 + sens * (1.0 if load > 1.0 else load))
+        n = len(local) + len(remote)
+        others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
+        others = 0.0 if others < 0.0 else others
+        # execution.transfer_stretch
+        stretch = 1.0 if not n or ts <= 0.0 else (1.0 - ts) + ts * total / n
+        stretch = stretch * (1.0 + COLLOCATION_KAPPA * (1.0 if others > 1.0 else others))  # collocation_factor
+        if memory is not None:
+            stretch *= memory
+        if stretch > worst:
+            worst = stretch
+    return worst, busiest
+
+
+def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float],
+                     cpu_used: list[float]) -> tuple[float, float]:
+    """`stretch_of` for a run of one task with one remote transfer device and no remote memory (most
+    runs): the same operations, less its loops over one item and two that change no value: the sum's
+    `0.0 +` (which would only turn a -0.0 into 0.0, and the term is positive) and the mean's `/ 1`."""
+    hops, d, factor, machine, cpus, machine_cpus = one
+    load = 0.0
+    for lk, cap, own in hops:
+        share = (used[lk] - own) / cap
+        if share > load:
+            load = share
+    d.load = load
+    total = factor * (1.0 + sens * (1.0 if load > 1.0 else load))
+    others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
+    others = 0.0 if others < 0.0 else others
+    stretch = 1.0 if ts <= 0.0 else (1.0 - ts) + ts * total
+    stretch = stretch * (1.0 + COLLOCATION_KAPPA * (1.0 if others > 1.0 else others))
+    return (stretch if stretch > 1.0 else 1.0), load

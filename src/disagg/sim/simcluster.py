@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_HEALTHY
 from disagg.profiles import Profile
 from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS
+from disagg.sim.records import JobFinished
 from disagg.sim.workload import Submission
 
 #: Kinds whose remote use moves data over the network in the transfer part (memory is modelled apart).
@@ -53,6 +55,53 @@ class SimTask:
     remote_memory_gb: float = 0.0
 
 
+class RemotePath(NamedTuple):
+    """A remote transfer device as re-planning reads it: fixed for its grant's life, so worked out once
+    per run instead of at each of the run's re-plans (`replan.plan_of`)."""
+
+    grant: Grant
+    #: Per link of the path: the link, its capacity and the holder's own traffic on it (0.0 if none).
+    hops: tuple[tuple[str, float, float], ...]
+    factor: float  # the grant's path factor
+
+
+class TaskPlan(NamedTuple):
+    """What re-planning reads of a task that never changes while it runs (`replan.plan_of`)."""
+
+    machine: int
+    cpus: float
+    machine_cpus: float
+    #: The transfer-bearing devices: local ones (summed first, as the model does), then remote ones.
+    local: tuple[Grant, ...]
+    remote: tuple[RemotePath, ...]
+    #: The memory slowdown of its remote memory (`execution.memory_slowdown`); None without any.
+    memory: float | None
+
+
+class OnePath(NamedTuple):
+    """The commonest run in the paper's scenarios, one task with one remote transfer device and no
+    remote memory, as `replan.one_path_stretch` reads it (the general loop's tuples unpacked once)."""
+
+    hops: tuple[tuple[str, float, float], ...]
+    grant: Grant
+    factor: float
+    machine: int
+    cpus: float
+    machine_cpus: float
+
+
+class RunPlan(NamedTuple):
+    """What re-planning reads of a run that never changes while it runs (`replan.plan_of`)."""
+
+    transfer_share: float
+    load_sensitivity: float
+    #: Its finish event, made once: a run's finish is moved at many of its neighbours' starts and ends.
+    finished: JobFinished
+    #: Its one task as `OnePath` where it has that shape, else None (`tasks` then).
+    one: OnePath | None
+    tasks: tuple[TaskPlan, ...]
+
+
 @dataclass(slots=True)
 class Running:
     sub: Submission
@@ -71,6 +120,8 @@ class Running:
     load_now: float = 0.0
     load_area: float = 0.0
     work_done: float = 0.0
+    #: Its tasks' constants for re-planning, worked out at its first re-plan (`replan.plan_of`).
+    plan: RunPlan | None = None
 
 
 class SimCluster:
