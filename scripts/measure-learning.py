@@ -63,8 +63,22 @@ def _pairs(seed: int, learning: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"seed": seed, "image": image, "error": p.get("error"), "remote": p.get("remote"),
                     "slowdown": p.get("slowdown"), "sd": p.get("sd"), "truth": p.get("truth"),
                     "pessimistic": p.get("pessimistic"),
-                    "final_error": v["final"].get("error"), "final_remote": v["final"].get("remote")})
+                    "final_error": v["final"].get("error"), "final_remote": v["final"].get("remote"),
+                    "settled_n": _settled(v["points"])})
     return out
+
+
+def _settled(points: list[dict[str, Any]], within: float = 0.10) -> int | None:
+    """The number of finished jobs from which the estimate stays within `within` of the truth for the
+    rest of the trace (None: it does not by the trace's end)."""
+    settled = None
+    for p in points:
+        error = p.get("error")
+        if error is None or error > within:
+            settled = None
+        elif settled is None:
+            settled = int(p["n"])
+    return settled
 
 
 def main() -> None:
@@ -96,6 +110,11 @@ def main() -> None:
         "jobs": args.jobs, "explore": args.explore, "blind": args.blind, "pairs": pairs,
         "within_10": sum(e <= 0.10 for e in errors), "within_13": sum(e <= 0.13 for e in errors), "of": len(pairs),
         "worst": max(errors, default=None),
+        # How many finished jobs each image took to get within 10% for good (issue 26: "say how many").
+        "settled_by": {str(n): sum(1 for p in pairs if p["settled_n"] is not None and p["settled_n"] <= n)
+                       for n in (20, 30, 40, 60, 100)},
+        "never_settled": [f"{p['seed']}/{p['image']}" for p in pairs if p["settled_n"] is None],
+        "settled_n": sorted(p["settled_n"] for p in pairs if p["settled_n"] is not None),
         "misses": [f"{p['seed']}/{p['image']} {p['error']:.3f}" for p in pairs if (p["error"] or 0) > 0.10],
         "violations": violations,
         "violations_compare_sum": {k: sum(v.get(s, 0) for s in compare) for k, v in violations.items()},
