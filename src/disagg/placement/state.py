@@ -113,19 +113,21 @@ class InventoryArrays:
     def local_grants(self, kind: str, devices: IntArray, locations: Sequence[str]) -> tuple[DeviceGrant, ...]:
         """The grants of `devices` (indexes) as local devices of `kind`. A local grant says only which
         device, of what kind, where: the same in every round, so each is made the first time its device
-        is granted and handed out again by later rounds on this inventory (immutable, so shared safely),
+        is granted and handed out again by later rounds on this inventory (never changed: `DeviceGrant`),
         instead of tens of thousands made anew each round and walked by the collector at its end."""
         kept = self._local_grants.get(kind)
         if kept is None:
             kept = self._local_grants[kind] = ([None] * len(self.dev_id), np.zeros(len(self.dev_id), dtype=bool))
         grants, made = kept
-        at = devices.tolist()
         if not made[devices].all():
-            dev_id, dev_loc = self.dev_id, self.dev_loc
-            for d in np.unique(devices[~made[devices]]).tolist():
-                grants[d] = DeviceGrant(dev_id[d], kind, False, locations[int(dev_loc[d])])
-            made[devices] = True
-        return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, at)))
+            new = np.unique(devices[~made[devices]])
+            at_new = new.tolist()
+            made_now = map(DeviceGrant, map(self.dev_id.__getitem__, at_new), itertools.repeat(kind),
+                           itertools.repeat(False), map(locations.__getitem__, self.dev_loc[new].tolist()))
+            for d, grant in zip(at_new, made_now, strict=True):
+                grants[d] = grant
+            made[new] = True
+        return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, devices.tolist())))
 
 
 #: The last inventory's arrays, with the parts of the snapshot they were read from (compared by identity:
