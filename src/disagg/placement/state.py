@@ -120,7 +120,7 @@ class InventoryArrays:
             kept = self._local_grants[kind] = ([None] * len(self.dev_id), np.zeros(len(self.dev_id), dtype=bool))
         grants, made = kept
         if not made[devices].all():
-            new = np.unique(devices[~made[devices]])
+            new = devices[~made[devices]]  # (distinct: a round grants a device once)
             at_new = new.tolist()
             made_now = map(DeviceGrant, map(self.dev_id.__getitem__, at_new), itertools.repeat(kind),
                            itertools.repeat(False), map(locations.__getitem__, self.dev_loc[new].tolist()))
