@@ -281,7 +281,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     step = np.arange(int(ends[-1])) - np.repeat(ends - wants, wants)
     taken_at = state.slots[kind][np.repeat(hi - 1, wants) - step]
     taken = taken_at.tolist()
-    granted = state.inventory.local_grants(kind, taken_at, state.cluster.locations)
+    granted = state.inventory.local_grants(kind, taken_at, taken, state.cluster.locations)
     # Back in task order (queue order) to hand them to their jobs: the jobs' records are then read in the
     # order they were made, not scattered by location (most of a round's cost here was those reads).
     back = np.empty_like(order)

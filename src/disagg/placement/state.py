@@ -110,11 +110,13 @@ class InventoryArrays:
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
 
-    def local_grants(self, kind: str, devices: IntArray, locations: Sequence[str]) -> tuple[DeviceGrant, ...]:
-        """The grants of `devices` (indexes) as local devices of `kind`. A local grant says only which
-        device, of what kind, where: the same in every round, so each is made the first time its device
-        is granted and handed out again by later rounds on this inventory (never changed: `DeviceGrant`),
-        instead of tens of thousands made anew each round and walked by the collector at its end."""
+    def local_grants(self, kind: str, devices: IntArray, at: list[int], locations: Sequence[str]
+                     ) -> tuple[DeviceGrant, ...]:
+        """The grants of `devices` (indexes; `at`: the same as a list) as local devices of `kind`. A
+        local grant says only which device, of what kind, where: the same in every round, so each is
+        made the first time its device is granted and handed out again by later rounds on this inventory
+        (never changed: `DeviceGrant`), instead of tens of thousands made anew each round and walked by
+        the collector at its end."""
         kept = self._local_grants.get(kind)
         if kept is None:
             kept = self._local_grants[kind] = ([None] * len(self.dev_id), np.zeros(len(self.dev_id), dtype=bool))
@@ -127,7 +129,7 @@ class InventoryArrays:
             for d, grant in zip(at_new, made_now, strict=True):
                 grants[d] = grant
             made[new] = True
-        return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, devices.tolist())))
+        return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, at)))
 
 
 #: The last inventory's arrays, with the parts of the snapshot they were read from (compared by identity:

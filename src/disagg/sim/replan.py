@@ -58,11 +58,7 @@ class Replanning:
         `_reevaluate` works them out, which spells this out in its loop)."""
         st = self.state
         plan = run.plan if run.plan is not None else plan_of(run, st.machines)
-        if plan.one is not None:
-            return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, st.link_used,
-                                    st.cpu_used)
-        return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, st.link_used,
-                          st.link_share, st.cpu_used)
+        return plan_stretch(plan, st.link_used, st.link_share, st.cpu_used)
 
     def _reevaluate(self, names: set[str], now: float) -> None:
         """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic.
@@ -87,12 +83,7 @@ class Replanning:
             plan = run.plan
             if plan is None:
                 plan = run.plan = plan_of(run, machines)
-            if plan.one is not None:
-                new, run.load_now = one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity,
-                                                     used, cpu_used)
-            else:
-                new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity,
-                                               used, link_share, cpu_used)
+            new, run.load_now = plan_stretch(plan, used, link_share, cpu_used)
             if run.finish_seq >= 0 and abs(new - run.stretch) < 1e-12:
                 continue
             run.stretch = new
@@ -131,6 +122,25 @@ def _hops(d: Grant, own: dict[str, float]) -> tuple[tuple[str, float, float], ..
     return tuple((lk, cap, own.get(lk, 0.0)) for lk, cap in zip(d.links, d.caps, strict=True))
 
 
+def plan_stretch(plan: RunPlan, used: dict[str, float], link_share: dict[int, float], cpu_used: list[float]
+                 ) -> tuple[float, float]:
+    """A run's stretch now and its busiest remote load, from its plan: `one_path_stretch` for the
+    commonest shape, else `stretch_of`."""
+    if plan.one is not None:
+        return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, used, cpu_used)
+    return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used, link_share, cpu_used)
+
+
+def _path_load(hops: tuple[tuple[str, float, float], ...], used: dict[str, float]) -> float:
+    """The busiest link of a remote device's path as used by others (0 at least)."""
+    load = 0.0
+    for lk, cap, own in hops:
+        share = (used[lk] - own) / cap
+        if share > load:
+            load = share
+    return load
+
+
 def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[str, float],
                link_share: dict[int, float], cpu_used: list[float]) -> tuple[float, float]:
     """A run's stretch now: `execution.task_stretch` of its slowest task, each remote device's load
@@ -151,12 +161,7 @@ def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[st
             x = 0.0 if x < 0.0 else x
             total += 1.0 + (1.0 if x > 1.0 else x)  # pcie_factor
         for d, hops, factor in remote:
-            load = 0.0
-            for lk, cap, own in hops:
-                share = (used[lk] - own) / cap
-                if share > load:
-                    load = share
-            d.load = load
+            d.load = load = _path_load(hops, used)
             if load > busiest:
                 busiest = load
             # · link_load_factor (load >= 0.0 here, so the max with 0.0 is load itself)
@@ -180,12 +185,7 @@ def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float
     runs): the same operations, less its loops over one item and two that change no value: the sum's
     `0.0 +` (which would only turn a -0.0 into 0.0, and the term is positive) and the mean's `/ 1`."""
     hops, d, factor, machine, cpus, machine_cpus = one
-    load = 0.0
-    for lk, cap, own in hops:
-        share = (used[lk] - own) / cap
-        if share > load:
-            load = share
-    d.load = load
+    d.load = load = _path_load(hops, used)
     total = factor * (1.0 + sens * (1.0 if load > 1.0 else load))
     others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
     others = 0.0 if others < 0.0 else others
