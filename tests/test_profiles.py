@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from disagg.model.errors import SpecError
@@ -98,12 +98,18 @@ def test_twenty_runs_learn_the_remote_slowdown_within_ten_percent(base: float, s
 
 
 @settings(max_examples=30, deadline=None)
-@given(base=st.floats(10, 5000), share=st.floats(0.1, 0.6), factor=st.floats(1.2, 2.5), sens=st.floats(1.0, 5.0),
-       band=st.floats(0.05, 0.3), seed=st.integers(0, 2**16))
+@given(base=st.floats(10, 5000), share=st.floats(0.1, 0.6), factor=st.floats(1.2, 2.5), sens=st.floats(1.0, 4.0),
+       band=st.floats(0.05, 0.2), seed=st.integers(0, 2**16))
+@example(base=3603.0, share=0.59, factor=2.46, sens=4.0, band=0.2, seed=1)
 def test_remote_runs_at_one_narrow_band_of_loads_leave_the_slowdown_unsure_and_the_estimate_says_so(
         base: float, share: float, factor: float, sens: float, band: float, seed: int) -> None:
     """The misses of docs/profiles.md: remote runs that met loads within 0.03 of each other pin φ there,
-    not its slope, so φ(1, 0.5) rests on the prior; spread over 0–0.9, the same number of runs pins it."""
+    not its slope, so φ(1, 0.5) rests on the prior; spread over 0–0.9, the same number of runs pins it.
+
+    The band stays at least 0.27 below the load the slowdown is read at, and the load term at most 4: a band
+    at 0.25–0.28 under a load term of 5 is close enough to 0.5, and steep enough against 2% noise, that its
+    runs pin the slope too (base 10, share 0.56, factor 2, sensitivity 5: narrow sd 0.27 against a spread
+    sd of 0.14, 1.9x). Over 2,000 draws of this domain the narrow sd is at least 2.5x the spread one."""
     truth = Profile("x", base, share, factor, sens, 1.0)
     narrow = fit("x", _runs(truth, 20, seed, loads=(band, band + 0.03)))
     spread = fit("x", _runs(truth, 20, seed))
