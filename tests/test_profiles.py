@@ -234,3 +234,56 @@ def test_disagg_profiles_shows_a_learned_slowdown_with_its_doubt_and_what_placin
     older = {**learned, "learned": {**learned["learned"], "slowdown_sd": None}}  # stored before the sd was kept
     assert _slowdown(older) == "1.800 (placed as 2.300)"
     assert _slowdown({"used": "table", "slowdown": 1.4, "learned": None}) == "1.400"
+
+
+def _sized_runs(truth: Profile, n: int, seed: int, spread: float, slo_tracks: bool) -> list[Observation]:
+    """Runs of jobs whose sizes differ by ±`spread`, where the longer jobs ran remote more often (the
+    network-aware policy sends a job remote when its SLO has room). SLO 1.3x the job's own size when
+    `slo_tracks`, else one drawn apart from it."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        size = float(rng.uniform(1.0 - spread, 1.0 + spread))
+        r = 1.0 if rng.uniform() < (size - (1.0 - spread)) / (2 * spread) else 0.0
+        load = float(rng.uniform(0.0, 0.9))
+        slo = 1.3 * truth.base_s * (size if slo_tracks else float(rng.uniform(1.0 - spread, 1.0 + spread)))
+        out.append(Observation(size * expected_s(truth, r, load) * float(rng.normal(1.0, 0.01)), r, load, slo))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), spread=st.floats(0.15, 0.4))
+def test_jobs_of_other_sizes_are_brought_to_one_by_their_slos(seed: int, spread: float) -> None:
+    """Longer jobs ran remote more often: unsized, their length reads as remote cost; their SLOs,
+    which track their sizes, take it out."""
+    runs = _sized_runs(TRUTH, 30, seed, spread, slo_tracks=True)
+    assert fit("acme", runs).slowdown() == pytest.approx(remote_slowdown(TRUTH), rel=0.03)
+
+
+def test_unsized_the_longer_jobs_remote_runs_read_as_remote_cost() -> None:
+    """What the SLOs are for: the same runs with their SLOs left out are several times further off."""
+    truth = remote_slowdown(TRUTH)
+    err_sized, err_plain = [], []
+    for seed in range(10):
+        runs = _sized_runs(TRUTH, 30, seed, 0.3, slo_tracks=True)
+        err_sized.append(abs(fit("acme", runs).slowdown() / truth - 1.0))
+        err_plain.append(abs(fit("acme", [Observation(o.run_s, o.remote_share, o.load) for o in runs]).slowdown()
+                             / truth - 1.0))
+    assert np.mean(err_plain) > 0.05 and np.mean(err_plain) > 4 * np.mean(err_sized)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), spread=st.floats(0.15, 0.4))
+def test_slos_that_do_not_track_the_run_times_are_left_out(seed: int, spread: float) -> None:
+    runs = _sized_runs(TRUTH, 30, seed, spread, slo_tracks=False)
+    plain = fit("acme", [Observation(o.run_s, o.remote_share, o.load) for o in runs])
+    assert fit("acme", runs).coef == plain.coef
+
+
+def test_runs_with_one_slo_or_none_are_fitted_as_they_are() -> None:
+    runs = _runs(TRUTH, 20, 4)
+    plain = fit("acme", runs)
+    same = [Observation(o.run_s, o.remote_share, o.load, 312.0) for o in runs]
+    assert fit("acme", same).coef == plain.coef
+    some = [Observation(o.run_s, o.remote_share, o.load, 300.0 + i if i % 2 else None) for i, o in enumerate(runs)]
+    assert fit("acme", some).coef == plain.coef

@@ -155,7 +155,7 @@ class ProfileKeeper:
             rows.append({"slice_id": d["slice_id"], "image": image, "at": now,
                          "run_s": None if obs is None else obs.run_s,
                          "remote_share": 0.0 if obs is None else obs.remote_share,
-                         "load": 0.0 if obs is None else obs.load})
+                         "load": 0.0 if obs is None else obs.load, "slo_s": d["slo_s"]})
         return rows
 
     def _fits(self, images: list[str], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -163,7 +163,7 @@ class ProfileKeeper:
         prior_typical = typical((d["coef"], int(d["remote_observations"])) for d in known)
         out = {}
         for image in images:
-            obs = [Observation(r, s, lo) for r, s, lo in self.store.observations_of(image)]
+            obs = [Observation(r, s, lo, slo) for r, s, lo, slo in self.store.observations_of(image)]
             table_entry = lookup(image, self.base)
             est = fit(image, obs, table_entry if table_entry.known else None, prior_typical)
             out[image] = estimate_data(est)

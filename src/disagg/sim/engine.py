@@ -468,7 +468,7 @@ class Simulation(Replanning):
         work = (now - run.last_s) / run.stretch
         done = run.work_done + work
         load = (run.load_area + run.load_now * work) / done if done > 0.0 else run.load_now
-        self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load))
+        self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load, run.job.slo_s))
 
     # -- preemption --
 

@@ -1,8 +1,8 @@
 """Learned and pinned profiles (issue 26): the observations finished tasks give, and the estimates.
 
 `profile_observations` holds one row per completed slice the controller has looked at: its image, how
-long its tasks ran, the share of its devices that were remote and the load on their paths meanwhile
-(`run_s` NULL: looked at, not usable — so it is not looked at again). `profiles` holds one row per
+long its tasks ran, the share of its devices that were remote, the load on their paths meanwhile and
+its job's SLO (`run_s` NULL: looked at, not usable — so it is not looked at again). `profiles` holds one row per
 image the controller knows something of: the fit's numbers as JSON (`data`), or an admin's pinned
 profile (`pinned`), which learning never overwrites. Both are bounded: at most `keep` observations per
 image (the newest) and `max_images` images (the least recently updated go first), whatever the
@@ -44,23 +44,25 @@ class ObservationRow(Base):
     remote_share: Mapped[float] = mapped_column(Float)
     load: Mapped[float] = mapped_column(Float)
     at: Mapped[float] = mapped_column(Float)
+    slo_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ProfileOps(StoreBase):
     """Reading completed slices to learn from, writing observations and estimates, pinning."""
 
     def completed_unobserved(self, limit: int = 200) -> list[dict[str, Any]]:
-        """Completed slices not yet looked at, oldest first: slice, image, placement, and the run's
-        start (its launch-task step ended) and end (the slice left `running`)."""
+        """Completed slices not yet looked at, oldest first: slice, image, placement, its job's SLO, and
+        the run's start (its launch-task step ended) and end (the slice left `running`)."""
         seen = select(ObservationRow.slice_id)
-        query = (select(SliceRow.id, JobRow.image, SliceRow.placement)
+        query = (select(SliceRow.id, JobRow.image, SliceRow.placement, JobRow.slo_s)
                  .join(JobRow, JobRow.id == SliceRow.job_id)
                  .where(SliceRow.outcome == SliceOutcome.COMPLETED, SliceRow.state == SliceState.DONE,
                         SliceRow.id.not_in(seen))
                  .order_by(SliceRow.updated_at).limit(limit))
         with self.read_core() as conn:
-            rows = [{"slice_id": str(sid), "image": str(image), "placement": SlicePlacement.from_json(sid, data)}
-                    for sid, image, data in conn.execute(query)]
+            rows = [{"slice_id": str(sid), "image": str(image), "placement": SlicePlacement.from_json(sid, data),
+                     "slo_s": None if slo is None else float(slo)}
+                    for sid, image, data, slo in conn.execute(query)]
             ids = [str(r["slice_id"]) for r in rows]
             starts: dict[str, float | None] = dict(conn.execute(
                 select(StepRow.slice_id, func.max(StepRow.ended_at))
@@ -87,7 +89,7 @@ class ProfileOps(StoreBase):
         return samples, caps
 
     def add_observations(self, rows: list[dict[str, Any]], keep: int) -> list[str]:
-        """Store observations (slice_id, image, run_s, remote_share, load, at); keep the newest `keep`
+        """Store observations (slice_id, image, run_s, remote_share, load, at, slo_s); keep the newest `keep`
         usable ones per image. The images that got a usable one."""
         if not rows:
             return []
@@ -100,13 +102,14 @@ class ProfileOps(StoreBase):
                 conn.execute(update(ObservationRow).where(ObservationRow.id.in_(old)).values(run_s=None))
         return images
 
-    def observations_of(self, image: str) -> list[tuple[float, float, float]]:
-        """An image's usable observations: (run_s, remote_share, load), oldest first."""
-        query = (select(ObservationRow.run_s, ObservationRow.remote_share, ObservationRow.load)
+    def observations_of(self, image: str) -> list[tuple[float, float, float, float | None]]:
+        """An image's usable observations: (run_s, remote_share, load, slo_s), oldest first."""
+        query = (select(ObservationRow.run_s, ObservationRow.remote_share, ObservationRow.load, ObservationRow.slo_s)
                  .where(ObservationRow.image == image, ObservationRow.run_s.is_not(None))
                  .order_by(ObservationRow.at, ObservationRow.id))
         with self.read_core() as conn:
-            return [(float(r or 0.0), float(s), float(lo)) for r, s, lo in conn.execute(query)]
+            return [(float(r or 0.0), float(s), float(lo), None if slo is None else float(slo))
+                    for r, s, lo, slo in conn.execute(query)]
 
     def save_estimates(self, estimates: dict[str, dict[str, Any]], now: float, max_images: int) -> None:
         """Write the images' fits (a pinned image keeps its pin); then keep the `max_images` newest."""
