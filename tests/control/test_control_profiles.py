@@ -88,6 +88,9 @@ def test_a_new_image_is_learned_and_its_profile_changes_the_next_decisions(
     assert 2.0 < lr["slowdown"] < 6.0, lr  # 1.2 s remote against 0.3 s local, plus the controller's overheads
     assert lr["slowdown_pessimistic"] >= lr["slowdown"]
     assert 0.0 < lr["slowdown_sd"] < lr["slowdown"], lr  # the estimate's own doubt, shown beside it
+    # each observation keeps its job's SLO (the fit's size statement: profiles.learn.sized_runs)
+    assert {o[3] for o in svc.store.observations_of("sleeper")} <= {0.8, 600.0, None}
+    assert sum(o[3] == 600.0 for o in svc.store.observations_of("sleeper")) >= 12
     listed = client.get("/v1/profiles", headers=auth(token)).json()["profiles"]
     assert any(v["image"] == "sleeper" and v["used"] == "learned" for v in listed)
     assert any(v["image"] == "nw" and v["used"] == "table" for v in listed)
