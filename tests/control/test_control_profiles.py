@@ -128,3 +128,20 @@ def test_an_admin_pins_and_unpins_a_profile_and_a_path_naming_no_image_is_refuse
     assert client.delete("/v1/profiles/acme/pinned:3", headers=auth(admin)).status_code == 204
     assert client.delete("/v1/profiles/acme/pinned:3", headers=auth(admin)).status_code == 404
     assert client.get("/v1/profiles/pinned", headers=auth(admin)).status_code == 404
+
+
+def test_a_remote_run_in_flight_is_counted_for_its_image(learning: tuple[Service, TestClient, str]) -> None:
+    """What `profiles.learn.exploring` counts besides the finished runs: slices of the image running
+    with a remote device (a local one does not count, nor another image's)."""
+    from disagg.profiles import normalize_image
+
+    svc, _, _ = learning
+    local = _submit(svc, _body("local", 1, command="sleep 30"))  # m0's own GPU
+    wait_state(svc, local, ("running",))
+    remote = _submit(svc, _body("remote", 1, command="sleep 30"))  # only the pool's are left
+    wait_state(svc, remote, ("running",))
+    assert svc.store.remote_in_flight({"sleeper"}, normalize_image) == {"sleeper": 1}
+    assert svc.store.remote_in_flight({"other"}, normalize_image) == {}
+    for j in (local, remote):
+        svc.jobs.cancel(j)
+    wait_for(lambda: svc.store.remote_in_flight({"sleeper"}, normalize_image) == {}, 30, "the remote run to end")

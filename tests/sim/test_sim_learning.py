@@ -182,3 +182,25 @@ def test_knowledge_places_an_unsure_image_blind_to_load_for_its_first_remote_run
     assert all(sigma == 0.0 for remote, sigma in seen if remote < 4)
     assert all(sigma > 0.0 for remote, sigma in seen if remote >= 4)
     assert knowledge_for("learned", None, None, blind=0).blind == 0
+
+
+def test_an_image_s_remote_runs_in_flight_end_its_exploring() -> None:
+    """Placed by its estimate while its finished and running remote runs are under `explore`, by its
+    pessimistic bound from then on: a long image's first remote runs would otherwise all be placed on
+    the neutral prior's "remote is free" before the first of them ends."""
+    from disagg.model import Job, TaskRequest
+    from disagg.profiles import normalize_image
+    from disagg.profiles.learn import Observation
+    from disagg.sim.learning import knowledge_for
+
+    k = knowledge_for("learned", None, None, explore=3)
+    for i in range(4):
+        k.observe("acme/long", Observation(100.0 + i, 0.0, 0.0))
+    k.observe("acme/long", Observation(150.0, 1.0, 0.2))
+    job = Job("j", "acme/long", TaskRequest(devices={"gpu": 1}))
+    est = k.estimates[normalize_image("acme/long")]
+    key = normalize_image("acme/long")
+    seen = {n: k.apply([job], {key: n})[0].profile for n in (0, 1, 2)}
+    assert seen[0] == seen[1] == est.profile()  # 1 + 0 and 1 + 1 remote runs: exploring
+    assert seen[2] == est.profile(pessimistic=True)  # 1 + 2: cautious
+    assert k.apply([job], {"other": 5})[0].profile == est.profile()

@@ -22,7 +22,7 @@ from disagg.control.config import Config
 from disagg.model import Job
 from disagg.model.spec import load_profiles
 from disagg.profiles import SHIPPED, Profile, lookup, normalize_image
-from disagg.profiles.learn import Estimate, Observation, fit, remote_slowdown, typical
+from disagg.profiles.learn import Estimate, Observation, exploring, fit, remote_slowdown, typical
 from disagg.profiles.observe import observation
 from disagg.profiles.table import ProfileTable, profile_fields, profile_from_fields
 from disagg.store import Store
@@ -73,6 +73,15 @@ def _estimates(rows: list[dict[str, Any]]) -> dict[str, Profile]:
             if row["data"].get("kind") in ("learned", "pinned") and "profile" in row["data"]}
 
 
+def in_flight(store: Store, config: Config, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Per learned image of `rows` still exploring by its finished runs, its remote runs in flight (none
+    are read when no image explores: the usual case once the images are learned)."""
+    explore = config.profiles_explore
+    images = {r["image"] for r in rows if r["data"].get("kind") == "learned"
+              and exploring(int(r["data"].get("remote_observations", 0)), 0, explore)}
+    return store.remote_in_flight(images, normalize_image) if images and config.learn_profiles else {}
+
+
 class ProfileKeeper:
     """The operator's table, the store's learned and pinned profiles, and the learning step."""
 
@@ -90,9 +99,12 @@ class ProfileKeeper:
         if self._table is None or now - self._read_at >= REFRESH_S:
             table = dict(self.base)
             known: dict[str, str] = {}
-            for row in self._rows():
+            rows = self._rows()
+            flying = in_flight(self.store, self.config, rows)
+            for row in rows:
                 data = row["data"]
-                cautious = int(data.get("remote_observations", 0)) >= self.config.profiles_explore
+                cautious = not exploring(int(data.get("remote_observations", 0)), flying.get(row["image"], 0),
+                                         self.config.profiles_explore)
                 key = "pessimistic" if data.get("kind") == "learned" and cautious else "profile"
                 if data.get("kind") == "pinned" or (self.config.learn_profiles and data.get("observations", 0) > 0):
                     table[row["image"]] = profile_from_fields(data[key])
@@ -171,10 +183,11 @@ class ProfileKeeper:
 
 
 # --- what people see: GET /v1/profiles, disagg profiles, the job page -------------------------------
-def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning: bool, explore: int = 0
-         ) -> dict[str, Any]:
+def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning: bool, explore: int = 0,
+         in_flight: int = 0) -> dict[str, Any]:
     """One image: the profile the policies use (`used`: table, learned or pinned), the table's entry,
-    the learned estimate with its uncertainty and how many tasks it rests on."""
+    the learned estimate with its uncertainty and how many tasks it rests on. `in_flight`: its remote
+    runs not finished yet, which count towards `explore` (`learn.exploring`)."""
     data = row["data"] if row is not None else {}
     kind = data.get("kind")
     learned = kind == "learned" and learning and int(data.get("observations", 0)) > 0
@@ -189,7 +202,7 @@ def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning
                                                "slowdown", "slowdown_pessimistic", "profile", "pessimistic")}
         # φ(1, 0.5)/φ(0)'s own doubt (`Estimate.slowdown_sd`; None for an estimate stored before it was kept)
         out["learned"]["slowdown_sd"] = data.get("slowdown_sd")
-    cautious = int(data.get("remote_observations", 0)) >= explore
+    cautious = not exploring(int(data.get("remote_observations", 0)), in_flight, explore)
     out["exploring"] = used == "learned" and not cautious
     profile = {"pinned": out["pinned"], "learned": data.get("pessimistic" if cautious else "profile"),
                "table": out["table"]}.get(used)
@@ -217,7 +230,9 @@ class ProfileDirectory:
         names = names[:limit + 1]
         more = len(names) > limit
         cfg = self.config
-        items = [view(n, self._entry(n), rows.get(n), cfg.learn_profiles, cfg.profiles_explore) for n in names[:limit]]
+        flying = in_flight(self.store, cfg, [rows[n] for n in names[:limit] if n in rows])
+        items = [view(n, self._entry(n), rows.get(n), cfg.learn_profiles, cfg.profiles_explore, flying.get(n, 0))
+                 for n in names[:limit]]
         return items, (names[limit - 1] if more else None)
 
     def one(self, image: str) -> dict[str, Any] | None:
@@ -226,7 +241,8 @@ class ProfileDirectory:
         entry = self._entry(name) or (self.base.get(name) if name in self.base else None)
         if row is None and entry is None:
             return None
-        return view(name, entry, row, self.config.learn_profiles, self.config.profiles_explore)
+        flying = in_flight(self.store, self.config, [row] if row is not None else [])
+        return view(name, entry, row, self.config.learn_profiles, self.config.profiles_explore, flying.get(name, 0))
 
     def pin(self, image: str, profile: Profile) -> dict[str, Any]:
         name = normalize_image(image)

@@ -124,6 +124,16 @@ class Estimate:
         return ratio_sd(self.coef, self.cov, load)
 
 
+def exploring(remote_observations: int, remote_in_flight: int, explore: int) -> bool:
+    """Whether an image is still placed by its estimate rather than its pessimistic bound: while its
+    finished *and running* remote runs are fewer than `explore`. Running ones count because a remote
+    run that has not finished yet will teach what one that has would: counting only finished runs, a
+    long image (examples/learning's trainer, 300–450 s a run) had ten jobs sent remote on the neutral
+    prior's "remote is free" before its first remote run ended, and all ten missed their SLOs
+    (docs/profiles.md, "Fourth pass")."""
+    return remote_observations + remote_in_flight < explore
+
+
 def remote_slowdown(profile: Profile, remote_share: float = 1.0, load: float = REFERENCE_LOAD) -> float:
     """φ(r, load) / φ(0, 0) of a profile (1 for the neutral one)."""
     local = expected_s(profile, 0.0, 0.0, 1.0)

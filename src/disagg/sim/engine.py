@@ -45,7 +45,7 @@ from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
-from disagg.profiles import lookup
+from disagg.profiles import lookup, normalize_image
 from disagg.profiles.learn import Observation
 from disagg.profiles.table import ProfileTable
 from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE, path_factor
@@ -291,7 +291,7 @@ class Simulation(Replanning):
         snapshot = self.state.snapshot()
         if self.tenants is not None and self.config.tenants is not None:
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
-        queue = self.knowledge.apply(list(self.queue.values()))
+        queue = self.knowledge.apply(list(self.queue.values()), self._remote_in_flight())
         if self.waits_apart:
             queue = WaitingQueue(queue, self._wait_rounds)
         t0 = self.clock()
@@ -458,6 +458,16 @@ class Simulation(Replanning):
         self._reevaluate(self._neighbours(run), now)
         if self.queue:
             self._want_round()
+
+    def _remote_in_flight(self) -> dict[str, int]:
+        """Per image, its jobs running with remote devices (what `learn.exploring` counts); learning only."""
+        flying: dict[str, int] = {}
+        if self.knowledge.kind == "learned":
+            for run in self.running.values():
+                if any(g.remote for t in run.tasks for g in t.grants):
+                    key = normalize_image(run.job.image)
+                    flying[key] = flying.get(key, 0) + 1
+        return flying
 
     def _observe(self, run: Running, now: float) -> None:
         """A finished job as an observation of its image, for the policies' learning (`--learn`)."""

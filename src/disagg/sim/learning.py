@@ -16,7 +16,7 @@ error against the number of its finished jobs: the convergence the report shows 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from disagg.profiles.learn import (
     REFERENCE_LOAD,
     Estimate,
     Observation,
+    exploring,
     fit,
     remote_slowdown,
     to_profile,
@@ -65,9 +66,17 @@ class Knowledge:
     #: the placement brings, not only the quietest path. 0: never.
     blind: int = 0
     blind_sd: float = BLIND_SD
+    #: Per image: its pessimistic profile, which it is placed by once it is no longer `exploring`.
+    bounds: dict[str, Profile] = field(default_factory=dict)
+    #: The images placed blind to load now (`load_blind`), whatever runs are in flight.
+    blinded: set[str] = field(default_factory=set)
+    #: Per image: its jobs running with remote devices, as of the round being placed.
+    in_flight: dict[str, int] = field(default_factory=dict)
 
-    def apply(self, jobs: Sequence[Job]) -> list[Job]:
-        """The jobs as the policy sees them (`Job.profile` set), or as they are for the shipped table."""
+    def apply(self, jobs: Sequence[Job], in_flight: Mapping[str, int] | None = None) -> list[Job]:
+        """The jobs as the policy sees them (`Job.profile` set), or as they are for the shipped table.
+        `in_flight`: per image, its jobs running with remote devices now (`learn.exploring`)."""
+        self.in_flight = dict(in_flight or {})
         if self.kind == "shipped":
             return list(jobs)
         if self.kind == "neutral":
@@ -79,6 +88,10 @@ class Knowledge:
     def _learned(self, job: Job) -> Job:
         key = _key(job.image)
         profile = self.learned.get(key)
+        est = self.estimates.get(key)
+        if (est is not None and key in self.bounds and key not in self.blinded
+                and not exploring(est.remote_observations, self.in_flight.get(key, 0), self.explore)):
+            profile = self.bounds[key]
         if profile is None:
             profile = lookup(job.image, self.table) if self.table is not None else NEUTRAL
         return replace(job, profile=profile)
@@ -94,10 +107,14 @@ class Knowledge:
         others = ((e.coef, e.remote_observations) for k, e in self.estimates.items() if k != key)
         est = fit(key, runs, prior if prior is not None and prior.known else None, typical(others))
         self.estimates[key] = est
+        self.bounds[key] = est.profile(pessimistic=True)
         if est.remote_observations < self.blind and slope_unsure(est, self.blind_sd):
             self.learned[key] = load_blind(est, runs)
+            self.blinded.add(key)
         else:
-            self.learned[key] = est.profile(pessimistic=est.remote_observations >= self.explore)
+            self.blinded.discard(key)
+            cautious = not exploring(est.remote_observations, 0, self.explore)
+            self.learned[key] = self.bounds[key] if cautious else est.profile()
         point = {"n": float(len(runs)), "remote": float(est.remote_observations), "slowdown": est.slowdown(),
                  "pessimistic": est.slowdown(pessimistic=True), "sd": est.slowdown_sd()}
         if self.truth is not None:

@@ -11,6 +11,7 @@ tenants submit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, Float, Integer, String, delete, func, insert, select, update
@@ -76,6 +77,22 @@ class ProfileOps(StoreBase):
             key = str(r["slice_id"])
             r["started"], r["ended"] = starts.get(key), ends.get(key)
         return rows
+
+    def remote_in_flight(self, images: set[str], normalize: Callable[[str], str]) -> dict[str, int]:
+        """Per image of `images` (names as `normalize` gives them), its slices composing or running with
+        a remote device: the remote runs that will teach its remote cost once they end. Placements are
+        read only for those images' slices."""
+        query = (select(SliceRow.id, JobRow.image, SliceRow.placement)
+                 .join(JobRow, JobRow.id == SliceRow.job_id)
+                 .where(SliceRow.state.in_((SliceState.COMPOSING, SliceState.RUNNING))))
+        out: dict[str, int] = {}
+        with self.read_core() as conn:
+            for sid, image, data in conn.execute(query):
+                name = normalize(str(image))
+                if name in images and any(d.remote for t in SlicePlacement.from_json(sid, data).tasks
+                                          for d in t.devices):
+                    out[name] = out.get(name, 0) + 1
+        return out
 
     def link_samples(self, start: float, end: float) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
         """The history's link-load samples taken in [start, end] (at, link → Gbit/s) and every link's
