@@ -197,6 +197,20 @@ def test_a_table_prior_keeps_its_shape_not_its_seconds_when_the_runs_are_another
         assert est.slowdown(load=load, pessimistic=True) < 1.45, load
 
 
+@pytest.mark.parametrize("size", [1.0, 0.01])
+def test_a_table_prior_with_only_remote_runs_takes_the_base_its_shape_says(size: float) -> None:
+    """With no local run the base is the remote runs' over the slowdown the entry's shape gives them (not
+    their minimum, which holds a remote extra: 2.7x for a 2.2x image), whatever the jobs' size (at a
+    hundredth of the entry's base, the entry's seconds made it 5,100x)."""
+    entry = Profile("acme", 100.0, 0.4, 1.6, 3.0, 4.0, "operator")
+    truth = Profile("acme", 100.0 * size, 0.4, 1.6, 3.0, 4.0)
+    rng = np.random.default_rng(4)
+    runs = [Observation(expected_s(truth, 1.0, float(x)) * rng.normal(1.0, 0.02), 1.0, float(x))
+            for x in rng.uniform(0.1, 0.4, 20)]
+    est = fit("acme", runs, entry)
+    assert est.slowdown() == pytest.approx(remote_slowdown(truth), rel=0.10)
+
+
 def test_typical_values_of_the_learned_images_are_a_new_image_s_prior() -> None:
     learned = [fit(f"img{i}", _runs(Profile(f"img{i}", 50.0 * (i + 1), 0.4, 1.6, 3.0, 1.0), 30, i)) for i in range(3)]
     prior = typical((e.coef, e.remote_observations) for e in learned)

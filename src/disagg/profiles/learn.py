@@ -200,9 +200,8 @@ def fit(image: str, observations: Sequence[Observation], prior: Profile | None =
     obs = [o for o in observations if o.run_s > 0 and math.isfinite(o.run_s)]
     x = np.array([[1.0, o.remote_share, o.remote_share * min(max(o.load, 0.0), 1.0)] for o in obs]).reshape(-1, 3)
     y = np.array([o.run_s for o in obs], dtype=np.float64)
-    base_guess = _base_guess(x, y)
     kind, used = _prior_kind(prior, typical_profile)
-    m0 = _prior_mean(kind, used, base_guess, bool(obs))
+    m0 = _prior_mean(kind, used, x, y)
     scale = max(m0[0], 1e-3)
     spread_b, spread_c = (TABLE_B, TABLE_C) if kind == "table" else (WIDE_B, WIDE_C)
     sd0 = np.array([scale, spread_b * scale, spread_c * scale])
@@ -255,20 +254,25 @@ def _prior_kind(prior: Profile | None, typical_profile: Profile | None) -> tuple
     return "neutral", NEUTRAL
 
 
-def _prior_mean(kind: str, used: Profile, base_guess: float, observed: bool) -> np.ndarray:
+def _prior_mean(kind: str, used: Profile, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """(A, B, C)'s prior mean. A typical profile's terms are relative (its A is 1): scaled by this image's
-    base as its runs show it. So are a table entry's once the image has runs: what an entry says of remote
-    devices is its shape (s, f, σ: dimensionless, B/A and C/A), while its `base_s` is one job's size, which
-    the image's jobs need not share. Taken in seconds, an entry whose base is far from the runs' kept its
-    remote terms and their spreads (and the noise floor, all relative to the prior's A) in the entry's
-    seconds: the chaos soak's `rodinia/nw` (table base 200 s, runs of 0.2-1 s) was learned after 104 runs
-    as 9.5x slower remote at load 0.5 (C = 20 s on a 0.6 s job), so that any remote path with a little
-    load missed its goal (docs/profiles.md, "Fourth pass"). With no run the entry stands as it is."""
+    base as its runs show it (`_base_guess`). So are a table entry's once the image has runs: what an entry
+    says of remote devices is its shape (s, f, σ: dimensionless, B/A and C/A), while its `base_s` is one
+    job's size, which the image's jobs need not share; the base is the local runs' mean, else the remote
+    runs' mean over what the entry's shape says their slowdown was. Taken in seconds, an entry whose base is
+    far from the runs' kept its remote terms and their spreads (and the noise floor, all relative to the
+    prior's A) in the entry's seconds: the chaos soak's `rodinia/nw` (table base 200 s, runs of 0.2-1 s)
+    was learned after 104 runs as 9.5x slower remote at load 0.5 (C = 20 s on a 0.6 s job), so that any
+    remote path with a little load missed its goal (docs/profiles.md, "Fourth pass"). With no run the
+    entry stands as it is."""
     if kind == "typical":
-        return np.array(coefficients(used)) * base_guess
-    if kind == "table" and observed:
-        return np.array(coefficients(used)) * (base_guess / used.base_s)
-    return np.array(coefficients(used, base_guess))
+        return np.array(coefficients(used)) * _base_guess(x, y)
+    if kind == "table" and y.size:
+        shape = np.array(coefficients(used)) / used.base_s
+        local = y[x[:, 1] == 0]
+        base = float(local.mean()) if local.size else float(np.mean(y / (x @ shape)))
+        return shape * base
+    return np.array(coefficients(used, _base_guess(x, y)))
 
 
 def _base_guess(x: np.ndarray, y: np.ndarray) -> float:
