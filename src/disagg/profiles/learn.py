@@ -13,8 +13,9 @@ are the prior's and each observation moves them by what it says (Gaussian prior,
 the posterior is closed form, no iteration, no clock).
 
 Caution: while the remote terms are uncertain (every run so far was local, say), the network-aware
-policy is handed the *pessimistic* profile: B and C at an upper quantile (`PESSIMISM` standard
-deviations above the estimate), so that uncertainty never reads as "remote is free". s and f cannot be
+policy is handed the *pessimistic* profile: a remote time at or over the fit's one-sided `PESSIMISM`
+upper bound at every load (`Estimate._pessimistic`), so that uncertainty never reads as "remote is free"
+(nor as "remote is cheap on a quiet path"). s and f cannot be
 told apart by run times alone (only s·(f − 1) and s·f·σ can): a learned profile keeps its prior's
 transfer share and solves f and σ from B and C, which gives the same φ for every r and load.
 
