@@ -176,3 +176,18 @@ def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
 
     simulate(cluster, scenario.submissions(1, cluster)[:200], Both(), 1, SimConfig(interval_s=5.0))  # type: ignore[arg-type]
     assert rounds["all"] > 20 and rounds["nowhere"] > 20
+
+
+def test_classes_are_numbered_as_they_first_appear_each_with_its_first_job() -> None:
+    """`classify` hashes each job's key once (the place of its class's first job): interleaved classes
+    still number in order of first appearance, each represented by its first job, and every job of a
+    class gets its number."""
+    slos = [30.0, 60.0, 30.0, 90.0, 60.0, 30.0, 90.0, 120.0]
+    cls = _classes(slos)
+    first: dict[float, int] = {}
+    for i, s in enumerate(slos):
+        first.setdefault(s, i)
+    numbers = {s: c for c, s in enumerate(first)}
+    assert cls.of_job.tolist() == [numbers[s] for s in slos]
+    assert [js.order for js in cls.representative] == list(first.values())
+    assert cls.tasks.tolist() == [slos.count(s) for s in first]  # one task each

@@ -20,6 +20,7 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from itertools import pairwise
 from operator import attrgetter
@@ -216,13 +217,15 @@ def classify(jobs: list[RoundJob]) -> Classes:
     keys = list(zip(map(id, map(attrgetter("shape"), jobs)), map(attrgetter("profile.name"), jobs),
                     map(attrgetter("tau"), jobs), map(attrgetter("z"), jobs), map(attrgetter("gbps"), jobs),
                     map(attrgetter("guard"), jobs), strict=True))
-    # Classes are numbered as they first appear; each is represented by its first job.
-    classes = {key: c for c, key in enumerate(dict.fromkeys(keys))}
-    firsts = dict(zip(reversed(keys), reversed(jobs), strict=True))
-    reps = list(map(firsts.__getitem__, classes))
-    of_job = np.fromiter(map(classes.__getitem__, keys), dtype=np.int64, count=len(keys))
+    # Classes are numbered as they first appear; each is represented by its first job. Each job's key is
+    # hashed once: it maps to the place of the first job with that key (`count` runs along the jobs),
+    # and those places, sorted, are the classes in order of appearance.
+    seen: dict[tuple[object, ...], int] = {}
+    first_at = np.fromiter(map(seen.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
+    firsts, of_job = np.unique(first_at, return_inverse=True)
+    reps = list(map(jobs.__getitem__, firsts.tolist()))
     counts = column(jobs, "count", np.int64)
-    tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
+    tasks = np.bincount(of_job, weights=counts, minlength=len(reps)).astype(np.int64)
     shapes: dict[int, list[int]] = {}
     for c, js in enumerate(reps):
         shapes.setdefault(id(js.shape), []).append(c)
