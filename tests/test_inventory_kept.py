@@ -81,3 +81,26 @@ def test_a_local_grant_is_made_once_per_device_and_handed_out_by_every_round() -
     assert all(local_a[k] is local_b[k] for k in local_a)  # the same objects: none made anew
     devices = {d.id: d for d in cluster.devices}
     assert all((g.kind, g.location) == (devices[k].kind, devices[k].location) for k, g in local_a.items())
+
+
+def test_the_kept_link_names_and_location_index_are_the_snapshots_own() -> None:
+    """The link names and the location index a round reads off the kept inventory are those each
+    snapshot would make itself; a held device the inventory does not list is passed over."""
+    from disagg.bench.synthetic import synthetic_cluster
+    from disagg.model import Allocation
+
+    cluster = synthetic_cluster(40, 4, 1)
+    forget_kept_inventory()
+    first = FreeState(replace(cluster))
+    names = first.link_names
+    later = FreeState(replace(cluster))
+    assert later.link_names is names  # kept: made once
+    assert names == [f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks]
+    assert later.inventory.loc_index == {x: i for i, x in enumerate(cluster.locations)}
+    held = cluster.devices[0]
+    machine = cluster.machines[0].name
+    idle = FreeState(replace(cluster, allocations=()))
+    state = FreeState(replace(cluster, allocations=(
+        Allocation("a", machine, 1.0, 1.0, devices=(held.id, "no-such-device")),)))
+    assert state.cpu[0] == idle.cpu[0] - 1.0
+    assert int(state.free_count[held.kind].sum()) == int(idle.free_count[held.kind].sum()) - 1

@@ -106,9 +106,23 @@ class InventoryArrays:
     dev_index: dict[str, int]
     #: Devices a round may offer before anything runs: healthy, and not behind a down link.
     healthy: NDArray[np.bool_]
+    #: Each location's index by name (machines first, in order): `Cluster.location_index`, which each
+    #: round's snapshot would build again (its cached properties are its own).
+    loc_index: dict[str, int] = field(default_factory=dict)
+    #: The link names (`FreeState.link_names`), once a round has named them: [] until then, else [names].
+    _link_names: list[list[str]] = field(default_factory=list)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
+
+    def link_names(self, cluster: Cluster) -> list[str]:
+        """Link names by index: the uplink of each location, then of each rack (of `cluster`, a snapshot
+        of this inventory: its locations and racks are the inventory's). Made when a round first names
+        a link (only remote grants do) and kept with the inventory: 12,800 names at 12,500 machines, the
+        same in every round on it."""
+        if not self._link_names:
+            self._link_names.append([f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks])
+        return self._link_names[0]
 
     def local_grants(self, kind: str, devices: IntArray, at: list[int], locations: Sequence[str]
                      ) -> tuple[DeviceGrant, ...]:
@@ -187,7 +201,7 @@ def read_inventory_arrays(cluster: Cluster) -> InventoryArrays:
         dev_loc=np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)), dtype=np.int64,
                             count=n_dev),
         dev_id=(ids := list(map(attrgetter("id"), devices))), dev_index=dict(zip(ids, range(n_dev), strict=True)),
-        healthy=healthy)
+        healthy=healthy, loc_index=loc_index)
     for a in (arrays.cpu_total, arrays.mem_total, arrays.loc_rack, arrays.link_cap, arrays.kind_codes,
               arrays.dev_loc, arrays.healthy):
         a.flags.writeable = False  # shared between rounds: a write would leak into the next one
@@ -238,8 +252,9 @@ class FreeState:
         usable = inv.healthy.copy()
         self._healthy = inv.healthy
         if held:
-            at = inv.dev_index
-            usable[[at[d] for d in held if d in at]] = False
+            # (Devices the inventory does not list are held by allocations it no longer knows of: -1.)
+            at = np.fromiter(map(inv.dev_index.get, held, itertools.repeat(-1)), dtype=np.int64, count=len(held))
+            usable[at[at >= 0]] = False
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
@@ -270,7 +285,7 @@ class FreeState:
         allocations = cl.allocations
         if not allocations:
             return
-        m_index = cl.location_index  # machines first, in order
+        m_index = self.inventory.loc_index  # (the snapshot's `location_index`, kept with the inventory)
         n = len(allocations)
         where = np.fromiter(map(m_index.__getitem__, map(attrgetter("machine"), allocations)), dtype=np.int64,
                             count=n)
@@ -294,7 +309,7 @@ class FreeState:
         allocations name them (a loop over a snapshot's hundreds of allocations with remote devices was
         most of building a simulator round's state)."""
         cl = self.cluster
-        by_id, loc_index = cl.device_by_id, cl.location_index  # built on first use: most hold no devices
+        by_id, loc_index = cl.device_by_id, self.inventory.loc_index  # (by_id: built on first use)
         per_allocation = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
         devices = list(itertools.chain.from_iterable(held))
         dst = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), map(by_id.__getitem__, devices))),
@@ -334,8 +349,7 @@ class FreeState:
     def link_names(self) -> list[str]:
         """Link names by index: the uplink of each location, then of each rack. Built on first use
         (only remote grants name links)."""
-        cl = self.cluster
-        return [f"up:{x}" for x in cl.locations] + [f"rack:{r}" for r in cl.racks]
+        return self.inventory.link_names(self.cluster)
 
     @cached_property
     def link_index(self) -> dict[str, int]:
