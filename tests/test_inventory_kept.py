@@ -83,9 +83,9 @@ def test_a_local_grant_is_made_once_per_device_and_handed_out_by_every_round() -
     assert all((g.kind, g.location) == (devices[k].kind, devices[k].location) for k, g in local_a.items())
 
 
-def test_the_kept_link_names_and_location_index_are_the_snapshots_own() -> None:
-    """The link names and the location index a round reads off the kept inventory are those each
-    snapshot would make itself; a held device the inventory does not list is passed over."""
+def test_the_kept_link_names_location_index_and_models_are_the_snapshots_own() -> None:
+    """The link names, the location index and the devices' models a round reads off the kept inventory
+    are those each snapshot would make itself; a held device the inventory does not list is passed over."""
     from disagg.bench.synthetic import synthetic_cluster
     from disagg.model import Allocation
 
@@ -97,6 +97,9 @@ def test_the_kept_link_names_and_location_index_are_the_snapshots_own() -> None:
     assert later.link_names is names  # kept: made once
     assert names == [f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks]
     assert later.inventory.loc_index == {x: i for i, x in enumerate(cluster.locations)}
+    models = first.free_by_model("gpu")[0]
+    assert later.free_by_model("gpu")[0] is models  # kept: read once
+    assert models == sorted({d.model for d in cluster.devices if d.kind == "gpu"})
     held = cluster.devices[0]
     machine = cluster.machines[0].name
     idle = FreeState(replace(cluster, allocations=()))

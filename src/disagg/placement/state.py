@@ -111,6 +111,8 @@ class InventoryArrays:
     loc_index: dict[str, int] = field(default_factory=dict)
     #: The link names (`FreeState.link_names`), once a round has named them: [] until then, else [names].
     _link_names: list[list[str]] = field(default_factory=list)
+    #: Per kind, the models of its devices (`FreeState._models_of`), once a round has asked.
+    models: dict[str, list[str]] = field(default_factory=dict)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
@@ -248,7 +250,8 @@ class FreeState:
         #: each device granted (a round grants tens of thousands, by then scattered out of the cache).
         self.dev_id: list[str] = inv.dev_id
         self._kind_codes = kinds
-        self._models: dict[str, list[str]] = {}
+        #: Per kind, the models of its devices: of the inventory alone, kept with it (a pass over every device).
+        self._models: dict[str, list[str]] = inv.models
         usable = inv.healthy.copy()
         self._healthy = inv.healthy
         if held:
