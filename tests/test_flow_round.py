@@ -191,3 +191,30 @@ def test_classes_are_numbered_as_they_first_appear_each_with_its_first_job() -> 
     assert cls.of_job.tolist() == [numbers[s] for s in slos]
     assert [js.order for js in cls.representative] == list(first.values())
     assert cls.tasks.tolist() == [slos.count(s) for s in first]  # one task each
+
+
+def test_a_device_phase_counts_the_traffic_a_job_took_earlier_in_the_round_and_none_before_any() -> None:
+    """`_tasks` looks for jobs holding traffic of the round only once the free state has taken some
+    (`FreeState.traffic_takes`): a job that took traffic has it counted on its task's uplink; a round
+    that took none counts none, without the look."""
+
+    from disagg.placement.cost_models import get_cost_model
+    from disagg.placement.jobstate import JobTable
+    from disagg.placement.phase_device import _tasks
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster
+
+    state = FreeState(make_cluster(machines=4, gpus=4))
+    cache = _RoundJobCache()
+    jobs = [FlowPlacer._job_state(make_job(f"j{i}"), i, cache) for i in range(2)]
+    for js, m in zip(jobs, (0, 1), strict=True):
+        js.machines.append(m)
+    table = JobTable.of(jobs)
+    costs = get_cost_model("drmaestro-na")
+    before = _tasks(state, jobs, "gpu", ["K80"], costs, 2, table)
+    assert state.traffic_takes == 0 and not before.own_up.any() and not before.own_rack.any()
+    path = state.path(1, 2)
+    assert state.take_traffic(path, 5.0, jobs[1]) and state.traffic_takes == 1
+    after = _tasks(state, jobs, "gpu", ["K80"], costs, 2, table)
+    assert after.own_up.tolist() == [0.0, 5.0 if 1 in path else 0.0]
+    assert after.own_up[1] > 0 or after.own_rack[1] > 0

@@ -276,6 +276,8 @@ class FreeState:
         #: Bumped whenever free devices or link usage change; what `reachable` and `machines_with_local`
         #: cached under one version stays valid (cpu and memory do not enter them).
         self.version = 0
+        #: How many times `take_traffic` took traffic (a journal holds traffic of this round only then).
+        self.traffic_takes = 0
         self._cached_version = -1
         self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
@@ -462,6 +464,7 @@ class FreeState:
             used[link] += gbps
         journal.taken_traffic.append((links, gbps))
         self.version += 1
+        self.traffic_takes += 1
         return True
 
     def fits_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
