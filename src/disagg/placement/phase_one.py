@@ -596,7 +596,12 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
                 break
             machines.append(m)
         else:
-            js.grants = [()] * count
+            # (A job has no grants before this phase (`RoundJob.fail` drops them): a job of one task, most,
+            # gets its entry in the list it has rather than a list of its own.)
+            if count == 1 and not js.grants:
+                js.grants.append(())
+            else:
+                js.grants = [()] * count
             survivors.append(js)
     return survivors
 
