@@ -543,10 +543,11 @@ class FlowPlacer:
                     tasks = tuple([TaskPlacement(f"{name}/{ti}", names[m], cpus, memory_gb, granted, local)
                                    for ti, (m, granted) in enumerate(zip(machines, grants, strict=True))])
             out_placed.append(JobPlacement(name, tasks))
-        placed_at = {js.order for js in placed}
-        if len(placed_at) == len(ordered):  # every job placed: none to explain (no pass over the queue)
+        # Every job placed (each once: a placed job is out of the round's later tries): none to explain, no
+        # pass over the queue.
+        if len(placed) == len(ordered):
             return tuple(out_placed), ()
-        return tuple(out_placed), self._unplaced(rnd, placed_at)
+        return tuple(out_placed), self._unplaced(rnd, {js.order for js in placed})
 
     def _unplaced(self, rnd: FlowRound, placed_at: set[int]) -> tuple[Unplaced, ...]:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why: refused,
