@@ -218,3 +218,31 @@ def test_a_device_phase_counts_the_traffic_a_job_took_earlier_in_the_round_and_n
     after = _tasks(state, jobs, "gpu", ["K80"], costs, 2, table)
     assert after.own_up.tolist() == [0.0, 5.0 if 1 in path else 0.0]
     assert after.own_up[1] > 0 or after.own_rack[1] > 0
+
+
+def test_job_states_made_in_one_loop_are_those_made_one_by_one() -> None:
+    """`_job_states` (one loop over the admitted jobs, the cache in locals) makes what `_job_state` makes
+    job by job: jobs sharing a request object, requests written differently, an unknown image, SLOs
+    missing, NaN or out of range, and a round's W."""
+    from dataclasses import fields, replace
+
+    from disagg.model import TaskRequest
+
+    shared = TaskRequest(2, 4.0, 16.0, {"gpu": 1})
+    jobs = [make_job("a"), replace(make_job("b"), tasks=shared), replace(make_job("c"), tasks=shared),
+            replace(make_job("d", slo_s=None), image="unknown/x"), make_job("e", slo_s=float("nan")),
+            replace(make_job("f"), tasks=TaskRequest(1, 4.0, 16.0, {"nvme": 0, "gpu": 1})),
+            make_job("g", slo_s=1e9, importance=float("nan"), wait_rounds=3), make_job("h", slo_s=1e-9)]
+    orders = [5, 1, 2, 7, 3, 4, 6, 0]
+
+    def made(one_by_one: bool) -> list[tuple[object, ...]]:
+        cache = _RoundJobCache(wait_rounds=lambda job: len(job.name) + 1)
+        states = ([FlowPlacer._job_state(j, o, cache) for j, o in zip(jobs, orders, strict=True)] if one_by_one
+                  else FlowPlacer._job_states(jobs, orders, cache))
+        shapes = {id(js.shape): k for k, js in reversed(list(enumerate(states)))}  # shapes by identity
+        return [tuple(shapes[id(v)] if f.name == "shape" else repr(v) for f in fields(js)
+                      for v in [getattr(js, f.name)]) for js in states]
+
+    assert made(True) == made(False)
+    states = FlowPlacer._job_states(jobs, orders, _RoundJobCache())
+    assert states[1].shape is states[2].shape is states[5].shape  # one shape per request, however written
