@@ -246,3 +246,24 @@ def test_job_states_made_in_one_loop_are_those_made_one_by_one() -> None:
     assert made(True) == made(False)
     states = FlowPlacer._job_states(jobs, orders, _RoundJobCache())
     assert states[1].shape is states[2].shape is states[5].shape  # one shape per request, however written
+
+
+def test_a_model_allowing_every_machine_answers_one_read_only_array_a_round() -> None:
+    """The decoder's repairs ask the cost model for the machines a task may go to; a model allowing
+    all answers the free state's one array of them (not a new one per repair), which nothing may write."""
+    import numpy as np
+    import pytest
+
+    from disagg.placement.cost_models import get_cost_model
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster
+
+    state = FreeState(make_cluster(machines=5, gpus=2))
+    js = FlowPlacer._job_state(make_job("a"), 0, _RoundJobCache())
+    for name in ("drmaestro", "drmaestro-na"):
+        mask, machines = get_cost_model(name).machines_allowed(state, js)
+        assert mask is None and machines is state.all_machines
+    assert state.all_machines.tolist() == list(range(state.n_machines))
+    with pytest.raises(ValueError):
+        state.all_machines[0] = 3
+    assert np.array_equal(FreeState(make_cluster(machines=5, gpus=2)).all_machines, state.all_machines)

@@ -348,6 +348,14 @@ class FreeState:
             if m.name in behind:
                 self.cpu[i] = self.mem[i] = 0.0
 
+    @cached_property
+    def all_machines(self) -> IntArray:
+        """Every machine's index, ascending (read-only): what a cost model that allows a task every
+        machine answers, made once a round rather than at each of the decoder's repairs (hundreds)."""
+        out = np.arange(self.n_machines)
+        out.flags.writeable = False
+        return out
+
     # -- paths and loads ---------------------------------------------------------------------------
 
     @cached_property
