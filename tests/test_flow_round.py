@@ -267,3 +267,19 @@ def test_a_model_allowing_every_machine_answers_one_read_only_array_a_round() ->
     with pytest.raises(ValueError):
         state.all_machines[0] = 3
     assert np.array_equal(FreeState(make_cluster(machines=5, gpus=2)).all_machines, state.all_machines)
+
+
+def test_a_job_states_goal_is_its_slo_clamped_as_clamp_goal_clamps_it() -> None:
+    """`_job_states` clamps τ with comparisons in place of `clamp_goal`'s min and max: the same value, and
+    of the same type, at the bounds, beyond them, for ints, infinities and NaN."""
+    import math
+
+    from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_goal
+
+    slos = [TAU_MIN_S, TAU_MAX_S, TAU_MIN_S / 2, TAU_MAX_S * 2, 1e-12, 0.0, -5.0, 7, int(TAU_MAX_S) + 1,
+            math.inf, -math.inf, float("nan"), 123.456]
+    states = FlowPlacer._job_states([make_job(f"j{i}", slo_s=s) for i, s in enumerate(slos)], range(len(slos)),
+                                    _RoundJobCache())
+    for js, s in zip(states, slos, strict=True):
+        want = clamp_goal(s)
+        assert repr(js.tau) == repr(want) and type(js.tau) is type(want), s

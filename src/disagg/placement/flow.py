@@ -467,8 +467,11 @@ class FlowPlacer:
                 image = images[job.image] = _image_parts(job)
             profile, phi_known, default_tau, default_gbps = image
             slo = job.slo_s
-            # (`clamp_goal` inline: a simulated queue's SLOs are mostly each its own, so a memo of them missed.)
-            tau = default_tau if slo is None else TAU_MAX_S if slo != slo else min(max(slo, TAU_MIN_S), TAU_MAX_S)
+            # (`clamp_goal` inline, `min(max(slo, TAU_MIN_S), TAU_MAX_S)` as comparisons (the same value, and
+            # the same object: two builtin calls per job were a tenth of this loop): a simulated queue's SLOs
+            # are mostly each its own, so a memo of them missed.)
+            tau = (default_tau if slo is None else TAU_MAX_S if slo != slo else TAU_MIN_S if slo < TAU_MIN_S
+                   else TAU_MAX_S if slo > TAU_MAX_S else slo)
             gbps = job.network_gbps
             t = job.tasks
             # Requests repeat across a queue: their device and model parts are worked out once per round.
