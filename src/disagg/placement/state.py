@@ -418,7 +418,8 @@ class FreeState:
             while start < end and entries[start][1] == 0:
                 start += 1
             offers.start = start
-            for k in range(start, min(start + limit, end)):
+            stop = start + limit
+            for k in range(start, stop if stop < end else end):  # (`min` without its call)
                 offer = entries[k]
                 if offer[1] == 0:
                     continue
