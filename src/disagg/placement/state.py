@@ -48,13 +48,15 @@ def _float_view(array: FloatArray) -> FloatView:
 
 class Offers:
     """Machines a flow offers to tasks of one size: [machine, tasks left] pairs, cheapest first, and
-    where the first pair with tasks left is (the front only moves forward)."""
+    where the first pair with tasks left is (the front only moves forward); `end`: how many pairs (the
+    list is never grown or shrunk: read once, not at each task)."""
 
-    __slots__ = ("entries", "start")
+    __slots__ = ("end", "entries", "start")
 
     def __init__(self, entries: list[list[int]]) -> None:
         self.entries = entries
         self.start = 0
+        self.end = len(entries)
 
 
 class Reservations(Protocol):
@@ -413,8 +415,7 @@ class FreeState:
         a round's decoder calls this once per task, some 12,000 at 12,500 machines; `exceeds` too.)"""
         cpu, memory = self._cpu_view, self._mem_view
         for offers in offered:
-            entries, start = offers.entries, offers.start
-            end = len(entries)
+            entries, start, end = offers.entries, offers.start, offers.end
             while start < end and entries[start][1] == 0:
                 start += 1
             offers.start = start
