@@ -283,3 +283,21 @@ def test_a_job_states_goal_is_its_slo_clamped_as_clamp_goal_clamps_it() -> None:
     for js, s in zip(states, slos, strict=True):
         want = clamp_goal(s)
         assert repr(js.tau) == repr(want) and type(js.tau) is type(want), s
+
+
+def test_a_job_states_written_out_init_starts_every_other_field_as_declared() -> None:
+    """`RoundJob.__init__` is written out (no factory calls): every field it does not take starts at its
+    declared default, each list its own, and every declared field is set."""
+    from dataclasses import MISSING, fields
+
+    from disagg.placement.jobstate import RoundJob
+
+    a, b = (RoundJob(make_job("a"), 0, None, 1.0, 1.0, 1.0, 1.0, (), {}, 1, 4.0, 16.0, 0) for _ in range(2))
+    for f in fields(RoundJob):
+        value = getattr(a, f.name)  # (every slot set: an unset one raises)
+        if f.init:
+            continue
+        declared = f.default if f.default is not MISSING else f.default_factory()
+        assert value == declared and type(value) is type(declared), f.name
+        if isinstance(value, list):
+            assert value is not getattr(b, f.name), f.name
