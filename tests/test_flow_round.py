@@ -301,3 +301,37 @@ def test_a_job_states_written_out_init_starts_every_other_field_as_declared() ->
         assert value == declared and type(value) is type(declared), f.name
         if isinstance(value, list):
             assert value is not getattr(b, f.name), f.name
+
+
+def test_a_phase_looks_at_its_first_shape_first_and_at_the_rest_only_when_that_fits_nowhere() -> None:
+    """`fits_nowhere` looks at the first shape of its jobs alone first (its last job, at the least gbps
+    of its jobs): when it fits, the phase is built with that fit known and nothing else looked at; when
+    it does not, every shape is looked at as before, and only when none fits do the jobs fail."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from disagg.placement.cost_models import get_cost_model
+    from disagg.placement.phase_one import fits_nowhere, shape_fit
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster
+
+    state = FreeState(make_cluster(machines=3, gpus=2))
+    costs = get_cost_model("drmaestro")
+    local_free = {k: state.local_free(k) for k in state.kinds}
+    cache = _RoundJobCache()
+    small = [replace(make_job(f"s{i}", cpus=2), network_gbps=g) for i, g in enumerate((8.0, 2.0, 5.0))]
+    huge = [make_job(f"h{i}", cpus=10_000) for i in range(2)]
+    states = FlowPlacer._job_states(small + huge, range(5), cache)
+    fits, nowhere = states[:3], states[3:]
+    known: dict[int, np.ndarray] = {}
+    assert not fits_nowhere(state, fits + nowhere, costs, {}, known)
+    assert list(known) == [id(fits[0].shape)]  # the first shape fits: nothing else looked at
+    assert np.array_equal(known[id(fits[0].shape)], shape_fit(state, fits[2], costs, local_free, 2.0))
+    known = {}
+    assert not fits_nowhere(state, nowhere + fits, costs, {}, known)
+    assert list(known) == [id(nowhere[0].shape), id(fits[0].shape)] and not known[id(nowhere[0].shape)].any()
+    assert all(js.failure is None for js in states)
+    first_fit: dict[int, int] = {}
+    assert fits_nowhere(state, nowhere, costs, first_fit, {})
+    assert first_fit == {id(nowhere[0].shape): 0} and all(js.failure is not None for js in nowhere)
