@@ -335,3 +335,52 @@ def test_a_phase_looks_at_its_first_shape_first_and_at_the_rest_only_when_that_f
     first_fit: dict[int, int] = {}
     assert fits_nowhere(state, nowhere, costs, first_fit, {})
     assert first_fit == {id(nowhere[0].shape): 0} and all(js.failure is not None for js in nowhere)
+
+
+def test_taking_cpus_along_offers_tries_the_front_offer_first_and_scans_as_before() -> None:
+    """`take_cpu_along` tries the front offer with tasks left first (most tasks fit it); otherwise that
+    offer is spent and the scan goes on within `limit` offers from the front, list after list: the
+    same machine, spent offers and journal as a plain scan, on random offers and free states."""
+    import random
+
+    from disagg.placement.commit import EPS
+    from disagg.placement.state import FreeState, Journal, Offers
+    from tests.builders import make_cluster
+
+    def plain(cpu: list[float], mem: list[float], offered: list[list[list[int]]], starts: list[int],
+              cpus: float, memory: float, limit: int) -> int:
+        for lst, entries in enumerate(offered):
+            start = starts[lst]
+            while start < len(entries) and entries[start][1] == 0:
+                start += 1
+            starts[lst] = start
+            for offer in entries[start:start + limit]:
+                if offer[1] == 0:
+                    continue
+                m = offer[0]
+                if cpus > cpu[m] + EPS or memory > mem[m] + EPS:
+                    offer[1] = 0
+                    continue
+                cpu[m] -= cpus
+                mem[m] -= memory
+                offer[1] -= 1
+                return m
+        return -1
+
+    rng = random.Random(7)
+    for _ in range(300):
+        state = FreeState(make_cluster(machines=6, gpus=1))
+        state.cpu[:] = [rng.choice((0.0, 1.0, 2.0, 4.0, 8.0)) for _ in range(6)]
+        state.mem[:] = 64.0
+        lists = [[[rng.randrange(6), rng.randrange(3)] for _ in range(rng.randrange(5))] for _ in range(2)]
+        mine = tuple(Offers([list(e) for e in entries]) for entries in lists)
+        ref, ref_starts = [[list(e) for e in entries] for entries in lists], [0, 0]
+        cpu, mem = state.cpu.tolist(), state.mem.tolist()
+        journal, taken = Journal(), []
+        for _ in range(4):
+            cpus, limit = rng.choice((1.0, 2.0, 3.0)), rng.choice((0, 1, 2, 8))
+            want = plain(cpu, mem, ref, ref_starts, cpus, 4.0, limit)
+            assert state.take_cpu_along(mine, cpus, 4.0, journal, limit) == want
+            assert [o.entries for o in mine] == ref and state.cpu.tolist() == cpu
+            taken += [(want, cpus, 4.0)] if want >= 0 else []
+        assert journal.taken_cpu == taken

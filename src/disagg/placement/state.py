@@ -419,8 +419,20 @@ class FreeState:
             while start < end and entries[start][1] == 0:
                 start += 1
             offers.start = start
+            if start < end and limit > 0:
+                # The front offer (it has tasks left) first: it fits most tasks, and then no scan is set up.
+                offer = entries[start]
+                m = offer[0]
+                free_cpu, free_mem = cpu[m], memory[m]
+                if not (cpus > free_cpu + EPS or mem > free_mem + EPS):
+                    cpu[m] = free_cpu - cpus
+                    memory[m] = free_mem - mem
+                    journal.taken_cpu.append((m, cpus, mem))
+                    offer[1] -= 1
+                    return m
+                offer[1] = 0
             stop = start + limit
-            for k in range(start, stop if stop < end else end):  # (`min` without its call)
+            for k in range(start + 1, stop if stop < end else end):  # (`min` without its call)
                 offer = entries[k]
                 if offer[1] == 0:
                     continue
