@@ -107,3 +107,28 @@ def test_the_kept_link_names_location_index_and_models_are_the_snapshots_own() -
         Allocation("a", machine, 1.0, 1.0, devices=(held.id, "no-such-device")),)))
     assert state.cpu[0] == idle.cpu[0] - 1.0
     assert int(state.free_count[held.kind].sum()) == int(idle.free_count[held.kind].sum()) - 1
+
+
+def test_the_traffic_checks_with_exceeds_inlined_answer_as_exceeds_does() -> None:
+    """`fits_traffic` and `take_traffic` compare with `EPS` inline: the same answers as `exceeds` per link,
+    at the boundary (within EPS), beyond it, and with NaN loads (a NaN never exceeds)."""
+    import math
+    import random
+
+    from disagg.bench.synthetic import synthetic_cluster
+    from disagg.placement.commit import EPS, exceeds
+    from disagg.placement.state import Journal
+
+    rng = random.Random(3)
+    state = FreeState(synthetic_cluster(8, 2, 1))
+    n = len(state.link_cap)
+    for _ in range(300):
+        state.link_used[:] = [rng.choice((0.0, 1.0, 5.0, 10.0, math.nan)) for _ in range(n)]
+        links = tuple(rng.sample(range(n), rng.randrange(1, 4)))
+        gbps = rng.choice((0.5, 1.0, 5.0 + EPS / 2, 5.0 + 2 * EPS, 10.0, math.nan))
+        want = all(not exceeds(state.link_used[k] + gbps, state.link_cap[k]) for k in links)
+        assert state.fits_traffic(links, gbps) == want
+        before = state.link_used.copy()
+        assert state.take_traffic(links, gbps, Journal()) == want
+        if not want:
+            assert np.array_equal(state.link_used, before, equal_nan=True)

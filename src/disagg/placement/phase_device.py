@@ -422,7 +422,7 @@ def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model
             state.undo_last_traffic(js)
         return None, ""
     js.remote += 1
-    names = tuple(state.link_names[p] for p in path)
+    names = tuple(map(state.link_names.__getitem__, path))
     return DeviceGrant(state.dev_id[dev], kind, True, locations[loc], names, js.gbps), ""
 
 

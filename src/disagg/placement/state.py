@@ -480,7 +480,7 @@ class FreeState:
             return True
         used, cap = self._used_view, self._cap_view
         for link in links:
-            if exceeds(used[link] + gbps, cap[link]):
+            if used[link] + gbps > cap[link] + EPS:  # (`exceeds`, inlined: a call per link of every remote try)
                 return False
         for link in links:
             used[link] += gbps
@@ -494,7 +494,10 @@ class FreeState:
         if gbps <= 0:
             return True
         used, cap = self._used_view, self._cap_view
-        return all(not exceeds(used[link] + gbps, cap[link]) for link in links)
+        for link in links:  # noqa: SIM110 - `exceeds` inlined in a loop, not `all` over a generator (NaN: fits)
+            if used[link] + gbps > cap[link] + EPS:
+                return False
+        return True
 
     def load_with(self, links: tuple[int, ...], gbps: float) -> float:
         """`load(links)` as it reads once `take_traffic(links, gbps, ...)` has taken it, without
