@@ -95,6 +95,7 @@ def test_the_kept_link_names_location_index_and_models_are_the_snapshots_own() -
     names = first.link_names
     later = FreeState(replace(cluster))
     assert later.link_names is names  # kept: made once
+    assert later.link_index is first.link_index == {name: i for i, name in enumerate(names)}
     assert names == [f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks]
     assert later.inventory.loc_index == {x: i for i, x in enumerate(cluster.locations)}
     models = first.free_by_model("gpu")[0]

@@ -113,6 +113,8 @@ class InventoryArrays:
     loc_index: dict[str, int] = field(default_factory=dict)
     #: The link names (`FreeState.link_names`), once a round has named them: [] until then, else [names].
     _link_names: list[list[str]] = field(default_factory=list)
+    #: The links' indices by name (`FreeState.link_index`), once a round has asked: [] until then.
+    _link_index: list[dict[str, int]] = field(default_factory=list)
     #: Per kind, the models of its devices (`FreeState._models_of`), once a round has asked.
     models: dict[str, list[str]] = field(default_factory=dict)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
@@ -127,6 +129,12 @@ class InventoryArrays:
         if not self._link_names:
             self._link_names.append([f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks])
         return self._link_names[0]
+
+    def link_index(self, cluster: Cluster) -> dict[str, int]:
+        """`link_names` by name (an NA round's remote grants look their links up by name), kept likewise."""
+        if not self._link_index:
+            self._link_index.append({name: i for i, name in enumerate(self.link_names(cluster))})
+        return self._link_index[0]
 
     def local_grants(self, kind: str, devices: IntArray, at: list[int], locations: Sequence[str]
                      ) -> tuple[DeviceGrant, ...]:
@@ -368,7 +376,8 @@ class FreeState:
 
     @cached_property
     def link_index(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.link_names)}
+        """Each link's index by name (kept with the inventory, as the names are)."""
+        return self.inventory.link_index(self.cluster)
 
     def path(self, src: int, dst: int) -> tuple[int, ...]:
         """Link indices between two locations (same as Cluster.path, by index)."""
