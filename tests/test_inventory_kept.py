@@ -98,6 +98,11 @@ def test_the_kept_link_names_location_index_and_models_are_the_snapshots_own() -
     assert later.link_index is first.link_index == {name: i for i, name in enumerate(names)}
     assert names == [f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks]
     assert later.inventory.loc_index == {x: i for i, x in enumerate(cluster.locations)}
+    shape = (2.0, 8.0, (("gpu", 1),), ())
+    fit = first.idle_local_fit(shape)
+    assert later.inventory.idle_fit == {shape: fit}  # kept: computed once for every round on the inventory
+    forget_kept_inventory()
+    assert FreeState(replace(cluster)).idle_local_fit(shape) == fit  # what a fresh inventory computes
     models = first.free_by_model("gpu")[0]
     assert later.free_by_model("gpu")[0] is models  # kept: read once
     assert models == sorted({d.model for d in cluster.devices if d.kind == "gpu"})
@@ -133,3 +138,17 @@ def test_the_traffic_checks_with_exceeds_inlined_answer_as_exceeds_does() -> Non
         assert state.take_traffic(links, gbps, Journal()) == want
         if not want:
             assert np.array_equal(state.link_used, before, equal_nan=True)
+
+
+def test_the_kept_idle_fits_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inventory keeps at most IDLE_FIT_KEPT shapes' idle fits (requests are the tenants' to choose):
+    past that it starts over, and a fit is what it was."""
+    from disagg.bench.synthetic import synthetic_cluster
+    from disagg.placement import state as state_module
+
+    monkeypatch.setattr(state_module, "IDLE_FIT_KEPT", 3)
+    forget_kept_inventory()
+    state = FreeState(synthetic_cluster(8, 2, 1))
+    fits = [state.idle_local_fit((float(c), 8.0, (("gpu", 1),), ())) for c in range(1, 6)]
+    assert len(state.inventory.idle_fit) <= 3
+    assert [state.idle_local_fit((float(c), 8.0, (("gpu", 1),), ())) for c in range(1, 6)] == fits

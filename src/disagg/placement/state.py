@@ -117,6 +117,10 @@ class InventoryArrays:
     _link_index: list[dict[str, int]] = field(default_factory=list)
     #: Per kind, the models of its devices (`FreeState._models_of`), once a round has asked.
     models: dict[str, list[str]] = field(default_factory=dict)
+    #: Per request shape, how many of its tasks the machines take were nothing running
+    #: (`FreeState.idle_local_fit`), as rounds ask (at most IDLE_FIT_KEPT shapes: a tenant's distinct
+    #: requests are theirs to choose).
+    idle_fit: dict[tuple[object, ...], int] = field(default_factory=dict)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
@@ -156,6 +160,10 @@ class InventoryArrays:
                 grants[d] = grant
             made[new] = True
         return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, at)))
+
+
+#: How many request shapes' idle fits an inventory keeps (`InventoryArrays.idle_fit`).
+IDLE_FIT_KEPT = 4096
 
 
 #: The last inventory's arrays, with the parts of the snapshot they were read from (compared by identity:
@@ -291,7 +299,8 @@ class FreeState:
         self._cached_version = -1
         self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
-        self._idle_fit: dict[tuple[object, ...], int] = {}
+        #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
+        self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -745,6 +754,8 @@ class FreeState:
                 fit = np.minimum(np.floor((self.cpu_total + EPS) / cpus), np.floor((self.mem_total + EPS) / memory_gb))
             for kind, count in cast(tuple[tuple[str, int], ...], shape[2]):
                 fit = np.minimum(fit, self._healthy_local(kind, models.get(kind)) // count)
+            if len(self._idle_fit) >= IDLE_FIT_KEPT:
+                self._idle_fit.clear()
             found = self._idle_fit[shape] = int(np.maximum(fit, 0).sum())
         return found
 
