@@ -176,3 +176,211 @@ def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
 
     simulate(cluster, scenario.submissions(1, cluster)[:200], Both(), 1, SimConfig(interval_s=5.0))  # type: ignore[arg-type]
     assert rounds["all"] > 20 and rounds["nowhere"] > 20
+
+
+def test_classes_are_numbered_as_they_first_appear_each_with_its_first_job() -> None:
+    """`classify` hashes each job's key once (the place of its class's first job): interleaved classes
+    still number in order of first appearance, each represented by its first job, and every job of a
+    class gets its number."""
+    slos = [30.0, 60.0, 30.0, 90.0, 60.0, 30.0, 90.0, 120.0]
+    cls = _classes(slos)
+    first: dict[float, int] = {}
+    for i, s in enumerate(slos):
+        first.setdefault(s, i)
+    numbers = {s: c for c, s in enumerate(first)}
+    assert cls.of_job.tolist() == [numbers[s] for s in slos]
+    assert [js.order for js in cls.representative] == list(first.values())
+    assert cls.tasks.tolist() == [slos.count(s) for s in first]  # one task each
+
+
+def test_a_device_phase_counts_the_traffic_a_job_took_earlier_in_the_round_and_none_before_any() -> None:
+    """`_tasks` looks for jobs holding traffic of the round only once the free state has taken some
+    (`FreeState.traffic_takes`): a job that took traffic has it counted on its task's uplink; a round
+    that took none counts none, without the look."""
+
+    from disagg.placement.cost_models import get_cost_model
+    from disagg.placement.jobstate import JobTable
+    from disagg.placement.phase_device import _tasks
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster
+
+    state = FreeState(make_cluster(machines=4, gpus=4))
+    cache = _RoundJobCache()
+    jobs = [FlowPlacer._job_state(make_job(f"j{i}"), i, cache) for i in range(2)]
+    for js, m in zip(jobs, (0, 1), strict=True):
+        js.machines.append(m)
+    table = JobTable.of(jobs)
+    costs = get_cost_model("drmaestro-na")
+    before = _tasks(state, jobs, "gpu", ["K80"], costs, 2, table)
+    assert state.traffic_takes == 0 and not before.own_up.any() and not before.own_rack.any()
+    path = state.path(1, 2)
+    assert state.take_traffic(path, 5.0, jobs[1]) and state.traffic_takes == 1
+    after = _tasks(state, jobs, "gpu", ["K80"], costs, 2, table)
+    assert after.own_up.tolist() == [0.0, 5.0 if 1 in path else 0.0]
+    assert after.own_up[1] > 0 or after.own_rack[1] > 0
+
+
+def test_job_states_made_in_one_loop_are_those_made_one_by_one() -> None:
+    """`_job_states` (one loop over the admitted jobs, the cache in locals) makes what `_job_state` makes
+    job by job: jobs sharing a request object, requests written differently, an unknown image, SLOs
+    missing, NaN or out of range, and a round's W."""
+    from dataclasses import fields, replace
+
+    from disagg.model import TaskRequest
+
+    shared = TaskRequest(2, 4.0, 16.0, {"gpu": 1})
+    jobs = [make_job("a"), replace(make_job("b"), tasks=shared), replace(make_job("c"), tasks=shared),
+            replace(make_job("d", slo_s=None), image="unknown/x"), make_job("e", slo_s=float("nan")),
+            replace(make_job("f"), tasks=TaskRequest(1, 4.0, 16.0, {"nvme": 0, "gpu": 1})),
+            make_job("g", slo_s=1e9, importance=float("nan"), wait_rounds=3), make_job("h", slo_s=1e-9)]
+    orders = [5, 1, 2, 7, 3, 4, 6, 0]
+
+    def made(one_by_one: bool) -> list[tuple[object, ...]]:
+        cache = _RoundJobCache(wait_rounds=lambda job: len(job.name) + 1)
+        states = ([FlowPlacer._job_state(j, o, cache) for j, o in zip(jobs, orders, strict=True)] if one_by_one
+                  else FlowPlacer._job_states(jobs, orders, cache))
+        shapes = {id(js.shape): k for k, js in reversed(list(enumerate(states)))}  # shapes by identity
+        return [tuple(shapes[id(v)] if f.name == "shape" else repr(v) for f in fields(js)
+                      for v in [getattr(js, f.name)]) for js in states]
+
+    assert made(True) == made(False)
+    states = FlowPlacer._job_states(jobs, orders, _RoundJobCache())
+    assert states[1].shape is states[2].shape is states[5].shape  # one shape per request, however written
+
+
+def test_a_model_allowing_every_machine_answers_one_read_only_array_a_round() -> None:
+    """The decoder's repairs ask the cost model for the machines a task may go to; a model allowing
+    all answers the free state's one array of them (not a new one per repair), which nothing may write."""
+    import numpy as np
+    import pytest
+
+    from disagg.placement.cost_models import get_cost_model
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster
+
+    state = FreeState(make_cluster(machines=5, gpus=2))
+    js = FlowPlacer._job_state(make_job("a"), 0, _RoundJobCache())
+    for name in ("drmaestro", "drmaestro-na"):
+        mask, machines = get_cost_model(name).machines_allowed(state, js)
+        assert mask is None and machines is state.all_machines
+    assert state.all_machines.tolist() == list(range(state.n_machines))
+    with pytest.raises(ValueError):
+        state.all_machines[0] = 3
+    assert np.array_equal(FreeState(make_cluster(machines=5, gpus=2)).all_machines, state.all_machines)
+
+
+def test_a_job_states_goal_is_its_slo_clamped_as_clamp_goal_clamps_it() -> None:
+    """`_job_states` clamps τ with comparisons in place of `clamp_goal`'s min and max: the same value, and
+    of the same type, at the bounds, beyond them, for ints, infinities and NaN."""
+    import math
+
+    from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_goal
+
+    slos = [TAU_MIN_S, TAU_MAX_S, TAU_MIN_S / 2, TAU_MAX_S * 2, 1e-12, 0.0, -5.0, 7, int(TAU_MAX_S) + 1,
+            math.inf, -math.inf, float("nan"), 123.456]
+    states = FlowPlacer._job_states([make_job(f"j{i}", slo_s=s) for i, s in enumerate(slos)], range(len(slos)),
+                                    _RoundJobCache())
+    for js, s in zip(states, slos, strict=True):
+        want = clamp_goal(s)
+        assert repr(js.tau) == repr(want) and type(js.tau) is type(want), s
+
+
+def test_a_job_states_written_out_init_starts_every_other_field_as_declared() -> None:
+    """`RoundJob.__init__` is written out (no factory calls): every field it does not take starts at its
+    declared default, each list its own, and every declared field is set."""
+    from dataclasses import MISSING, fields
+
+    from disagg.placement.jobstate import RoundJob
+
+    a, b = (RoundJob(make_job("a"), 0, None, 1.0, 1.0, 1.0, 1.0, (), {}, 1, 4.0, 16.0, 0) for _ in range(2))
+    for f in fields(RoundJob):
+        value = getattr(a, f.name)  # (every slot set: an unset one raises)
+        if f.init:
+            continue
+        declared = f.default if f.default is not MISSING else f.default_factory()
+        assert value == declared and type(value) is type(declared), f.name
+        if isinstance(value, list):
+            assert value is not getattr(b, f.name), f.name
+
+
+def test_a_phase_looks_at_its_first_shape_first_and_at_the_rest_only_when_that_fits_nowhere() -> None:
+    """`fits_nowhere` looks at the first shape of its jobs alone first (its last job, at the least gbps
+    of its jobs): when it fits, the phase is built with that fit known and nothing else looked at; when
+    it does not, every shape is looked at as before, and only when none fits do the jobs fail."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from disagg.placement.cost_models import get_cost_model
+    from disagg.placement.phase_one import fits_nowhere, shape_fit
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster
+
+    state = FreeState(make_cluster(machines=3, gpus=2))
+    costs = get_cost_model("drmaestro")
+    local_free = {k: state.local_free(k) for k in state.kinds}
+    cache = _RoundJobCache()
+    small = [replace(make_job(f"s{i}", cpus=2), network_gbps=g) for i, g in enumerate((8.0, 2.0, 5.0))]
+    huge = [make_job(f"h{i}", cpus=10_000) for i in range(2)]
+    states = FlowPlacer._job_states(small + huge, range(5), cache)
+    fits, nowhere = states[:3], states[3:]
+    known: dict[int, np.ndarray] = {}
+    assert not fits_nowhere(state, fits + nowhere, costs, {}, known)
+    assert list(known) == [id(fits[0].shape)]  # the first shape fits: nothing else looked at
+    assert np.array_equal(known[id(fits[0].shape)], shape_fit(state, fits[2], costs, local_free, 2.0))
+    known = {}
+    assert not fits_nowhere(state, nowhere + fits, costs, {}, known)
+    assert list(known) == [id(nowhere[0].shape), id(fits[0].shape)] and not known[id(nowhere[0].shape)].any()
+    assert all(js.failure is None for js in states)
+    first_fit: dict[int, int] = {}
+    assert fits_nowhere(state, nowhere, costs, first_fit, {})
+    assert first_fit == {id(nowhere[0].shape): 0} and all(js.failure is not None for js in nowhere)
+
+
+def test_taking_cpus_along_offers_tries_the_front_offer_first_and_scans_as_before() -> None:
+    """`take_cpu_along` tries the front offer with tasks left first (most tasks fit it); otherwise that
+    offer is spent and the scan goes on within `limit` offers from the front, list after list: the
+    same machine, spent offers and journal as a plain scan, on random offers and free states."""
+    import random
+
+    from disagg.placement.commit import EPS
+    from disagg.placement.state import FreeState, Journal, Offers
+    from tests.builders import make_cluster
+
+    def plain(cpu: list[float], mem: list[float], offered: list[list[list[int]]], starts: list[int],
+              cpus: float, memory: float, limit: int) -> int:
+        for lst, entries in enumerate(offered):
+            start = starts[lst]
+            while start < len(entries) and entries[start][1] == 0:
+                start += 1
+            starts[lst] = start
+            for offer in entries[start:start + limit]:
+                if offer[1] == 0:
+                    continue
+                m = offer[0]
+                if cpus > cpu[m] + EPS or memory > mem[m] + EPS:
+                    offer[1] = 0
+                    continue
+                cpu[m] -= cpus
+                mem[m] -= memory
+                offer[1] -= 1
+                return m
+        return -1
+
+    rng = random.Random(7)
+    for _ in range(300):
+        state = FreeState(make_cluster(machines=6, gpus=1))
+        state.cpu[:] = [rng.choice((0.0, 1.0, 2.0, 4.0, 8.0)) for _ in range(6)]
+        state.mem[:] = 64.0
+        lists = [[[rng.randrange(6), rng.randrange(3)] for _ in range(rng.randrange(5))] for _ in range(2)]
+        mine = tuple(Offers([list(e) for e in entries]) for entries in lists)
+        ref, ref_starts = [[list(e) for e in entries] for entries in lists], [0, 0]
+        cpu, mem = state.cpu.tolist(), state.mem.tolist()
+        journal, taken = Journal(), []
+        for _ in range(4):
+            cpus, limit = rng.choice((1.0, 2.0, 3.0)), rng.choice((0, 1, 2, 8))
+            want = plain(cpu, mem, ref, ref_starts, cpus, 4.0, limit)
+            assert state.take_cpu_along(mine, cpus, 4.0, journal, limit) == want
+            assert [o.entries for o in mine] == ref and state.cpu.tolist() == cpu
+            taken += [(want, cpus, 4.0)] if want >= 0 else []
+        assert journal.taken_cpu == taken

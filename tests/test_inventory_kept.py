@@ -81,3 +81,74 @@ def test_a_local_grant_is_made_once_per_device_and_handed_out_by_every_round() -
     assert all(local_a[k] is local_b[k] for k in local_a)  # the same objects: none made anew
     devices = {d.id: d for d in cluster.devices}
     assert all((g.kind, g.location) == (devices[k].kind, devices[k].location) for k, g in local_a.items())
+
+
+def test_the_kept_link_names_location_index_and_models_are_the_snapshots_own() -> None:
+    """The link names, the location index and the devices' models a round reads off the kept inventory
+    are those each snapshot would make itself; a held device the inventory does not list is passed over."""
+    from disagg.bench.synthetic import synthetic_cluster
+    from disagg.model import Allocation
+
+    cluster = synthetic_cluster(40, 4, 1)
+    forget_kept_inventory()
+    first = FreeState(replace(cluster))
+    names = first.link_names
+    later = FreeState(replace(cluster))
+    assert later.link_names is names  # kept: made once
+    assert later.link_index is first.link_index == {name: i for i, name in enumerate(names)}
+    assert names == [f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks]
+    assert later.inventory.loc_index == {x: i for i, x in enumerate(cluster.locations)}
+    shape = (2.0, 8.0, (("gpu", 1),), ())
+    fit = first.idle_local_fit(shape)
+    assert later.inventory.idle_fit == {shape: fit}  # kept: computed once for every round on the inventory
+    forget_kept_inventory()
+    assert FreeState(replace(cluster)).idle_local_fit(shape) == fit  # what a fresh inventory computes
+    models = first.free_by_model("gpu")[0]
+    assert later.free_by_model("gpu")[0] is models  # kept: read once
+    assert models == sorted({d.model for d in cluster.devices if d.kind == "gpu"})
+    held = cluster.devices[0]
+    machine = cluster.machines[0].name
+    idle = FreeState(replace(cluster, allocations=()))
+    state = FreeState(replace(cluster, allocations=(
+        Allocation("a", machine, 1.0, 1.0, devices=(held.id, "no-such-device")),)))
+    assert state.cpu[0] == idle.cpu[0] - 1.0
+    assert int(state.free_count[held.kind].sum()) == int(idle.free_count[held.kind].sum()) - 1
+
+
+def test_the_traffic_checks_with_exceeds_inlined_answer_as_exceeds_does() -> None:
+    """`fits_traffic` and `take_traffic` compare with `EPS` inline: the same answers as `exceeds` per link,
+    at the boundary (within EPS), beyond it, and with NaN loads (a NaN never exceeds)."""
+    import math
+    import random
+
+    from disagg.bench.synthetic import synthetic_cluster
+    from disagg.placement.commit import EPS, exceeds
+    from disagg.placement.state import Journal
+
+    rng = random.Random(3)
+    state = FreeState(synthetic_cluster(8, 2, 1))
+    n = len(state.link_cap)
+    for _ in range(300):
+        state.link_used[:] = [rng.choice((0.0, 1.0, 5.0, 10.0, math.nan)) for _ in range(n)]
+        links = tuple(rng.sample(range(n), rng.randrange(1, 4)))
+        gbps = rng.choice((0.5, 1.0, 5.0 + EPS / 2, 5.0 + 2 * EPS, 10.0, math.nan))
+        want = all(not exceeds(state.link_used[k] + gbps, state.link_cap[k]) for k in links)
+        assert state.fits_traffic(links, gbps) == want
+        before = state.link_used.copy()
+        assert state.take_traffic(links, gbps, Journal()) == want
+        if not want:
+            assert np.array_equal(state.link_used, before, equal_nan=True)
+
+
+def test_the_kept_idle_fits_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inventory keeps at most IDLE_FIT_KEPT shapes' idle fits (requests are the tenants' to choose):
+    past that it starts over, and a fit is what it was."""
+    from disagg.bench.synthetic import synthetic_cluster
+    from disagg.placement import state as state_module
+
+    monkeypatch.setattr(state_module, "IDLE_FIT_KEPT", 3)
+    forget_kept_inventory()
+    state = FreeState(synthetic_cluster(8, 2, 1))
+    fits = [state.idle_local_fit((float(c), 8.0, (("gpu", 1),), ())) for c in range(1, 6)]
+    assert len(state.inventory.idle_fit) <= 3
+    assert [state.idle_local_fit((float(c), 8.0, (("gpu", 1),), ())) for c in range(1, 6)] == fits

@@ -263,3 +263,40 @@ def test_the_queue_is_ordered_by_submit_time_then_name() -> None:
     assert [j.name for j in order_queue(distinct, 10.0)] == ["j1", "j2", "j0"]
     tied = [replace(make_job(n), submit_s=s) for n, s in [("b", 2.0), ("c", 1.0), ("a", 2.0), ("d", 1.0)]]
     assert [j.name for j in order_queue(tied, 10.0)] == ["c", "d", "a", "b"]
+
+
+def test_a_round_moves_what_it_keeps_to_the_oldest_generation_and_keeps_the_callers_frozen_set() -> None:
+    """`collector_paused` settles the young collection a round put off by moving the young objects to
+    the oldest generation (no walk, nothing frozen afterwards), a full collection every threshold₁ ×
+    threshold₂ such rounds (the move restarts the counts that would have led to one), and a young
+    collection where the caller froze objects itself (its frozen set untouched)."""
+    from disagg.placement import base
+
+    def round_keeping(n: int) -> list[list[int]]:
+        with base.collector_paused():
+            return [[i] for i in range(n)]
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        base._moved_old[0] = 0
+        full_before = gc.get_stats()[2]["collections"]
+        kept = round_keeping(5_000)
+        count = gc.get_count()  # (what ran after the move: a few allocations at most)
+        assert count[0] < 50 and count[1:] == (0, 0) and gc.get_freeze_count() == 0 and gc.isenabled()
+        assert gc.get_stats()[2]["collections"] == full_before and base._moved_old[0] == 1
+        assert len(kept) == 5_000 and gc.is_tracked(kept[0])
+        base._moved_old[0] = 99  # the 100th such round: a full collection instead
+        round_keeping(5_000)
+        assert gc.get_stats()[2]["collections"] == full_before + 1 and base._moved_old[0] == 0
+        round_keeping(10)  # below the young threshold: nothing to settle
+        assert base._moved_old[0] == 0
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        young_before = gc.get_stats()[0]["collections"]
+        round_keeping(5_000)
+        assert gc.get_freeze_count() == frozen  # the caller's frozen set stays frozen
+        assert gc.get_stats()[0]["collections"] == young_before + 1 and base._moved_old[0] == 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)

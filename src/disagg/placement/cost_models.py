@@ -340,7 +340,7 @@ class DRMaestroCostModel:
         return np.minimum(out, served)
 
     def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
-        return None, np.arange(state.n_machines)
+        return None, state.all_machines
 
     def why_no_machine(self, state: FreeState, js: RoundJob) -> tuple[Reason, str]:
         """No machine has the cpus and memory; or those that have cannot reach the devices: too few

@@ -80,8 +80,10 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     own = np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n)
     own_up, own_rack = np.zeros(n), np.zeros(n)
     starts = np.cumsum(per_task) - per_task
-    for j in np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
-                                    count=n_jobs))[0].tolist():
+    # (Only once the round has taken traffic can a job hold some: a local-only round never looks.)
+    with_traffic = np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
+                                          count=n_jobs))[0].tolist() if state.traffic_takes else []
+    for j in with_traffic:
         for i in range(int(starts[j]), int(starts[j] + per_task[j])):
             up, rack = int(own[i]), len(state.loc_rack) + int(state.loc_rack[own[i]])
             for links, gbps in jobs[j].taken_traffic:
@@ -420,7 +422,7 @@ def take_at(state: FreeState, js: RoundJob, kind: str, own: int, loc: int, model
             state.undo_last_traffic(js)
         return None, ""
     js.remote += 1
-    names = tuple(state.link_names[p] for p in path)
+    names = tuple(map(state.link_names.__getitem__, path))
     return DeviceGrant(state.dev_id[dev], kind, True, locations[loc], names, js.gbps), ""
 
 

@@ -20,8 +20,9 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import compress, pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -216,13 +217,15 @@ def classify(jobs: list[RoundJob]) -> Classes:
     keys = list(zip(map(id, map(attrgetter("shape"), jobs)), map(attrgetter("profile.name"), jobs),
                     map(attrgetter("tau"), jobs), map(attrgetter("z"), jobs), map(attrgetter("gbps"), jobs),
                     map(attrgetter("guard"), jobs), strict=True))
-    # Classes are numbered as they first appear; each is represented by its first job.
-    classes = {key: c for c, key in enumerate(dict.fromkeys(keys))}
-    firsts = dict(zip(reversed(keys), reversed(jobs), strict=True))
-    reps = list(map(firsts.__getitem__, classes))
-    of_job = np.fromiter(map(classes.__getitem__, keys), dtype=np.int64, count=len(keys))
+    # Classes are numbered as they first appear; each is represented by its first job. Each job's key is
+    # hashed once: it maps to the place of the first job with that key (`count` runs along the jobs),
+    # and those places, sorted, are the classes in order of appearance.
+    seen: dict[tuple[object, ...], int] = {}
+    first_at = np.fromiter(map(seen.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
+    firsts, of_job = np.unique(first_at, return_inverse=True)
+    reps = list(map(jobs.__getitem__, firsts.tolist()))
     counts = column(jobs, "count", np.int64)
-    tasks = np.bincount(of_job, weights=counts, minlength=len(classes)).astype(np.int64)
+    tasks = np.bincount(of_job, weights=counts, minlength=len(reps)).astype(np.int64)
     shapes: dict[int, list[int]] = {}
     for c, js in enumerate(reps):
         shapes.setdefault(id(js.shape), []).append(c)
@@ -433,12 +436,14 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     # (Columns and sets, not a pass per job: a round sends hundreds of jobs here each iteration.)
     shapes = list(map(id, map(attrgetter("shape"), jobs)))
     gbps = list(map(attrgetter("gbps"), jobs))
+    local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
+    if _first_shape_fits(state, jobs, shapes, gbps, costs, local_free, known):
+        return False
     reps = dict(zip(shapes, jobs, strict=True))
     least: dict[int, float] = {}
     for shape, g in set(zip(shapes, gbps, strict=True)):
         if shape not in least or g < least[shape]:
             least[shape] = g
-    local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     for shape, rep in reps.items():
         if rep.count < 1:  # (a job of no tasks is placed by the decoder: left to it)
             return False
@@ -454,6 +459,30 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     for js, key in zip(jobs, keys, strict=True):
         js.fail(state, *said[key])
     return True
+
+
+def _first_shape_fits(state: FreeState, jobs: list[RoundJob], shapes: list[int], gbps: list[float], costs: CostModel,
+                      local_free: dict[str, IntArray], known: dict[int, IntArray] | None) -> bool:
+    """`fits_nowhere`'s first look, at the first shape of `jobs` alone (by `id`, `shapes`; their gbps,
+    `gbps`): whether it fits somewhere, as the full look finds it there (its last job stands for it, at
+    the least gbps of its jobs; its fit kept in `known`), or a job of no tasks asks it (left to the
+    decoder). Most phases have a shape that fits, usually the first: then the full look's dict and set
+    over every job are not made. False: the full look decides."""
+    if not jobs:
+        return False
+    first = shapes[0]
+    mine = list(map(first.__eq__, shapes))
+    rep = jobs[len(mine) - 1 - mine[::-1].index(True)]
+    if rep.count < 1:
+        return True
+    least = gbps[0]
+    for g in compress(gbps, mine):  # (as the full look takes the least: a NaN first stays)
+        if g < least:
+            least = g
+    fit = shape_fit(state, rep, costs, local_free, least)
+    if known is not None:
+        known[first] = fit
+    return bool(fit.any())
 
 
 @dataclass
@@ -593,7 +622,12 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
                 break
             machines.append(m)
         else:
-            js.grants = [()] * count
+            # (A job has no grants before this phase (`RoundJob.fail` drops them): a job of one task, most,
+            # gets its entry in the list it has rather than a list of its own.)
+            if count == 1 and not js.grants:
+                js.grants.append(())
+            else:
+                js.grants = [()] * count
             survivors.append(js)
     return survivors
 

@@ -48,13 +48,15 @@ def _float_view(array: FloatArray) -> FloatView:
 
 class Offers:
     """Machines a flow offers to tasks of one size: [machine, tasks left] pairs, cheapest first, and
-    where the first pair with tasks left is (the front only moves forward)."""
+    where the first pair with tasks left is (the front only moves forward); `end`: how many pairs (the
+    list is never grown or shrunk: read once, not at each task)."""
 
-    __slots__ = ("entries", "start")
+    __slots__ = ("end", "entries", "start")
 
     def __init__(self, entries: list[list[int]]) -> None:
         self.entries = entries
         self.start = 0
+        self.end = len(entries)
 
 
 class Reservations(Protocol):
@@ -106,9 +108,37 @@ class InventoryArrays:
     dev_index: dict[str, int]
     #: Devices a round may offer before anything runs: healthy, and not behind a down link.
     healthy: NDArray[np.bool_]
+    #: Each location's index by name (machines first, in order): `Cluster.location_index`, which each
+    #: round's snapshot would build again (its cached properties are its own).
+    loc_index: dict[str, int] = field(default_factory=dict)
+    #: The link names (`FreeState.link_names`), once a round has named them: [] until then, else [names].
+    _link_names: list[list[str]] = field(default_factory=list)
+    #: The links' indices by name (`FreeState.link_index`), once a round has asked: [] until then.
+    _link_index: list[dict[str, int]] = field(default_factory=list)
+    #: Per kind, the models of its devices (`FreeState._models_of`), once a round has asked.
+    models: dict[str, list[str]] = field(default_factory=dict)
+    #: Per request shape, how many of its tasks the machines take were nothing running
+    #: (`FreeState.idle_local_fit`), as rounds ask (at most IDLE_FIT_KEPT shapes: a tenant's distinct
+    #: requests are theirs to choose).
+    idle_fit: dict[tuple[object, ...], int] = field(default_factory=dict)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
+
+    def link_names(self, cluster: Cluster) -> list[str]:
+        """Link names by index: the uplink of each location, then of each rack (of `cluster`, a snapshot
+        of this inventory: its locations and racks are the inventory's). Made when a round first names
+        a link (only remote grants do) and kept with the inventory: 12,800 names at 12,500 machines, the
+        same in every round on it."""
+        if not self._link_names:
+            self._link_names.append([f"up:{x}" for x in cluster.locations] + [f"rack:{r}" for r in cluster.racks])
+        return self._link_names[0]
+
+    def link_index(self, cluster: Cluster) -> dict[str, int]:
+        """`link_names` by name (an NA round's remote grants look their links up by name), kept likewise."""
+        if not self._link_index:
+            self._link_index.append({name: i for i, name in enumerate(self.link_names(cluster))})
+        return self._link_index[0]
 
     def local_grants(self, kind: str, devices: IntArray, at: list[int], locations: Sequence[str]
                      ) -> tuple[DeviceGrant, ...]:
@@ -130,6 +160,10 @@ class InventoryArrays:
                 grants[d] = grant
             made[new] = True
         return cast(tuple[DeviceGrant, ...], tuple(map(grants.__getitem__, at)))
+
+
+#: How many request shapes' idle fits an inventory keeps (`InventoryArrays.idle_fit`).
+IDLE_FIT_KEPT = 4096
 
 
 #: The last inventory's arrays, with the parts of the snapshot they were read from (compared by identity:
@@ -187,7 +221,7 @@ def read_inventory_arrays(cluster: Cluster) -> InventoryArrays:
         dev_loc=np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)), dtype=np.int64,
                             count=n_dev),
         dev_id=(ids := list(map(attrgetter("id"), devices))), dev_index=dict(zip(ids, range(n_dev), strict=True)),
-        healthy=healthy)
+        healthy=healthy, loc_index=loc_index)
     for a in (arrays.cpu_total, arrays.mem_total, arrays.loc_rack, arrays.link_cap, arrays.kind_codes,
               arrays.dev_loc, arrays.healthy):
         a.flags.writeable = False  # shared between rounds: a write would leak into the next one
@@ -234,12 +268,14 @@ class FreeState:
         #: each device granted (a round grants tens of thousands, by then scattered out of the cache).
         self.dev_id: list[str] = inv.dev_id
         self._kind_codes = kinds
-        self._models: dict[str, list[str]] = {}
+        #: Per kind, the models of its devices: of the inventory alone, kept with it (a pass over every device).
+        self._models: dict[str, list[str]] = inv.models
         usable = inv.healthy.copy()
         self._healthy = inv.healthy
         if held:
-            at = inv.dev_index
-            usable[[at[d] for d in held if d in at]] = False
+            # (Devices the inventory does not list are held by allocations it no longer knows of: -1.)
+            at = np.fromiter(map(inv.dev_index.get, held, itertools.repeat(-1)), dtype=np.int64, count=len(held))
+            usable[at[at >= 0]] = False
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
@@ -258,10 +294,13 @@ class FreeState:
         #: Bumped whenever free devices or link usage change; what `reachable` and `machines_with_local`
         #: cached under one version stays valid (cpu and memory do not enter them).
         self.version = 0
+        #: How many times `take_traffic` took traffic (a journal holds traffic of this round only then).
+        self.traffic_takes = 0
         self._cached_version = -1
         self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
-        self._idle_fit: dict[tuple[object, ...], int] = {}
+        #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
+        self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -270,7 +309,7 @@ class FreeState:
         allocations = cl.allocations
         if not allocations:
             return
-        m_index = cl.location_index  # machines first, in order
+        m_index = self.inventory.loc_index  # (the snapshot's `location_index`, kept with the inventory)
         n = len(allocations)
         where = np.fromiter(map(m_index.__getitem__, map(attrgetter("machine"), allocations)), dtype=np.int64,
                             count=n)
@@ -294,7 +333,7 @@ class FreeState:
         allocations name them (a loop over a snapshot's hundreds of allocations with remote devices was
         most of building a simulator round's state)."""
         cl = self.cluster
-        by_id, loc_index = cl.device_by_id, cl.location_index  # built on first use: most hold no devices
+        by_id, loc_index = cl.device_by_id, self.inventory.loc_index  # (by_id: built on first use)
         per_allocation = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
         devices = list(itertools.chain.from_iterable(held))
         dst = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), map(by_id.__getitem__, devices))),
@@ -328,18 +367,26 @@ class FreeState:
             if m.name in behind:
                 self.cpu[i] = self.mem[i] = 0.0
 
+    @cached_property
+    def all_machines(self) -> IntArray:
+        """Every machine's index, ascending (read-only): what a cost model that allows a task every
+        machine answers, made once a round rather than at each of the decoder's repairs (hundreds)."""
+        out = np.arange(self.n_machines)
+        out.flags.writeable = False
+        return out
+
     # -- paths and loads ---------------------------------------------------------------------------
 
     @cached_property
     def link_names(self) -> list[str]:
         """Link names by index: the uplink of each location, then of each rack. Built on first use
         (only remote grants name links)."""
-        cl = self.cluster
-        return [f"up:{x}" for x in cl.locations] + [f"rack:{r}" for r in cl.racks]
+        return self.inventory.link_names(self.cluster)
 
     @cached_property
     def link_index(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.link_names)}
+        """Each link's index by name (kept with the inventory, as the names are)."""
+        return self.inventory.link_index(self.cluster)
 
     def path(self, src: int, dst: int) -> tuple[int, ...]:
         """Link indices between two locations (same as Cluster.path, by index)."""
@@ -383,21 +430,33 @@ class FreeState:
         has some left and really fits it; returns the machine, or -1 if none does among the `limit`
         offers from the front of each list. The offers are for tasks of one size, so a machine found
         too full is spent for all of them (machines only fill up within a round). (`take_cpu` inlined:
-        a round's decoder calls this once per task, some 12,000 at 12,500 machines.)"""
+        a round's decoder calls this once per task, some 12,000 at 12,500 machines; `exceeds` too.)"""
         cpu, memory = self._cpu_view, self._mem_view
         for offers in offered:
-            entries, start = offers.entries, offers.start
-            end = len(entries)
+            entries, start, end = offers.entries, offers.start, offers.end
             while start < end and entries[start][1] == 0:
                 start += 1
             offers.start = start
-            for k in range(start, min(start + limit, end)):
+            if start < end and limit > 0:
+                # The front offer (it has tasks left) first: it fits most tasks, and then no scan is set up.
+                offer = entries[start]
+                m = offer[0]
+                free_cpu, free_mem = cpu[m], memory[m]
+                if not (cpus > free_cpu + EPS or mem > free_mem + EPS):
+                    cpu[m] = free_cpu - cpus
+                    memory[m] = free_mem - mem
+                    journal.taken_cpu.append((m, cpus, mem))
+                    offer[1] -= 1
+                    return m
+                offer[1] = 0
+            stop = start + limit
+            for k in range(start + 1, stop if stop < end else end):  # (`min` without its call)
                 offer = entries[k]
                 if offer[1] == 0:
                     continue
                 m = offer[0]
                 free_cpu, free_mem = cpu[m], memory[m]
-                if exceeds(cpus, free_cpu) or exceeds(mem, free_mem):
+                if cpus > free_cpu + EPS or mem > free_mem + EPS:  # (`exceeds`, inlined)
                     offer[1] = 0
                     continue
                 cpu[m] = free_cpu - cpus
@@ -439,12 +498,13 @@ class FreeState:
             return True
         used, cap = self._used_view, self._cap_view
         for link in links:
-            if exceeds(used[link] + gbps, cap[link]):
+            if used[link] + gbps > cap[link] + EPS:  # (`exceeds`, inlined: a call per link of every remote try)
                 return False
         for link in links:
             used[link] += gbps
         journal.taken_traffic.append((links, gbps))
         self.version += 1
+        self.traffic_takes += 1
         return True
 
     def fits_traffic(self, links: tuple[int, ...], gbps: float) -> bool:
@@ -452,7 +512,10 @@ class FreeState:
         if gbps <= 0:
             return True
         used, cap = self._used_view, self._cap_view
-        return all(not exceeds(used[link] + gbps, cap[link]) for link in links)
+        for link in links:  # noqa: SIM110 - `exceeds` inlined in a loop, not `all` over a generator (NaN: fits)
+            if used[link] + gbps > cap[link] + EPS:
+                return False
+        return True
 
     def load_with(self, links: tuple[int, ...], gbps: float) -> float:
         """`load(links)` as it reads once `take_traffic(links, gbps, ...)` has taken it, without
@@ -691,6 +754,8 @@ class FreeState:
                 fit = np.minimum(np.floor((self.cpu_total + EPS) / cpus), np.floor((self.mem_total + EPS) / memory_gb))
             for kind, count in cast(tuple[tuple[str, int], ...], shape[2]):
                 fit = np.minimum(fit, self._healthy_local(kind, models.get(kind)) // count)
+            if len(self._idle_fit) >= IDLE_FIT_KEPT:
+                self._idle_fit.clear()
             found = self._idle_fit[shape] = int(np.maximum(fit, 0).sum())
         return found
 
