@@ -91,19 +91,17 @@ def test_learned_profiles_come_close_to_the_truth_and_their_bound_covers_it(
         final = {im: v["final"] for im, v in images.items()}
         for p in final.values():
             assert p["pessimistic"] >= p["slowdown"] - 1e-9
-        # an image the policy keeps placing remote ends close (one it keeps local learns less); not
-        # within 10% on every trace: each job's own size varies (±10% around its image's base time),
-        # which the fit cannot see, and where the bigger jobs happened to meet the higher loads it reads
-        # that as load cost (solver 15-16% over on trace 4 from 37-39 remote runs at loads 0.05-0.57: with
-        # each run divided by its own job's size the same runs give the truth; taking collocation off
-        # moves it 1 point; docs/profiles.md, "Third pass")
+        # an image the policy keeps placing remote ends close (one it keeps local learns less). Each
+        # job's own size varies (±10% around its image's base time, its SLO 1.3x its own): with the runs
+        # brought to one size by their SLOs (`learn.sized_runs`) these end within 2%; read as they are,
+        # the bigger jobs that met the higher loads made solver 15-16% over on trace 4 (docs/profiles.md,
+        # "Third pass" and "Fifth pass")
         settled = {im: p for im, p in final.items() if p["remote"] >= 10}
-        assert len(settled) >= 2 and all(p["error"] <= 0.17 for p in settled.values()), (seed, final)
+        assert len(settled) >= 2 and all(p["error"] <= 0.05 for p in settled.values()), (seed, final)
     assert all(p is not None for p in after_20.values()), after_20
-    # after 20 jobs: nearly every (trace, image) within 10%, and the bound the policy places by never
-    # far under the truth
-    close = [k for k, p in after_20.items() if p["error"] <= 0.10]
-    assert len(close) >= len(after_20) - 2, after_20
+    # after 20 jobs: every (trace, image) within 10% (at most 8.9% here; 178 of the 180 pairs of
+    # docs/profiles.md's 45 longer traces), and the bound the policy places by never far under the truth
+    assert all(p["error"] <= 0.10 for p in after_20.values()), after_20
     assert all(p["pessimistic"] >= 0.95 * p["truth"] for p in after_20.values()), after_20
 
 
