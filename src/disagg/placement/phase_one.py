@@ -165,6 +165,41 @@ class MachineGroups:
         return np.bincount(self.of_machine, weights=per_machine, minlength=len(self.first)).astype(np.int64)
 
 
+#: Below this magnitude every integer is a float64 exactly, and comparing two values as floats is
+#: comparing them as they are.
+_EXACT = 2.0**53
+#: Up to how many values (columns × machines) `_joint_keys` ranks them all in one sort: beyond, one
+#: sort of everything costs more than the per-column passes (17 columns of 1,000 machines: 1.1 ms
+#: against 0.16 ms; of 128: 65 µs against 110 µs).
+_JOINT_MAX_VALUES = 4096
+
+
+def _joint_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray] | None:
+    """`_row_keys` for the usual columns (no NaN, every value below 2**53 in magnitude) in a handful of
+    numpy calls rather than several per column: every value is ranked among all the columns' values at
+    once (one sort for all; ranks among the union keep each column's order and equality), and the ranks
+    are packed as many columns to a key as their common radix allows. The simulator's rounds group a
+    hundred machines by a dozen columns each phase 1, thousands of times a run, where the per-column
+    calls were most of the grouping. None where the ranks would not stand for the values: a NaN (equal
+    to nothing), or an integer a float64 cannot hold exactly (`_row_keys` takes those as they are)."""
+    if not columns or len(columns) * len(columns[0]) > _JOINT_MAX_VALUES:
+        return None
+    values = np.array(columns, dtype=np.float64)  # (column, machine)
+    if values.ndim != 2 or values.size == 0 or not (np.abs(values) < _EXACT).all():  # (False for NaN)
+        return None
+    distinct, inverse = np.unique(values, return_inverse=True)
+    codes = inverse.reshape(values.shape).astype(np.int64)
+    radix, per_key = len(distinct), 1
+    while per_key < len(codes) and radix ** (per_key + 1) < 2**62:
+        per_key += 1
+    keys: list[IntArray] = []
+    for a in range(0, len(codes), per_key):
+        chunk = codes[a:a + per_key]
+        weights = np.array([radix ** k for k in range(len(chunk) - 1, -1, -1)], dtype=np.int64)
+        keys.append(weights @ chunk)
+    return keys
+
+
 def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     """Integer keys whose lexicographic order and equality are the columns' (first column first), several
     columns packed into one key while their radices allow: a machine class's columns are mostly small
@@ -172,6 +207,9 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     the grouping. Each column becomes its values' ranks (integers: less their minimum; floats: their
     rank among the distinct values). A float column with a NaN (NaN equals nothing) or integers too far
     apart is kept as it is, as a key of its own."""
+    joint = _joint_keys(columns)
+    if joint is not None:
+        return joint
     keys: list[IntArray] = []
     packed: IntArray | None = None
     radix_so_far = 1
