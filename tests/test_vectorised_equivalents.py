@@ -166,3 +166,12 @@ def test_joint_ranks_order_machines_as_the_per_column_keys(case: tuple[list[np.n
     same = (plain[order][1:] == plain[order][:-1]).all(axis=1)
     packed = np.column_stack(joint)[order]
     assert ((packed[1:] == packed[:-1]).all(axis=1) == same).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-2**62, 2**62) | st.integers(-5, 5), min_size=1, max_size=12))
+def test_phase_one_median_is_numpys(values: list[int]) -> None:
+    """The spill arc's price reads `phase_one.median` where it read `np.median`: the same float."""
+    from disagg.placement.phase_one import median
+
+    assert median(values) == float(np.median(values))

@@ -21,6 +21,7 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 from itertools import pairwise
 from operator import attrgetter
 from typing import Any
@@ -559,7 +560,7 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
     if pricing.fit:
-        cap = np.minimum(cap, np.max(list(pricing.fit.values()), axis=0))
+        cap = np.minimum(cap, reduce(np.maximum, pricing.fit.values()))
     groups = pricing.groups
     assert groups is not None
     machine_cap = np.clip(cap, 0, total).astype(np.int64)
@@ -568,13 +569,27 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
         net.add_arcs("machine->sink", mach0 + used, sink, group_cap[used], 0)
         return
     wants = np.array([sum(js.wants.values()) for js in reps], dtype=np.int64)[cls.of_job]
-    want_mean = max(1.0, float(np.average(wants, weights=cls.counts)))
+    # `np.average(wants, weights=cls.counts)` as it works it out (float64 products and sums), without
+    # its Python wrapper; a zero weight sum raises ZeroDivisionError as it does.
+    want_mean = max(1.0, float(np.multiply(wants, cls.counts, dtype=np.float64).sum())
+                    / float(cls.counts.sum(dtype=np.float64)))
     local_total = sum(state.local_free(k) for k in state.kinds)
     slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
                        group_cap)
     net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)
     net.add_arcs("machine->sink:spill", mach0 + used, sink, group_cap[used] - slots[used],
-                 max(1, int(np.median(pricing.surcharges))))
+                 max(1, int(median(pricing.surcharges))))
+
+
+def median(values: list[int]) -> float:
+    """`np.median` of integers as it works it out (the middle one as a float64, or the float64 mean of
+    the middle two), without its Python wrapper: each phase 1 of a round with devices asks it once, on a
+    few surcharges, and numpy's took longer than sorting them."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[half])
+    return (float(ordered[half - 1]) + float(ordered[half])) / 2.0
 
 
 def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntArray, costs: CostModel
