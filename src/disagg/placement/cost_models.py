@@ -186,7 +186,9 @@ class CostModel(Protocol):
         ...
 
     def task_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
-        """Class → machine arcs: a (classes × machines) cost matrix and which arcs exist."""
+        """Class → machine arcs: a (classes × machines) cost matrix and which arcs exist. Element by
+        element (no arc's cost reads another's): `phase_one.class_costs` also hands it flat pairs, each
+        class's numbers and each machine's as 1-D arrays of one element per arc."""
         ...
 
     def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:

@@ -31,7 +31,14 @@ from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns, local_capacity
+from disagg.placement.cost_models import (
+    BoolArray,
+    ClassRows,
+    CostModel,
+    MachineArcs,
+    MachineColumns,
+    local_capacity,
+)
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
@@ -314,6 +321,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     used_at, load_at = used_frac[at], up_load[at]
     free_at = {k: v[at] for k, v in local_free.items()}
     with_devices: list[int] = []  # the classes priced below whose request wants devices
+    priced: list[tuple[int, list[int], Candidates]] = []  # per shape with machines: its number, classes, candidates
     for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
         t = rep.job.tasks
         gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
@@ -336,12 +344,47 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         columns = MachineColumns(share, load_at[cand], pref)
         proxy = costs.shape_to_machine(rep, columns).cost
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
-        kept = Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))
-        _price_classes(pricing, g, members, cls, kept, costs)
+        priced.append((g, members, Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))))
         if want_total:
             with_devices.extend(members)
+    heads = [kept.head(CLASS_HEAD) for _, _, kept in priced]
+    costed = class_costs(cls, [members for _, members, _ in priced], [head.columns for head in heads], costs)
+    for (g, members, kept), head, arcs in zip(priced, heads, costed, strict=True):
+        _price_classes(pricing, g, members, cls, kept, head, arcs)
     _surcharges(pricing, [cls.representative[c] for c in with_devices], costs)
     return pricing
+
+
+def class_costs(cls: Classes, shapes: list[list[int]], heads: list[MachineColumns], costs: CostModel
+                ) -> list[MachineArcs]:
+    """`costs.task_to_machine` of each shape's classes (`shapes`) against its head's machines (`heads`),
+    one (classes × machines) matrix per shape, all in one call: the arcs as flat pairs (each class's row
+    of its shape's columns), priced element by element as the matrices would be, and cut back into the
+    matrices. A simulated round's phase 1 holds a few shapes of a few classes each, thousands of times a
+    run, where each call's fixed cost (some forty numpy calls on a handful of elements) was the most of
+    it. One shape: its matrix directly."""
+    reps = [cls.representative[c] for members in shapes for c in members]
+    rows = ClassRows.of(profile_arrays(reps), reps)
+    if len(shapes) == 1:
+        return [costs.task_to_machine(rows, heads[0])]
+    n_rows = np.array([len(members) for members in shapes], dtype=np.int64)
+    n_cols = np.array([len(head.share) for head in heads], dtype=np.int64)
+    width = np.repeat(n_cols, n_rows)  # per class row, its shape's head width
+    row_of = np.repeat(np.arange(len(reps)), width)  # per pair, its class row
+    first_col = np.repeat(np.repeat(np.cumsum(n_cols) - n_cols, n_rows), width)  # its shape's first column
+    col_of = np.arange(len(row_of)) - np.repeat(np.cumsum(width) - width, width) + first_col
+    flat_rows = ClassRows(tuple(a[:, 0][row_of] for a in rows.params), rows.tau[:, 0][row_of],
+                          rows.z[:, 0][row_of], rows.phi_local[:, 0][row_of], rows.guard[:, 0][row_of])
+    flat_columns = MachineColumns(*(np.concatenate([getattr(h, k) for h in heads])[col_of]
+                                    for k in ("share", "load", "pref")))
+    arcs = costs.task_to_machine(flat_rows, flat_columns)
+    cost = arcs.cost.ravel()
+    hold = None if arcs.hold is None else arcs.hold.ravel()
+    ends = np.cumsum(n_rows * n_cols).tolist()
+    out: list[MachineArcs] = []
+    for start, end, r, c in zip([0, *ends[:-1]], ends, n_rows.tolist(), n_cols.tolist(), strict=True):
+        out.append(MachineArcs(cost[start:end].reshape(r, c), None if hold is None else hold[start:end].reshape(r, c)))
+    return out
 
 
 def _surcharges(pricing: Pricing, reps: list[RoundJob], costs: CostModel) -> None:
@@ -403,15 +446,12 @@ def shape_representative(cls: Classes, members: list[int]) -> int:
     return max(members, key=lambda c: (reps[c].tau, -c))
 
 
-def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates,
-                   costs: CostModel) -> None:
+def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates, head: Candidates,
+                   arcs: MachineArcs) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
-    (its cheapest machines). A class's offset to X and its preferred machines come from there."""
-    head = cand.head(CLASS_HEAD)
-    reps = [cls.representative[c] for c in members]
+    (its cheapest machines; `arcs`: their costs, `class_costs`). A class's offset to X and its preferred
+    machines come from there."""
     ids = np.array(members, dtype=np.int64)
-    rows = ClassRows.of(profile_arrays(reps), reps)
-    arcs = costs.task_to_machine(rows, head.columns)
     cost = arcs.cost
     masked = cost
     has = np.full(len(ids), cost.shape[1] > 0)
