@@ -191,8 +191,10 @@ class CostModel(Protocol):
         class's numbers and each machine's as 1-D arrays of one element per arc."""
         ...
 
-    def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:
-        """Aggregator → machine arcs of a shape, priced as its first class (`rep`) would be."""
+    def shape_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
+        """Aggregator → machine arcs of a shape, priced as its first class (`rows`: one row) would be: a
+        (1 × machines) matrix. Element by element, as `task_to_machine`: `phase_one.shape_costs` also hands
+        it several shapes' first classes and machines as flat pairs."""
         ...
 
     def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
@@ -303,13 +305,13 @@ class DRMaestroCostModel:
         hold = np.where((share > 0) & (ph > rows.phi_local), hold, 0)
         return MachineArcs(cost + hold, hold if hold.any() else None)
 
-    def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:
-        ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
-        cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
+    def shape_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
+        ph = expected_arrays(rows.params, machines.share, self.priced_load(machines.load))
+        cost = placing_cost(ph, rows.tau, rows.z, machines.pref)
         # Machines where the shape's first class would miss its SLO remotely pay its hold.
         idle = np.zeros(len(machines.load))
-        hold = self.postponement(ph, rep.tau, rep.guard,
-                                 lambda: expected_vec(rep.profile, machines.share, idle, rep.tau))
+        hold = self.postponement(ph, rows.tau, rows.guard,
+                                 lambda: expected_arrays(rows.params, machines.share, idle))
         cost = cost + np.where(machines.share > 0, hold, 0)
         return MachineArcs(cost)
 

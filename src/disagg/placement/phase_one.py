@@ -52,7 +52,7 @@ from disagg.placement.jobstate import (
 )
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import task_fit_counts
-from disagg.placement.state import FreeState, Offers, column
+from disagg.placement.state import FloatArray, FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
 PREFERRED = 8
@@ -310,7 +310,8 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
-    reps = [cls.representative[shape_representative(cls, members)] for members in cls.shapes]
+    rep_ids = [shape_representative(cls, members) for members in cls.shapes]
+    reps = [cls.representative[c] for c in rep_ids]
     fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing, known)
             for members, rep in zip(cls.shapes, reps, strict=True)]
     pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
@@ -318,63 +319,99 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
                                                 *pinned, *fits], state.loc_rack[:state.n_machines])
     at = groups.first
     sizes = np.bincount(groups.of_machine, minlength=len(at))
-    used_at, load_at = used_frac[at], up_load[at]
     free_at = {k: v[at] for k, v in local_free.items()}
-    with_devices: list[int] = []  # the classes priced below whose request wants devices
-    priced: list[tuple[int, list[int], Candidates]] = []  # per shape with machines: its number, classes, candidates
-    for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
-        t = rep.job.tasks
+    # Per shape with machines: its number, its machine classes, what prices them.
+    shaped: list[tuple[int, IntArray, MachineColumns]] = []
+    for g, (rep, fit) in enumerate(zip(reps, fits, strict=True)):
         gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
         cand = np.nonzero(gfit > 0)[0]
-        if len(cand) == 0:
-            continue
-        want_total = sum(rep.wants.values())
-        # The share of the task's devices that would have to be remote on each machine.
-        share = np.zeros(len(cand))
-        if want_total:
-            local = np.zeros(len(cand))
-            for k, n in rep.wants.items():
-                model = t.models.get(k)  # a pinned model: only its devices are local to the task
-                local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
-            share = (want_total - local) / want_total
-        pref = P_LOCAL + SPREAD * used_at[cand]
-        for k in state.kinds:
-            if t.wants(k) == 0:
-                pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
-        columns = MachineColumns(share, load_at[cand], pref)
-        proxy = costs.shape_to_machine(rep, columns).cost
+        if len(cand):
+            shaped.append((g, cand, _shape_columns(state, rep, cand, at, used_frac[at], up_load[at], free_at)))
+    # Every class's numbers once (rows of the arcs' matrices), for all the shapes' prices below.
+    rows = ClassRows.of(profile_arrays(cls.representative), cls.representative)
+    proxies = shape_costs(rows, [rep_ids[g] for g, _, _ in shaped], [c for _, _, c in shaped], costs)
+    priced: list[tuple[int, list[int], Candidates]] = []
+    for (g, cand, columns), proxy in zip(shaped, proxies, strict=True):
+        gfit = pricing.group_fit[id(reps[g].shape)]
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
-        priced.append((g, members, Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))))
-        if want_total:
-            with_devices.extend(members)
+        priced.append((g, cls.shapes[g], Candidates(cand, gfit, columns, proxy, sizes,
+                                                    _local_tasks(reps[g], free_at, len(at)))))
     heads = [kept.head(CLASS_HEAD) for _, _, kept in priced]
-    costed = class_costs(cls, [members for _, members, _ in priced], [head.columns for head in heads], costs)
+    costed = class_costs(rows, [members for _, members, _ in priced], [head.columns for head in heads], costs)
     for (g, members, kept), head, arcs in zip(priced, heads, costed, strict=True):
         _price_classes(pricing, g, members, cls, kept, head, arcs)
-    _surcharges(pricing, [cls.representative[c] for c in with_devices], costs)
+    with_devices = [c for g, members, _ in priced if sum(reps[g].wants.values()) for c in members]
+    _surcharges(pricing, _rows_of(rows, with_devices), costs)
     return pricing
 
 
-def class_costs(cls: Classes, shapes: list[list[int]], heads: list[MachineColumns], costs: CostModel
+def _shape_columns(state: FreeState, rep: RoundJob, cand: IntArray, at: IntArray, used_at: FloatArray,
+                   load_at: FloatArray, free_at: dict[str, IntArray]) -> MachineColumns:
+    """What prices a shape's candidate machine classes (`cand`; `at`: each class's first machine): the
+    share of a task's devices that would be remote there, the uplink's load, the preference."""
+    t = rep.job.tasks
+    want_total = sum(rep.wants.values())
+    share = np.zeros(len(cand))
+    if want_total:
+        local = np.zeros(len(cand))
+        for k, n in rep.wants.items():
+            model = t.models.get(k)  # a pinned model: only its devices are local to the task
+            local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
+        share = (want_total - local) / want_total
+    pref = P_LOCAL + SPREAD * used_at[cand]
+    for k in state.kinds:
+        if t.wants(k) == 0:
+            pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
+    return MachineColumns(share, load_at[cand], pref)
+
+
+def _rows_of(rows: ClassRows, at: list[int] | IntArray) -> ClassRows:
+    """The rows of the classes `at` (column vectors, as `rows`): `rows` itself where that is all of them
+    in order (a round of one shape)."""
+    ids = np.asarray(at, dtype=np.int64)
+    if len(ids) == len(rows.tau) and (ids == np.arange(len(ids))).all():
+        return rows
+    return ClassRows(tuple(a[ids] for a in rows.params), rows.tau[ids], rows.z[ids], rows.phi_local[ids],
+                     rows.guard[ids])
+
+
+def _flat_rows(rows: ClassRows, at: IntArray) -> ClassRows:
+    """The rows of the classes `at` as flat pairs (1-D: one element per arc, class `at[i]` for arc i)."""
+    return ClassRows(tuple(a[:, 0][at] for a in rows.params), rows.tau[:, 0][at], rows.z[:, 0][at],
+                     rows.phi_local[:, 0][at], rows.guard[:, 0][at])
+
+
+def shape_costs(rows: ClassRows, rep_ids: list[int], columns: list[MachineColumns], costs: CostModel
+                ) -> list[IntArray]:
+    """`costs.shape_to_machine` of each shape (its first class, `rep_ids`, of all the classes' `rows`)
+    against its candidate machines (`columns`), all in one call as flat pairs (see `class_costs`)."""
+    if len(columns) <= 1:
+        return [costs.shape_to_machine(_rows_of(rows, rep_ids), c).cost.ravel() for c in columns]
+    n_cols = [len(c.share) for c in columns]
+    flat = MachineColumns(*(np.concatenate([getattr(c, k) for c in columns]) for k in ("share", "load", "pref")))
+    cost = costs.shape_to_machine(_flat_rows(rows, np.repeat(rep_ids, n_cols)), flat).cost.ravel()
+    return np.split(cost, np.cumsum(n_cols)[:-1])
+
+
+def class_costs(rows: ClassRows, shapes: list[list[int]], heads: list[MachineColumns], costs: CostModel
                 ) -> list[MachineArcs]:
     """`costs.task_to_machine` of each shape's classes (`shapes`) against its head's machines (`heads`),
     one (classes × machines) matrix per shape, all in one call: the arcs as flat pairs (each class's row
     of its shape's columns), priced element by element as the matrices would be, and cut back into the
     matrices. A simulated round's phase 1 holds a few shapes of a few classes each, thousands of times a
     run, where each call's fixed cost (some forty numpy calls on a handful of elements) was the most of
-    it. One shape: its matrix directly."""
-    reps = [cls.representative[c] for members in shapes for c in members]
-    rows = ClassRows.of(profile_arrays(reps), reps)
-    if len(shapes) == 1:
-        return [costs.task_to_machine(rows, heads[0])]
+    it. One shape (or none): its matrix directly."""
+    if len(shapes) <= 1:
+        return [costs.task_to_machine(_rows_of(rows, members), head)
+                for members, head in zip(shapes, heads, strict=True)]
+    classes = np.array([c for members in shapes for c in members], dtype=np.int64)
     n_rows = np.array([len(members) for members in shapes], dtype=np.int64)
     n_cols = np.array([len(head.share) for head in heads], dtype=np.int64)
     width = np.repeat(n_cols, n_rows)  # per class row, its shape's head width
-    row_of = np.repeat(np.arange(len(reps)), width)  # per pair, its class row
+    row_of = np.repeat(np.arange(len(classes)), width)  # per pair, its class row
     first_col = np.repeat(np.repeat(np.cumsum(n_cols) - n_cols, n_rows), width)  # its shape's first column
     col_of = np.arange(len(row_of)) - np.repeat(np.cumsum(width) - width, width) + first_col
-    flat_rows = ClassRows(tuple(a[:, 0][row_of] for a in rows.params), rows.tau[:, 0][row_of],
-                          rows.z[:, 0][row_of], rows.phi_local[:, 0][row_of], rows.guard[:, 0][row_of])
+    flat_rows = _flat_rows(rows, classes[row_of])
     flat_columns = MachineColumns(*(np.concatenate([getattr(h, k) for h in heads])[col_of]
                                     for k in ("share", "load", "pref")))
     arcs = costs.task_to_machine(flat_rows, flat_columns)
@@ -387,12 +424,12 @@ def class_costs(cls: Classes, shapes: list[list[int]], heads: list[MachineColumn
     return out
 
 
-def _surcharges(pricing: Pricing, reps: list[RoundJob], costs: CostModel) -> None:
-    """What going remote costs each class that wants devices and has machines (the spill arc is priced
-    at their median), for all of them at once rather than shape by shape: a class's surcharge is its
-    own (row by row), and the median does not depend on their order."""
-    if reps:
-        found = costs.remote_surcharge(ClassRows.of(profile_arrays(reps), reps))
+def _surcharges(pricing: Pricing, rows: ClassRows, costs: CostModel) -> None:
+    """What going remote costs each class that wants devices and has machines (`rows`; the spill arc is
+    priced at their median), for all of them at once rather than shape by shape: a class's surcharge is
+    its own (row by row), and the median does not depend on their order."""
+    if len(rows.tau):
+        found = costs.remote_surcharge(rows)
         if found is not None:
             pricing.surcharges.extend(found.tolist())
 
