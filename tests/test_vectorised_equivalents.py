@@ -175,3 +175,15 @@ def test_phase_one_median_is_numpys(values: list[int]) -> None:
     from disagg.placement.phase_one import median
 
     assert median(values) == float(np.median(values))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 3.0, -2.0, 2.0**31, 2.0**40, float("inf"), float("-inf"),
+                                 float("nan")]), max_size=10))
+def test_tasks_left_is_numpys_clip_of_nan_to_num(values: list[float]) -> None:
+    """The splitter's room per machine (`phase_one.tasks_left`) is what the numpy wrappers it replaced gave."""
+    from disagg.placement.phase_one import tasks_left
+
+    cap = np.array(values, dtype=np.float64)
+    want = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64)
+    assert tasks_left(cap).tolist() == want.tolist()

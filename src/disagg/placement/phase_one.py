@@ -649,7 +649,7 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
         cap = np.minimum(cap, reduce(np.maximum, pricing.fit.values()))
     groups = pricing.groups
     assert groups is not None
-    machine_cap = np.clip(cap, 0, total).astype(np.int64)
+    machine_cap = np.minimum(np.maximum(cap, 0), total).astype(np.int64)  # np.clip(cap, 0, total)
     group_cap = np.minimum(groups.total(machine_cap), total)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, group_cap[used], 0)
@@ -755,7 +755,7 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     order = np.argsort(key, kind="stable")
     sk, sf = key[order], f_pref[order]
     before = np.cumsum(sf) - sf
-    first = np.r_[True, sk[1:] != sk[:-1]]
+    first = np.concatenate(([True], sk[1:] != sk[:-1]))
     before -= np.maximum.accumulate(np.where(first, before, 0))  # what the same key's earlier arcs took
     cut = f_pref.copy()
     cut[order] = np.minimum(sf, np.maximum(fit[sk] - before, 0))
@@ -807,6 +807,14 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     return pref_m, f_pref_m, shared_m, f_shared_m
 
 
+def tasks_left(cap: FloatArray) -> IntArray:
+    """How many more tasks each machine takes, from what its cpus and memory bound (`cap`, floats): as
+    `np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31)` (NaN: none; inf: 2**31), in three ufuncs
+    rather than through their Python wrappers (each phase 1 of a round asks once)."""
+    out: IntArray = np.where(cap != cap, 0, np.minimum(np.maximum(cap, 0), 2**31)).astype(np.int64)
+    return out
+
+
 class _Splitter:
     """What the machines of a round's machine classes have left while flows are split over them: tasks
     their cpus and memory hold (for the round's smallest task), tasks of each shape (its fit, less what
@@ -824,7 +832,7 @@ class _Splitter:
         min_mem = min(js.memory_gb for js in cls.representative)
         with np.errstate(divide="ignore", invalid="ignore"):
             cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
-        self.left: IntArray = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64)
+        self.left: IntArray = tasks_left(cap)
         self.local: dict[str, IntArray] = {k: state.local_free(k).astype(np.int64) for k in state.kinds}
 
     def take(self, arc: list[int], local_only: bool, out: list[tuple[int, IntArray, int, IntArray]]) -> int:
@@ -843,7 +851,7 @@ class _Splitter:
                 fits = np.minimum(fits, local[members] // want)
         fits = np.maximum(fits, 0)
         before = np.cumsum(fits) - fits
-        given = np.clip(f - before, 0, fits)
+        given = np.minimum(np.maximum(f - before, 0), fits)  # np.clip(f - before, 0, fits)
         at = np.nonzero(given)[0]
         if len(at) == 0:
             return f
