@@ -445,7 +445,7 @@ def _surcharges(pricing: Pricing, rows: ClassRows, costs: CostModel) -> None:
 
 def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
     """Per machine class, how many tasks of the shape one of its machines serves with its own devices."""
-    out = np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    out = np.full(n, NEVER // 4, dtype=np.int64)  # (np.iinfo is a class made at each call)
     for kind, want in rep.wants.items():
         out = np.minimum(out, free_at[kind] // want if kind in free_at else 0)
     return out
