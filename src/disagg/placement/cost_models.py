@@ -355,7 +355,7 @@ class DRMaestroCostModel:
             return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
         for kind in t.kinds:
             model = t.models.get(kind)
-            reach = np.array([state.reachable(kind, int(m), js.gbps, model) for m in np.nonzero(fits)[0][:64]])
+            reach = state.reachable_from(kind, np.nonzero(fits)[0][:64], js.gbps, model)
             if reach.max() < t.wants(kind):
                 m = int(np.nonzero(fits)[0][int(np.argmax(reach))])
                 free = state.total_free(kind, model)
