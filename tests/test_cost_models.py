@@ -75,8 +75,8 @@ def test_network_load_is_priced_only_by_the_na_model_which_postpones_what_would_
     ph = phi(js.job, js.profile, 1.0, 1.0)
     assert aware.hold.tolist() == [[0, 0, int(postponement(ph, js.tau))]]
     assert aware.cost[0, 2] - aware.hold[0, 2] == placing_cost(ph, js.tau, js.z, 1.0)
-    shape = DRMaestroNACostModel().shape_to_machine(js, columns)
-    assert (shape.cost < NEVER).all() and shape.cost[2] - DRMaestroCostModel().shape_to_machine(js, columns).cost[2] > 0
+    shape, blind_shape = (m.shape_to_machine(rows, columns) for m in (DRMaestroNACostModel(), DRMaestroCostModel()))
+    assert (shape.cost < NEVER).all() and shape.cost[0, 2] - blind_shape.cost[0, 2] > 0
     assert DRMaestroCostModel().remote_to_location(np.array([0.5]), np.array([1.0])) == ([0], [0])
     rack, cross = DRMaestroNACostModel().remote_to_location(np.array([0.5]), np.array([1.0]))
     assert 0 < rack[0] < cross[0]

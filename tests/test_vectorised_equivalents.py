@@ -145,3 +145,45 @@ def test_queue_order_is_pythons_sort_by_submit_time_then_name(submits: list[tupl
     times = [j.submit_s for j in by_time]
     expected = by_time if len(set(times)) == len(times) else sorted(by_time, key=attrgetter("submit_s", "name"))
     assert [j.name for j in order_queue(queue, 0.0)] == [j.name for j in expected]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_machine_columns())
+def test_joint_ranks_order_machines_as_the_per_column_keys(case: tuple[list[np.ndarray], np.ndarray]) -> None:
+    """`_joint_keys` (every value ranked in one sort) orders and ties the machines as the per-column keys
+    do, wherever it answers; and it answers for the usual columns (no NaN, small values)."""
+    from disagg.placement import phase_one
+
+    columns, _ = case
+    joint = phase_one._joint_keys(columns)
+    usual = all(not np.isnan(c).any() and (np.abs(c) < 2.0**53).all() for c in columns)
+    assert (joint is not None) == usual
+    if joint is None:
+        return
+    plain = np.column_stack(columns)
+    order = np.lexsort(plain.T[::-1])
+    assert np.lexsort(joint[::-1]).tolist() == order.tolist()
+    same = (plain[order][1:] == plain[order][:-1]).all(axis=1)
+    packed = np.column_stack(joint)[order]
+    assert ((packed[1:] == packed[:-1]).all(axis=1) == same).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-2**62, 2**62) | st.integers(-5, 5), min_size=1, max_size=12))
+def test_phase_one_median_is_numpys(values: list[int]) -> None:
+    """The spill arc's price reads `phase_one.median` where it read `np.median`: the same float."""
+    from disagg.placement.phase_one import median
+
+    assert median(values) == float(np.median(values))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 3.0, -2.0, 2.0**31, 2.0**40, float("inf"), float("-inf"),
+                                 float("nan")]), max_size=10))
+def test_tasks_left_is_numpys_clip_of_nan_to_num(values: list[float]) -> None:
+    """The splitter's room per machine (`phase_one.tasks_left`) is what the numpy wrappers it replaced gave."""
+    from disagg.placement.phase_one import tasks_left
+
+    cap = np.array(values, dtype=np.float64)
+    want = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64)
+    assert tasks_left(cap).tolist() == want.tolist()

@@ -186,11 +186,15 @@ class CostModel(Protocol):
         ...
 
     def task_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
-        """Class → machine arcs: a (classes × machines) cost matrix and which arcs exist."""
+        """Class → machine arcs: a (classes × machines) cost matrix and which arcs exist. Element by
+        element (no arc's cost reads another's): `phase_one.class_costs` also hands it flat pairs, each
+        class's numbers and each machine's as 1-D arrays of one element per arc."""
         ...
 
-    def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:
-        """Aggregator → machine arcs of a shape, priced as its first class (`rep`) would be."""
+    def shape_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
+        """Aggregator → machine arcs of a shape, priced as its first class (`rows`: one row) would be: a
+        (1 × machines) matrix. Element by element, as `task_to_machine`: `phase_one.shape_costs` also hands
+        it several shapes' first classes and machines as flat pairs."""
         ...
 
     def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
@@ -301,13 +305,13 @@ class DRMaestroCostModel:
         hold = np.where((share > 0) & (ph > rows.phi_local), hold, 0)
         return MachineArcs(cost + hold, hold if hold.any() else None)
 
-    def shape_to_machine(self, rep: RoundJob, machines: MachineColumns) -> MachineArcs:
-        ph = expected_vec(rep.profile, machines.share, self.priced_load(machines.load), rep.tau)
-        cost = placing_cost(ph, rep.tau, rep.z, machines.pref)
+    def shape_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
+        ph = expected_arrays(rows.params, machines.share, self.priced_load(machines.load))
+        cost = placing_cost(ph, rows.tau, rows.z, machines.pref)
         # Machines where the shape's first class would miss its SLO remotely pay its hold.
         idle = np.zeros(len(machines.load))
-        hold = self.postponement(ph, rep.tau, rep.guard,
-                                 lambda: expected_vec(rep.profile, machines.share, idle, rep.tau))
+        hold = self.postponement(ph, rows.tau, rows.guard,
+                                 lambda: expected_arrays(rows.params, machines.share, idle))
         cost = cost + np.where(machines.share > 0, hold, 0)
         return MachineArcs(cost)
 
@@ -351,7 +355,7 @@ class DRMaestroCostModel:
             return Reason.NO_CAPACITY, f"no machine has {t.cpus:g} cpus and {t.memory_gb:g} GB free"
         for kind in t.kinds:
             model = t.models.get(kind)
-            reach = np.array([state.reachable(kind, int(m), js.gbps, model) for m in np.nonzero(fits)[0][:64]])
+            reach = state.reachable_from(kind, np.nonzero(fits)[0][:64], js.gbps, model)
             if reach.max() < t.wants(kind):
                 m = int(np.nonzero(fits)[0][int(np.argmax(reach))])
                 free = state.total_free(kind, model)
@@ -420,8 +424,10 @@ class DRMaestroCostModel:
     def remote_to_location(self, uplink_load: FloatArray, rack_load: FloatArray) -> tuple[IntArray, IntArray]:
         """Each unit of priced load on the location's uplink costs `LOAD_COST` (and across racks, its
         rack's uplink too), steering remote devices to quiet links; zero when the load is not priced."""
-        rack: IntArray = np.rint(LOAD_COST * SCALE * np.clip(self.priced_load(uplink_load), 0, 1)).astype(np.int64)
-        across = np.clip(self.priced_load(rack_load), 0, 1)
+        # (np.clip(x, 0, 1) as two ufuncs: its Python wrapper costs more than both on a round's few locations.)
+        rack: IntArray = np.rint(LOAD_COST * SCALE * np.minimum(np.maximum(self.priced_load(uplink_load), 0), 1)
+                                 ).astype(np.int64)
+        across = np.minimum(np.maximum(self.priced_load(rack_load), 0), 1)
         cross: IntArray = rack + np.rint(LOAD_COST * SCALE * across).astype(np.int64)
         return rack, cross
 

@@ -273,7 +273,7 @@ def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bo
     order = np.lexsort((idx, locs))
     idx, locs, wants = idx[order], locs[order], wants[order]
     # Within a location, each task takes the next `want` devices down from the top.
-    first_of_loc = np.r_[True, locs[1:] != locs[:-1]]
+    first_of_loc = np.concatenate(([True], locs[1:] != locs[:-1]))
     cum = np.cumsum(wants)
     base = np.maximum.accumulate(np.where(first_of_loc, cum - wants, 0))
     before = cum - wants - base

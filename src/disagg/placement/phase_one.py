@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import reduce
 from itertools import compress, pairwise
 from operator import attrgetter
 from typing import Any
@@ -31,7 +32,14 @@ from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import P_LOCAL, P_SPARE_DEVICES, SCALE, SPREAD
-from disagg.placement.cost_models import BoolArray, ClassRows, CostModel, MachineColumns, local_capacity
+from disagg.placement.cost_models import (
+    BoolArray,
+    ClassRows,
+    CostModel,
+    MachineArcs,
+    MachineColumns,
+    local_capacity,
+)
 from disagg.placement.decisions import Reason
 from disagg.placement.jobstate import (
     IntArray,
@@ -45,7 +53,7 @@ from disagg.placement.jobstate import (
 )
 from disagg.placement.network import FlowNetwork
 from disagg.placement.queue import task_fit_counts
-from disagg.placement.state import FreeState, Offers, column
+from disagg.placement.state import FloatArray, FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
 PREFERRED = 8
@@ -143,19 +151,19 @@ class MachineGroups:
         for k in keys:
             sorted_k = k[order]
             differs |= sorted_k[1:] != sorted_k[:-1]
-        starts = np.r_[True, differs]
+        starts = np.concatenate(([True], differs))  # (np.r_ costs several microseconds a call)
         first = order[starts]
         of_machine = np.empty(len(order), dtype=np.int64)
         of_machine[order] = np.cumsum(starts) - 1
         n_racks = int(rack.max(initial=0)) + 1
         by_rack = np.argsort(of_machine * n_racks + rack, kind="stable")  # per class, per rack, in machine order
         cell = of_machine[by_rack] * n_racks + rack[by_rack]
-        starts = np.r_[0, np.nonzero(cell[1:] != cell[:-1])[0] + 1]
-        rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
+        starts = np.concatenate(([0], np.nonzero(cell[1:] != cell[:-1])[0] + 1))
+        rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.concatenate((starts, [len(cell)]))))
         # (class, rank in its rack, rack) as one key: each part is below its radix, so the order is theirs.
         turn = (of_machine[by_rack] * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack[by_rack]
         order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64)
-        bounds = np.r_[0, np.cumsum(np.bincount(of_machine, minlength=len(first)))].tolist()
+        bounds = [0, *np.cumsum(np.bincount(of_machine, minlength=len(first))).tolist()]
         flat = order.tolist()
         spans = list(pairwise(bounds))
         return MachineGroups(of_machine, first.astype(np.int64), [flat[a:b] for a, b in spans],
@@ -166,6 +174,50 @@ class MachineGroups:
         return np.bincount(self.of_machine, weights=per_machine, minlength=len(self.first)).astype(np.int64)
 
 
+#: Below this magnitude every integer is a float64 exactly, and comparing two values as floats is
+#: comparing them as they are.
+_EXACT = 2.0**53
+#: Up to how many values (columns × machines) `_joint_keys` ranks them all in one sort: beyond, one
+#: sort of everything costs more than the per-column passes (17 columns of 1,000 machines: 1.1 ms
+#: against 0.16 ms; of 128: 65 µs against 110 µs).
+_JOINT_MAX_VALUES = 4096
+
+
+def _joint_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray] | None:
+    """`_row_keys` for the usual columns (no NaN, every value below 2**53 in magnitude) in a handful of
+    numpy calls rather than several per column: every value is ranked among all the columns' values at
+    once (one sort for all; ranks among the union keep each column's order and equality), and the ranks
+    are packed as many columns to a key as their common radix allows. The simulator's rounds group a
+    hundred machines by a dozen columns each phase 1, thousands of times a run, where the per-column
+    calls were most of the grouping. None where the ranks would not stand for the values: a NaN (equal
+    to nothing), or an integer a float64 cannot hold exactly (`_row_keys` takes those as they are)."""
+    if not columns or len(columns) * len(columns[0]) > _JOINT_MAX_VALUES:
+        return None
+    values = np.array(columns, dtype=np.float64)  # (column, machine)
+    if values.ndim != 2 or values.size == 0 or not (np.abs(values) < _EXACT).all():  # (False for NaN)
+        return None
+    # Each value's rank among the distinct values (what np.unique's inverse is, without its wrapper).
+    flat = values.ravel()
+    order = np.argsort(flat)
+    ordered = flat[order]
+    new = np.empty(len(flat), dtype=bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    ranks = np.cumsum(new)
+    flat_codes = np.empty(len(flat), dtype=np.int64)
+    flat_codes[order] = ranks - 1
+    codes = flat_codes.reshape(values.shape)
+    radix, per_key = int(ranks[-1]), 1
+    while per_key < len(codes) and radix ** (per_key + 1) < 2**62:
+        per_key += 1
+    keys: list[IntArray] = []
+    for a in range(0, len(codes), per_key):
+        chunk = codes[a:a + per_key]
+        weights = np.array([radix ** k for k in range(len(chunk) - 1, -1, -1)], dtype=np.int64)
+        keys.append(weights @ chunk)
+    return keys
+
+
 def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     """Integer keys whose lexicographic order and equality are the columns' (first column first), several
     columns packed into one key while their radices allow: a machine class's columns are mostly small
@@ -173,6 +225,9 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     the grouping. Each column becomes its values' ranks (integers: less their minimum; floats: their
     rank among the distinct values). A float column with a NaN (NaN equals nothing) or integers too far
     apart is kept as it is, as a key of its own."""
+    joint = _joint_keys(columns)
+    if joint is not None:
+        return joint
     keys: list[IntArray] = []
     packed: IntArray | None = None
     radix_so_far = 1
@@ -267,7 +322,8 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     pricing = Pricing(min_cost=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       min_unheld=np.full(len(cls.representative), NEVER, dtype=np.int64),
                       first_fit={} if first_fit is None else first_fit)
-    reps = [cls.representative[shape_representative(cls, members)] for members in cls.shapes]
+    rep_ids = [shape_representative(cls, members) for members in cls.shapes]
+    reps = [cls.representative[c] for c in rep_ids]
     fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing, known)
             for members, rep in zip(cls.shapes, reps, strict=True)]
     pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
@@ -275,52 +331,124 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
                                                 *pinned, *fits], state.loc_rack[:state.n_machines])
     at = groups.first
     sizes = np.bincount(groups.of_machine, minlength=len(at))
-    used_at, load_at = used_frac[at], up_load[at]
     free_at = {k: v[at] for k, v in local_free.items()}
-    with_devices: list[int] = []  # the classes priced below whose request wants devices
-    for g, (members, rep, fit) in enumerate(zip(cls.shapes, reps, fits, strict=True)):
-        t = rep.job.tasks
+    # Per shape with machines: its number, its machine classes, what prices them.
+    shaped: list[tuple[int, IntArray, MachineColumns]] = []
+    for g, (rep, fit) in enumerate(zip(reps, fits, strict=True)):
         gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
         cand = np.nonzero(gfit > 0)[0]
-        if len(cand) == 0:
-            continue
-        want_total = sum(rep.wants.values())
-        # The share of the task's devices that would have to be remote on each machine.
-        share = np.zeros(len(cand))
-        if want_total:
-            local = np.zeros(len(cand))
-            for k, n in rep.wants.items():
-                model = t.models.get(k)  # a pinned model: only its devices are local to the task
-                local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
-            share = (want_total - local) / want_total
-        pref = P_LOCAL + SPREAD * used_at[cand]
-        for k in state.kinds:
-            if t.wants(k) == 0:
-                pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
-        columns = MachineColumns(share, load_at[cand], pref)
-        proxy = costs.shape_to_machine(rep, columns).cost
+        if len(cand):
+            shaped.append((g, cand, _shape_columns(state, rep, cand, at, used_frac[at], up_load[at], free_at)))
+    # Every class's numbers once (rows of the arcs' matrices), for all the shapes' prices below.
+    rows = ClassRows.of(profile_arrays(cls.representative), cls.representative)
+    proxies = shape_costs(rows, [rep_ids[g] for g, _, _ in shaped], [c for _, _, c in shaped], costs)
+    priced: list[tuple[int, list[int], Candidates]] = []
+    for (g, cand, columns), proxy in zip(shaped, proxies, strict=True):
+        gfit = pricing.group_fit[id(reps[g].shape)]
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
-        kept = Candidates(cand, gfit, columns, proxy, sizes, _local_tasks(rep, free_at, len(at)))
-        _price_classes(pricing, g, members, cls, kept, costs)
-        if want_total:
-            with_devices.extend(members)
-    _surcharges(pricing, [cls.representative[c] for c in with_devices], costs)
+        priced.append((g, cls.shapes[g], Candidates(cand, gfit, columns, proxy, sizes,
+                                                    _local_tasks(reps[g], free_at, len(at)))))
+    heads = [kept.head(CLASS_HEAD) for _, _, kept in priced]
+    costed = class_costs(rows, [members for _, members, _ in priced], [head.columns for head in heads], costs)
+    for (g, members, kept), head, arcs in zip(priced, heads, costed, strict=True):
+        _price_classes(pricing, g, members, cls, kept, head, arcs)
+    with_devices = [c for g, members, _ in priced if sum(reps[g].wants.values()) for c in members]
+    _surcharges(pricing, _rows_of(rows, with_devices), costs)
     return pricing
 
 
-def _surcharges(pricing: Pricing, reps: list[RoundJob], costs: CostModel) -> None:
-    """What going remote costs each class that wants devices and has machines (the spill arc is priced
-    at their median), for all of them at once rather than shape by shape: a class's surcharge is its
-    own (row by row), and the median does not depend on their order."""
-    if reps:
-        found = costs.remote_surcharge(ClassRows.of(profile_arrays(reps), reps))
+def _shape_columns(state: FreeState, rep: RoundJob, cand: IntArray, at: IntArray, used_at: FloatArray,
+                   load_at: FloatArray, free_at: dict[str, IntArray]) -> MachineColumns:
+    """What prices a shape's candidate machine classes (`cand`; `at`: each class's first machine): the
+    share of a task's devices that would be remote there, the uplink's load, the preference."""
+    t = rep.job.tasks
+    want_total = sum(rep.wants.values())
+    share = np.zeros(len(cand))
+    if want_total:
+        local = np.zeros(len(cand))
+        for k, n in rep.wants.items():
+            model = t.models.get(k)  # a pinned model: only its devices are local to the task
+            local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
+        share = (want_total - local) / want_total
+    pref = P_LOCAL + SPREAD * used_at[cand]
+    for k in state.kinds:
+        if t.wants(k) == 0:
+            pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
+    return MachineColumns(share, load_at[cand], pref)
+
+
+def _rows_of(rows: ClassRows, at: list[int] | IntArray) -> ClassRows:
+    """The rows of the classes `at` (column vectors, as `rows`): `rows` itself where that is all of them
+    in order (a round of one shape)."""
+    ids = np.asarray(at, dtype=np.int64)
+    if len(ids) == len(rows.tau) and (ids == np.arange(len(ids))).all():
+        return rows
+    return ClassRows(tuple(a[ids] for a in rows.params), rows.tau[ids], rows.z[ids], rows.phi_local[ids],
+                     rows.guard[ids])
+
+
+def _flat_rows(rows: ClassRows, at: IntArray) -> ClassRows:
+    """The rows of the classes `at` as flat pairs (1-D: one element per arc, class `at[i]` for arc i)."""
+    return ClassRows(tuple(a[:, 0][at] for a in rows.params), rows.tau[:, 0][at], rows.z[:, 0][at],
+                     rows.phi_local[:, 0][at], rows.guard[:, 0][at])
+
+
+def shape_costs(rows: ClassRows, rep_ids: list[int], columns: list[MachineColumns], costs: CostModel
+                ) -> list[IntArray]:
+    """`costs.shape_to_machine` of each shape (its first class, `rep_ids`, of all the classes' `rows`)
+    against its candidate machines (`columns`), all in one call as flat pairs (see `class_costs`)."""
+    if len(columns) <= 1:
+        return [costs.shape_to_machine(_rows_of(rows, rep_ids), c).cost.ravel() for c in columns]
+    n_cols = [len(c.share) for c in columns]
+    flat = MachineColumns(*(np.concatenate([getattr(c, k) for c in columns]) for k in ("share", "load", "pref")))
+    cost = costs.shape_to_machine(_flat_rows(rows, np.repeat(rep_ids, n_cols)), flat).cost.ravel()
+    return np.split(cost, np.cumsum(n_cols)[:-1])
+
+
+def class_costs(rows: ClassRows, shapes: list[list[int]], heads: list[MachineColumns], costs: CostModel
+                ) -> list[MachineArcs]:
+    """`costs.task_to_machine` of each shape's classes (`shapes`) against its head's machines (`heads`),
+    one (classes × machines) matrix per shape, all in one call: the arcs as flat pairs (each class's row
+    of its shape's columns), priced element by element as the matrices would be, and cut back into the
+    matrices. A simulated round's phase 1 holds a few shapes of a few classes each, thousands of times a
+    run, where each call's fixed cost (some forty numpy calls on a handful of elements) was the most of
+    it. One shape (or none): its matrix directly."""
+    if len(shapes) <= 1:
+        return [costs.task_to_machine(_rows_of(rows, members), head)
+                for members, head in zip(shapes, heads, strict=True)]
+    classes = np.array([c for members in shapes for c in members], dtype=np.int64)
+    n_rows = np.array([len(members) for members in shapes], dtype=np.int64)
+    n_cols = np.array([len(head.share) for head in heads], dtype=np.int64)
+    width = np.repeat(n_cols, n_rows)  # per class row, its shape's head width
+    row_of = np.repeat(np.arange(len(classes)), width)  # per pair, its class row
+    first_col = np.repeat(np.repeat(np.cumsum(n_cols) - n_cols, n_rows), width)  # its shape's first column
+    col_of = np.arange(len(row_of)) - np.repeat(np.cumsum(width) - width, width) + first_col
+    flat_rows = _flat_rows(rows, classes[row_of])
+    flat_columns = MachineColumns(*(np.concatenate([getattr(h, k) for h in heads])[col_of]
+                                    for k in ("share", "load", "pref")))
+    arcs = costs.task_to_machine(flat_rows, flat_columns)
+    cost = arcs.cost.ravel()
+    hold = None if arcs.hold is None else arcs.hold.ravel()
+    ends = np.cumsum(n_rows * n_cols).tolist()
+    out: list[MachineArcs] = []
+    for start, end, r, c in zip([0, *ends[:-1]], ends, n_rows.tolist(), n_cols.tolist(), strict=True):
+        out.append(MachineArcs(cost[start:end].reshape(r, c), None if hold is None else hold[start:end].reshape(r, c)))
+    return out
+
+
+def _surcharges(pricing: Pricing, rows: ClassRows, costs: CostModel) -> None:
+    """What going remote costs each class that wants devices and has machines (`rows`; the spill arc is
+    priced at their median), for all of them at once rather than shape by shape: a class's surcharge is
+    its own (row by row), and the median does not depend on their order."""
+    if len(rows.tau):
+        found = costs.remote_surcharge(rows)
         if found is not None:
             pricing.surcharges.extend(found.tolist())
 
 
 def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
     """Per machine class, how many tasks of the shape one of its machines serves with its own devices."""
-    out = np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    out = np.full(n, NEVER // 4, dtype=np.int64)  # (np.iinfo is a class made at each call)
     for kind, want in rep.wants.items():
         out = np.minimum(out, free_at[kind] // want if kind in free_at else 0)
     return out
@@ -367,15 +495,12 @@ def shape_representative(cls: Classes, members: list[int]) -> int:
     return max(members, key=lambda c: (reps[c].tau, -c))
 
 
-def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates,
-                   costs: CostModel) -> None:
+def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, cand: Candidates, head: Candidates,
+                   arcs: MachineArcs) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
-    (its cheapest machines). A class's offset to X and its preferred machines come from there."""
-    head = cand.head(CLASS_HEAD)
-    reps = [cls.representative[c] for c in members]
+    (its cheapest machines; `arcs`: their costs, `class_costs`). A class's offset to X and its preferred
+    machines come from there."""
     ids = np.array(members, dtype=np.int64)
-    rows = ClassRows.of(profile_arrays(reps), reps)
-    arcs = costs.task_to_machine(rows, head.columns)
     cost = arcs.cost
     masked = cost
     has = np.full(len(ids), cost.shape[1] > 0)
@@ -550,22 +675,36 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
     if pricing.fit:
-        cap = np.minimum(cap, np.max(list(pricing.fit.values()), axis=0))
+        cap = np.minimum(cap, reduce(np.maximum, pricing.fit.values()))
     groups = pricing.groups
     assert groups is not None
-    machine_cap = np.clip(cap, 0, total).astype(np.int64)
+    machine_cap = np.minimum(np.maximum(cap, 0), total).astype(np.int64)  # np.clip(cap, 0, total)
     group_cap = np.minimum(groups.total(machine_cap), total)
     if not pricing.surcharges:
         net.add_arcs("machine->sink", mach0 + used, sink, group_cap[used], 0)
         return
     wants = np.array([sum(js.wants.values()) for js in reps], dtype=np.int64)[cls.of_job]
-    want_mean = max(1.0, float(np.average(wants, weights=cls.counts)))
+    # `np.average(wants, weights=cls.counts)` as it works it out (float64 products and sums), without
+    # its Python wrapper; a zero weight sum raises ZeroDivisionError as it does.
+    want_mean = max(1.0, float(np.multiply(wants, cls.counts, dtype=np.float64).sum())
+                    / float(cls.counts.sum(dtype=np.float64)))
     local_total = sum(state.local_free(k) for k in state.kinds)
     slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
                        group_cap)
     net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)
     net.add_arcs("machine->sink:spill", mach0 + used, sink, group_cap[used] - slots[used],
-                 max(1, int(np.median(pricing.surcharges))))
+                 max(1, int(median(pricing.surcharges))))
+
+
+def median(values: list[int]) -> float:
+    """`np.median` of integers as it works it out (the middle one as a float64, or the float64 mean of
+    the middle two), without its Python wrapper: each phase 1 of a round with devices asks it once, on a
+    few surcharges, and numpy's took longer than sorting them."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[half])
+    return (float(ordered[half - 1]) + float(ordered[half])) / 2.0
 
 
 def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntArray, costs: CostModel
@@ -650,7 +789,7 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     order = np.argsort(key, kind="stable")
     sk, sf = key[order], f_pref[order]
     before = np.cumsum(sf) - sf
-    first = np.r_[True, sk[1:] != sk[:-1]]
+    first = np.concatenate(([True], sk[1:] != sk[:-1]))
     before -= np.maximum.accumulate(np.where(first, before, 0))  # what the same key's earlier arcs took
     cut = f_pref.copy()
     cut[order] = np.minimum(sf, np.maximum(fit[sk] - before, 0))
@@ -702,6 +841,14 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     return pref_m, f_pref_m, shared_m, f_shared_m
 
 
+def tasks_left(cap: FloatArray) -> IntArray:
+    """How many more tasks each machine takes, from what its cpus and memory bound (`cap`, floats): as
+    `np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31)` (NaN: none; inf: 2**31), in three ufuncs
+    rather than through their Python wrappers (each phase 1 of a round asks once)."""
+    out: IntArray = np.where(cap != cap, 0, np.minimum(np.maximum(cap, 0), 2**31)).astype(np.int64)
+    return out
+
+
 class _Splitter:
     """What the machines of a round's machine classes have left while flows are split over them: tasks
     their cpus and memory hold (for the round's smallest task), tasks of each shape (its fit, less what
@@ -719,7 +866,7 @@ class _Splitter:
         min_mem = min(js.memory_gb for js in cls.representative)
         with np.errstate(divide="ignore", invalid="ignore"):
             cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
-        self.left: IntArray = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64)
+        self.left: IntArray = tasks_left(cap)
         self.local: dict[str, IntArray] = {k: state.local_free(k).astype(np.int64) for k in state.kinds}
 
     def take(self, arc: list[int], local_only: bool, out: list[tuple[int, IntArray, int, IntArray]]) -> int:
@@ -738,7 +885,7 @@ class _Splitter:
                 fits = np.minimum(fits, local[members] // want)
         fits = np.maximum(fits, 0)
         before = np.cumsum(fits) - fits
-        given = np.clip(f - before, 0, fits)
+        given = np.minimum(np.maximum(f - before, 0), fits)  # np.clip(f - before, 0, fits)
         at = np.nonzero(given)[0]
         if len(at) == 0:
             return f

@@ -711,6 +711,33 @@ class FreeState:
             free = counts[:, models.index(model)] if model in models else np.zeros_like(free)
         return int(free[own]) + int(free[self.remote_reach(own, gbps)].sum())
 
+    def reachable_from(self, kind: str, owns: IntArray, gbps: float, model: str | None = None) -> IntArray:
+        """`reachable(kind, own, gbps, model)` for each of `owns` at once: per rack, the free devices at
+        locations whose uplink has the headroom, so that each location's answer is its own devices, its
+        rack's others, and (when its rack's uplink has the headroom too) those of the racks whose uplink
+        has it, without a mask over every location per location. The same integers (sums of counts); an
+        explanation asks it of up to 64 machines at a time, each of which cost a `remote_reach`."""
+        free = self.free_count.get(kind)
+        if free is None:
+            return np.zeros(len(owns), dtype=np.int64)
+        if model is not None:
+            models, counts = self.free_by_model(kind)
+            free = counts[:, models.index(model)] if model in models else np.zeros_like(free)
+        n_loc = len(self.loc_rack)
+        headroom = self.link_cap - self.link_used
+        loc_ok = headroom[:n_loc] + EPS >= gbps
+        rack_ok = headroom[n_loc:] + EPS >= gbps  # per rack, its uplink
+        per_rack = np.zeros(self.n_racks, dtype=np.int64)
+        np.add.at(per_rack, self.loc_rack, np.where(loc_ok, free, 0))
+        racks = self.loc_rack[owns]
+        own_free = free[owns].astype(np.int64)
+        # (`remote_reach`'s own test, `headroom + EPS < gbps`, spelt as it is: a NaN headroom passes it.)
+        sends = ~(headroom[owns] + EPS < gbps)
+        same = per_rack[racks] - np.where(loc_ok[owns], own_free, 0)
+        across = np.where(rack_ok[racks], int(per_rack[rack_ok].sum()) - per_rack[racks], 0)
+        out: IntArray = own_free + np.where(sends, same + across, 0)
+        return out
+
     def remote_reach(self, own: int, gbps: float) -> NDArray[np.bool_]:
         """Which other locations a task on `own` could use a device at: every link of the path has
         `gbps` of headroom."""

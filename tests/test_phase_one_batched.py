@@ -1,0 +1,65 @@
+"""Phase 1's pricing of a round's shapes all at once (`phase_one.class_costs`, `phase_one.shape_costs`: the
+arcs as flat pairs, in one cost-model call) against each shape's own call."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _simulate(policy: str) -> None:
+    from disagg.placement.registry import get_policy
+    from disagg.sim.engine import SimConfig, simulate
+    from disagg.sim.scenarios import get_scenario
+
+    scenario = get_scenario("paper-16m-512j")
+    cluster = scenario.cluster()
+    simulate(cluster, scenario.submissions(1, cluster), get_policy(policy), 1, SimConfig(interval_s=5.0))
+
+
+@pytest.mark.parametrize("policy", ["drmaestro-na", "drmaestro"])
+def test_class_costs_of_several_shapes_at_once_are_each_shapes_own(policy: str, monkeypatch: pytest.MonkeyPatch
+                                                                     ) -> None:
+    """Each shape's matrices (costs and holds) are what `task_to_machine` gives its classes and head
+    alone, in every phase 1 of a simulated run (some of several shapes, some of one)."""
+    from disagg.placement import phase_one
+
+    batched = phase_one.class_costs
+    seen = {"shapes": 0, "several": 0}
+
+    def checked(rows, shapes, heads, costs):  # type: ignore[no-untyped-def]
+        got = batched(rows, shapes, heads, costs)
+        for members, head, arcs in zip(shapes, heads, got, strict=True):
+            want = costs.task_to_machine(phase_one._rows_of(rows, members), head)
+            assert arcs.cost.tolist() == want.cost.tolist()
+            assert (arcs.hold is None or not arcs.hold.any()) if want.hold is None else (
+                arcs.hold is not None and arcs.hold.tolist() == want.hold.tolist())
+        seen["shapes"] += len(shapes)
+        seen["several"] += len(shapes) > 1
+        return got
+
+    monkeypatch.setattr(phase_one, "class_costs", checked)
+    _simulate(policy)
+    assert seen["several"] >= 1 and seen["shapes"] > seen["several"]
+
+
+@pytest.mark.parametrize("policy", ["drmaestro-na", "drmaestro"])
+def test_shape_costs_of_several_shapes_at_once_are_each_shapes_own(policy: str, monkeypatch: pytest.MonkeyPatch
+                                                                     ) -> None:
+    """Each shape's aggregator prices are what `shape_to_machine` gives its first class alone."""
+    from disagg.placement import phase_one
+
+    batched = phase_one.shape_costs
+    seen = {"several": 0}
+
+    def checked(rows, rep_ids, columns, costs):  # type: ignore[no-untyped-def]
+        got = batched(rows, rep_ids, columns, costs)
+        assert len(got) == len(columns)
+        for rep, machines, proxy in zip(rep_ids, columns, got, strict=True):
+            want = costs.shape_to_machine(phase_one._rows_of(rows, [rep]), machines).cost
+            assert want.shape == (1, len(machines.share)) and proxy.tolist() == want[0].tolist()
+        seen["several"] += len(columns) > 1
+        return got
+
+    monkeypatch.setattr(phase_one, "shape_costs", checked)
+    _simulate(policy)
+    assert seen["several"] >= 1
