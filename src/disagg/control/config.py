@@ -76,7 +76,8 @@ class Config(BaseModel):
     learn_profiles: bool = Field(default=True, description=(
         "Learn each image's profile from its completed tasks and place by it (pessimistic while unsure)."))
     profiles_explore: int = Field(default=8, ge=0, le=1000, description=(
-        "Remote runs an image needs before it is placed by its pessimistic profile (until then: the estimate)."))
+        "Remote runs, finished or running, an image needs before it is placed by its pessimistic profile "
+        "(until then: the estimate)."))
     profiles_max_images: int = Field(default=1000, ge=1, le=1_000_000,
                                      description="Images whose learned profile the store keeps (least recent go).")
     profile_observations: int = Field(default=200, ge=3, le=100_000,
