@@ -24,6 +24,7 @@ from rich.progress import Progress
 
 from disagg.model import load_cluster
 from disagg.model.spec import load_profiles
+from disagg.profiles.learn import EXPLORE
 from disagg.sim import learning
 from disagg.sim.sweep import RunSpec, TraceSource, run_one
 from disagg.sim.trace import read_trace
@@ -86,7 +87,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1-9", help="traces judged for the error after 20 jobs")
     ap.add_argument("--compare", default="1-3", help="traces also run with oracle and neutral knowledge")
     ap.add_argument("--jobs", type=int, default=600)
-    ap.add_argument("--explore", type=int, default=8)
+    ap.add_argument("--explore", type=int, default=EXPLORE)
     ap.add_argument("--blind", type=int, default=learning.BLIND_EXPLORE,
                     help="remote runs an image may make placed blind to load while its load term is unsure")
     args = ap.parse_args()

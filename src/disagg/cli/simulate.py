@@ -22,6 +22,7 @@ from disagg.cli.common import fail
 from disagg.cli.tables import print_table
 from disagg.model import SpecError, load_cluster, never_fits
 from disagg.model.tenants import Tenants, load_tenants
+from disagg.profiles.learn import EXPLORE
 from disagg.sim.engine import FailureModel
 from disagg.sim.report import RunOutput, stall_notes, tables, write_json, write_plots
 from disagg.sim.scenarios import SCENARIOS, UnknownScenarioError, get_scenario
@@ -145,7 +146,7 @@ def build_specs(
 
 
 def with_knowledge(specs: list[RunSpec], truth: Path | None, profiles: Path | None, learn: bool,
-                   knowledge: str | None, explore: int = 8) -> list[RunSpec]:
+                   knowledge: str | None, explore: int = EXPLORE) -> list[RunSpec]:
     """Each run once per kind of knowledge the policies are given (`sim.learning`), with the true
     profiles the jobs run by. Default: learned with --learn, the given table with --profiles, else shipped."""
     from disagg.model.spec import load_profiles
@@ -240,7 +241,7 @@ def simulate(
         "neutral, learned."))] = None,
     explore: Annotated[int, typer.Option(help=(
         "With learning: remote observations an image needs before it is placed by its pessimistic profile "
-        "(until then by the estimate itself, so remote placements teach it; 0: cautious at once)."))] = 8,
+        "(until then by the estimate itself, so remote placements teach it; 0: cautious at once)."))] = EXPLORE,
 ) -> None:
     """Simulate policies on a named scenario or a trace; a table per scenario, JSON and plots on request."""
     console = Console()

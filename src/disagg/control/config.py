@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from disagg.model import SpecError
 from disagg.model.tenants import Tenants, load_tenants, parse_tenants
+from disagg.profiles.learn import EXPLORE
 from disagg.store import DEFAULT_URL, normalize_url
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class Config(BaseModel):
         "Profile table (YAML/JSON, `profiles:`) the policies know; default: the shipped Rodinia set."))
     learn_profiles: bool = Field(default=True, description=(
         "Learn each image's profile from its completed tasks and place by it (pessimistic while unsure)."))
-    profiles_explore: int = Field(default=8, ge=0, le=1000, description=(
+    profiles_explore: int = Field(default=EXPLORE, ge=0, le=1000, description=(
         "Remote runs, finished or running, an image needs before it is placed by its pessimistic profile "
         "(until then: the estimate)."))
     profiles_max_images: int = Field(default=1000, ge=1, le=1_000_000,

@@ -141,6 +141,16 @@ class Estimate:
         return ratio_sd(self.coef, self.cov, load)
 
 
+#: Remote runs, finished or running, an image is placed by its estimate for before its pessimistic bound
+#: (`exploring`; `serve`'s `profiles_explore`, `simulate --explore`). Measured over 45 traces with runs
+#: sized by their SLOs (docs/profiles.md, "Fifth pass"): QoS violations against the oracle's 1,777 and
+#: (trace, image) pairs within 10% after 20 jobs of 180: 4: 1,778, 176; 5: 1,819, 177; **6: 1,831 (+3%,
+#: every trace set within +12%), 176**; 8 (the default before sizing): 2,031 (+14%, two sets past +15%),
+#: 178; 12: 2,277, 178. Sized runs teach in a few runs what unsized ones took many for; fewer than 6 left
+#: the costliest image (etl, 1.6–4.4x remote) 20–25% off on trace 1, never placed remote again.
+EXPLORE = 6
+
+
 def exploring(remote_observations: int, remote_in_flight: int, explore: int) -> bool:
     """Whether an image is still placed by its estimate rather than its pessimistic bound: while its
     finished *and running* remote runs are fewer than `explore`. Running ones count because a remote

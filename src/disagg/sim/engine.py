@@ -46,7 +46,7 @@ from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
 from disagg.profiles import lookup, normalize_image
-from disagg.profiles.learn import Observation
+from disagg.profiles.learn import EXPLORE, Observation
 from disagg.profiles.table import ProfileTable
 from disagg.sim.execution import REFERENCE_GBPS, REMOTE_PCIE_SHARE, path_factor
 from disagg.sim.kernel import Kernel, Priority
@@ -104,7 +104,7 @@ class SimConfig:
     knowledge: str = "shipped"
     profiles: ProfileTable | None = None
     #: With learning: remote observations before an image is placed by its pessimistic profile.
-    explore: int = 8
+    explore: int = EXPLORE
 
 
 # -- events --------------------------------------------------------------------------------------------

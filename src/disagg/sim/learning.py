@@ -23,6 +23,7 @@ from typing import Any
 from disagg.model import Job
 from disagg.profiles import NEUTRAL, Profile, lookup, normalize_image, with_profiles
 from disagg.profiles.learn import (
+    EXPLORE,
     REFERENCE_LOAD,
     Estimate,
     Observation,
@@ -60,7 +61,7 @@ class Knowledge:
     #: Remote observations an image needs before the policies see its pessimistic profile: until then
     #: they see the estimate itself (optimism under uncertainty, the bandit's way to learn); 0: cautious
     #: from the first observation.
-    explore: int = 8
+    explore: int = EXPLORE
     #: Remote observations an image may make while placed blind to link load (`load_blind`), as long
     #: as its load term is unsure (`slope_unsure`): so that its first remote runs meet whatever load
     #: the placement brings, not only the quietest path. 0: never.
@@ -162,7 +163,7 @@ def _key(image: str) -> str:
     return normalize_image(image)
 
 
-def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = 8,
+def knowledge_for(kind: str, given: ProfileTable | None, truth: ProfileTable | None, explore: int = EXPLORE,
                   blind: int | None = None) -> Knowledge:
     """A fresh `Knowledge` of `kind` (one per run: learning is per run); `blind`: BLIND_EXPLORE unless given."""
     if kind not in KNOWLEDGE:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from disagg.model import Cluster
 from disagg.model.tenants import Tenants
 from disagg.placement.registry import get_policy
+from disagg.profiles.learn import EXPLORE
 from disagg.profiles.table import ProfileTable
 from disagg.sim.engine import FailureModel, SimConfig, simulate
 from disagg.sim.report import RunOutput, run_output
@@ -53,7 +54,7 @@ class RunSpec:
     truth: ProfileTable | None = None
     knowledge: str = "shipped"
     profiles: ProfileTable | None = None
-    explore: int = 8
+    explore: int = EXPLORE
 
 
 def grid(scenarios: Sequence[str], policies: Sequence[str], seeds: Sequence[int], interval_s: float,
