@@ -56,6 +56,7 @@ class Knowledge:
     truth: ProfileTable | None = None        # for the convergence record only
     observations: dict[str, list[Observation]] = field(default_factory=dict)
     estimates: dict[str, Estimate] = field(default_factory=dict)
+    #: Per image: the profile it is placed by while `exploring` (its estimate), or blind to load.
     learned: dict[str, Profile] = field(default_factory=dict)
     convergence: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     #: Remote observations an image needs before the policies see its pessimistic profile: until then
@@ -114,10 +115,9 @@ class Knowledge:
             self.blinded.add(key)
         else:
             self.blinded.discard(key)
-            cautious = not exploring(est.remote_observations, 0, self.explore)
-            self.learned[key] = self.bounds[key] if cautious else est.profile()
+            self.learned[key] = est.profile()  # while exploring; `_learned` hands out the bound after
         point = {"n": float(len(runs)), "remote": float(est.remote_observations), "slowdown": est.slowdown(),
-                 "pessimistic": est.slowdown(pessimistic=True), "sd": est.slowdown_sd()}
+                 "pessimistic": remote_slowdown(self.bounds[key]), "sd": est.slowdown_sd()}
         if self.truth is not None:
             true = remote_slowdown(lookup(image, self.truth))
             point["truth"] = true
