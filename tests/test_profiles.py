@@ -288,6 +288,31 @@ def test_an_observation_weighs_its_load_samples_by_the_work_done_in_each() -> No
     assert neutral is not None and neutral.load == pytest.approx(sum(loads) / len(loads))
 
 
+@given(st.lists(st.floats(0.0, 1.3), min_size=2, max_size=4), st.integers(0, 2),
+       st.floats(0.05, 0.9), st.floats(1.0, 3.0), st.floats(0.0, 5.0))
+def test_the_observed_load_of_several_remote_devices_is_the_one_phi_ran_at(
+        loads: list[float], local: int, share: float, factor: float, sensitivity: float) -> None:
+    """A job's remote devices on paths of different loads: the observed load is the one at which φ gives
+    the run's pace as the execution model stretches it (each device by its own path's load, capped at
+    1): their mean. The busiest path's load read such a run as slower than it was for its load, and
+    the fit took the load term for smaller (docs/profiles.md, "Sixth pass")."""
+    from disagg.model.slices import PlacedDevice, PlacedTask, SlicePlacement
+    from disagg.profiles.observe import path_load
+    from disagg.sim.execution import REFERENCE_GBPS, DeviceUse, transfer_stretch
+
+    profile = Profile("etl", 120.0, share, factor, sensitivity, 1.0)
+    remote = [PlacedDevice(f"p{i}/gpu", "gpu", True, f"p{i}", (f"up:p{i}",), 1.0) for i in range(len(loads))]
+    near = [PlacedDevice(f"n/gpu{i}", "gpu", False, "n", (), 0.0) for i in range(local)]
+    placement = SlicePlacement("s-1", (PlacedTask("t0", "n", 1.0, 1.0, (*near, *remote)),))
+    caps = {f"up:p{i}": 100.0 for i in range(len(loads))}
+    samples = [(0.0, {f"up:p{i}": 1.0 + 100.0 * lo for i, lo in enumerate(loads)})]  # with the job's own 1 Gbit/s
+    observed = path_load(placement, samples, caps)
+    devices = [DeviceUse(False)] * local + [DeviceUse(True, REFERENCE_GBPS, lo) for lo in loads]
+    r = len(loads) / (len(loads) + local)
+    assert expected_s(profile, r, observed) == pytest.approx(profile.base_s * transfer_stretch(profile, devices))
+    assert observed == pytest.approx(sum(min(lo, 1.0) for lo in loads) / len(loads))
+
+
 def test_disagg_profiles_shows_a_learned_slowdown_with_its_doubt_and_what_placing_uses() -> None:
     from disagg.cli.profiles import _slowdown
 

@@ -99,11 +99,11 @@ def test_learned_profiles_come_close_to_the_truth_and_their_bound_covers_it(
         settled = {im: p for im, p in final.items() if p["remote"] >= 10}
         assert len(settled) >= 2 and all(p["error"] <= 0.05 for p in settled.values()), (seed, final)
     assert all(p is not None for p in after_20.values()), after_20
-    # after 20 jobs: every (trace, image) but at most one within 10%, none past 13% (here at most 9.98%,
-    # trace 4's etl, with the default `explore` of 6; 176 of the 180 pairs of docs/profiles.md's 45 longer
-    # traces), and the bound the policy places by never far under the truth
-    close = [k for k, p in after_20.items() if p["error"] <= 0.10]
-    assert len(close) >= len(after_20) - 1 and all(p["error"] <= 0.13 for p in after_20.values()), after_20
+    # after 20 jobs: every (trace, image) within 5%, half the issue's bar (here at most 2.4% with the
+    # default `explore` of 6; all 180 pairs of docs/profiles.md's 45 longer traces within 3.9%; 9.98% on
+    # trace 4's etl while runs reported their busiest remote device's load, "Sixth pass"), and the
+    # bound the policy places by never far under the truth
+    assert all(p["error"] <= 0.05 for p in after_20.values()), after_20
     assert all(p["pessimistic"] >= 0.95 * p["truth"] for p in after_20.values()), after_20
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from disagg.profiles import Profile
+from disagg.profiles import Profile, expected_s
 from disagg.sim.execution import path_factor, task_stretch
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.records import Event, JobFinished
@@ -17,8 +17,9 @@ from disagg.sim.simcluster import Grant, Running, SimTask
 
 
 def _reference(state: SimpleNamespace, run: Running) -> tuple[float, float]:
-    """The stretch as the model's functions compute it (the loop `_stretch` replaced)."""
-    worst, busiest = 1.0, 0.0
+    """The stretch as the model's functions compute it (the loop `_stretch` replaced), and the mean of
+    the remote devices' loads, each capped at 1."""
+    worst, loads = 1.0, []
     for t in run.tasks:
         for g in t.transfer:
             if g.peers and not g.remote:
@@ -26,12 +27,12 @@ def _reference(state: SimpleNamespace, run: Running) -> tuple[float, float]:
         for g in t.remote_transfer:
             g.load = max([0.0, *((state.link_used[lk] - run.own_traffic.get(lk, 0.0)) / cap
                                  for lk, cap in zip(g.links, g.caps, strict=True))])
-            busiest = max(busiest, g.load)
+            loads.append(min(g.load, 1.0))
         total = state.machines[t.machine].cpus
         others = (state.cpu_used[t.machine] - t.cpus) / total if total > 0 else 0.0
         cache = t.memory_gb / (t.memory_gb + t.remote_memory_gb) if t.remote_memory_gb > 0.0 else None
         worst = max(worst, task_stretch(run.profile, t.transfer, others, cache))
-    return worst, busiest
+    return worst, (sum(loads) / len(loads) if loads else 0.0)
 
 
 def _case(rng: random.Random, one_path: bool = False) -> tuple[SimpleNamespace, Running]:
@@ -80,6 +81,33 @@ def test_the_one_path_stretch_matches_the_model_to_the_bit(seed: int) -> None:
     assert plan_of(run, state.machines).one is not None
     fast = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
     assert fast == _reference(state, run)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_phi_at_the_reported_load_is_the_runs_pace(seed: int) -> None:
+    """The load a run reports (what learning observes) is the one at which φ explains its pace: with
+    several remote devices on paths of different loads, their mean, not the busiest. A run on a machine
+    of its own (no collocation), on reference paths, without remote memory: its stretch is exactly φ's
+    over the base. Fails with the busiest device's load whenever two remote paths differ."""
+    rng = random.Random(seed)
+    links = [f"l{i}" for i in range(4)]
+    state = SimpleNamespace(link_used={lk: rng.uniform(0.0, 12.0) for lk in links}, link_share={},
+                            cpu_used=[8.0], machines=[SimpleNamespace(cpus=16.0)])
+    grants = [Grant(d, remote, (links[d],) if remote else (), 1.0, "gpu", (10.0,) if remote else (), 10.0)
+              for d, remote in enumerate([True, rng.random() < 0.7, rng.random() < 0.3, False][:rng.randint(2, 4)])]
+    task = SimTask("t0", 0, 8.0, 16.0, grants)
+    task.remote_transfer = [g for g in grants if g.remote]
+    task.transfer = [g for g in grants if not g.remote] + task.remote_transfer
+    profile = Profile("x", 100.0, rng.uniform(0.05, 0.9), rng.uniform(1.0, 3.0), rng.uniform(0.0, 5.0), 1.0)
+    for g in task.remote_transfer:
+        g.path_factor = path_factor(profile, g.bottleneck_gbps)
+    run = Running(None, SimpleNamespace(name="j"), profile, [task], 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
+    stretch, load = Replanning._stretch(SimpleNamespace(state=state), run)  # type: ignore[arg-type]
+    share = len(task.remote_transfer) / len(grants)
+    assert stretch == pytest.approx(expected_s(profile, share, load) / profile.base_s, rel=1e-12)
+    loads = [min(state.link_used[g.links[0]] / 10.0, 1.0) for g in task.remote_transfer]
+    if max(loads) - min(loads) > 0.05:  # the busiest would price the run slower than it ran
+        assert expected_s(profile, share, max(loads)) > stretch * profile.base_s * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("seed", range(50))

@@ -36,8 +36,10 @@ NEUTRAL = Profile("unknown", 0.0, 0.0, 1.0, 0.0, 1.0, "neutral: no profile for t
 def expected_s(profile: Profile, remote_share: float, load: float, slo_s: float | None = None) -> float:
     """φ: expected completion time when `remote_share` of the job's devices are remote under `load`.
 
-    `load` is the fraction (0..1, capped) of the busiest link on the remote path. Pass load=0 for
-    policies that ignore the network (plain DRMaestro).
+    `load` is the fraction (0..1, capped) of the busiest link on the remote path; with several remote
+    devices, the mean of their paths' (each device stretches by its own path's load, so φ is linear in
+    their mean: `profiles.observe.path_load`). Pass load=0 for policies that ignore the network (plain
+    DRMaestro).
     """
     base = profile.base_s if profile.known else (slo_s or 1.0)
     ts = profile.transfer_share

@@ -124,8 +124,9 @@ def _hops(d: Grant, own: dict[str, float]) -> tuple[tuple[str, float, float], ..
 
 def plan_stretch(plan: RunPlan, used: dict[str, float], link_share: dict[int, float], cpu_used: list[float]
                  ) -> tuple[float, float]:
-    """A run's stretch now and its busiest remote load, from its plan: `one_path_stretch` for the
-    commonest shape, else `stretch_of`."""
+    """A run's stretch now and its remote devices' mean load (each capped at 1: the load φ's `load`
+    means for it, `profiles.observe.path_load`), from its plan: `one_path_stretch` for the commonest
+    shape, else `stretch_of`."""
     if plan.one is not None:
         return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, used, cpu_used)
     return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used, link_share, cpu_used)
@@ -144,14 +145,19 @@ def _path_load(hops: tuple[tuple[str, float, float], ...], used: dict[str, float
 def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[str, float],
                link_share: dict[int, float], cpu_used: list[float]) -> tuple[float, float]:
     """A run's stretch now: `execution.task_stretch` of its slowest task, each remote device's load
-    being the busiest link of its path as used by others; and the busiest of those loads (0 without
-    remote devices). Runs for every job that shares a machine or link with each start and finish (some
-    120,000 times in a long run), so the model's factors are written out here, the same operations in
+    being the busiest link of its path as used by others; and the mean of those loads, each capped at 1
+    (0 without remote devices): the task's transfer part stretches by each device's own load, so φ
+    explains the run at their mean, where the busiest read a job with one quiet and one busy path as
+    run wholly at the busy load (learning's acme/etl, docs/profiles.md "Sixth pass").
+
+    Runs for every job that shares a machine or link with each start and finish (some 120,000 times in
+    a long run), so the model's factors are written out here, the same operations in
     the same order as `task_stretch` (`stretch_matches_the_model` checks that they agree to the bit),
     instead of five calls per task; `min(max(x, 0.0), 1.0)` is spelt as the conditionals that the
     builtins evaluate (`max(a, b)` is `b if b > a else a`), which skips two calls."""
     worst = 1.0
-    busiest = 0.0
+    loads = 0.0
+    far = 0
     for machine, cpus, machine_cpus, local, remote, memory in plan:
         total = 0.0
         for d in local:
@@ -162,10 +168,11 @@ def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[st
             total += 1.0 + (1.0 if x > 1.0 else x)  # pcie_factor
         for d, hops, factor in remote:
             d.load = load = _path_load(hops, used)
-            if load > busiest:
-                busiest = load
+            load = 1.0 if load > 1.0 else load
+            loads += load
+            far += 1
             # · link_load_factor (load >= 0.0 here, so the max with 0.0 is load itself)
-            total += factor * (1.0 + sens * (1.0 if load > 1.0 else load))
+            total += factor * (1.0 + sens * load)
         n = len(local) + len(remote)
         others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
         others = 0.0 if others < 0.0 else others
@@ -176,7 +183,7 @@ def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[st
             stretch *= memory
         if stretch > worst:
             worst = stretch
-    return worst, busiest
+    return worst, (loads / far if far else 0.0)
 
 
 def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float],
@@ -191,4 +198,4 @@ def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float
     others = 0.0 if others < 0.0 else others
     stretch = 1.0 if ts <= 0.0 else (1.0 - ts) + ts * total
     stretch = stretch * (1.0 + COLLOCATION_KAPPA * (1.0 if others > 1.0 else others))
-    return (stretch if stretch > 1.0 else 1.0), load
+    return (stretch if stretch > 1.0 else 1.0), (1.0 if load > 1.0 else load)

@@ -115,7 +115,7 @@ class Running:
     finish_seq: int = -1
     own_traffic: dict[str, float] = field(default_factory=dict)
     machines: set[int] = field(default_factory=set)
-    #: The busiest remote path's load by others now, and its integral over the work done so far
+    #: Its remote devices' mean load by others now (`replan.plan_stretch`), and its integral over the work done so far
     #: (learning): weighted by work, not time, the mean load is the one whose pace the run took.
     load_now: float = 0.0
     load_area: float = 0.0
