@@ -17,6 +17,7 @@ from disagg.profiles import NEUTRAL, RODINIA, SHIPPED, Profile, dump_profiles, e
 from disagg.profiles.learn import (
     PESSIMISM_SPAN,
     Observation,
+    cold_bound,
     fit,
     physical_mode,
     ratio_sd,
@@ -213,12 +214,49 @@ def test_a_table_prior_with_only_remote_runs_takes_the_base_its_shape_says(size:
 
 def test_typical_values_of_the_learned_images_are_a_new_image_s_prior() -> None:
     learned = [fit(f"img{i}", _runs(Profile(f"img{i}", 50.0 * (i + 1), 0.4, 1.6, 3.0, 1.0), 30, i)) for i in range(3)]
-    prior = typical((e.coef, e.remote_observations) for e in learned)
+    prior = typical((e.coef, e.remote_observations, e.drawn_gbps) for e in learned)
     assert prior is not None and "typical of 3" in prior.source
     est = fit("new", _runs(Profile("new", 70.0, 0.4, 1.6, 3.0, 1.0), 3, 9, shares=(0.0,)), None, prior)
     assert est.prior_kind == "typical"
     assert est.slowdown() == pytest.approx(remote_slowdown(TRUTH), rel=0.15)
-    assert typical([(fit("x", []).coef, 0)]) is None
+    assert typical([(fit("x", []).coef, 0, None)]) is None
+
+
+@given(st.lists(st.floats(0.1, 40.0), min_size=1, max_size=12), st.integers(0, 6), st.floats(0.1, 40.0))
+def test_an_image_s_bandwidth_is_what_its_remote_runs_drew(draws: list[float], local: int, prior_gbps: float) -> None:
+    """The learned profile's `network_gbps` is the median of its remote runs' measured draws (local runs
+    draw nothing on a path and say nothing of it); with none measured, the prior's stands. The policy
+    reserves it on a remote path and prices the path's load with it."""
+    entry = Profile("acme", 100.0, 0.4, 1.6, 3.0, prior_gbps)
+    runs = [Observation(150.0, 1.0, 0.2, None, g) for g in draws] + [Observation(100.0, 0.0, 0.0, None, 99.0)] * local
+    est = fit("acme", runs, entry)
+    assert est.drawn_gbps == pytest.approx(float(np.median(draws)))
+    assert est.profile().network_gbps == pytest.approx(float(np.median(draws)))
+    assert est.profile(pessimistic=True).network_gbps == est.profile().network_gbps
+    unmeasured = fit("acme", [Observation(150.0, 1.0, 0.2)] * 3, entry)
+    assert unmeasured.drawn_gbps is None and unmeasured.profile().network_gbps == pytest.approx(prior_gbps)
+    assert fit("acme", [Observation(150.0, 1.0, 0.2)] * 3).profile().network_gbps == NEUTRAL.network_gbps
+
+
+@pytest.mark.parametrize("prior", [None, Profile("typical", 1.0, 0.4, 1.6, 3.0, 4.0)], ids=["neutral", "typical"])
+def test_an_image_with_no_run_is_bounded_as_one_whose_runs_were_all_local(prior: Profile | None) -> None:
+    """`cold_bound`: the prior's pessimistic slowdown with the base left to each job's SLO (unknown:
+    local at the goal), the bound that many local runs, which pin the base, leave the same prior."""
+    cold = cold_bound("new", prior)
+    assert not cold.known and expected_s(cold, 0.0, 0.0, 100.0) == pytest.approx(100.0)
+    local = fit("new", [Observation(100.0 * (1 + 0.01 * (i % 5 - 2)), 0.0, 0.0) for i in range(50)], None, prior)
+    for load in (0.0, 0.5, 1.0):
+        assert remote_slowdown(cold, 1.0, load) == pytest.approx(local.slowdown(1.0, load, pessimistic=True), rel=1e-3)
+    assert remote_slowdown(cold) > remote_slowdown(fit("new", [], None, prior).profile())  # over the prior's mean
+
+
+def test_a_new_image_borrows_the_learned_images_typical_bandwidth() -> None:
+    learned = [fit(f"img{i}", [Observation(100.0 + 20.0 * r, r, 0.1 * i, None, g if r else None)
+                               for r in (0.0, 1.0) for _ in range(6)]) for i, g in enumerate((2.0, 6.0, 4.0))]
+    prior = typical((e.coef, e.remote_observations, e.drawn_gbps) for e in learned)
+    assert prior is not None and prior.network_gbps == pytest.approx(4.0)
+    assert fit("new", [], None, prior).profile().network_gbps == pytest.approx(4.0)
+    assert cold_bound("new", prior).network_gbps == pytest.approx(4.0)
 
 
 def test_a_load_heavy_typical_prior_does_not_make_a_compute_bound_image_look_slow_remote() -> None:

@@ -17,6 +17,7 @@ from tests.control.control_helpers import job, make_service, wait_for, wait_stat
 
 from disagg.api.app import create_app
 from disagg.control.service import Service
+from disagg.profiles.learn import cold_bound, remote_slowdown
 
 CLUSTER = """
 machines:
@@ -33,12 +34,13 @@ IMAGE = "acme/sleeper:1"
 
 
 @pytest.fixture
-def learning(tmp_path: Path) -> Iterator[tuple[Service, TestClient, str]]:
+def learning(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Service, TestClient, str]]:
     spec = tmp_path / "cluster.yaml"
     spec.write_text(CLUSTER)
     jobs_dir = Path(tempfile.mkdtemp(prefix="disagg-profiles-jobs-"))  # its own: /var/lib's is shared
     jobs_dir.chmod(0o711)
-    svc = make_service(tmp_path, cluster=str(spec), history_every_s=0.2, jobs_dir=str(jobs_dir))
+    more = getattr(request, "param", {})  # config for one test (indirect parametrisation)
+    svc = make_service(tmp_path, cluster=str(spec), history_every_s=0.2, jobs_dir=str(jobs_dir), **more)
     svc.controller.start()
     token = svc.store.create_token("admin", admin=True)
     with TestClient(create_app(svc.jobs)) as client:
@@ -91,6 +93,10 @@ def test_a_new_image_is_learned_and_its_profile_changes_the_next_decisions(
     # each observation keeps its job's SLO (the fit's size statement: profiles.learn.sized_runs)
     assert {o[3] for o in svc.store.observations_of("sleeper")} <= {0.8, 600.0, None}
     assert sum(o[3] == 600.0 for o in svc.store.observations_of("sleeper")) >= 12
+    # and what its remote devices drew: on the emulated fabric, what was reserved (the neutral 1 Gbit/s)
+    drawn = [o[4] for o in svc.store.observations_of("sleeper") if o[1] > 0]
+    assert drawn and all(g == pytest.approx(1.0) for g in drawn), drawn
+    assert lr["drawn_gbps"] == pytest.approx(1.0) and lr["profile"]["network_gbps"] == pytest.approx(1.0)
     listed = client.get("/v1/profiles", headers=auth(token)).json()["profiles"]
     assert any(v["image"] == "sleeper" and v["used"] == "learned" for v in listed)
     assert any(v["image"] == "nw" and v["used"] == "table" for v in listed)
@@ -140,8 +146,36 @@ def test_a_remote_run_in_flight_is_counted_for_its_image(learning: tuple[Service
     wait_state(svc, local, ("running",))
     remote = _submit(svc, _body("remote", 1, command="sleep 30"))  # only the pool's are left
     wait_state(svc, remote, ("running",))
-    assert svc.store.remote_in_flight({"sleeper"}, normalize_image) == {"sleeper": 1}
-    assert svc.store.remote_in_flight({"other"}, normalize_image) == {}
+    assert svc.store.remote_in_flight({"sleeper"}.__contains__, normalize_image) == {"sleeper": 1}
+    assert svc.store.remote_in_flight({"other"}.__contains__, normalize_image) == {}
     for j in (local, remote):
         svc.jobs.cancel(j)
-    wait_for(lambda: svc.store.remote_in_flight({"sleeper"}, normalize_image) == {}, 30, "the remote run to end")
+    wait_for(lambda: svc.store.remote_in_flight({"sleeper"}.__contains__, normalize_image) == {}, 30,
+             "the remote run to end")
+
+
+@pytest.mark.parametrize("learning", [{"profiles_explore": 1}], indirect=True)
+def test_an_image_with_no_finished_run_is_cautious_once_its_remote_runs_in_flight_reach_explore(
+        learning: tuple[Service, TestClient, str]) -> None:
+    """Before its first run ends an image has no estimate, and the neutral profile says "remote is free":
+    with `explore` remote runs of it in flight, its next jobs are priced by the prior's bound
+    (`learn.cold_bound`), so a tight-SLO job waits for a local GPU instead of going remote."""
+    svc, client, token = learning
+    blocker = _submit(svc, _body("blocker", 1, command="sleep 30"))  # m0's local GPU: not counted
+    wait_state(svc, blocker, ("running",))
+    assert svc.controller.profiles.round_table().get("sleeper") is None  # nothing remote in flight: neutral
+    flying = _submit(svc, _body("flying", 1, command="sleep 30"))  # a pool GPU: one remote run in flight
+    wait_state(svc, flying, ("running",))
+    wait_for(lambda: svc.controller.profiles.round_table().get("sleeper") is not None, 10, "the bound")
+    bound = svc.controller.profiles.round_table()["sleeper"]
+    assert not bound.known and bound.name == "sleeper"  # each job's SLO stands for its base
+    assert remote_slowdown(bound) == pytest.approx(remote_slowdown(cold_bound("x", None)))
+    tight = _submit(svc, _body("tight", 1, slo_s=0.8))
+    wait_for(lambda: job(svc, tight)["wait_rounds"] >= 5, 20, "five rounds with the job waiting")
+    seen = job(svc, tight)
+    assert seen["state"] == "queued" and seen["reason_code"] in ("slo-at-risk", "postponed"), seen
+    svc.jobs.cancel(blocker)  # m0's GPU is free again: the tight job takes it, and says what placed it
+    wait_state(svc, tight, ("running", "completed"), timeout=30)
+    events = client.get(f"/v1/jobs/{tight}/events", headers=auth(token)).json()["events"]
+    assert any("no task of which has finished yet" in (e["why"] or "") for e in events), events
+    svc.jobs.cancel(flying)

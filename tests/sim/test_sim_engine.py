@@ -296,6 +296,29 @@ def test_placements_that_would_over_commit_are_refused_as_conflicts(
     assert result.conflicts == 2 - len(started)
 
 
+@pytest.mark.parametrize(("truth_gbps", "job_gbps", "drawn"), [
+    (None, None, 1.7),  # the shipped profile's (rodinia/nw), not the 1.0 the policy reserved
+    (6.0, None, 6.0),   # the true profile's, past the 2.5 Gbit/s uplink the reservation fitted in
+    (6.0, 3.0, 3.0),    # the job's own statement first
+], ids=["shipped", "truth-past-the-link", "the-job-says"])
+def test_a_remote_device_draws_its_jobs_true_bandwidth_whatever_the_policy_reserved(
+        truth_gbps: float | None, job_gbps: float | None, drawn: float) -> None:
+    """Truth apart from knowledge: a policy that knows an image wrongly (learned, neutral) reserves what
+    it believes; the job draws what it really does, and its links carry that. The over-commit check
+    reads the reservation, so the placement stands."""
+    cluster = parse_cluster({**STARVED, "machines": [{**STARVED["machines"][0], "uplink_gbps": 2.5},  # type: ignore[dict-item]
+                                                     STARVED["machines"][1]]})
+    truth = None if truth_gbps is None else {"nw": replace(lookup("nw"), network_gbps=truth_gbps)}
+    sub = nw_job("a")
+    sub = replace(sub, job=replace(sub.job, network_gbps=job_gbps))
+    placing = PlacingPolicy(lambda q: tuple(JobPlacement(j.name, (gpu_task(j.name, "m0", "m1/gpu0", "m1", 1.0),))
+                                            for j in q))
+    sim = Simulation(cluster, [sub], placing, np.random.default_rng(1), SimConfig(max_time_s=1.0, truth=truth))
+    result = sim.run()
+    assert result.conflicts == 0 and result.records[0].start_s == 0.0
+    assert max(sim.state.link_used.values()) == pytest.approx(drawn)
+
+
 @pytest.mark.parametrize(("model", "stretch"), [("K80", (0.83 + 0.17 * 1.17) * 1.025), ("P100", 1.025)],
                          ids=["k80-board-shared", "p100-links-apart"])
 def test_collocated_gpu_jobs_share_a_k80_boards_pcie_link(model: str, stretch: float) -> None:

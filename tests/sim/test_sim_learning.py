@@ -206,3 +206,45 @@ def test_an_image_s_remote_runs_in_flight_end_its_exploring() -> None:
     assert seen[0] == seen[1] == est.profile()  # 1 + 0 and 1 + 1 remote runs: exploring
     assert seen[2] == est.profile(pessimistic=True)  # 1 + 2: cautious
     assert k.apply([job], {"other": 5})[0].profile == est.profile()
+
+
+def test_an_image_with_no_finished_run_is_placed_by_its_priors_bound_once_enough_run_remote() -> None:
+    """Before its first run ends an image has no estimate: neutral ("remote is free") while its remote
+    runs in flight are under `explore`, then its prior's bound relative to each job's SLO
+    (`learn.cold_bound`): the typical terms of the images learned so far, else the neutral prior's."""
+    from disagg.model import Job, TaskRequest
+    from disagg.profiles import NEUTRAL
+    from disagg.profiles.learn import Observation, cold_bound, remote_slowdown, typical
+    from disagg.sim.learning import knowledge_for
+
+    k = knowledge_for("learned", None, None, explore=2)
+    job = Job("j", "acme/new", TaskRequest(devices={"gpu": 1}), slo_s=100.0)
+    assert k.apply([job], {"new": 1})[0].profile == NEUTRAL
+    cold = k.apply([job], {"new": 2})[0].profile
+    assert cold is not None and not cold.known and cold == cold_bound("unseen", None)
+    assert expected_s(cold, 0.0, 0.0, 100.0) == pytest.approx(100.0)  # local at the job's goal
+    assert remote_slowdown(cold) > 2.5  # remote well past it: held back while waiting can help
+    for i in range(12):  # another image, learned (6 remote runs): its terms become the new image's prior
+        k.observe("acme/seen", Observation(100.0 + 40.0 * (i % 2) * (1 + i / 10), float(i % 2), 0.1 * i))
+    later = k.apply([job], {"new": 2})[0].profile
+    others = ((e.coef, e.remote_observations, e.drawn_gbps) for e in k.estimates.values())
+    assert later == cold_bound("unseen", typical(others)) and later != cold
+    assert k.apply([job], {"new": 1})[0].profile == NEUTRAL  # exploring again once fewer fly
+
+
+def test_the_simulated_fabric_measures_what_each_image_really_draws(tmp_path: Path) -> None:
+    """Jobs draw their true profile's bandwidth whatever the policy reserved (the neutral prior's 1
+    Gbit/s, at first), and each remote run reports it: the learned profiles carry the truth's."""
+    from disagg.placement.registry import get_policy
+    from disagg.sim.engine import SimConfig, Simulation
+
+    truth = load_profiles(LEARNING / "truth.yaml")
+    subs = read_trace(_trace(tmp_path / "t.csv", 120, 1))
+    sim = Simulation(load_cluster(LEARNING / "cluster.yaml"), subs, get_policy("drmaestro-na"),
+                     np.random.default_rng(1), SimConfig(interval_s=5.0, truth=truth, knowledge="learned"))
+    sim.run()
+    measured = {k: e for k, e in sim.knowledge.estimates.items() if e.remote_observations}
+    assert len(measured) >= 2, sim.knowledge.estimates
+    for image, est in measured.items():
+        assert est.drawn_gbps == pytest.approx(truth[image].network_gbps)
+        assert est.profile(pessimistic=True).network_gbps == pytest.approx(truth[image].network_gbps)

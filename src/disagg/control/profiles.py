@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -22,7 +24,7 @@ from disagg.control.config import Config
 from disagg.model import Job
 from disagg.model.spec import load_profiles
 from disagg.profiles import SHIPPED, Profile, lookup, normalize_image
-from disagg.profiles.learn import Estimate, Observation, exploring, fit, remote_slowdown, typical
+from disagg.profiles.learn import Estimate, Observation, cold_bound, exploring, fit, remote_slowdown, typical
 from disagg.profiles.observe import observation
 from disagg.profiles.table import ProfileTable, profile_fields, profile_from_fields
 from disagg.store import Store
@@ -49,7 +51,7 @@ def estimate_data(est: Estimate) -> dict[str, Any]:
         "kind": "learned", "observations": est.observations, "remote_observations": est.remote_observations,
         "rmse_s": round(est.rmse_s, 6), "prior": est.prior_kind, "coef": list(est.coef), "sd": list(est.sd),
         "slowdown": round(est.slowdown(), 6), "slowdown_pessimistic": round(est.slowdown(pessimistic=True), 6),
-        "slowdown_sd": round(est.slowdown_sd(), 6),
+        "slowdown_sd": round(est.slowdown_sd(), 6), "drawn_gbps": est.drawn_gbps,
         "profile": profile_fields(mean), "pessimistic": profile_fields(pess),
     }
 
@@ -73,13 +75,26 @@ def _estimates(rows: list[dict[str, Any]]) -> dict[str, Profile]:
             if row["data"].get("kind") in ("learned", "pinned") and "profile" in row["data"]}
 
 
-def in_flight(store: Store, config: Config, rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Per learned image of `rows` still exploring by its finished runs, its remote runs in flight (none
-    are read when no image explores: the usual case once the images are learned)."""
+def in_flight(store: Store, config: Config, rows: list[dict[str, Any]],
+              unseen: Callable[[str], bool] | None = None) -> dict[str, int]:
+    """Per learned image of `rows` still exploring by its finished runs, and per image `unseen` asks for
+    (one with no finished run, placed by the neutral profile until its remote runs in flight reach
+    `explore`: `cold_bound`), its remote runs in flight. Placements are read only for those images."""
+    if not config.learn_profiles:
+        return {}
     explore = config.profiles_explore
     images = {r["image"] for r in rows if r["data"].get("kind") == "learned"
               and exploring(int(r["data"].get("remote_observations", 0)), 0, explore)}
-    return store.remote_in_flight(images, normalize_image) if images and config.learn_profiles else {}
+    if not images and unseen is None:
+        return {}
+    return store.remote_in_flight(lambda name: name in images or (unseen is not None and unseen(name)),
+                                  normalize_image)
+
+
+def _cold_note(image: str, flying: int, bound: Profile) -> str:
+    return (f"placed by a bound for {image}, no task of which has finished yet: {flying} of its runs with remote "
+            f"devices are in flight, so remote is priced as {remote_slowdown(bound):.3g}x slower at load 0.5 "
+            f"({bound.source})")
 
 
 class ProfileKeeper:
@@ -100,17 +115,35 @@ class ProfileKeeper:
             table = dict(self.base)
             known: dict[str, str] = {}
             rows = self._rows()
-            flying = in_flight(self.store, self.config, rows)
+            used = {r["image"] for r in rows if r["data"].get("kind") == "pinned"
+                    or (self.config.learn_profiles and r["data"].get("observations", 0) > 0)}
+            flying = in_flight(self.store, self.config, rows,
+                               lambda name: name not in used and not lookup(name, self.base).known)
             for row in rows:
                 data = row["data"]
                 cautious = not exploring(int(data.get("remote_observations", 0)), flying.get(row["image"], 0),
                                          self.config.profiles_explore)
                 key = "pessimistic" if data.get("kind") == "learned" and cautious else "profile"
-                if data.get("kind") == "pinned" or (self.config.learn_profiles and data.get("observations", 0) > 0):
+                if row["image"] in used:
                     table[row["image"]] = profile_from_fields(data[key])
                     known[row["image"]] = _known(row["image"], data)
+            self._cold(table, known, rows, {k: n for k, n in flying.items() if k not in used})
             self._table, self._known, self._read_at = table, known, now
         return self._table
+
+    def _cold(self, table: dict[str, Profile], known: dict[str, str], rows: list[dict[str, Any]],
+              flying: dict[str, int]) -> None:
+        """Images with no finished run and no entry whose remote runs in flight reach `explore`: placed
+        by their prior's bound (`learn.cold_bound`) instead of the neutral profile's "remote is free"."""
+        cautious = [k for k, n in flying.items() if not exploring(0, n, self.config.profiles_explore)]
+        if not cautious:
+            return
+        learned = [r["data"] for r in rows if r["data"].get("kind") == "learned"]
+        bound = cold_bound("unseen", typical((d["coef"], int(d["remote_observations"]), d.get("drawn_gbps"))
+                                         for d in learned))
+        for image in cautious:
+            table[image] = replace(bound, name=image)
+            known[image] = _cold_note(image, flying[image], bound)
 
     def note_placed(self, job_ids: list[str], jobs: list[Job]) -> None:
         """Say in each placed job's history which learned or pinned profile placed it, and how sure it was
@@ -167,15 +200,16 @@ class ProfileKeeper:
             rows.append({"slice_id": d["slice_id"], "image": image, "at": now,
                          "run_s": None if obs is None else obs.run_s,
                          "remote_share": 0.0 if obs is None else obs.remote_share,
-                         "load": 0.0 if obs is None else obs.load, "slo_s": d["slo_s"]})
+                         "load": 0.0 if obs is None else obs.load, "slo_s": d["slo_s"],
+                         "gbps": None if obs is None else obs.gbps})
         return rows
 
     def _fits(self, images: list[str], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         known = [r["data"] for r in rows if r["data"].get("kind") == "learned"]
-        prior_typical = typical((d["coef"], int(d["remote_observations"])) for d in known)
+        prior_typical = typical((d["coef"], int(d["remote_observations"]), d.get("drawn_gbps")) for d in known)
         out = {}
         for image in images:
-            obs = [Observation(r, s, lo, slo) for r, s, lo, slo in self.store.observations_of(image)]
+            obs = [Observation(*row) for row in self.store.observations_of(image)]
             table_entry = lookup(image, self.base)
             est = fit(image, obs, table_entry if table_entry.known else None, prior_typical)
             out[image] = estimate_data(est)
@@ -202,6 +236,7 @@ def view(image: str, entry: Profile | None, row: dict[str, Any] | None, learning
                                                "slowdown", "slowdown_pessimistic", "profile", "pessimistic")}
         # φ(1, 0.5)/φ(0)'s own doubt (`Estimate.slowdown_sd`; None for an estimate stored before it was kept)
         out["learned"]["slowdown_sd"] = data.get("slowdown_sd")
+        out["learned"]["drawn_gbps"] = data.get("drawn_gbps")  # its remote runs' median draw (None: none measured)
     cautious = not exploring(int(data.get("remote_observations", 0)), in_flight, explore)
     out["exploring"] = used == "learned" and not cautious
     profile = {"pinned": out["pinned"], "learned": data.get("pessimistic" if cautious else "profile"),

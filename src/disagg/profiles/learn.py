@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -67,13 +67,15 @@ DEFAULT_SHARE = 0.5
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One finished task: how long it ran, the share of its devices that were remote, the load
-    (0..1) on its remote path while it ran, and its job's SLO (None: none was given), the one
-    statement of the job's own size the scheduler is told (`sized_runs`)."""
+    (0..1) on its remote path while it ran, its job's SLO (None: none was given), the one
+    statement of the job's own size the scheduler is told (`sized_runs`), and the bandwidth each of
+    its remote devices drew on its path, as the fabric measured it (None: not measured; `drawn_gbps`)."""
 
     run_s: float
     remote_share: float
     load: float
     slo_s: float | None = None
+    gbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,9 @@ class Estimate:
     rmse_s: float
     prior: Profile
     prior_kind: str  # "table", "typical" or "neutral"
+    #: What one remote device of the image draws, as its remote runs measured it (`drawn_gbps`); None:
+    #: none measured, the prior's stands.
+    drawn_gbps: float | None = None
 
     @property
     def sd(self) -> tuple[float, float, float]:
@@ -102,7 +107,7 @@ class Estimate:
             a, b, c = self._pessimistic()
         source = (f"learned from {self.observations} tasks ({self.remote_observations} with remote devices), "
                   f"prior: {self.prior_kind}" + (", pessimistic" if pessimistic else ""))
-        return to_profile(self.image, a, b, c, self.prior, source)
+        return to_profile(self.image, a, b, c, self.prior, source, self.drawn_gbps)
 
     def _pessimistic(self) -> tuple[float, float, float]:
         """(A, B, C) to place by while unsure. A: the coefficients within the PESSIMISM confidence
@@ -161,6 +166,23 @@ def exploring(remote_observations: int, remote_in_flight: int, explore: int) -> 
     return remote_observations + remote_in_flight < explore
 
 
+def cold_bound(image: str, typical_profile: Profile | None) -> Profile:
+    """What an image with no finished run and no table entry is placed by once its remote runs in flight
+    reach `explore`: its prior's pessimistic profile (`fit` of no runs: the typical learned images'
+    terms, else the wide neutral ones) with its base unknown, so that each job's own SLO stands for it
+    as for the neutral profile (`expected_s`): local at the goal, remote by the bound's slowdown over
+    it. The base's own doubt is left out (the SLO stands for it, not the prior's guess of 1): the bound
+    is then what the same prior gives an image whose runs were all local, 2.8x at load 0.5 when
+    neutral. Until its first run ends an image has no estimate to be cautious with, and the neutral
+    profile said "remote is free" to every job of it: a long image (400 s) sent its first dozen jobs
+    remote, nearly all of which missed their SLOs (docs/profiles.md, "Sixth pass")."""
+    est = fit(image, [], None, typical_profile)
+    known_base = tuple((0.0, 0.0, 0.0) if i == 0 else (0.0, row[1], row[2]) for i, row in enumerate(est.cov))
+    bound = replace(est, cov=known_base).profile(pessimistic=True)
+    return replace(bound, base_s=0.0, known=False,
+                   source=f"no finished task yet: the {est.prior_kind} prior's 95% bound, relative to each job's SLO")
+
+
 def remote_bound(coef: Sequence[float], cov: Sequence[Sequence[float]], load: float, z: float = PESSIMISM) -> float:
     """The one-sided upper bound (z standard deviations) of the remote run time A + B + C·load for
     (A, B, C) ~ (coef, cov)."""
@@ -193,9 +215,11 @@ def coefficients(profile: Profile, base_s: float | None = None) -> tuple[float, 
     return a, a * s * (f - 1.0), a * s * f * sigma
 
 
-def to_profile(image: str, a: float, b: float, c: float, prior: Profile, source: str) -> Profile:
+def to_profile(image: str, a: float, b: float, c: float, prior: Profile, source: str,
+               gbps: float | None = None) -> Profile:
     """A profile with φ = A + B·r + C·r·load: the prior's transfer share kept (raised where f would
-    pass its bound), f and σ solved, every field clamped to the table's bounds."""
+    pass its bound), f and σ solved, every field clamped to the table's bounds; the bandwidth `gbps`
+    where it was measured, else the prior's."""
     lo_base, hi_base = BOUNDS["base_s"]
     a = min(max(a, lo_base), hi_base)
     b, c = max(b, 0.0), max(c, 0.0)
@@ -204,19 +228,24 @@ def to_profile(image: str, a: float, b: float, c: float, prior: Profile, source:
     s = min(max(s, b / (a * (f_max - 1.0))), 1.0)
     f = min(1.0 + b / (a * s), f_max)
     sigma = min(c / (a * s * f), BOUNDS["load_sensitivity"][1])
-    gbps = prior.network_gbps if prior.known else NEUTRAL.network_gbps
-    return Profile(image, a, s, f, sigma, gbps, source)
+    if gbps is None:
+        gbps = prior.network_gbps if prior.known else NEUTRAL.network_gbps
+    lo_gbps, hi_gbps = BOUNDS["network_gbps"]
+    return Profile(image, a, s, f, sigma, min(max(gbps, lo_gbps), hi_gbps), source)
 
 
-def typical(fits: Iterable[tuple[Sequence[float], int]], min_remote: int = 5) -> Profile | None:
-    """The observed images' typical remote terms (medians of B/A and C/A over the fits — (A, B, C) and
-    their count of remote observations — with at least `min_remote` remote observations), as a profile
-    a new image's prior can borrow; None if there are none."""
-    ratios = [(coef[1] / coef[0], coef[2] / coef[0]) for coef, remote in fits if remote >= min_remote and coef[0] > 0]
-    if not ratios:
+def typical(fits: Iterable[tuple[Sequence[float], int, float | None]], min_remote: int = 5) -> Profile | None:
+    """The observed images' typical remote terms (medians of B/A and C/A over the fits — (A, B, C), their
+    count of remote observations and their measured bandwidth, `Estimate.drawn_gbps` — with at least
+    `min_remote` remote observations), and their median bandwidth, as a profile a new image's prior can
+    borrow; None if there are none."""
+    kept = [(coef, gbps) for coef, remote, gbps in fits if remote >= min_remote and coef[0] > 0]
+    if not kept:
         return None
-    rb, rc = (float(np.median([r[i] for r in ratios])) for i in (0, 1))
-    return to_profile("typical", 1.0, rb, rc, NEUTRAL, f"typical of {len(ratios)} learned images")
+    rb, rc = (float(np.median([coef[i] / coef[0] for coef, _ in kept])) for i in (1, 2))
+    drawn = [g for _, g in kept if g is not None]
+    return to_profile("typical", 1.0, rb, rc, NEUTRAL, f"typical of {len(kept)} learned images",
+                      float(np.median(drawn)) if drawn else None)
 
 
 def fit(image: str, observations: Sequence[Observation], prior: Profile | None = None,
@@ -236,14 +265,23 @@ def fit(image: str, observations: Sequence[Observation], prior: Profile | None =
     precision0 = np.diag(1.0 / sd0 ** 2)
     if not obs:
         cov = np.linalg.inv(precision0)
-        return _estimate(image, m0, cov, 0, 0, 0.0, used, kind)
+        return _estimate(image, m0, cov, 0, 0, 0.0, used, kind, None)
     noise = _noise(x, y, scale)
     precision = precision0 + x.T @ x / noise ** 2
     cov = np.linalg.inv(precision)
     mean = physical_mode(cov @ (precision0 @ m0 + x.T @ y / noise ** 2), precision)
     rmse = float(np.sqrt(np.mean((x @ mean - y) ** 2)))
     remote = int(np.count_nonzero(x[:, 1] > 0))
-    return _estimate(image, mean, cov, len(obs), remote, rmse, used, kind)
+    return _estimate(image, mean, cov, len(obs), remote, rmse, used, kind, drawn_gbps(obs))
+
+
+def drawn_gbps(obs: Sequence[Observation]) -> float | None:
+    """What one remote device of the image draws: the median of its remote runs' measured draws (None:
+    none measured). The network-aware policy reserves it on the device's path and prices the path's
+    load with it; a learned profile that kept its prior's (the neutral 1 Gbit/s) let an image that
+    draws 6 crowd its links past what the policy reckoned (docs/profiles.md, "Sixth pass")."""
+    draws = [o.gbps for o in obs if o.remote_share > 0 and o.gbps is not None and math.isfinite(o.gbps) and o.gbps > 0]
+    return float(np.median(draws)) if draws else None
 
 
 def sized_runs(obs: Sequence[Observation], x: np.ndarray) -> np.ndarray:
@@ -347,6 +385,6 @@ def _noise(x: np.ndarray, y: np.ndarray, scale: float) -> float:
 
 
 def _estimate(image: str, mean: np.ndarray, cov: np.ndarray, n: int, remote: int, rmse: float,
-              prior: Profile, kind: str) -> Estimate:
+              prior: Profile, kind: str, gbps: float | None) -> Estimate:
     c = tuple((float(row[0]), float(row[1]), float(row[2])) for row in cov)
-    return Estimate(image, (float(mean[0]), float(mean[1]), float(mean[2])), c, n, remote, rmse, prior, kind)
+    return Estimate(image, (float(mean[0]), float(mean[1]), float(mean[2])), c, n, remote, rmse, prior, kind, gbps)

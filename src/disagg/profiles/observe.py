@@ -74,4 +74,8 @@ def observation(placement: SlicePlacement, started: float | None, ended: float |
         return None
     share = remote_share(placement)
     pace = None if profile is None or not profile.known else partial(expected_s, profile, share)
-    return Observation(ended - started, share, path_load(placement, samples, caps, pace))
+    # What each remote device drew: the bandwidth the fabric carries for it (the emulated fabric carries
+    # what was reserved; one with port counters would report what they measured).
+    drawn = [d.network_gbps for t in placement.tasks for d in t.devices if d.remote]
+    return Observation(ended - started, share, path_load(placement, samples, caps, pace), None,
+                       sum(drawn) / len(drawn) if drawn else None)

@@ -363,15 +363,19 @@ class Simulation(Replanning):
                 dev = st.devices[d]
                 remote = dev.location != tp.machine
                 links = st.base.path(tp.machine, dev.location) if remote else ()
-                # A grant that does not say what it draws draws its job's, or its profile's.
-                gbps = (g.network_gbps or job.network_gbps or profile.network_gbps) if remote else 0.0
+                # A remote device draws what its job really draws: the job's stated bandwidth, else its
+                # image's true profile's (`--truth`), whatever the policy reserved for it (the grant's,
+                # from the profile the policy knows). Drawn as the grant said, a learned or neutral image
+                # (1 Gbit/s) loaded its links less than the same jobs did under the oracle, and the
+                # runs compared different networks (docs/profiles.md, "Sixth pass").
+                gbps = (job.network_gbps or profile.network_gbps) if remote else 0.0
                 caps = tuple(st.link_cap[lk] for lk in links)
                 bottleneck = min(caps, default=REFERENCE_GBPS)
                 grants.append(Grant(d, remote, links, gbps, dev.kind, caps, bottleneck,
                                      peers=() if remote else st.peers.get(d, ()),
                                      path_factor=path_factor(profile, bottleneck) if remote else 1.0))
             tasks.append(sim_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
-        if over_commit(_as_charged(jp, tasks), st) is not None:
+        if over_commit(_as_reserved(jp, tasks), st) is not None:
             return None
         return tasks
 
@@ -478,7 +482,9 @@ class Simulation(Replanning):
         work = (now - run.last_s) / run.stretch
         done = run.work_done + work
         load = (run.load_area + run.load_now * work) / done if done > 0.0 else run.load_now
-        self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load, run.job.slo_s))
+        drawn = [g.gbps for g in grants if g.remote]  # what each remote device drew (the fabric's counters)
+        self.knowledge.observe(run.job.image, Observation(now - run.start_s, share, load, run.job.slo_s,
+                                                          sum(drawn) / len(drawn) if drawn else None))
 
     # -- preemption --
 
@@ -569,15 +575,17 @@ def collector_eased() -> Iterator[None]:
             gc.unfreeze()
 
 
-def _as_charged(jp: JobPlacement, tasks: list[SimTask]) -> JobPlacement:
-    """The placement with each device's path and bandwidth as the simulator will charge them: the
-    placement itself when they agree (a policy's do), else a copy that says so (a grant that left its
-    bandwidth out, say), so that the check and the charge never differ."""
+def _as_reserved(jp: JobPlacement, tasks: list[SimTask]) -> JobPlacement:
+    """The placement as the over-commit check reads it: each device's path as the simulator will charge
+    it, and the bandwidth the policy reserved for it (the grant's; one that left it out, what the
+    device will draw). The placement itself when they agree (a policy's do). What a device then draws
+    is its job's true bandwidth (`_check`), which the policy may have guessed wrong: its links are
+    loaded past what was reserved, as a real network would be, and the next rounds see it."""
     pairs = [(g, c) for tp, t in zip(jp.tasks, tasks, strict=True) for g, c in zip(tp.devices, t.grants, strict=True)]
-    if all(g.path == c.links and g.network_gbps == c.gbps for g, c in pairs):
+    if all(g.path == c.links and (g.network_gbps or not c.gbps) for g, c in pairs):
         return jp
     return JobPlacement(jp.job, tuple(
-        replace(tp, devices=tuple(replace(g, path=c.links, network_gbps=c.gbps)
+        replace(tp, devices=tuple(replace(g, path=c.links, network_gbps=g.network_gbps or c.gbps)
                                   for g, c in zip(tp.devices, t.grants, strict=True)))
         for tp, t in zip(jp.tasks, tasks, strict=True)))
 

@@ -27,6 +27,7 @@ from disagg.profiles.learn import (
     REFERENCE_LOAD,
     Estimate,
     Observation,
+    cold_bound,
     exploring,
     fit,
     remote_slowdown,
@@ -74,6 +75,9 @@ class Knowledge:
     blinded: set[str] = field(default_factory=set)
     #: Per image: its jobs running with remote devices, as of the round being placed.
     in_flight: dict[str, int] = field(default_factory=dict)
+    #: What an image without a finished run is placed by once its remote runs in flight reach `explore`
+    #: (`learn.cold_bound`); None: to be worked out (the typical terms changed).
+    cold: Profile | None = None
 
     def apply(self, jobs: Sequence[Job], in_flight: Mapping[str, int] | None = None) -> list[Job]:
         """The jobs as the policy sees them (`Job.profile` set), or as they are for the shipped table.
@@ -96,7 +100,17 @@ class Knowledge:
             profile = self.bounds[key]
         if profile is None:
             profile = lookup(job.image, self.table) if self.table is not None else NEUTRAL
+            if not profile.known and not exploring(0, self.in_flight.get(key, 0), self.explore):
+                profile = self._cold_bound()
         return replace(job, profile=profile)
+
+    def _cold_bound(self) -> Profile:
+        """`learn.cold_bound` with the typical terms of the images learned so far (kept until the next
+        observation changes them)."""
+        if self.cold is None:
+            self.cold = cold_bound("unseen", typical((e.coef, e.remote_observations, e.drawn_gbps)
+                                                     for e in self.estimates.values()))
+        return self.cold
 
     def observe(self, image: str, obs: Observation) -> None:
         """A finished job of `image`: refit the image (learning) and record how far the estimate is."""
@@ -105,8 +119,9 @@ class Knowledge:
         key = _key(image)
         runs = self.observations.setdefault(key, [])
         runs.append(obs)
+        self.cold = None
         prior = lookup(image, self.table) if self.table is not None else None
-        others = ((e.coef, e.remote_observations) for k, e in self.estimates.items() if k != key)
+        others = ((e.coef, e.remote_observations, e.drawn_gbps) for k, e in self.estimates.items() if k != key)
         est = fit(key, runs, prior if prior is not None and prior.known else None, typical(others))
         self.estimates[key] = est
         self.bounds[key] = est.profile(pessimistic=True)
@@ -156,7 +171,7 @@ def load_blind(est: Estimate, runs: Sequence[Observation]) -> Profile:
     seen = sum(loads) / len(loads) if loads else 0.0
     return to_profile(est.image, a, b + c * seen, 0.0, est.prior,
                       f"learned from {est.observations} tasks ({est.remote_observations} with remote devices), "
-                      f"placed blind to load while its load term is unsure")
+                      f"placed blind to load while its load term is unsure", est.drawn_gbps)
 
 
 def _key(image: str) -> str:

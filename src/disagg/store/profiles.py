@@ -46,6 +46,7 @@ class ObservationRow(Base):
     load: Mapped[float] = mapped_column(Float)
     at: Mapped[float] = mapped_column(Float)
     slo_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gbps: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ProfileOps(StoreBase):
@@ -78,20 +79,21 @@ class ProfileOps(StoreBase):
             r["started"], r["ended"] = starts.get(key), ends.get(key)
         return rows
 
-    def remote_in_flight(self, images: set[str], normalize: Callable[[str], str]) -> dict[str, int]:
-        """Per image of `images` (names as `normalize` gives them), its slices composing or running with
-        a remote device: the remote runs that will teach its remote cost once they end. Placements are
-        read only for those images' slices."""
-        query = (select(SliceRow.id, JobRow.image, SliceRow.placement)
-                 .join(JobRow, JobRow.id == SliceRow.job_id)
-                 .where(SliceRow.state.in_((SliceState.COMPOSING, SliceState.RUNNING))))
+    def remote_in_flight(self, wanted: Callable[[str], bool], normalize: Callable[[str], str]) -> dict[str, int]:
+        """Per image that `wanted` asks for (names as `normalize` gives them), its slices composing or
+        running with a remote device: the remote runs that will teach its remote cost once they end.
+        The live slices' images are read first; placements only for those images' slices."""
+        live = (select(SliceRow.id, JobRow.image).join(JobRow, JobRow.id == SliceRow.job_id)
+                .where(SliceRow.state.in_((SliceState.COMPOSING, SliceState.RUNNING))))
         out: dict[str, int] = {}
         with self.read_core() as conn:
-            for sid, image, data in conn.execute(query):
-                name = normalize(str(image))
-                if name in images and any(d.remote for t in SlicePlacement.from_json(sid, data).tasks
-                                          for d in t.devices):
-                    out[name] = out.get(name, 0) + 1
+            names = {str(sid): name for sid, image in conn.execute(live) if wanted(name := normalize(str(image)))}
+            ids = sorted(names)
+            for start in range(0, len(ids), 500):
+                chunk = select(SliceRow.id, SliceRow.placement).where(SliceRow.id.in_(ids[start:start + 500]))
+                for sid, data in conn.execute(chunk):
+                    if any(d.remote for t in SlicePlacement.from_json(sid, data).tasks for d in t.devices):
+                        out[names[str(sid)]] = out.get(names[str(sid)], 0) + 1
         return out
 
     def link_samples(self, start: float, end: float) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
@@ -106,7 +108,7 @@ class ProfileOps(StoreBase):
         return samples, caps
 
     def add_observations(self, rows: list[dict[str, Any]], keep: int) -> list[str]:
-        """Store observations (slice_id, image, run_s, remote_share, load, at, slo_s); keep the newest `keep`
+        """Store observations (slice_id, image, run_s, remote_share, load, at, slo_s, gbps); keep the newest `keep`
         usable ones per image. The images that got a usable one."""
         if not rows:
             return []
@@ -119,14 +121,15 @@ class ProfileOps(StoreBase):
                 conn.execute(update(ObservationRow).where(ObservationRow.id.in_(old)).values(run_s=None))
         return images
 
-    def observations_of(self, image: str) -> list[tuple[float, float, float, float | None]]:
-        """An image's usable observations: (run_s, remote_share, load, slo_s), oldest first."""
-        query = (select(ObservationRow.run_s, ObservationRow.remote_share, ObservationRow.load, ObservationRow.slo_s)
+    def observations_of(self, image: str) -> list[tuple[float, float, float, float | None, float | None]]:
+        """An image's usable observations: (run_s, remote_share, load, slo_s, gbps), oldest first."""
+        query = (select(ObservationRow.run_s, ObservationRow.remote_share, ObservationRow.load, ObservationRow.slo_s,
+                        ObservationRow.gbps)
                  .where(ObservationRow.image == image, ObservationRow.run_s.is_not(None))
                  .order_by(ObservationRow.at, ObservationRow.id))
         with self.read_core() as conn:
-            return [(float(r or 0.0), float(s), float(lo), None if slo is None else float(slo))
-                    for r, s, lo, slo in conn.execute(query)]
+            return [(float(r or 0.0), float(s), float(lo), None if slo is None else float(slo),
+                     None if g is None else float(g)) for r, s, lo, slo, g in conn.execute(query)]
 
     def save_estimates(self, estimates: dict[str, dict[str, Any]], now: float, max_images: int) -> None:
         """Write the images' fits (a pinned image keeps its pin); then keep the `max_images` newest."""
