@@ -499,7 +499,11 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
                    arcs: MachineArcs) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
     (its cheapest machines; `arcs`: their costs, `class_costs`). A class's offset to X and its preferred
-    machines come from there."""
+    machines come from there. A shape of one class (most: each second try has a shape of its own):
+    `_price_one_class`."""
+    if len(members) == 1 and arcs.cost.shape[1] > 0:
+        _price_one_class(pricing, g, members[0], cls, cand, head, arcs)
+        return
     ids = np.array(members, dtype=np.int64)
     cost = arcs.cost
     masked = cost
@@ -542,6 +546,46 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     if arcs.hold is not None:
         held = (arcs.hold > 0).any(axis=1) & has
         pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
+
+
+def _price_one_class(pricing: Pricing, g: int, c: int, cls: Classes, cand: Candidates, head: Candidates,
+                     arcs: MachineArcs) -> None:
+    """`_price_classes` for a shape of one class `c` with a head of some machine: the same arcs in the
+    same order, read off its one row with a few numpy calls (its offset, the partition, the gathers) and
+    the rest in Python integers over its PREFERRED columns, where the matrix's steps were some thirty
+    numpy calls on one row (a simulated run prices thousands of such shapes). The partition of a row
+    alone is the matrix's row's (`argpartition` works row by row)."""
+    row = arcs.cost[0]
+    offset = int((row - head.proxy).max(initial=_INT64_MIN))
+    tasks = int(cls.tasks[c])
+    pricing.to_shape.add(np.array([c], dtype=np.int64), np.array([g], dtype=np.int64),
+                         np.array([tasks], dtype=np.int64), np.array([max(offset, 0)], dtype=np.int64))
+    n_pref = min(PREFERRED, len(row))
+    top = np.argpartition(row, n_pref - 1)[:n_pref] if n_pref < len(row) else np.arange(len(row))
+    top_cost = row[top].tolist()
+    at = head.machines[top]
+    nodes, size = at.tolist(), cand.size[at].tolist()
+    fit, local = cand.fit[at].tolist(), cand.local[at].tolist()
+    before = [0] * n_pref  # per column, the machines of the cheaper columns before it (stable by cost)
+    so_far = 0
+    for k in sorted(range(n_pref), key=top_cost.__getitem__):
+        before[k] = so_far
+        so_far += size[k]
+    kept: list[tuple[int, int, int]] = []  # (machine class, cap, cost), in column order
+    for k in range(n_pref):
+        n = size[k]
+        per_machine = fit[k] // (n if n > 1 else 1)
+        if n > 1:
+            per_machine = min(per_machine, local[k] if local[k] > 1 else 1)
+        cap = min(per_machine * min(max(PREFERRED - before[k], 0), n), tasks)
+        if top_cost[k] < NEVER and cap > 0 and (offset > 0 or n == 1):
+            kept.append((nodes[k], cap, top_cost[k]))
+    columns = [np.array(col, dtype=np.int64) for col in zip(*kept, strict=True)] if kept else [
+        np.zeros(0, dtype=np.int64)] * 3
+    pricing.preferred.add(np.full(len(kept), c, dtype=np.int64), *columns)
+    pricing.min_cost[c] = row.min()
+    if arcs.hold is not None and (arcs.hold[0] > 0).any():
+        pricing.min_unheld[c] = (row - arcs.hold[0]).min()
 
 
 def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int],
