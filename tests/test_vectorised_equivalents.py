@@ -241,3 +241,18 @@ def test_a_shape_of_one_class_is_priced_as_its_row_of_the_matrix(case: tuple[obj
         mine = both[0] == 1
         assert all(np.array_equal(a, b[mine]) for a, b in zip(one, both, strict=True))
     assert (alone.min_cost[1], alone.min_unheld[1]) == (matrix.min_cost[1], matrix.min_unheld[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_machine_columns(), st.lists(st.integers(0, 6), max_size=3))
+def test_a_column_of_zeros_changes_no_machine_class(case: tuple[list[np.ndarray], np.ndarray], at: list[int]) -> None:
+    """`price` leaves out the local devices of kinds no machine has free (`FreeState.local_kinds`): a
+    column of zeros, wherever it stands, tells no machines apart and orders none."""
+    from disagg.placement.phase_one import MachineGroups
+
+    columns, rack = case
+    padded = list(columns)
+    for i in at:
+        padded.insert(min(i, len(padded)), np.zeros(len(rack), dtype=np.int64))
+    a, b = MachineGroups.of(columns, rack), MachineGroups.of(padded, rack)
+    assert (a.of_machine.tolist(), a.first.tolist(), a.members) == (b.of_machine.tolist(), b.first.tolist(), b.members)

@@ -327,8 +327,10 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing, known)
             for members, rep in zip(cls.shapes, reps, strict=True)]
     pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
-    groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
-                                                *pinned, *fits], state.loc_rack[:state.n_machines])
+    # (A kind no machine has free is a column of zeros: it tells no machines apart, nor orders them.)
+    groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load,
+                                                *map(local_free.__getitem__, state.local_kinds), *pinned, *fits],
+                                               state.loc_rack[:state.n_machines])
     at = groups.first
     sizes = np.bincount(groups.of_machine, minlength=len(at))
     free_at = {k: v[at] for k, v in local_free.items()}
@@ -371,7 +373,7 @@ def _shape_columns(state: FreeState, rep: RoundJob, cand: IntArray, at: IntArray
             local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
         share = (want_total - local) / want_total
     pref = P_LOCAL + SPREAD * used_at[cand]
-    for k in state.kinds:
+    for k in state.local_kinds:  # (another kind's spare devices add 0.0 to a positive pref: nothing)
         if t.wants(k) == 0:
             pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
     return MachineColumns(share, load_at[cand], pref)
@@ -732,7 +734,8 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     # its Python wrapper; a zero weight sum raises ZeroDivisionError as it does.
     want_mean = max(1.0, float(np.multiply(wants, cls.counts, dtype=np.float64).sum())
                     / float(cls.counts.sum(dtype=np.float64)))
-    local_total = sum(state.local_free(k) for k in state.kinds)
+    # (A kind no machine has free adds zeros; with none at all, the zeros of one kind.)
+    local_total = sum(state.local_free(k) for k in state.local_kinds or state.kinds[:1])
     slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
                        group_cap)
     net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)

@@ -108,6 +108,8 @@ class InventoryArrays:
     dev_index: dict[str, int]
     #: Devices a round may offer before anything runs: healthy, and not behind a down link.
     healthy: NDArray[np.bool_]
+    #: The kind codes (`kind_codes`) some device has: a round builds empty arrays for the others at once.
+    codes_present: frozenset[int] = frozenset()
     #: Each location's index by name (machines first, in order): `Cluster.location_index`, which each
     #: round's snapshot would build again (its cached properties are its own).
     loc_index: dict[str, int] = field(default_factory=dict)
@@ -221,7 +223,7 @@ def read_inventory_arrays(cluster: Cluster) -> InventoryArrays:
         dev_loc=np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)), dtype=np.int64,
                             count=n_dev),
         dev_id=(ids := list(map(attrgetter("id"), devices))), dev_index=dict(zip(ids, range(n_dev), strict=True)),
-        healthy=healthy, loc_index=loc_index)
+        healthy=healthy, loc_index=loc_index, codes_present=frozenset(np.unique(kinds).tolist()))
     for a in (arrays.cpu_total, arrays.mem_total, arrays.loc_rack, arrays.link_cap, arrays.kind_codes,
               arrays.dev_loc, arrays.healthy):
         a.flags.writeable = False  # shared between rounds: a write would leak into the next one
@@ -280,14 +282,12 @@ class FreeState:
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
         self.size: dict[str, IntArray] = {}
-        for code, k in enumerate(self.kinds):
-            idx = np.nonzero((kinds == code) & usable)[0]
-            idx = idx[np.argsort(self.dev_loc[idx], kind="stable")]
-            counts = np.bincount(self.dev_loc[idx], minlength=n_loc).astype(np.int64)
-            self.slots[k] = idx.astype(np.int64)
-            self.start[k] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-            self.free_count[k] = counts
-            self.size[k] = counts.copy()
+        self._stack_devices(inv, usable, n_loc)
+        #: The kinds some machine has a free device of when the round begins (a round only takes them):
+        #: for every other kind `local_free` is 0 on every machine all round, so what it would add to a
+        #: machine's columns (a column of zeros, a term of 0) is left out where that changes nothing.
+        self.local_kinds: tuple[DeviceKind, ...] = tuple(k for k in self.kinds
+                                                         if self.free_count[k][:self.n_machines].any())
         self._apply_allocations()
         if cluster.down_links:
             self._cut_off()
@@ -301,6 +301,24 @@ class FreeState:
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
         #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
         self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
+
+    def _stack_devices(self, inv: InventoryArrays, usable: NDArray[np.bool_], n_loc: int) -> None:
+        """Per kind, the `usable` devices as stacks by location (`slots`, `start`, `free_count`, `size`)."""
+        kinds = inv.kind_codes
+        for code, k in enumerate(self.kinds):
+            if code not in inv.codes_present:  # (no device of the kind at all: the same empty arrays, at once)
+                self.slots[k] = np.zeros(0, dtype=np.int64)
+                self.start[k] = np.zeros(n_loc, dtype=np.int64)
+                self.free_count[k] = np.zeros(n_loc, dtype=np.int64)
+                self.size[k] = np.zeros(n_loc, dtype=np.int64)
+                continue
+            idx = np.nonzero((kinds == code) & usable)[0]
+            idx = idx[np.argsort(self.dev_loc[idx], kind="stable")]
+            counts = np.bincount(self.dev_loc[idx], minlength=n_loc).astype(np.int64)
+            self.slots[k] = idx.astype(np.int64)
+            self.start[k] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.free_count[k] = counts
+            self.size[k] = counts.copy()
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
