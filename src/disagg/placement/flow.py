@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter, not_
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest
 from disagg.placement import phase_device, phase_one
@@ -73,6 +73,32 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
+
+
+class _QueueAt(Sequence[Job]):
+    """The jobs of `ordered` at `positions`, each read when asked for: a re-admission walks the queue's
+    long tail of refused jobs, which it mostly cuts after a few (`queue.Tail`: the rest are refused as
+    their requests were), so a list of them all was mostly made for nothing (three times a round)."""
+
+    __slots__ = ("_ordered", "_positions")
+
+    def __init__(self, ordered: list[Job], positions: list[int]) -> None:
+        self._ordered = ordered
+        self._positions = positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, i: int) -> Job: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Job]: ...
+
+    def __getitem__(self, i: int | slice) -> Job | list[Job]:
+        if isinstance(i, slice):
+            return list(map(self._ordered.__getitem__, self._positions[i]))
+        return self._ordered[self._positions[i]]
 
 
 @dataclass
@@ -262,11 +288,13 @@ class FlowPlacer:
         tail_codes = rnd.tail_codes
         if tail_codes:
             still = {a: r.reason is contention for a, r in rnd.tail_said.items()}
-            mask = list(map(still.__getitem__, tail_codes))
-            if all(mask):
+            # (Usually every request of the last walk is still refused for contention: then so is the
+            # whole tail, without a look at each of its jobs.)
+            mask = None if all(still.values()) else list(map(still.__getitem__, tail_codes))
+            if mask is None or all(mask):
                 positions += late[split:]
                 codes += tail_codes
-            else:
+            else:  # (some request's refusal is final: the tail's jobs asking it are refused for good)
                 final = Tail(0, rnd.tail_said, list(compress(tail_codes, map(not_, mask))))
                 final.write(list(map(ordered.__getitem__, compress(late[split:], map(not_, mask)))), refused)
                 positions += compress(late[split:], mask)
@@ -275,7 +303,7 @@ class FlowPlacer:
         # refusals answers without a look; the head would stop at the first.)
         # The refusals go straight into the round's (every job walked is in it already), but for the
         # walk's tail.
-        more, _, tail = admit_deferred(rnd.state, list(map(ordered.__getitem__, positions)), vectorised=False,
+        more, _, tail = admit_deferred(rnd.state, _QueueAt(ordered, positions), vectorised=False,
                                        asks=rnd.cache.asks, refused=refused, codes=codes)
         fresh = [positions[k] for k in more]
         for i in fresh:
