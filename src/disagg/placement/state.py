@@ -350,12 +350,12 @@ class FreeState:
         `held`: their devices). As arrays, device by device and link by link in the order the
         allocations name them (a loop over a snapshot's hundreds of allocations with remote devices was
         most of building a simulator round's state)."""
-        cl = self.cluster
-        by_id, loc_index = cl.device_by_id, self.inventory.loc_index  # (by_id: built on first use)
+        inv = self.inventory
         per_allocation = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
         devices = list(itertools.chain.from_iterable(held))
-        dst = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), map(by_id.__getitem__, devices))),
-                          dtype=np.int64, count=len(devices))
+        # Each device's location off the inventory's arrays: what the snapshot's `device_by_id` and its
+        # location's index say (both are the inventory's, the last of a repeated id), without a record each.
+        dst = inv.dev_loc[np.fromiter(map(inv.dev_index.__getitem__, devices), dtype=np.int64, count=len(devices))]
         owner = np.repeat(np.arange(len(held)), per_allocation)  # per device, its allocation in `held`
         src = where[moving][owner]
         remote = dst != src
