@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter, not_
-from typing import TypeVar, overload
+from typing import TypeVar
 
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest
 from disagg.placement import phase_device, phase_one
@@ -73,32 +73,6 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
-
-
-class _QueueAt(Sequence[Job]):
-    """The jobs of `ordered` at `positions`, each read when asked for: a re-admission walks the queue's
-    long tail of refused jobs, which it mostly cuts after a few (`queue.Tail`: the rest are refused as
-    their requests were), so a list of them all was mostly made for nothing (three times a round)."""
-
-    __slots__ = ("_ordered", "_positions")
-
-    def __init__(self, ordered: list[Job], positions: list[int]) -> None:
-        self._ordered = ordered
-        self._positions = positions
-
-    def __len__(self) -> int:
-        return len(self._positions)
-
-    @overload
-    def __getitem__(self, i: int) -> Job: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[Job]: ...
-
-    def __getitem__(self, i: int | slice) -> Job | list[Job]:
-        if isinstance(i, slice):
-            return list(map(self._ordered.__getitem__, self._positions[i]))
-        return self._ordered[self._positions[i]]
 
 
 @dataclass
@@ -303,7 +277,7 @@ class FlowPlacer:
         # refusals answers without a look; the head would stop at the first.)
         # The refusals go straight into the round's (every job walked is in it already), but for the
         # walk's tail.
-        more, _, tail = admit_deferred(rnd.state, _QueueAt(ordered, positions), vectorised=False,
+        more, _, tail = admit_deferred(rnd.state, list(map(ordered.__getitem__, positions)), vectorised=False,
                                        asks=rnd.cache.asks, refused=refused, codes=codes)
         fresh = [positions[k] for k in more]
         for i in fresh:
