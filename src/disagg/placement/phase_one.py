@@ -21,11 +21,12 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from itertools import compress, pairwise
+from itertools import compress
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -125,6 +126,35 @@ class Pricing:
     group_fit: dict[int, IntArray] = field(default_factory=dict)
 
 
+class Spans(Sequence[IntArray]):
+    """The slices of `order` between consecutive `bounds` (span i: `order[bounds[i]:bounds[i + 1]]`), each
+    made when read."""
+
+    __slots__ = ("_bounds", "_order")
+
+    def __init__(self, order: IntArray, bounds: list[int]) -> None:
+        self._order = order
+        self._bounds = bounds
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> IntArray: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[IntArray]: ...
+
+    def __getitem__(self, i: int | slice) -> IntArray | list[IntArray]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self._bounds) - 1
+        if not -n <= i < n:
+            raise IndexError(f"span {i} of {n}")
+        at = i % n
+        return self._order[self._bounds[at]:self._bounds[at + 1]]
+
+
 @dataclass(frozen=True)
 class MachineGroups:
     """Machines whose free state the network cannot tell apart (the same free cpus and memory, local
@@ -135,9 +165,15 @@ class MachineGroups:
 
     of_machine: IntArray  # per machine, its class
     first: IntArray  # per class, its first machine (the one its columns are read from)
-    members: list[list[int]]  # per class, its machines in order
-    #: `members` as arrays (the splitter reads a class's machines at once).
-    member_arrays: list[IntArray] = field(default_factory=list)
+    #: Per class, its machines in order, as arrays (the splitter reads a class's machines at once), each
+    #: made when read: a simulated round's classes are mostly of one machine each, a hundred a phase,
+    #: and the splitter reads the few the flow used.
+    member_arrays: Spans
+
+    @property
+    def members(self) -> list[list[int]]:
+        """Per class, its machines in order, as lists."""
+        return [m.tolist() for m in self.member_arrays]
 
     @staticmethod
     def of(columns: list[NDArray[np.float64] | IntArray], rack: IntArray) -> MachineGroups:
@@ -164,10 +200,7 @@ class MachineGroups:
         turn = (of_machine[by_rack] * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack[by_rack]
         order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64)
         bounds = [0, *np.cumsum(np.bincount(of_machine, minlength=len(first))).tolist()]
-        flat = order.tolist()
-        spans = list(pairwise(bounds))
-        return MachineGroups(of_machine, first.astype(np.int64), [flat[a:b] for a, b in spans],
-                             [order[a:b] for a, b in spans])
+        return MachineGroups(of_machine, first.astype(np.int64), Spans(order, bounds))
 
     def total(self, per_machine: IntArray) -> IntArray:
         """A per-machine count summed over each class."""
