@@ -552,25 +552,34 @@ class FreeState:
         the path has `gbps` of headroom (`fits_traffic`) and the busiest link's load with it on
         (`load_with`), for all of them in one pass (the same floats). None where that pass does not
         stand for them: no traffic (gbps ≤ 0) or a link with no capacity (`load`'s numpy path)."""
+        if gbps <= 0:
+            return None
         n_loc = len(self._rack_of)
         used, cap = self.link_used, self.link_cap
         rack_own = n_loc + self._rack_of[own]
         rack_loc = n_loc + self.loc_rack[locs]
         cross = rack_loc != rack_own
-        links = np.concatenate(([own, rack_own], locs, rack_loc[cross]))
-        if gbps <= 0 or not cap[links].all():
+        if not self._no_zero_cap and not cap[np.concatenate(([own, rack_own], locs, rack_loc[cross]))].all():
             return None
+        # The shared links' sums as plain floats (the same quotients and comparisons as numpy's scalars).
+        used_at, cap_at = self._used_view, self._cap_view
+        own_need = used_at[own] + gbps
         need = used[locs] + gbps
         fits = need <= cap[locs] + EPS
-        load = np.maximum((used[own] + gbps) / cap[own], need / cap[locs])
-        fits &= not exceeds(used[own] + gbps, cap[own])
+        load = np.maximum(own_need / cap_at[own], need / cap[locs])
+        fits &= not exceeds(own_need, cap_at[own])
         if cross.any():
             far = rack_loc[cross]
             far_need = used[far] + gbps
-            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(used[rack_own] + gbps, cap[rack_own]))
-            load[cross] = np.maximum(np.maximum(load[cross], (used[rack_own] + gbps) / cap[rack_own]),
-                                     far_need / cap[far])
+            rack_need = used_at[rack_own] + gbps
+            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(rack_need, cap_at[rack_own]))
+            load[cross] = np.maximum(np.maximum(load[cross], rack_need / cap_at[rack_own]), far_need / cap[far])
         return fits, load
+
+    @cached_property
+    def _no_zero_cap(self) -> bool:
+        """Whether every link has some capacity (`trial_loads` then need not look)."""
+        return bool(self.link_cap.all())
 
     def retrace_paths(self, own: int, locs: IntArray, gbps: float) -> int:
         """`retrace_traffic` on the paths from `own` to each of `locs`, one after another, as far as the
