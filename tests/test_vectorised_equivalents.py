@@ -187,3 +187,72 @@ def test_tasks_left_is_numpys_clip_of_nan_to_num(values: list[float]) -> None:
     cap = np.array(values, dtype=np.float64)
     want = np.clip(np.nan_to_num(cap, posinf=2**31), 0, 2**31).astype(np.int64)
     assert tasks_left(cap).tolist() == want.tolist()
+
+
+_BIG = int(np.iinfo(np.int64).max)
+
+
+@st.composite
+def _one_class_rows(draw: st.DrawFn) -> tuple[object, ...]:
+    """A shape's head of `w` machine classes and one class's row of costs over it (ties, NEVER, holds)."""
+    w = draw(st.integers(1, 20))
+    ints = st.integers(0, 6)
+    # (A NEVER in the row makes its offset to X huge: half the rows have none.)
+    never = st.one_of(st.integers(0, 40), st.just(_BIG)) if draw(st.booleans()) else st.integers(0, 40)
+    cost = draw(st.lists(never, min_size=w, max_size=w))
+    # (The shape's price near the class's own, so that the offset is as often 0 or below as above.)
+    shift = draw(st.lists(st.integers(-2, 4), min_size=w, max_size=w))
+    proxy = [40 if c == _BIG else c + d for c, d in zip(cost, shift, strict=True)]
+    hold = draw(st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=w, max_size=w)))
+    size = draw(st.lists(st.integers(0, 5), min_size=w, max_size=w))
+    fit = draw(st.lists(st.integers(0, 12), min_size=w, max_size=w))
+    local = draw(st.lists(st.one_of(ints, st.just(_BIG // 4)), min_size=w, max_size=w))
+    return cost, proxy, hold, size, fit, local, draw(st.integers(1, 9))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_one_class_rows())
+def test_a_shape_of_one_class_is_priced_as_its_row_of_the_matrix(case: tuple[object, ...]) -> None:
+    """`phase_one._price_one_class` (a shape of one class, in Python integers) against `_price_classes`'s
+    matrix for the same row: class 1 of a shape of two classes whose rows are the same."""
+    from disagg.placement.cost_models import MachineArcs, MachineColumns
+    from disagg.placement.phase_one import Candidates, Classes, Pricing, _price_classes
+
+    cost, proxy, hold, size, fit, local, tasks = case
+    w = len(cost)  # type: ignore[arg-type]
+    zeros = np.zeros(w)
+    cand = Candidates(np.arange(w, dtype=np.int64), np.array(fit, dtype=np.int64), MachineColumns(zeros, zeros, zeros),
+                      np.array(proxy, dtype=np.int64), np.array(size, dtype=np.int64), np.array(local, dtype=np.int64))
+    cls = Classes(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.array([tasks, tasks], dtype=np.int64),
+                  [], [[0, 1]])
+
+    def priced(members: list[int]) -> Pricing:
+        rows = len(members)
+        arcs = MachineArcs(np.array([cost] * rows, dtype=np.int64),
+                           None if hold is None else np.array([hold] * rows, dtype=np.int64))
+        out = Pricing(min_cost=np.full(2, -1, dtype=np.int64), min_unheld=np.full(2, -1, dtype=np.int64))
+        _price_classes(out, 3, members, cls, cand, cand, arcs)
+        return out
+
+    alone, matrix = priced([1]), priced([0, 1])
+    for buffer in ("preferred", "to_shape"):
+        one = getattr(alone, buffer).arrays()
+        both = getattr(matrix, buffer).arrays()
+        mine = both[0] == 1
+        assert all(np.array_equal(a, b[mine]) for a, b in zip(one, both, strict=True))
+    assert (alone.min_cost[1], alone.min_unheld[1]) == (matrix.min_cost[1], matrix.min_unheld[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_machine_columns(), st.lists(st.integers(0, 6), max_size=3))
+def test_a_column_of_zeros_changes_no_machine_class(case: tuple[list[np.ndarray], np.ndarray], at: list[int]) -> None:
+    """`price` leaves out the local devices of kinds no machine has free (`FreeState.local_kinds`): a
+    column of zeros, wherever it stands, tells no machines apart and orders none."""
+    from disagg.placement.phase_one import MachineGroups
+
+    columns, rack = case
+    padded = list(columns)
+    for i in at:
+        padded.insert(min(i, len(padded)), np.zeros(len(rack), dtype=np.int64))
+    a, b = MachineGroups.of(columns, rack), MachineGroups.of(padded, rack)
+    assert (a.of_machine.tolist(), a.first.tolist(), a.members) == (b.of_machine.tolist(), b.first.tolist(), b.members)

@@ -98,8 +98,8 @@ class FlowRound:
     first_fit: dict[int, int] = field(default_factory=dict)
     #: Places in the queue of the jobs refused only for contention: re-admitted once those ahead are decided.
     #: From `tail_from` on, the last walk's tail (`queue.Tail`): refused as their requests were
-    #: (`tail_said`, by the codes `tail_codes`), not written into `refused` until the round ends
-    #: (`_settle`); before it, jobs whose refusal `refused` holds.
+    #: (`tail_said`, by the codes `tail_codes`), never written into `refused` (`_unplaced` reads them
+    #: off the tail); before it, jobs whose refusal `refused` holds.
     late: list[int] = field(default_factory=list)
     tail_from: int = 0
     tail_said: dict[int, Refusal] = field(default_factory=dict)
@@ -168,7 +168,6 @@ class FlowPlacer:
         if not snapshot.allocations and not rnd.placed and (rnd.jobs or rnd.cold_admitted):
             rnd.placed += self._last_resort(rnd.state, self._oldest(rnd))
         decode_start = clock()
-        self._settle(rnd)
         placed, unplaced = self._decisions(rnd)
         rnd.timings.decode_s += clock() - decode_start
         return Decisions(
@@ -263,11 +262,13 @@ class FlowPlacer:
         tail_codes = rnd.tail_codes
         if tail_codes:
             still = {a: r.reason is contention for a, r in rnd.tail_said.items()}
-            mask = list(map(still.__getitem__, tail_codes))
-            if all(mask):
+            # (Usually every request of the last walk is still refused for contention: then so is the
+            # whole tail, without a look at each of its jobs.)
+            mask = None if all(still.values()) else list(map(still.__getitem__, tail_codes))
+            if mask is None or all(mask):
                 positions += late[split:]
                 codes += tail_codes
-            else:
+            else:  # (some request's refusal is final: the tail's jobs asking it are refused for good)
                 final = Tail(0, rnd.tail_said, list(compress(tail_codes, map(not_, mask))))
                 final.write(list(map(ordered.__getitem__, compress(late[split:], map(not_, mask)))), refused)
                 positions += compress(late[split:], mask)
@@ -346,13 +347,6 @@ class FlowPlacer:
         if oldest is not None and oldest.order < first:
             return oldest
         return self._job_state(rnd.ordered[first], first, rnd.cache)
-
-    @staticmethod
-    def _settle(rnd: FlowRound) -> None:
-        """The last walk's tail written into the round's refusals (the round is over)."""
-        if rnd.tail_codes:
-            Tail(0, rnd.tail_said, rnd.tail_codes).write(list(map(rnd.ordered.__getitem__, rnd.late[rnd.tail_from:])),
-                                                          rnd.refused)
 
     @staticmethod
     def _must_place(snapshot: Cluster, queue_len: int, pending: list[RoundJob]) -> list[RoundJob]:
@@ -593,6 +587,10 @@ class FlowPlacer:
         # refused is said so, whatever else the round holds of it.)
         names = list(map(attrgetter("name"), ordered))
         said: list[Refusal | None] = list(map(rnd.refused.get, names))
+        if rnd.tail_codes:  # the last walk's tail, refused as their requests were (not in `refused`)
+            for i, refusal in zip(rnd.late[rnd.tail_from:], map(rnd.tail_said.__getitem__, rnd.tail_codes),
+                                  strict=True):
+                said[i] = refusal
         refusals: dict[tuple[Reason, str], Refusal] = {}  # one per distinct failure (jobs share a few)
         for i, failure in failed.items():
             if said[i] is None:

@@ -21,11 +21,12 @@ The decoder hands each task a machine from the flow's lists, checking the real f
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from itertools import compress, pairwise
+from itertools import compress
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -125,6 +126,35 @@ class Pricing:
     group_fit: dict[int, IntArray] = field(default_factory=dict)
 
 
+class Spans(Sequence[IntArray]):
+    """The slices of `order` between consecutive `bounds` (span i: `order[bounds[i]:bounds[i + 1]]`), each
+    made when read."""
+
+    __slots__ = ("_bounds", "_order")
+
+    def __init__(self, order: IntArray, bounds: list[int]) -> None:
+        self._order = order
+        self._bounds = bounds
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> IntArray: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[IntArray]: ...
+
+    def __getitem__(self, i: int | slice) -> IntArray | list[IntArray]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self._bounds) - 1
+        if not -n <= i < n:
+            raise IndexError(f"span {i} of {n}")
+        at = i % n
+        return self._order[self._bounds[at]:self._bounds[at + 1]]
+
+
 @dataclass(frozen=True)
 class MachineGroups:
     """Machines whose free state the network cannot tell apart (the same free cpus and memory, local
@@ -135,9 +165,15 @@ class MachineGroups:
 
     of_machine: IntArray  # per machine, its class
     first: IntArray  # per class, its first machine (the one its columns are read from)
-    members: list[list[int]]  # per class, its machines in order
-    #: `members` as arrays (the splitter reads a class's machines at once).
-    member_arrays: list[IntArray] = field(default_factory=list)
+    #: Per class, its machines in order, as arrays (the splitter reads a class's machines at once), each
+    #: made when read: a simulated round's classes are mostly of one machine each, a hundred a phase,
+    #: and the splitter reads the few the flow used.
+    member_arrays: Spans
+
+    @property
+    def members(self) -> list[list[int]]:
+        """Per class, its machines in order, as lists."""
+        return [m.tolist() for m in self.member_arrays]
 
     @staticmethod
     def of(columns: list[NDArray[np.float64] | IntArray], rack: IntArray) -> MachineGroups:
@@ -164,10 +200,7 @@ class MachineGroups:
         turn = (of_machine[by_rack] * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack[by_rack]
         order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64)
         bounds = [0, *np.cumsum(np.bincount(of_machine, minlength=len(first))).tolist()]
-        flat = order.tolist()
-        spans = list(pairwise(bounds))
-        return MachineGroups(of_machine, first.astype(np.int64), [flat[a:b] for a, b in spans],
-                             [order[a:b] for a, b in spans])
+        return MachineGroups(of_machine, first.astype(np.int64), Spans(order, bounds))
 
     def total(self, per_machine: IntArray) -> IntArray:
         """A per-machine count summed over each class."""
@@ -327,8 +360,10 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     fits = [_shape_fit(state, cls, members, rep, costs, local_free, pricing, known)
             for members, rep in zip(cls.shapes, reps, strict=True)]
     pinned = [state.local_free(k, m) for rep in reps for k, m in sorted(rep.job.tasks.models.items())]
-    groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load, *local_free.values(),
-                                                *pinned, *fits], state.loc_rack[:state.n_machines])
+    # (A kind no machine has free is a column of zeros: it tells no machines apart, nor orders them.)
+    groups = pricing.groups = MachineGroups.of([state.cpu, state.mem, used_frac, up_load,
+                                                *map(local_free.__getitem__, state.local_kinds), *pinned, *fits],
+                                               state.loc_rack[:state.n_machines])
     at = groups.first
     sizes = np.bincount(groups.of_machine, minlength=len(at))
     free_at = {k: v[at] for k, v in local_free.items()}
@@ -371,7 +406,7 @@ def _shape_columns(state: FreeState, rep: RoundJob, cand: IntArray, at: IntArray
             local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
         share = (want_total - local) / want_total
     pref = P_LOCAL + SPREAD * used_at[cand]
-    for k in state.kinds:
+    for k in state.local_kinds:  # (another kind's spare devices add 0.0 to a positive pref: nothing)
         if t.wants(k) == 0:
             pref = pref + P_SPARE_DEVICES * (free_at[k][cand] > 0)
     return MachineColumns(share, load_at[cand], pref)
@@ -499,7 +534,11 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
                    arcs: MachineArcs) -> None:
     """All classes of one shape at once: one row per class, one column per machine of the shape's head
     (its cheapest machines; `arcs`: their costs, `class_costs`). A class's offset to X and its preferred
-    machines come from there."""
+    machines come from there. A shape of one class (most: each second try has a shape of its own):
+    `_price_one_class`."""
+    if len(members) == 1 and arcs.cost.shape[1] > 0:
+        _price_one_class(pricing, g, members[0], cls, cand, head, arcs)
+        return
     ids = np.array(members, dtype=np.int64)
     cost = arcs.cost
     masked = cost
@@ -542,6 +581,46 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     if arcs.hold is not None:
         held = (arcs.hold > 0).any(axis=1) & has
         pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
+
+
+def _price_one_class(pricing: Pricing, g: int, c: int, cls: Classes, cand: Candidates, head: Candidates,
+                     arcs: MachineArcs) -> None:
+    """`_price_classes` for a shape of one class `c` with a head of some machine: the same arcs in the
+    same order, read off its one row with a few numpy calls (its offset, the partition, the gathers) and
+    the rest in Python integers over its PREFERRED columns, where the matrix's steps were some thirty
+    numpy calls on one row (a simulated run prices thousands of such shapes). The partition of a row
+    alone is the matrix's row's (`argpartition` works row by row)."""
+    row = arcs.cost[0]
+    offset = int((row - head.proxy).max(initial=_INT64_MIN))
+    tasks = int(cls.tasks[c])
+    pricing.to_shape.add(np.array([c], dtype=np.int64), np.array([g], dtype=np.int64),
+                         np.array([tasks], dtype=np.int64), np.array([max(offset, 0)], dtype=np.int64))
+    n_pref = min(PREFERRED, len(row))
+    top = np.argpartition(row, n_pref - 1)[:n_pref] if n_pref < len(row) else np.arange(len(row))
+    top_cost = row[top].tolist()
+    at = head.machines[top]
+    nodes, size = at.tolist(), cand.size[at].tolist()
+    fit, local = cand.fit[at].tolist(), cand.local[at].tolist()
+    before = [0] * n_pref  # per column, the machines of the cheaper columns before it (stable by cost)
+    so_far = 0
+    for k in sorted(range(n_pref), key=top_cost.__getitem__):
+        before[k] = so_far
+        so_far += size[k]
+    kept: list[tuple[int, int, int]] = []  # (machine class, cap, cost), in column order
+    for k in range(n_pref):
+        n = size[k]
+        per_machine = fit[k] // (n if n > 1 else 1)
+        if n > 1:
+            per_machine = min(per_machine, local[k] if local[k] > 1 else 1)
+        cap = min(per_machine * min(max(PREFERRED - before[k], 0), n), tasks)
+        if top_cost[k] < NEVER and cap > 0 and (offset > 0 or n == 1):
+            kept.append((nodes[k], cap, top_cost[k]))
+    columns = [np.array(col, dtype=np.int64) for col in zip(*kept, strict=True)] if kept else [
+        np.zeros(0, dtype=np.int64)] * 3
+    pricing.preferred.add(np.full(len(kept), c, dtype=np.int64), *columns)
+    pricing.min_cost[c] = row.min()
+    if arcs.hold is not None and (arcs.hold[0] > 0).any():
+        pricing.min_unheld[c] = (row - arcs.hold[0]).min()
 
 
 def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int],
@@ -688,7 +767,8 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     # its Python wrapper; a zero weight sum raises ZeroDivisionError as it does.
     want_mean = max(1.0, float(np.multiply(wants, cls.counts, dtype=np.float64).sum())
                     / float(cls.counts.sum(dtype=np.float64)))
-    local_total = sum(state.local_free(k) for k in state.kinds)
+    # (A kind no machine has free adds zeros; with none at all, the zeros of one kind.)
+    local_total = sum(state.local_free(k) for k in state.local_kinds or state.kinds[:1])
     slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
                        group_cap)
     net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)

@@ -108,6 +108,8 @@ class InventoryArrays:
     dev_index: dict[str, int]
     #: Devices a round may offer before anything runs: healthy, and not behind a down link.
     healthy: NDArray[np.bool_]
+    #: The kind codes (`kind_codes`) some device has: a round builds empty arrays for the others at once.
+    codes_present: frozenset[int] = frozenset()
     #: Each location's index by name (machines first, in order): `Cluster.location_index`, which each
     #: round's snapshot would build again (its cached properties are its own).
     loc_index: dict[str, int] = field(default_factory=dict)
@@ -221,7 +223,7 @@ def read_inventory_arrays(cluster: Cluster) -> InventoryArrays:
         dev_loc=np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), devices)), dtype=np.int64,
                             count=n_dev),
         dev_id=(ids := list(map(attrgetter("id"), devices))), dev_index=dict(zip(ids, range(n_dev), strict=True)),
-        healthy=healthy, loc_index=loc_index)
+        healthy=healthy, loc_index=loc_index, codes_present=frozenset(np.unique(kinds).tolist()))
     for a in (arrays.cpu_total, arrays.mem_total, arrays.loc_rack, arrays.link_cap, arrays.kind_codes,
               arrays.dev_loc, arrays.healthy):
         a.flags.writeable = False  # shared between rounds: a write would leak into the next one
@@ -280,14 +282,12 @@ class FreeState:
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
         self.size: dict[str, IntArray] = {}
-        for code, k in enumerate(self.kinds):
-            idx = np.nonzero((kinds == code) & usable)[0]
-            idx = idx[np.argsort(self.dev_loc[idx], kind="stable")]
-            counts = np.bincount(self.dev_loc[idx], minlength=n_loc).astype(np.int64)
-            self.slots[k] = idx.astype(np.int64)
-            self.start[k] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-            self.free_count[k] = counts
-            self.size[k] = counts.copy()
+        self._stack_devices(inv, usable, n_loc)
+        #: The kinds some machine has a free device of when the round begins (a round only takes them):
+        #: for every other kind `local_free` is 0 on every machine all round, so what it would add to a
+        #: machine's columns (a column of zeros, a term of 0) is left out where that changes nothing.
+        self.local_kinds: tuple[DeviceKind, ...] = tuple(k for k in self.kinds
+                                                         if self.free_count[k][:self.n_machines].any())
         self._apply_allocations()
         if cluster.down_links:
             self._cut_off()
@@ -301,6 +301,24 @@ class FreeState:
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
         #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
         self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
+
+    def _stack_devices(self, inv: InventoryArrays, usable: NDArray[np.bool_], n_loc: int) -> None:
+        """Per kind, the `usable` devices as stacks by location (`slots`, `start`, `free_count`, `size`)."""
+        kinds = inv.kind_codes
+        for code, k in enumerate(self.kinds):
+            if code not in inv.codes_present:  # (no device of the kind at all: the same empty arrays, at once)
+                self.slots[k] = np.zeros(0, dtype=np.int64)
+                self.start[k] = np.zeros(n_loc, dtype=np.int64)
+                self.free_count[k] = np.zeros(n_loc, dtype=np.int64)
+                self.size[k] = np.zeros(n_loc, dtype=np.int64)
+                continue
+            idx = np.nonzero((kinds == code) & usable)[0]
+            idx = idx[np.argsort(self.dev_loc[idx], kind="stable")]
+            counts = np.bincount(self.dev_loc[idx], minlength=n_loc).astype(np.int64)
+            self.slots[k] = idx.astype(np.int64)
+            self.start[k] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.free_count[k] = counts
+            self.size[k] = counts.copy()
 
     def _apply_allocations(self) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
@@ -332,12 +350,12 @@ class FreeState:
         `held`: their devices). As arrays, device by device and link by link in the order the
         allocations name them (a loop over a snapshot's hundreds of allocations with remote devices was
         most of building a simulator round's state)."""
-        cl = self.cluster
-        by_id, loc_index = cl.device_by_id, self.inventory.loc_index  # (by_id: built on first use)
+        inv = self.inventory
         per_allocation = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
         devices = list(itertools.chain.from_iterable(held))
-        dst = np.fromiter(map(loc_index.__getitem__, map(attrgetter("location"), map(by_id.__getitem__, devices))),
-                          dtype=np.int64, count=len(devices))
+        # Each device's location off the inventory's arrays: what the snapshot's `device_by_id` and its
+        # location's index say (both are the inventory's, the last of a repeated id), without a record each.
+        dst = inv.dev_loc[np.fromiter(map(inv.dev_index.__getitem__, devices), dtype=np.int64, count=len(devices))]
         owner = np.repeat(np.arange(len(held)), per_allocation)  # per device, its allocation in `held`
         src = where[moving][owner]
         remote = dst != src
@@ -534,25 +552,34 @@ class FreeState:
         the path has `gbps` of headroom (`fits_traffic`) and the busiest link's load with it on
         (`load_with`), for all of them in one pass (the same floats). None where that pass does not
         stand for them: no traffic (gbps ≤ 0) or a link with no capacity (`load`'s numpy path)."""
+        if gbps <= 0:
+            return None
         n_loc = len(self._rack_of)
         used, cap = self.link_used, self.link_cap
         rack_own = n_loc + self._rack_of[own]
         rack_loc = n_loc + self.loc_rack[locs]
         cross = rack_loc != rack_own
-        links = np.concatenate(([own, rack_own], locs, rack_loc[cross]))
-        if gbps <= 0 or not cap[links].all():
+        if not self._no_zero_cap and not cap[np.concatenate(([own, rack_own], locs, rack_loc[cross]))].all():
             return None
+        # The shared links' sums as plain floats (the same quotients and comparisons as numpy's scalars).
+        used_at, cap_at = self._used_view, self._cap_view
+        own_need = used_at[own] + gbps
         need = used[locs] + gbps
         fits = need <= cap[locs] + EPS
-        load = np.maximum((used[own] + gbps) / cap[own], need / cap[locs])
-        fits &= not exceeds(used[own] + gbps, cap[own])
+        load = np.maximum(own_need / cap_at[own], need / cap[locs])
+        fits &= not exceeds(own_need, cap_at[own])
         if cross.any():
             far = rack_loc[cross]
             far_need = used[far] + gbps
-            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(used[rack_own] + gbps, cap[rack_own]))
-            load[cross] = np.maximum(np.maximum(load[cross], (used[rack_own] + gbps) / cap[rack_own]),
-                                     far_need / cap[far])
+            rack_need = used_at[rack_own] + gbps
+            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(rack_need, cap_at[rack_own]))
+            load[cross] = np.maximum(np.maximum(load[cross], rack_need / cap_at[rack_own]), far_need / cap[far])
         return fits, load
+
+    @cached_property
+    def _no_zero_cap(self) -> bool:
+        """Whether every link has some capacity (`trial_loads` then need not look)."""
+        return bool(self.link_cap.all())
 
     def retrace_paths(self, own: int, locs: IntArray, gbps: float) -> int:
         """`retrace_traffic` on the paths from `own` to each of `locs`, one after another, as far as the
