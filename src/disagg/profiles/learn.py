@@ -147,13 +147,14 @@ class Estimate:
 
 
 #: Remote runs, finished or running, an image is placed by its estimate for before its pessimistic bound
-#: (`exploring`; `serve`'s `profiles_explore`, `simulate --explore`). Measured over 45 traces with runs
-#: sized by their SLOs (docs/profiles.md, "Fifth pass"): QoS violations against the oracle's 1,777 and
-#: (trace, image) pairs within 10% after 20 jobs of 180: 4: 1,778, 176; 5: 1,819, 177; **6: 1,831 (+3%,
-#: every trace set within +12%), 176**; 8 (the default before sizing): 2,031 (+14%, two sets past +15%),
-#: 178; 12: 2,277, 178. Sized runs teach in a few runs what unsized ones took many for; fewer than 6 left
-#: the costliest image (etl, 1.6–4.4x remote) 20–25% off on trace 1, never placed remote again.
-EXPLORE = 6
+#: (`exploring`; `serve`'s `profiles_explore`, `simulate --explore`). Measured over 45 traces, with runs
+#: reporting their devices' mean load, jobs drawing their true bandwidth and its draw learned
+#: (docs/profiles.md, "Sixth pass"): QoS violations against the oracle's 1,777 and (trace, image) pairs
+#: within 10% after 20 jobs of 180: 2: 1,769 (+0%), 177 (etl off 12-74% on three traces); **3: 1,992
+#: (+12%), 180 (worst 5.0%)**; 4: 2,058 (+16%), 180; 5: 2,332, 179; 6: 2,611 (+47%), 180. Each remote run
+#: of a costly image while exploring is a likely miss (etl is 1.6-4.4x slower remote), so exploring
+#: costs violations in proportion; with the runs' loads reported right, three remote runs teach enough.
+EXPLORE = 3
 
 
 def exploring(remote_observations: int, remote_in_flight: int, explore: int) -> bool:

@@ -98,9 +98,10 @@ class Replanning:
                     share = (used[lk] - own) / cap
                     if share > load:
                         load = share
-                d.load = run.load_now = load
+                d.load = load
+                load = run.load_now = 1.0 if load > 1.0 else load  # (the mean of one: what learning reads)
                 ts = plan.transfer_share
-                total = factor * (1.0 + plan.load_sensitivity * (1.0 if load > 1.0 else load))
+                total = factor * (1.0 + plan.load_sensitivity * load)
                 others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
                 others = 0.0 if others < 0.0 else others
                 new = 1.0 if ts <= 0.0 else (1.0 - ts) + ts * total
