@@ -82,18 +82,29 @@ class ProfileOps(StoreBase):
     def remote_in_flight(self, wanted: Callable[[str], bool], normalize: Callable[[str], str]) -> dict[str, int]:
         """Per image that `wanted` asks for (names as `normalize` gives them), its slices composing or
         running with a remote device: the remote runs that will teach its remote cost once they end.
-        The live slices' images are read first; placements only for those images' slices."""
+
+        Asked every round-table refresh (1 s) while learning is on, with thousands of live slices on a
+        large cluster: the live slices' ids and images are read each time, but a slice's placement is
+        read and parsed once (a job slice's placement is never rewritten) and whether it holds a remote
+        device kept while it lives."""
         live = (select(SliceRow.id, JobRow.image).join(JobRow, JobRow.id == SliceRow.job_id)
                 .where(SliceRow.state.in_((SliceState.COMPOSING, SliceState.RUNNING))))
-        out: dict[str, int] = {}
+        known: dict[str, bool] = getattr(self, "_remote_slices", {})
         with self.read_core() as conn:
-            names = {str(sid): name for sid, image in conn.execute(live) if wanted(name := normalize(str(image)))}
-            ids = sorted(names)
-            for start in range(0, len(ids), 500):
-                chunk = select(SliceRow.id, SliceRow.placement).where(SliceRow.id.in_(ids[start:start + 500]))
+            rows = [(str(sid), normalize(str(image))) for sid, image in conn.execute(live)]
+            asked = [(sid, name) for sid, name in rows if wanted(name)]
+            new = sorted({sid for sid, _ in asked if sid not in known})
+            for start in range(0, len(new), 500):
+                chunk = select(SliceRow.id, SliceRow.placement).where(SliceRow.id.in_(new[start:start + 500]))
                 for sid, data in conn.execute(chunk):
-                    if any(d.remote for t in SlicePlacement.from_json(sid, data).tasks for d in t.devices):
-                        out[names[str(sid)]] = out.get(names[str(sid)], 0) + 1
+                    tasks = SlicePlacement.from_json(sid, data).tasks
+                    known[str(sid)] = any(d.remote for t in tasks for d in t.devices)
+        alive = {sid for sid, _ in rows}
+        self._remote_slices = {sid: remote for sid, remote in known.items() if sid in alive}
+        out: dict[str, int] = {}
+        for sid, name in asked:
+            if known.get(sid):
+                out[name] = out.get(name, 0) + 1
         return out
 
     def link_samples(self, start: float, end: float) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
