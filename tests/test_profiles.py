@@ -24,6 +24,7 @@ from disagg.profiles.learn import (
     remote_bound,
     remote_slowdown,
     typical,
+    typical_of,
 )
 
 GOOD = {"profiles": [{"image": "acme/trainer", "base_s": 240, "transfer_share": 0.4, "remote_factor": 1.6,
@@ -214,7 +215,7 @@ def test_a_table_prior_with_only_remote_runs_takes_the_base_its_shape_says(size:
 
 def test_typical_values_of_the_learned_images_are_a_new_image_s_prior() -> None:
     learned = [fit(f"img{i}", _runs(Profile(f"img{i}", 50.0 * (i + 1), 0.4, 1.6, 3.0, 1.0), 30, i)) for i in range(3)]
-    prior = typical((e.coef, e.remote_observations, e.drawn_gbps) for e in learned)
+    prior = typical_of(learned)
     assert prior is not None and "typical of 3" in prior.source
     est = fit("new", _runs(Profile("new", 70.0, 0.4, 1.6, 3.0, 1.0), 3, 9, shares=(0.0,)), None, prior)
     assert est.prior_kind == "typical"
@@ -253,7 +254,7 @@ def test_an_image_with_no_run_is_bounded_as_one_whose_runs_were_all_local(prior:
 def test_a_new_image_borrows_the_learned_images_typical_bandwidth() -> None:
     learned = [fit(f"img{i}", [Observation(100.0 + 20.0 * r, r, 0.1 * i, None, g if r else None)
                                for r in (0.0, 1.0) for _ in range(6)]) for i, g in enumerate((2.0, 6.0, 4.0))]
-    prior = typical((e.coef, e.remote_observations, e.drawn_gbps) for e in learned)
+    prior = typical_of(learned)
     assert prior is not None and prior.network_gbps == pytest.approx(4.0)
     assert fit("new", [], None, prior).profile().network_gbps == pytest.approx(4.0)
     assert cold_bound("new", prior).network_gbps == pytest.approx(4.0)

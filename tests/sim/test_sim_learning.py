@@ -214,7 +214,7 @@ def test_an_image_with_no_finished_run_is_placed_by_its_priors_bound_once_enough
     (`learn.cold_bound`): the typical terms of the images learned so far, else the neutral prior's."""
     from disagg.model import Job, TaskRequest
     from disagg.profiles import NEUTRAL
-    from disagg.profiles.learn import Observation, cold_bound, remote_slowdown, typical
+    from disagg.profiles.learn import Observation, cold_bound, remote_slowdown, typical_of
     from disagg.sim.learning import knowledge_for
 
     k = knowledge_for("learned", None, None, explore=2)
@@ -227,8 +227,7 @@ def test_an_image_with_no_finished_run_is_placed_by_its_priors_bound_once_enough
     for i in range(12):  # another image, learned (6 remote runs): its terms become the new image's prior
         k.observe("acme/seen", Observation(100.0 + 40.0 * (i % 2) * (1 + i / 10), float(i % 2), 0.1 * i))
     later = k.apply([job], {"new": 2})[0].profile
-    others = ((e.coef, e.remote_observations, e.drawn_gbps) for e in k.estimates.values())
-    assert later == cold_bound("unseen", typical(others)) and later != cold
+    assert later == cold_bound("unseen", typical_of(k.estimates.values())) and later != cold
     assert k.apply([job], {"new": 1})[0].profile == NEUTRAL  # exploring again once fewer fly
 
 

@@ -91,6 +91,12 @@ def in_flight(store: Store, config: Config, rows: list[dict[str, Any]],
                                   normalize_image)
 
 
+def _typical(rows: list[dict[str, Any]]) -> Profile | None:
+    """`learn.typical` of the store's learned images (a new image's prior)."""
+    learned = [r["data"] for r in rows if r["data"].get("kind") == "learned"]
+    return typical((d["coef"], int(d["remote_observations"]), d.get("drawn_gbps")) for d in learned)
+
+
 def _cold_note(image: str, flying: int, bound: Profile) -> str:
     return (f"placed by a bound for {image}, no task of which has finished yet: {flying} of its runs with remote "
             f"devices are in flight, so remote is priced as {remote_slowdown(bound):.3g}x slower at load 0.5 "
@@ -138,9 +144,7 @@ class ProfileKeeper:
         cautious = [k for k, n in flying.items() if not exploring(0, n, self.config.profiles_explore)]
         if not cautious:
             return
-        learned = [r["data"] for r in rows if r["data"].get("kind") == "learned"]
-        bound = cold_bound("unseen", typical((d["coef"], int(d["remote_observations"]), d.get("drawn_gbps"))
-                                         for d in learned))
+        bound = cold_bound("unseen", _typical(rows))
         for image in cautious:
             table[image] = replace(bound, name=image)
             known[image] = _cold_note(image, flying[image], bound)
@@ -205,8 +209,7 @@ class ProfileKeeper:
         return rows
 
     def _fits(self, images: list[str], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        known = [r["data"] for r in rows if r["data"].get("kind") == "learned"]
-        prior_typical = typical((d["coef"], int(d["remote_observations"]), d.get("drawn_gbps")) for d in known)
+        prior_typical = _typical(rows)
         out = {}
         for image in images:
             obs = [Observation(*row) for row in self.store.observations_of(image)]

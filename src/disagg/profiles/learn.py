@@ -173,7 +173,7 @@ def cold_bound(image: str, typical_profile: Profile | None) -> Profile:
     terms, else the wide neutral ones) with its base unknown, so that each job's own SLO stands for it
     as for the neutral profile (`expected_s`): local at the goal, remote by the bound's slowdown over
     it. The base's own doubt is left out (the SLO stands for it, not the prior's guess of 1): the bound
-    is then what the same prior gives an image whose runs were all local, 2.8x at load 0.5 when
+    is then what the same prior gives an image whose runs were all local, 3.1x at load 0.5 when
     neutral. Until its first run ends an image has no estimate to be cautious with, and the neutral
     profile said "remote is free" to every job of it: a long image (400 s) sent its first dozen jobs
     remote, nearly all of which missed their SLOs (docs/profiles.md, "Sixth pass")."""
@@ -247,6 +247,11 @@ def typical(fits: Iterable[tuple[Sequence[float], int, float | None]], min_remot
     drawn = [g for _, g in kept if g is not None]
     return to_profile("typical", 1.0, rb, rc, NEUTRAL, f"typical of {len(kept)} learned images",
                       float(np.median(drawn)) if drawn else None)
+
+
+def typical_of(estimates: Iterable[Estimate]) -> Profile | None:
+    """`typical` of fitted images."""
+    return typical((e.coef, e.remote_observations, e.drawn_gbps) for e in estimates)
 
 
 def fit(image: str, observations: Sequence[Observation], prior: Profile | None = None,

@@ -36,13 +36,12 @@ def path_load(placement: SlicePlacement, samples: Sequence[tuple[float, Mapping[
     φ explains the whole run is the work-weighted mean. A time mean over a varying load is higher than
     that (the job did little work while the load was high), and the fit would take the load term for
     smaller than it is."""
-    paths = [d.path for t in placement.tasks for d in t.devices if d.remote]
+    remote = [d for t in placement.tasks for d in t.devices if d.remote]
     own: dict[str, float] = {}
-    for t in placement.tasks:
-        for d in t.devices:
-            if d.remote:
-                for link in d.path:
-                    own[link] = own.get(link, 0.0) + d.network_gbps
+    for d in remote:
+        for link in d.path:
+            own[link] = own.get(link, 0.0) + d.network_gbps
+    paths = [d.path for d in remote]
     if not paths or not samples:
         return 0.0
     total = weights = 0.0

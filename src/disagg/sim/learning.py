@@ -32,7 +32,7 @@ from disagg.profiles.learn import (
     fit,
     remote_slowdown,
     to_profile,
-    typical,
+    typical_of,
 )
 from disagg.profiles.table import ProfileTable
 
@@ -108,8 +108,7 @@ class Knowledge:
         """`learn.cold_bound` with the typical terms of the images learned so far (kept until the next
         observation changes them)."""
         if self.cold is None:
-            self.cold = cold_bound("unseen", typical((e.coef, e.remote_observations, e.drawn_gbps)
-                                                     for e in self.estimates.values()))
+            self.cold = cold_bound("unseen", typical_of(self.estimates.values()))
         return self.cold
 
     def observe(self, image: str, obs: Observation) -> None:
@@ -121,8 +120,8 @@ class Knowledge:
         runs.append(obs)
         self.cold = None
         prior = lookup(image, self.table) if self.table is not None else None
-        others = ((e.coef, e.remote_observations, e.drawn_gbps) for k, e in self.estimates.items() if k != key)
-        est = fit(key, runs, prior if prior is not None and prior.known else None, typical(others))
+        others = (e for k, e in self.estimates.items() if k != key)
+        est = fit(key, runs, prior if prior is not None and prior.known else None, typical_of(others))
         self.estimates[key] = est
         self.bounds[key] = est.profile(pessimistic=True)
         if est.remote_observations < self.blind and slope_unsure(est, self.blind_sd):

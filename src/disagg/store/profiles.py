@@ -91,15 +91,18 @@ class ProfileOps(StoreBase):
                 .where(SliceRow.state.in_((SliceState.COMPOSING, SliceState.RUNNING))))
         known: dict[str, bool] = getattr(self, "_remote_slices", {})
         with self.read_core() as conn:
-            rows = [(str(sid), normalize(str(image))) for sid, image in conn.execute(live)]
-            asked = [(sid, name) for sid, name in rows if wanted(name)]
+            raw = [(str(sid), str(image)) for sid, image in conn.execute(live)]
+            # Named and asked about once per image, not per slice (thousands of slices, a few images).
+            names = {image: normalize(image) for image in {image for _, image in raw}}
+            wants = {name: wanted(name) for name in set(names.values())}
+            asked = [(sid, names[image]) for sid, image in raw if wants[names[image]]]
             new = sorted({sid for sid, _ in asked if sid not in known})
             for start in range(0, len(new), 500):
                 chunk = select(SliceRow.id, SliceRow.placement).where(SliceRow.id.in_(new[start:start + 500]))
                 for sid, data in conn.execute(chunk):
                     tasks = SlicePlacement.from_json(sid, data).tasks
                     known[str(sid)] = any(d.remote for t in tasks for d in t.devices)
-        alive = {sid for sid, _ in rows}
+        alive = {sid for sid, _ in raw}
         self._remote_slices = {sid: remote for sid, remote in known.items() if sid in alive}
         out: dict[str, int] = {}
         for sid, name in asked:
