@@ -1,5 +1,6 @@
 """Phase 1's pricing of a round's shapes all at once (`phase_one.class_costs`, `phase_one.shape_costs`: the
-arcs as flat pairs, in one cost-model call) against each shape's own call."""
+arcs as flat pairs, in one cost-model call; `phase_one.machine_costs`: both in one) against each shape's own
+call."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def test_class_costs_of_several_shapes_at_once_are_each_shapes_own(policy: str, 
         return got
 
     monkeypatch.setattr(phase_one, "class_costs", checked)
+    monkeypatch.setattr(phase_one, "CLASS_HEAD", 8)  # (heads cut from the candidates: `machine_costs` not used)
     _simulate(policy)
     assert seen["several"] >= 1 and seen["shapes"] > seen["several"]
 
@@ -61,5 +63,37 @@ def test_shape_costs_of_several_shapes_at_once_are_each_shapes_own(policy: str, 
         return got
 
     monkeypatch.setattr(phase_one, "shape_costs", checked)
+    monkeypatch.setattr(phase_one, "CLASS_HEAD", 8)
     _simulate(policy)
     assert seen["several"] >= 1
+
+
+@pytest.mark.parametrize("policy", ["drmaestro-na", "drmaestro"])
+def test_machine_costs_are_each_shapes_own(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aggregators' prices and the classes' matrices that `machine_costs` gives in one call (a cluster
+    no larger than a head) are what `shape_to_machine` gives each shape's first class and `task_to_machine`
+    its classes alone, in every phase 1 of a simulated run (some of several shapes, some of one)."""
+    from disagg.placement import phase_one
+
+    batched = phase_one.machine_costs
+    seen = {"shapes": 0, "several": 0, "held": 0}
+
+    def checked(rows, rep_ids, shapes, columns, costs):  # type: ignore[no-untyped-def]
+        proxies, got = batched(rows, rep_ids, shapes, columns, costs)
+        assert len(proxies) == len(got) == len(shapes)
+        for rep, members, machines, proxy, arcs in zip(rep_ids, shapes, columns, proxies, got, strict=True):
+            want_proxy = costs.shape_to_machine(phase_one._rows_of(rows, [rep]), machines).cost
+            assert proxy.tolist() == want_proxy[0].tolist()
+            want = costs.task_to_machine(phase_one._rows_of(rows, members), machines)
+            assert arcs.cost.tolist() == want.cost.tolist()
+            assert (arcs.hold is None or not arcs.hold.any()) if want.hold is None else (
+                arcs.hold is not None and arcs.hold.tolist() == want.hold.tolist())
+            seen["held"] += want.hold is not None
+        seen["shapes"] += len(shapes)
+        seen["several"] += len(shapes) > 1
+        return proxies, got
+
+    monkeypatch.setattr(phase_one, "machine_costs", checked)
+    _simulate(policy)
+    assert seen["several"] >= 1 and seen["shapes"] > seen["several"]
+    assert seen["held"] >= 1 if policy == "drmaestro-na" else seen["held"] == 0

@@ -197,6 +197,13 @@ class CostModel(Protocol):
         it several shapes' first classes and machines as flat pairs."""
         ...
 
+    def machine_arcs(self, rows: ClassRows, machines: MachineColumns, as_shape: BoolArray) -> MachineArcs:
+        """`shape_to_machine` and `task_to_machine` in one call, element by element (every array broadcast
+        against the others): the pairs where `as_shape` is set priced as a shape's aggregator arcs, the
+        others as class arcs (`hold`: the class arcs' postponements, None where there is none at all).
+        `phase_one.machine_costs` prices a round's aggregators and classes at once with it."""
+        ...
+
     def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:
         """How many tasks of this request each machine can take (`min_gbps`: the least any class of the
@@ -314,6 +321,17 @@ class DRMaestroCostModel:
                                  lambda: expected_arrays(rows.params, machines.share, idle))
         cost = cost + np.where(machines.share > 0, hold, 0)
         return MachineArcs(cost)
+
+    def machine_arcs(self, rows: ClassRows, machines: MachineColumns, as_shape: BoolArray) -> MachineArcs:
+        # The steps of both, once: the same φ, Eq. 7 and hold for every pair; only which pairs pay the hold
+        # differs (a class's where φ also exceeds its local time, an aggregator's wherever it goes remote).
+        share = machines.share
+        ph = expected_arrays(rows.params, share, self.priced_load(machines.load))
+        cost = placing_cost(ph, rows.tau, rows.z, machines.pref)
+        hold = self.postponement(ph, rows.tau, rows.guard,
+                                 lambda: expected_arrays(rows.params, share, np.zeros(np.shape(machines.load))))
+        hold = np.where((share > 0) & (as_shape | (ph > rows.phi_local)), hold, 0)
+        return MachineArcs(cost + hold, np.where(as_shape, 0, hold) if hold.any() else None)
 
     def task_to_machine_capacity(self, state: FreeState, js: RoundJob, local_free: dict[str, IntArray],
                                  min_gbps: float) -> IntArray:

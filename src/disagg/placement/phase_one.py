@@ -376,15 +376,24 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
             shaped.append((g, cand, _shape_columns(state, rep, cand, at, used_frac[at], up_load[at], free_at)))
     # Every class's numbers once (rows of the arcs' matrices), for all the shapes' prices below.
     rows = ClassRows.of(profile_arrays(cls.representative), cls.representative)
-    proxies = shape_costs(rows, [rep_ids[g] for g, _, _ in shaped], [c for _, _, c in shaped], costs)
+    shaped_reps, shaped_columns = [rep_ids[g] for g, _, _ in shaped], [c for _, _, c in shaped]
+    # A cluster of no more machines than a head holds: every shape's head is all its candidates, so its
+    # classes' columns are known before the aggregators' prices are, and both are priced in one call.
+    together = state.n_machines <= CLASS_HEAD
+    if together:
+        proxies, costed = machine_costs(rows, shaped_reps, [cls.shapes[g] for g, _, _ in shaped], shaped_columns,
+                                        costs)
+    else:
+        proxies = shape_costs(rows, shaped_reps, shaped_columns, costs)
     priced: list[tuple[int, list[int], Candidates]] = []
     for (g, cand, columns), proxy in zip(shaped, proxies, strict=True):
         gfit = pricing.group_fit[id(reps[g].shape)]
         pricing.shared.add(np.full(len(cand), g, dtype=np.int64), cand, gfit[cand], proxy)
         priced.append((g, cls.shapes[g], Candidates(cand, gfit, columns, proxy, sizes,
                                                     _local_tasks(reps[g], free_at, len(at)))))
-    heads = [kept.head(CLASS_HEAD) for _, _, kept in priced]
-    costed = class_costs(rows, [members for _, members, _ in priced], [head.columns for head in heads], costs)
+    heads = [kept if together else kept.head(CLASS_HEAD) for _, _, kept in priced]
+    if not together:
+        costed = class_costs(rows, [members for _, members, _ in priced], [head.columns for head in heads], costs)
     for (g, members, kept), head, arcs in zip(priced, heads, costed, strict=True):
         _price_classes(pricing, g, members, cls, kept, head, arcs)
     with_devices = [c for g, members, _ in priced if sum(reps[g].wants.values()) for c in members]
@@ -440,6 +449,55 @@ def shape_costs(rows: ClassRows, rep_ids: list[int], columns: list[MachineColumn
     return np.split(cost, np.cumsum(n_cols)[:-1])
 
 
+def machine_costs(rows: ClassRows, rep_ids: list[int], shapes: list[list[int]], columns: list[MachineColumns],
+                  costs: CostModel) -> tuple[list[IntArray], list[MachineArcs]]:
+    """`shape_costs` and `class_costs` (each shape's head all its candidates, `columns`) in one cost-model
+    call (`CostModel.machine_arcs`): per shape a block of rows, its first class's as the aggregator's (its
+    `rep_ids`) and then its classes' (`shapes`), against its columns. One shape (most phases): the block
+    as a matrix; several: as flat pairs (see `class_costs`). Each call's fixed cost (some forty numpy
+    calls on a few hundred elements) was most of pricing a simulated round's shapes and classes."""
+    if not shapes:
+        return [], []
+    if len(shapes) == 1:
+        ids = np.array([rep_ids[0], *shapes[0]], dtype=np.int64)
+        as_shape = np.zeros((len(ids), 1), dtype=bool)
+        as_shape[0] = True
+        arcs = costs.machine_arcs(_rows_of(rows, ids), columns[0], as_shape)
+        return [arcs.cost[0]], [MachineArcs(arcs.cost[1:], None if arcs.hold is None else arcs.hold[1:])]
+    blocks = [[rep, *members] for rep, members in zip(rep_ids, shapes, strict=True)]
+    n_rows = np.array([len(block) for block in blocks], dtype=np.int64)
+    n_cols = np.array([len(c.share) for c in columns], dtype=np.int64)
+    row_of, col_of, width = _pairs(n_rows, n_cols)
+    leads = np.zeros(len(width), dtype=bool)  # per row, whether it is its block's first (the aggregator's)
+    leads[np.cumsum(n_rows) - n_rows] = True
+    classes = np.array([c for block in blocks for c in block], dtype=np.int64)
+    flat = MachineColumns(*(np.concatenate([getattr(c, k) for c in columns])[col_of]
+                            for k in ("share", "load", "pref")))
+    arcs = costs.machine_arcs(_flat_rows(rows, classes[row_of]), flat, leads[row_of])
+    cost, hold = arcs.cost, arcs.hold
+    proxies: list[IntArray] = []
+    out: list[MachineArcs] = []
+    start = 0
+    for r, c in zip(n_rows.tolist(), n_cols.tolist(), strict=True):
+        proxies.append(cost[start:start + c])
+        end = start + r * c
+        out.append(MachineArcs(cost[start + c:end].reshape(r - 1, c),
+                               None if hold is None else hold[start + c:end].reshape(r - 1, c)))
+        start = end
+    return proxies, out
+
+
+def _pairs(n_rows: IntArray, n_cols: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Blocks of rows against their columns as flat pairs, block after block and row after row: block b has
+    `n_rows[b]` rows, each paired with the b-th run of `n_cols[b]` columns. Per pair its row and its
+    column (in the blocks' rows and columns, each concatenated); and per row, its width."""
+    width = np.repeat(n_cols, n_rows)  # per row, its block's width
+    row_of = np.repeat(np.arange(len(width)), width)
+    first_col = np.repeat(np.repeat(np.cumsum(n_cols) - n_cols, n_rows), width)  # its block's first column
+    col_of = np.arange(len(row_of)) - np.repeat(np.cumsum(width) - width, width) + first_col
+    return row_of, col_of, width
+
+
 def class_costs(rows: ClassRows, shapes: list[list[int]], heads: list[MachineColumns], costs: CostModel
                 ) -> list[MachineArcs]:
     """`costs.task_to_machine` of each shape's classes (`shapes`) against its head's machines (`heads`),
@@ -454,10 +512,7 @@ def class_costs(rows: ClassRows, shapes: list[list[int]], heads: list[MachineCol
     classes = np.array([c for members in shapes for c in members], dtype=np.int64)
     n_rows = np.array([len(members) for members in shapes], dtype=np.int64)
     n_cols = np.array([len(head.share) for head in heads], dtype=np.int64)
-    width = np.repeat(n_cols, n_rows)  # per class row, its shape's head width
-    row_of = np.repeat(np.arange(len(classes)), width)  # per pair, its class row
-    first_col = np.repeat(np.repeat(np.cumsum(n_cols) - n_cols, n_rows), width)  # its shape's first column
-    col_of = np.arange(len(row_of)) - np.repeat(np.cumsum(width) - width, width) + first_col
+    row_of, col_of, _ = _pairs(n_rows, n_cols)
     flat_rows = _flat_rows(rows, classes[row_of])
     flat_columns = MachineColumns(*(np.concatenate([getattr(h, k) for h in heads])[col_of]
                                     for k in ("share", "load", "pref")))
