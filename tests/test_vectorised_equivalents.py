@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disagg.placement.phase_one import _Splitter
+from disagg.placement.phase_one import Spans, _ListSplitter, _Splitter
 
 
 def _plain(members: list[list[int]], room: list[list[int]], wants: list[list[tuple[str, int]]], left: list[int],
@@ -81,6 +81,34 @@ def test_the_vectorised_split_hands_out_what_the_machine_by_machine_walk_did(cas
     assert [a[4] for a in mine] == [a[4] for a in arcs]  # the flow each arc has left over
     assert splitter.left.tolist() == plain_left and [r.tolist() for r in splitter.room] == plain_room
     assert {k: v.tolist() for k, v in splitter.local.items()} == plain_local
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cases())
+def test_the_list_split_hands_out_what_the_machine_by_machine_walk_did(case: tuple[object, ...]) -> None:
+    """`_ListSplitter` (a small cluster's) hands out what the walk did, and keeps what is left as it did."""
+    members, room, wants, left, local, arcs = case
+    assert isinstance(members, list) and isinstance(room, list) and isinstance(wants, list)
+    assert isinstance(left, list) and isinstance(local, dict) and isinstance(arcs, list)
+    splitter = object.__new__(_ListSplitter)
+    order = np.array([m for ms in members for m in ms], dtype=np.int64)
+    splitter.members = Spans(order, [0, *np.cumsum([len(ms) for ms in members]).tolist()])
+    splitter.room = [list(r) for r in room]
+    splitter.wants = [sorted(w) for w in wants]
+    splitter.left = list(left)
+    splitter.local = {k: list(v) for k, v in local.items()}
+    mine = [list(a) for a in arcs]
+    got: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+    for local_only in (True, False):
+        for arc in mine:
+            if arc[4] > 0:
+                arc[4] = splitter.take(arc, local_only, got)
+    flat = list(zip(got[0], got[1], got[3], got[2], strict=True))
+    plain_room, plain_left, plain_local = [list(r) for r in room], list(left), {k: list(v) for k, v in local.items()}
+    expected = _plain(members, plain_room, [sorted(w) for w in wants], plain_left, plain_local, arcs)
+    assert flat == expected
+    assert [a[4] for a in mine] == [a[4] for a in arcs]
+    assert splitter.left == plain_left and splitter.room == plain_room and splitter.local == plain_local
 
 
 def _groups_plain(columns: list[np.ndarray], rack: np.ndarray) -> tuple[list[int], list[int], list[list[int]]]:

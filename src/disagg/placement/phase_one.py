@@ -61,6 +61,9 @@ PREFERRED = 8
 #: How many of its shape's cheapest machines a class prices itself.
 CLASS_HEAD = 256
 _INT64_MIN = int(np.iinfo(np.int64).min)
+#: Up to how many machines the decoder splits a machine class's flow over its machines in Python lists
+#: (`_ListSplitter`) rather than arrays (`_Splitter`).
+LIST_SPLIT_MAX = 1024
 #: How far the decoder looks along a flow list for a machine the task really fits on.
 SCAN_LIMIT = 64
 
@@ -946,7 +949,6 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     for g, members in enumerate(cls.shapes):
         for c in members:
             class_shape[c] = g
-    splitter = _Splitter(state, cls, pricing)
     parts = [(pref, f_pref, class_shape), (shared, f_shared, None)]
     todo: list[list[list[int]]] = []  # per part: [tail, shape, node, cost, flow left]
     for arcs, flows, shape_of in parts:
@@ -954,6 +956,9 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
         todo.append([[t, shape_of[t] if shape_of is not None else t, node, cost, f] for t, node, cost, f in
                      zip(arcs[0][nz].tolist(), arcs[1][nz].tolist(), arcs[3][nz].tolist(), flows[nz].tolist(),
                          strict=True)])
+    if state.n_machines <= LIST_SPLIT_MAX:
+        return _split_lists(state, cls, pricing, todo)
+    splitter = _Splitter(state, cls, pricing)
     out: list[list[tuple[int, IntArray, int, IntArray]]] = [[], []]
     for local_only in (True, False):
         for part, arcs_left in zip(out, todo, strict=True):
@@ -973,6 +978,25 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
         return (t, h, f, c), f
 
     (pref_m, f_pref_m), (shared_m, f_shared_m) = arrays(out[0]), arrays(out[1])
+    return pref_m, f_pref_m, shared_m, f_shared_m
+
+
+def _split_lists(state: FreeState, cls: Classes, pricing: Pricing, todo: list[list[list[int]]]
+                 ) -> tuple[Arcs, IntArray, Arcs, IntArray]:
+    """`split`'s passes over the arcs left to split (`todo`, per part) with `_ListSplitter`."""
+    splitter = _ListSplitter(state, cls, pricing)
+    out: list[tuple[list[int], list[int], list[int], list[int]]] = [([], [], [], []), ([], [], [], [])]
+    for local_only in (True, False):
+        for part, arcs_left in zip(out, todo, strict=True):
+            for arc in arcs_left:
+                if arc[4] > 0:
+                    arc[4] = splitter.take(arc, local_only, part)
+    found: list[tuple[Arcs, IntArray]] = []
+    for tails, machines, flows, costs in out:
+        f = np.array(flows, dtype=np.int64)
+        found.append(((np.array(tails, dtype=np.int64), np.array(machines, dtype=np.int64), f,
+                       np.array(costs, dtype=np.int64)), f))
+    (pref_m, f_pref_m), (shared_m, f_shared_m) = found
     return pref_m, f_pref_m, shared_m, f_shared_m
 
 
@@ -1051,6 +1075,55 @@ class _Splitter:
             local[m] -= min(int(local[m]), given * want)
         out.append((tail, members, cost, np.array([given], dtype=np.int64)))
         return f - given
+
+
+class _ListSplitter:
+    """`_Splitter` in Python lists, machine by machine, for a small cluster's rounds (`LIST_SPLIT_MAX`): a
+    simulated round's machine classes hold a few machines each, where the splitter's dozen numpy calls
+    per arc (on arrays of a few elements) cost more than walking them; its arcs' flows go to the same
+    machines in the same amounts. (A large cluster's class may hold thousands of machines: `_Splitter`.)"""
+
+    def __init__(self, state: FreeState, cls: Classes, pricing: Pricing) -> None:
+        assert pricing.groups is not None
+        self.members = pricing.groups.member_arrays
+        reps = [cls.representative[members[0]] for members in cls.shapes]
+        self.room = [pricing.fit[id(rep.shape)].astype(np.int64).tolist() for rep in reps]
+        self.wants = [sorted(rep.wants.items()) for rep in reps]
+        min_cpu = min(js.cpus for js in cls.representative)
+        min_mem = min(js.memory_gb for js in cls.representative)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+        self.left: list[int] = tasks_left(cap).tolist()
+        # (Only the kinds some shape wants are ever read.)
+        kinds = {kind for wants in self.wants for kind, _ in wants}
+        self.local: dict[str, list[int]] = {k: state.local_free(k).astype(np.int64).tolist() for k in kinds}
+
+    def take(self, arc: list[int], local_only: bool, out: tuple[list[int], list[int], list[int], list[int]]) -> int:
+        """`_Splitter.take`, appending each machine's share to `out` (tails, machines, tasks, costs)."""
+        tail, shape, node, cost, f = arc
+        left, room = self.left, self.room[shape]
+        wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
+        tails, machines, flows, costs = out
+        for m in self.members[node].tolist():
+            fit = min(left[m], room[m])
+            if local_only:
+                for local, want in wants:
+                    fit = min(fit, local[m] // want)
+            if fit <= 0:
+                continue
+            n = min(fit, f)
+            left[m] -= n
+            room[m] -= n
+            for local, want in wants:
+                local[m] -= min(local[m], n * want)
+            tails.append(tail)
+            machines.append(m)
+            flows.append(n)
+            costs.append(cost)
+            f -= n
+            if f <= 0:
+                break
+        return f
 
 
 def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
