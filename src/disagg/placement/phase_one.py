@@ -369,14 +369,18 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
                                                state.loc_rack[:state.n_machines])
     at = groups.first
     sizes = np.bincount(groups.of_machine, minlength=len(at))
-    free_at = {k: v[at] for k, v in local_free.items()}
+    # The machine classes' columns, read once for every shape: of the kinds the prices read (those some
+    # machine has free, those a shape wants), not of every kind.
+    read = {*state.local_kinds, *(k for rep in reps for k in rep.wants)}
+    free_at = {k: v[at] for k, v in local_free.items() if k in read}
+    used_at, load_at = used_frac[at], up_load[at]
     # Per shape with machines: its number, its machine classes, what prices them.
     shaped: list[tuple[int, IntArray, MachineColumns]] = []
     for g, (rep, fit) in enumerate(zip(reps, fits, strict=True)):
         gfit = pricing.group_fit[id(rep.shape)] = groups.total(fit)
         cand = np.nonzero(gfit > 0)[0]
         if len(cand):
-            shaped.append((g, cand, _shape_columns(state, rep, cand, at, used_frac[at], up_load[at], free_at)))
+            shaped.append((g, cand, _shape_columns(state, rep, cand, at, used_at, load_at, free_at)))
     # Every class's numbers once (rows of the arcs' matrices), for all the shapes' prices below.
     rows = ClassRows.of(profile_arrays(cls.representative), cls.representative)
     shaped_reps, shaped_columns = [rep_ids[g] for g, _, _ in shaped], [c for _, _, c in shaped]
@@ -600,10 +604,11 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     ids = np.array(members, dtype=np.int64)
     cost = arcs.cost
     masked = cost
-    has = np.full(len(ids), cost.shape[1] > 0)
+    if cost.shape[1] == 0:  # (no machine in the head: no arc at all; `price` prices no such shape)
+        return
     offsets = (cost - head.proxy[None, :]).max(axis=1, initial=_INT64_MIN)
-    pricing.to_shape.add(ids[has], np.full(int(has.sum()), g, dtype=np.int64), cls.tasks[ids[has]],
-                         np.maximum(offsets[has], 0))
+    tasks = cls.tasks[ids]
+    pricing.to_shape.add(ids, np.full(len(ids), g, dtype=np.int64), tasks, np.maximum(offsets, 0))
     # Per-row gathers and scatters as fancy indexing with this row index (what take_along_axis and
     # put_along_axis do, without their Python wrappers: this runs once per shape, thousands a run).
     row = np.arange(len(ids))[:, None]
@@ -626,7 +631,7 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     machines = np.minimum(np.maximum(PREFERRED - before, 0), size)  # np.clip(PREFERRED - before, 0, size)
     per_machine = cand.fit[nodes] // np.maximum(size, 1)
     per_machine = np.where(size > 1, np.minimum(per_machine, np.maximum(cand.local[nodes], 1)), per_machine)
-    caps = np.minimum(per_machine * machines, cls.tasks[ids][:, None])
+    caps = np.minimum(per_machine * machines, tasks[:, None])
     # An arc of its own to a class of several machines only for a class that the aggregator prices above
     # its own cost somewhere (a positive offset); the others pay the shape's price through X there. (Such
     # an arc reaches a whole class of machines: loose classes crowded into their favourite ones, past
@@ -635,9 +640,9 @@ def _price_classes(pricing: Pricing, g: int, members: list[int], cls: Classes, c
     keep = (top_cost < NEVER) & (caps > 0) & ((offsets > 0)[:, None] | (size == 1))
     rows_at = ids[np.nonzero(keep)[0]]  # each kept arc's class, in row-major order as keep's mask gives them
     pricing.preferred.add(rows_at, nodes[keep], caps[keep], top_cost[keep])
-    pricing.min_cost[ids[has]] = masked[has].min(axis=1)
+    pricing.min_cost[ids] = masked.min(axis=1)
     if arcs.hold is not None:
-        held = (arcs.hold > 0).any(axis=1) & has
+        held = (arcs.hold > 0).any(axis=1)
         pricing.min_unheld[ids[held]] = (cost - arcs.hold)[held].min(axis=1)
 
 
