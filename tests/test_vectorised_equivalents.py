@@ -177,23 +177,22 @@ def test_queue_order_is_pythons_sort_by_submit_time_then_name(submits: list[tupl
 
 @settings(max_examples=200, deadline=None)
 @given(_machine_columns())
-def test_joint_ranks_order_machines_as_the_per_column_keys(case: tuple[list[np.ndarray], np.ndarray]) -> None:
-    """`_joint_keys` (every value ranked in one sort) orders and ties the machines as the per-column keys
-    do, wherever it answers; and it answers for the usual columns (no NaN, small values)."""
+def test_sorted_rows_order_machines_as_the_per_column_keys(case: tuple[list[np.ndarray], np.ndarray]) -> None:
+    """`_sorted_rows` (the columns as one float array, one lexsort) orders and ties the machines as the
+    per-column keys do, wherever it answers; and it answers for the usual columns (no NaN, small values)."""
     from disagg.placement import phase_one
 
     columns, _ = case
-    joint = phase_one._joint_keys(columns)
+    found = phase_one._sorted_rows(columns)
     usual = all(not np.isnan(c).any() and (np.abs(c) < 2.0**53).all() for c in columns)
-    assert (joint is not None) == usual
-    if joint is None:
+    assert (found is not None) == usual
+    if found is None:
         return
-    plain = np.column_stack(columns)
-    order = np.lexsort(plain.T[::-1])
-    assert np.lexsort(joint[::-1]).tolist() == order.tolist()
-    same = (plain[order][1:] == plain[order][:-1]).all(axis=1)
-    packed = np.column_stack(joint)[order]
-    assert ((packed[1:] == packed[:-1]).all(axis=1) == same).all()
+    keys = phase_one._row_keys(columns)
+    order = np.lexsort(keys[::-1])
+    assert found[0].tolist() == order.tolist()
+    packed = np.column_stack(keys)[order]
+    assert found[1].tolist() == [True, *(packed[1:] != packed[:-1]).any(axis=1).tolist()]
 
 
 @settings(max_examples=300, deadline=None)

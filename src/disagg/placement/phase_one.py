@@ -183,14 +183,18 @@ class MachineGroups:
         """Machines with equal `columns` in one class; a class's machines in turn across racks (its
         first machine in each rack, then its second in each, ...), so that the tasks a class's flow
         brings spread over racks' pools and uplinks as the per-machine network's did."""
-        keys = _row_keys(columns)
-        # Sorted by every column (stable: equal rows keep machine order), a class starts where a row differs.
-        order = np.lexsort(keys[::-1]) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
-        differs = np.zeros(max(len(order) - 1, 0), dtype=bool)
-        for k in keys:
-            sorted_k = k[order]
-            differs |= sorted_k[1:] != sorted_k[:-1]
-        starts = np.concatenate(([True], differs))  # (np.r_ costs several microseconds a call)
+        found = _sorted_rows(columns)
+        if found is not None:
+            order, starts = found
+        else:
+            keys = _row_keys(columns)
+            # Sorted by every column (stable: equal rows keep machine order), a class starts where a row differs.
+            order = np.lexsort(keys[::-1]) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
+            differs = np.zeros(max(len(order) - 1, 0), dtype=bool)
+            for k in keys:
+                sorted_k = k[order]
+                differs |= sorted_k[1:] != sorted_k[:-1]
+            starts = np.concatenate(([True], differs))  # (np.r_ costs several microseconds a call)
         first = order[starts]
         of_machine = np.empty(len(order), dtype=np.int64)
         of_machine[order] = np.cumsum(starts) - 1
@@ -213,45 +217,31 @@ class MachineGroups:
 #: Below this magnitude every integer is a float64 exactly, and comparing two values as floats is
 #: comparing them as they are.
 _EXACT = 2.0**53
-#: Up to how many values (columns × machines) `_joint_keys` ranks them all in one sort: beyond, one
-#: sort of everything costs more than the per-column passes (17 columns of 1,000 machines: 1.1 ms
-#: against 0.16 ms; of 128: 65 µs against 110 µs).
+#: Up to how many values (columns × machines) `_sorted_rows` sorts the columns as they are, in one
+#: lexsort: beyond, the packed keys of `_row_keys` sort faster (17 columns of 1,000 machines: one sort of
+#: every value 1.1 ms against 0.16 ms).
 _JOINT_MAX_VALUES = 4096
 
 
-def _joint_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray] | None:
-    """`_row_keys` for the usual columns (no NaN, every value below 2**53 in magnitude) in a handful of
-    numpy calls rather than several per column: every value is ranked among all the columns' values at
-    once (one sort for all; ranks among the union keep each column's order and equality), and the ranks
-    are packed as many columns to a key as their common radix allows. The simulator's rounds group a
-    hundred machines by a dozen columns each phase 1, thousands of times a run, where the per-column
-    calls were most of the grouping. None where the ranks would not stand for the values: a NaN (equal
-    to nothing), or an integer a float64 cannot hold exactly (`_row_keys` takes those as they are)."""
+def _sorted_rows(columns: list[NDArray[np.float64] | IntArray]) -> tuple[IntArray, BoolArray] | None:
+    """The machines sorted by the usual columns (no NaN, every value below 2**53 in magnitude; of a small
+    cluster, `_JOINT_MAX_VALUES`) as they are, first column first (stable: equal rows keep machine order),
+    and where each row differs from the one before it (True for the first): one lexsort of the columns
+    as one float array (they compare as floats exactly) and one comparison, where ranking them into packed
+    keys (`_row_keys`) took a dozen numpy calls more. The simulator's rounds group a hundred machines by
+    a handful of columns each phase 1, thousands of times a run. None where the floats would not stand
+    for the values: a NaN (equal to nothing), or an integer a float64 cannot hold exactly."""
     if not columns or len(columns) * len(columns[0]) > _JOINT_MAX_VALUES:
         return None
     values = np.array(columns, dtype=np.float64)  # (column, machine)
     if values.ndim != 2 or values.size == 0 or not (np.abs(values) < _EXACT).all():  # (False for NaN)
         return None
-    # Each value's rank among the distinct values (what np.unique's inverse is, without its wrapper).
-    flat = values.ravel()
-    order = np.argsort(flat)
-    ordered = flat[order]
-    new = np.empty(len(flat), dtype=bool)
-    new[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    ranks = np.cumsum(new)
-    flat_codes = np.empty(len(flat), dtype=np.int64)
-    flat_codes[order] = ranks - 1
-    codes = flat_codes.reshape(values.shape)
-    radix, per_key = int(ranks[-1]), 1
-    while per_key < len(codes) and radix ** (per_key + 1) < 2**62:
-        per_key += 1
-    keys: list[IntArray] = []
-    for a in range(0, len(codes), per_key):
-        chunk = codes[a:a + per_key]
-        weights = np.array([radix ** k for k in range(len(chunk) - 1, -1, -1)], dtype=np.int64)
-        keys.append(weights @ chunk)
-    return keys
+    order = np.lexsort(values[::-1])
+    ordered = values[:, order]
+    starts = np.empty(len(order), dtype=bool)
+    starts[0] = True
+    np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])
+    return order, starts
 
 
 def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
@@ -260,10 +250,7 @@ def _row_keys(columns: list[NDArray[np.float64] | IntArray]) -> list[IntArray]:
     counts, and sorting by 17 columns of 12,500 machines one pass per column cost more than the rest of
     the grouping. Each column becomes its values' ranks (integers: less their minimum; floats: their
     rank among the distinct values). A float column with a NaN (NaN equals nothing) or integers too far
-    apart is kept as it is, as a key of its own."""
-    joint = _joint_keys(columns)
-    if joint is not None:
-        return joint
+    apart is kept as it is, as a key of its own. (For the columns `_sorted_rows` does not sort.)"""
     keys: list[IntArray] = []
     packed: IntArray | None = None
     radix_so_far = 1
