@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter, not_
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest
 from disagg.placement import phase_device, phase_one
@@ -73,6 +73,31 @@ class _RoundJobCache:
     last_request: object = None
     last_parts: tuple[dict[str, int], tuple[object, ...]] = ({}, ())
     importance: dict[float, float] = field(default_factory=dict)
+
+
+class _Places(Sequence[Job]):
+    """The jobs at some places of the queue (`ordered[places[i]]`), each read when asked for: a round's
+    re-admission walks thousands of places each iteration and reads the jobs up to its tail only."""
+
+    __slots__ = ("_ordered", "_places")
+
+    def __init__(self, ordered: list[Job], places: list[int]) -> None:
+        self._ordered = ordered
+        self._places = places
+
+    def __len__(self) -> int:
+        return len(self._places)
+
+    @overload
+    def __getitem__(self, i: int) -> Job: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Job]: ...
+
+    def __getitem__(self, i: int | slice) -> Job | list[Job]:
+        if isinstance(i, slice):
+            return list(map(self._ordered.__getitem__, self._places[i]))
+        return self._ordered[self._places[i]]
 
 
 @dataclass
@@ -257,39 +282,44 @@ class FlowPlacer:
         # of a long queue on a full cluster) by its requests'; what the tail's other jobs were refused
         # for is final, written now.
         kept = [k for k in range(split) if refused[ordered[late[k]].name].reason is contention]
-        positions = list(map(late.__getitem__, kept))
-        codes = list(map(head_codes.__getitem__, kept))
         tail_codes = rnd.tail_codes
-        if tail_codes:
-            still = {a: r.reason is contention for a, r in rnd.tail_said.items()}
-            # (Usually every request of the last walk is still refused for contention: then so is the
-            # whole tail, without a look at each of its jobs.)
-            mask = None if all(still.values()) else list(map(still.__getitem__, tail_codes))
-            if mask is None or all(mask):
-                positions += late[split:]
-                codes += tail_codes
-            else:  # (some request's refusal is final: the tail's jobs asking it are refused for good)
-                final = Tail(0, rnd.tail_said, list(compress(tail_codes, map(not_, mask))))
-                final.write(list(map(ordered.__getitem__, compress(late[split:], map(not_, mask)))), refused)
-                positions += compress(late[split:], mask)
-                codes += compress(tail_codes, mask)
+        still = {a: r.reason is contention for a, r in rnd.tail_said.items()}
+        # (Usually every request of the last walk is still refused for contention: then so is the whole
+        # tail, without a look at each of its jobs; and usually so is every job of the head: then the jobs
+        # to walk are `late` as it is, not a copy of its thousands of places.)
+        mask = None if all(still.values()) else list(map(still.__getitem__, tail_codes))
+        positions: list[int]
+        if mask is None or all(mask):
+            if len(kept) == split:
+                positions, codes = late, head_codes + tail_codes if head_codes else tail_codes
+            else:
+                positions = [*map(late.__getitem__, kept), *late[split:]]
+                codes = [*map(head_codes.__getitem__, kept), *tail_codes]
+        else:  # (some request's refusal is final: the tail's jobs asking it are refused for good)
+            final = Tail(0, rnd.tail_said, list(compress(tail_codes, map(not_, mask))))
+            final.write(list(map(ordered.__getitem__, compress(late[split:], map(not_, mask)))), refused)
+            positions = [*map(late.__getitem__, kept), *compress(late[split:], mask)]
+            codes = [*map(head_codes.__getitem__, kept), *compress(tail_codes, mask)]
         # (Walked: jobs refused for contention once mostly are again, which the walk's memo of
         # refusals answers without a look; the head would stop at the first.)
         # The refusals go straight into the round's (every job walked is in it already), but for the
-        # walk's tail.
-        more, _, tail = admit_deferred(rnd.state, list(map(ordered.__getitem__, positions)), vectorised=False,
+        # walk's tail. (The jobs as a view of the queue: the walk reads those up to its tail only.)
+        more, _, tail = admit_deferred(rnd.state, _Places(ordered, positions), vectorised=False,
                                        asks=rnd.cache.asks, refused=refused, codes=codes)
         fresh = [positions[k] for k in more]
         for i in fresh:
             refused.pop(ordered[i].name, None)  # (a job of an earlier tail has none)
-        taken = set(more)
         end = len(positions) if tail is None else tail.start
-        rnd.late = [i for k, i in enumerate(positions[:end]) if k not in taken] if taken else positions[:end]
-        rnd.head_codes = [a for k, a in enumerate(codes[:end]) if k not in taken] if taken else codes[:end]
-        rnd.tail_from = len(rnd.late)
+        if more:
+            taken = set(more)
+            rnd.late = [i for k, i in enumerate(positions[:end]) if k not in taken]
+            rnd.head_codes = [a for k, a in enumerate(codes[:end]) if k not in taken]
+            rnd.tail_from = len(rnd.late)
+            if tail is not None:
+                rnd.late += positions[end:]
+        else:  # (nothing taken: the same places, the walk's tail from `end` on)
+            rnd.late, rnd.head_codes, rnd.tail_from = positions, codes[:end], end
         rnd.tail_said, rnd.tail_codes = ({}, []) if tail is None else (tail.said, tail.codes)
-        if tail is not None:
-            rnd.late += positions[end:]
         return fresh
 
     def _warm(self, rnd: FlowRound, pending: list[RoundJob]) -> list[RoundJob]:
