@@ -70,6 +70,10 @@ from disagg.profiles import expected_s
 
 BoolArray = NDArray[np.bool_]
 
+#: `SloGuard.NONE` and `SloGuard.TRAFFIC` as ints (`DRMaestroNACostModel.postponement`).
+_GUARD_NONE = int(SloGuard.NONE)
+_GUARD_TRAFFIC = int(SloGuard.TRAFFIC)
+
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
 #: The largest preference P an arc to a machine or a remote device carries (phase 1: P_LOCAL plus the
@@ -473,8 +477,11 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """`cost.postponement(φ, τ)` where φ > τ and the job is held back for it: for any miss
         (`SloGuard.ALL`), or only where the traffic of others makes the miss, i.e. where φ with no such
         traffic would meet τ (`SloGuard.TRAFFIC`); nothing elsewhere (waiting cannot help there)."""
-        held: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
-        traffic = np.asarray(guard) == SloGuard.TRAFFIC
+        # (The guards as plain integers: an enum member read off its class is a Python-level lookup, and
+        # every arc pricing of a round asks this.)
+        guards = np.asarray(guard)
+        held: BoolArray = (phi_s > tau) & (guards != _GUARD_NONE)
+        traffic = guards == _GUARD_TRAFFIC
         if (held & traffic).any():
             by_others = phi_s if others is None else others()
             held &= ~traffic | ((quiet() <= tau) & (by_others > tau))
