@@ -283,3 +283,17 @@ def test_a_column_of_zeros_changes_no_machine_class(case: tuple[list[np.ndarray]
         padded.insert(min(i, len(padded)), np.zeros(len(rack), dtype=np.int64))
     a, b = MachineGroups.of(columns, rack), MachineGroups.of(padded, rack)
     assert (a.of_machine.tolist(), a.first.tolist(), a.members) == (b.of_machine.tolist(), b.first.tolist(), b.members)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 20), st.integers(1, 5), st.integers(0, 3)), max_size=20))
+def test_offer_lists_of_lists_are_flow_lists_of_the_arrays(arcs: list[tuple[int, int, int, int]]) -> None:
+    """`phase_one._offer_lists` (a small cluster's split, its arcs as lists) orders and groups the arcs as
+    `flow_lists` does the same arcs as arrays (ties of cost in the order given)."""
+    from disagg.placement.jobstate import flow_lists
+    from disagg.placement.phase_one import _offer_lists
+
+    tails, heads, flows, costs = ([a[k] for a in arcs] for k in range(4))
+    got = _offer_lists(tails, heads, flows, costs)
+    want = flow_lists(*(np.array(x, dtype=np.int64) for x in (tails, heads, costs, flows)))
+    assert got == want and list(got) == list(want)

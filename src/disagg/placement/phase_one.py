@@ -71,6 +71,8 @@ NEVER = np.iinfo(np.int64).max
 
 #: Arcs as arrays: tails, heads, capacities, costs.
 Arcs = tuple[IntArray, IntArray, IntArray, IntArray]
+#: Per tail node, its [machine, tasks] pairs with flow, cheapest first (`jobstate.flow_lists`).
+OfferLists = dict[int, list[list[int]]]
 
 
 @dataclass
@@ -847,10 +849,10 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     assert groups is not None
     f_pref, f_shared = within_capacity(len(groups.first), cls, phase.pricing, pref, shared,
                                        flows[net.block("class->machine")], flows[net.block("X->machine")])
-    pref, f_pref, shared, f_shared = split(state, cls, phase.pricing, pref, f_pref, shared, f_shared)
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
-    direct = {c: Offers(x) for c, x in flow_lists(pref[0], pref[1], pref[3], f_pref).items()}
-    common = {g: Offers(x) for g, x in flow_lists(shared[0], shared[1], shared[3], f_shared).items()}
+    by_class, by_shape = split(state, cls, phase.pricing, pref, f_pref, shared, f_shared)
+    direct = {c: Offers(x) for c, x in by_class.items()}
+    common = {g: Offers(x) for g, x in by_shape.items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
     # A class without flow on its own arcs (most) draws from its shape's list only. Looked up for the
     # classes whose jobs the flow placed (a full cluster's phase sends most of its classes to U).
@@ -930,9 +932,10 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
 
 
 def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], f_pref: IntArray,
-          shared: tuple[IntArray, ...], f_shared: IntArray) -> tuple[Arcs, IntArray, Arcs, IntArray]:
-    """The flows to machine classes split back over their machines, as arcs to machines (tails, machines,
-    caps, costs) with their flows. The classes' own arcs first (in class order), then the aggregators';
+          shared: tuple[IntArray, ...], f_shared: IntArray) -> tuple[OfferLists, OfferLists]:
+    """The flows to machine classes split back over their machines, as the decoder's lists of them: per
+    class its own arcs' machines with their tasks, per shape its aggregator's, cheapest first (as
+    `flow_lists` orders the arcs to machines). The classes' own arcs first (in class order), then the aggregators';
     each takes a class's machines in order (`_Splitter`): first only as many tasks as a machine's own
     free devices serve (as the per-machine network's free machine → sink arc had it), then up to its fit.
     Flow that finds no machine left (shapes that fit differently sharing a class) is dropped: the
@@ -970,12 +973,14 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
         return (t, h, f, c), f
 
     (pref_m, f_pref_m), (shared_m, f_shared_m) = arrays(out[0]), arrays(out[1])
-    return pref_m, f_pref_m, shared_m, f_shared_m
+    return (flow_lists(pref_m[0], pref_m[1], pref_m[3], f_pref_m),
+            flow_lists(shared_m[0], shared_m[1], shared_m[3], f_shared_m))
 
 
 def _split_lists(state: FreeState, cls: Classes, pricing: Pricing, todo: list[list[list[int]]]
-                 ) -> tuple[Arcs, IntArray, Arcs, IntArray]:
-    """`split`'s passes over the arcs left to split (`todo`, per part) with `_ListSplitter`."""
+                 ) -> tuple[OfferLists, OfferLists]:
+    """`split`'s passes over the arcs left to split (`todo`, per part) with `_ListSplitter`, and its lists
+    made from them as they are (a few dozen arcs to machines: no arrays)."""
     splitter = _ListSplitter(state, cls, pricing)
     out: list[tuple[list[int], list[int], list[int], list[int]]] = [([], [], [], []), ([], [], [], [])]
     for local_only in (True, False):
@@ -983,13 +988,20 @@ def _split_lists(state: FreeState, cls: Classes, pricing: Pricing, todo: list[li
             for arc in arcs_left:
                 if arc[4] > 0:
                     arc[4] = splitter.take(arc, local_only, part)
-    found: list[tuple[Arcs, IntArray]] = []
-    for tails, machines, flows, costs in out:
-        f = np.array(flows, dtype=np.int64)
-        found.append(((np.array(tails, dtype=np.int64), np.array(machines, dtype=np.int64), f,
-                       np.array(costs, dtype=np.int64)), f))
-    (pref_m, f_pref_m), (shared_m, f_shared_m) = found
-    return pref_m, f_pref_m, shared_m, f_shared_m
+    (pref, shared) = (_offer_lists(*part) for part in out)
+    return pref, shared
+
+
+def _offer_lists(tails: list[int], heads: list[int], flows: list[int], costs: list[int]) -> OfferLists:
+    """`flow_lists` of arcs given as lists, every flow positive (the splitter's): per tail its [head,
+    flow] pairs by cost, arcs of equal cost in the order given (as its stable sort by tail, then cost)."""
+    out: OfferLists = {}
+    for i in sorted(range(len(tails)), key=lambda i: (tails[i], costs[i])):
+        found = out.get(tails[i])
+        if found is None:
+            found = out[tails[i]] = []
+        found.append([heads[i], flows[i]])
+    return out
 
 
 def tasks_left(cap: FloatArray) -> IntArray:
