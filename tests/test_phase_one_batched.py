@@ -97,3 +97,29 @@ def test_machine_costs_are_each_shapes_own(policy: str, monkeypatch: pytest.Monk
     _simulate(policy)
     assert seen["several"] >= 1 and seen["shapes"] > seen["several"]
     assert seen["held"] >= 1 if policy == "drmaestro-na" else seen["held"] == 0
+
+
+@pytest.mark.parametrize("policy", ["drmaestro-na", "firmament"])
+def test_capped_arcs_are_within_capacitys_cut(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small cluster's decoder cuts the flows to machine classes in Python (`_capped_arcs`) as
+    `within_capacity` does over every arc: the same arcs with flow, in order, with the same cut flows."""
+    from disagg.placement import phase_one
+
+    capped = phase_one._capped_arcs
+    seen = {"phases": 0}
+
+    def checked(n, cls, pricing, pref, shared, f_pref, f_shared):  # type: ignore[no-untyped-def]
+        got = capped(n, cls, pricing, pref, shared, f_pref, f_shared)
+        c_pref, c_shared = phase_one.within_capacity(n, cls, pricing, pref, shared, f_pref, f_shared)
+        class_shape = {c: g for g, members in enumerate(cls.shapes) for c in members}
+        want = [[[t, class_shape[t], node, cost, f] for t, node, cost, f in
+                 zip(pref[0].tolist(), pref[1].tolist(), pref[3].tolist(), c_pref.tolist(), strict=True) if f],
+                [[t, t, node, cost, f] for t, node, cost, f in
+                 zip(shared[0].tolist(), shared[1].tolist(), shared[3].tolist(), c_shared.tolist(), strict=True) if f]]
+        assert got == want
+        seen["phases"] += 1
+        return got
+
+    monkeypatch.setattr(phase_one, "_capped_arcs", checked)
+    _simulate(policy)
+    assert seen["phases"] >= 1

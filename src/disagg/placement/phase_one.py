@@ -847,10 +847,14 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     pref, shared = phase.arcs["preferred"], phase.arcs["shared"]
     groups = phase.pricing.groups
     assert groups is not None
-    f_pref, f_shared = within_capacity(len(groups.first), cls, phase.pricing, pref, shared,
-                                       flows[net.block("class->machine")], flows[net.block("X->machine")])
+    f_pref, f_shared = flows[net.block("class->machine")], flows[net.block("X->machine")]
     # Per class its preferred machines with flow, then per shape its machines, cheapest first.
-    by_class, by_shape = split(state, cls, phase.pricing, pref, f_pref, shared, f_shared)
+    if state.n_machines <= LIST_SPLIT_MAX:
+        todo = _capped_arcs(len(groups.first), cls, phase.pricing, pref, shared, f_pref, f_shared)
+        by_class, by_shape = _split_lists(state, cls, phase.pricing, todo)
+    else:
+        f_pref, f_shared = within_capacity(len(groups.first), cls, phase.pricing, pref, shared, f_pref, f_shared)
+        by_class, by_shape = split(state, cls, phase.pricing, pref, f_pref, shared, f_shared)
     direct = {c: Offers(x) for c, x in by_class.items()}
     common = {g: Offers(x) for g, x in by_shape.items()}
     shape_of = dict(zip(phase.arcs["to_shape"][0].tolist(), phase.arcs["to_shape"][1].tolist(), strict=True))
@@ -931,6 +935,43 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     return cut, cut_shared
 
 
+def _capped_arcs(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], shared: tuple[IntArray, ...],
+                 f_pref: IntArray, f_shared: IntArray) -> list[list[list[int]]]:
+    """`within_capacity`'s cut and `split`'s arcs to split in one pass over the arcs with flow, in Python
+    integers: per part (the classes' own arcs, the aggregators'), [tail, shape, machine class, cost, flow]
+    of each arc whose cut flow is positive, in arc order. A small cluster's phase (`LIST_SPLIT_MAX`) has a
+    few dozen arcs with flow, where the cut's twenty numpy calls over every arc cost more. As the cut: per
+    (shape, machine class), a class's own arc carries what the shape's fit there leaves after the flows of
+    the earlier arcs there (as the flow had them), the aggregator what the own arcs' cut flows leave."""
+    class_shape = [0] * len(cls.representative)
+    for g, members in enumerate(cls.shapes):
+        for c in members:
+            class_shape[c] = g
+    fits = [pricing.group_fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]
+    before: dict[int, int] = {}  # per (shape, machine class): the flows of its earlier own arcs
+    direct: dict[int, int] = {}  # per (shape, machine class): what its own arcs carry once cut
+    own: list[list[int]] = []
+    nz = np.nonzero(f_pref)[0]
+    for t, node, cost, f in zip(pref[0][nz].tolist(), pref[1][nz].tolist(), pref[3][nz].tolist(), f_pref[nz].tolist(),
+                                strict=True):
+        g = class_shape[t]
+        key = g * n + node
+        earlier = before.get(key, 0)
+        before[key] = earlier + f
+        cut = min(f, max(int(fits[g][node]) - earlier, 0))
+        if cut:
+            direct[key] = direct.get(key, 0) + cut
+            own.append([t, g, node, cost, cut])
+    through: list[list[int]] = []
+    nz = np.nonzero(f_shared)[0]
+    for g, node, cost, f in zip(shared[0][nz].tolist(), shared[1][nz].tolist(), shared[3][nz].tolist(),
+                                f_shared[nz].tolist(), strict=True):
+        cut = min(f, max(int(fits[g][node]) - direct.get(g * n + node, 0), 0))
+        if cut:
+            through.append([g, g, node, cost, cut])
+    return [own, through]
+
+
 def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], f_pref: IntArray,
           shared: tuple[IntArray, ...], f_shared: IntArray) -> tuple[OfferLists, OfferLists]:
     """The flows to machine classes split back over their machines, as the decoder's lists of them: per
@@ -951,7 +992,7 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
         todo.append([[t, shape_of[t] if shape_of is not None else t, node, cost, f] for t, node, cost, f in
                      zip(arcs[0][nz].tolist(), arcs[1][nz].tolist(), arcs[3][nz].tolist(), flows[nz].tolist(),
                          strict=True)])
-    if state.n_machines <= LIST_SPLIT_MAX:
+    if state.n_machines <= LIST_SPLIT_MAX:  # (the decoder goes there itself: `_capped_arcs`)
         return _split_lists(state, cls, pricing, todo)
     splitter = _Splitter(state, cls, pricing)
     out: list[list[tuple[int, IntArray, int, IntArray]]] = [[], []]
