@@ -92,11 +92,11 @@ def test_the_list_split_hands_out_what_the_machine_by_machine_walk_did(case: tup
     assert isinstance(left, list) and isinstance(local, dict) and isinstance(arcs, list)
     splitter = object.__new__(_ListSplitter)
     order = np.array([m for ms in members for m in ms], dtype=np.int64)
-    splitter.members = Spans(order, [0, *np.cumsum([len(ms) for ms in members]).tolist()])
+    splitter.order, splitter.bounds = Spans(order, [0, *np.cumsum([len(ms) for ms in members]).tolist()]).lists()
     splitter.room = [list(r) for r in room]
-    splitter.wants = [sorted(w) for w in wants]
     splitter.left = list(left)
     splitter.local = {k: list(v) for k, v in local.items()}
+    splitter.wants = [[(splitter.local[k], n) for k, n in sorted(w)] for w in wants]
     mine = [list(a) for a in arcs]
     got: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
     for local_only in (True, False):

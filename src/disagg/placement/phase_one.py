@@ -144,6 +144,10 @@ class Spans(Sequence[IntArray]):
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
+    def lists(self) -> tuple[list[int], list[int]]:
+        """`order` as a list, and the bounds (for walking the spans in Python)."""
+        return self._order.tolist(), self._bounds
+
     @overload
     def __getitem__(self, i: int) -> IntArray: ...
 
@@ -1130,37 +1134,46 @@ class _ListSplitter:
 
     def __init__(self, state: FreeState, cls: Classes, pricing: Pricing) -> None:
         assert pricing.groups is not None
-        self.members = pricing.groups.member_arrays
+        #: The machine classes' machines in order, one list (class i: `order[bounds[i]:bounds[i + 1]]`).
+        self.order, self.bounds = pricing.groups.member_arrays.lists()
         reps = [cls.representative[members[0]] for members in cls.shapes]
         self.room = [pricing.fit[id(rep.shape)].astype(np.int64).tolist() for rep in reps]
-        self.wants = [sorted(rep.wants.items()) for rep in reps]
+        wants = [sorted(rep.wants.items()) for rep in reps]
         min_cpu = min(js.cpus for js in cls.representative)
         min_mem = min(js.memory_gb for js in cls.representative)
         with np.errstate(divide="ignore", invalid="ignore"):
             cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
         self.left: list[int] = tasks_left(cap).tolist()
         # (Only the kinds some shape wants are ever read.)
-        kinds = {kind for wants in self.wants for kind, _ in wants}
+        kinds = {kind for wanted in wants for kind, _ in wanted}
         self.local: dict[str, list[int]] = {k: state.local_free(k).astype(np.int64).tolist() for k in kinds}
+        #: Per shape, (its kind's free local devices per machine, how many a task wants) per kind it wants.
+        self.wants = [[(self.local[kind], want) for kind, want in wanted] for wanted in wants]
 
     def take(self, arc: list[int], local_only: bool, out: tuple[list[int], list[int], list[int], list[int]]) -> int:
-        """`_Splitter.take`, appending each machine's share to `out` (tails, machines, tasks, costs)."""
+        """`_Splitter.take`, appending each machine's share to `out` (tails, machines, tasks, costs). (The
+        least of two as a comparison, not `min`: tens of thousands of them a simulated run.)"""
         tail, shape, node, cost, f = arc
-        left, room = self.left, self.room[shape]
-        wants = [(self.local[kind], want) for kind, want in self.wants[shape]]
+        left, room, wants, order = self.left, self.room[shape], self.wants[shape], self.order
         tails, machines, flows, costs = out
-        for m in self.members[node].tolist():
-            fit = min(left[m], room[m])
+        for at in range(self.bounds[node], self.bounds[node + 1]):
+            m = order[at]
+            fit, r = left[m], room[m]
+            if r < fit:
+                fit = r
             if local_only:
                 for local, want in wants:
-                    fit = min(fit, local[m] // want)
+                    r = local[m] // want
+                    if r < fit:
+                        fit = r
             if fit <= 0:
                 continue
-            n = min(fit, f)
+            n = fit if fit < f else f
             left[m] -= n
             room[m] -= n
             for local, want in wants:
-                local[m] -= min(local[m], n * want)
+                r, need = local[m], n * want
+                local[m] = r - (need if need < r else r)
             tails.append(tail)
             machines.append(m)
             flows.append(n)
