@@ -355,7 +355,9 @@ class FlowPlacer:
         keys = list(zip(map(id, map(attrgetter("tasks"), jobs)), map(attrgetter("network_gbps"), jobs),
                         map(attrgetter("image"), jobs), strict=True))
         firsts = dict(zip(keys, cold, strict=True))
-        stand_ins = {key: self._job_state(ordered[i], i, cache) for key, i in firsts.items()}
+        # (One call for them all: made one by one, each paid the loop's setup.)
+        stand_ins = dict(zip(firsts, self._job_states(map(ordered.__getitem__, firsts.values()), firsts.values(),
+                                                      cache), strict=True))
         failed = phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit,
                                         known)
         if failed:
