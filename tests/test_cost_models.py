@@ -114,6 +114,22 @@ def test_na_guard_follows_the_idle_cluster_whatever_the_wait() -> None:
     assert DRMaestroCostModel().slo_guard(state, one) == SloGuard.NONE
 
 
+def test_the_remote_supply_a_model_keeps_follows_the_free_state() -> None:
+    """What `task_to_machine_capacity` keeps of the remote devices in reach (per free state and version)
+    is what a fresh model works out: after a take of traffic, and in another state."""
+    state = FreeState(make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4))
+    js = job_state(make_job("nw", gpu=2, cpus=1, memory_gb=1))
+    local_free = {k: state.local_free(k) for k in state.kinds}
+    kept = DRMaestroCostModel()
+    assert kept.task_to_machine_capacity(state, js, local_free, js.gbps).tolist() == [3, 3]
+    journal = job_state(make_job("taker"))
+    assert state.take_traffic((0,), 5.0, journal)  # half of m0's uplink
+    fresh = DRMaestroCostModel().task_to_machine_capacity(state, js, local_free, js.gbps).tolist()
+    assert kept.task_to_machine_capacity(state, js, local_free, js.gbps).tolist() == fresh != [3, 3]
+    other = FreeState(make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4))
+    assert kept.task_to_machine_capacity(other, js, local_free, js.gbps).tolist() == [3, 3]
+
+
 def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices() -> None:
     cluster = make_cluster(machines=2, gpus=1, pools=1, pool_gpus=4)
     state = FreeState(cluster)

@@ -274,6 +274,13 @@ class DRMaestroCostModel:
     local_only = False
     guards_slo = False
 
+    def __init__(self) -> None:
+        #: `_reachable_supply` by (kinds, models, gbps), for one free state at one `version` (free devices
+        #: and link usage, all it reads): a round's phase 1 asks it for each shape, most of them alike,
+        #: and again in the next iteration when no device phase took anything in between.
+        self._supply: dict[tuple[object, ...], FloatArray] = {}
+        self._supply_of: tuple[FreeState | None, int] = (None, -1)
+
     # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
     # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
 
@@ -349,7 +356,7 @@ class DRMaestroCostModel:
         carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
         # Nor more remote devices than the other locations' uplinks (and, across racks, the racks'
         # uplinks) can serve at all.
-        carried = np.maximum(np.minimum(carried, _reachable_supply(state, t.kinds, t.models, min_gbps)), 0)
+        carried = np.maximum(np.minimum(carried, self._reachable(state, t.kinds, t.models, min_gbps)), 0)
         local = [(_own_free(state, js, k, local_free), t.wants(k)) for k in t.kinds]
         if len(local) == 1:  # one kind (the usual case): a closed form
             (own, want), = local
@@ -364,6 +371,18 @@ class DRMaestroCostModel:
                 break
             served[ok] = tasks
         return np.minimum(out, served)
+
+    def _reachable(self, state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
+                   ) -> FloatArray:
+        """`_reachable_supply`, kept while `state` stays at its `version` (read-only: shared)."""
+        if self._supply_of[0] is not state or self._supply_of[1] != state.version:
+            self._supply.clear()
+            self._supply_of = (state, state.version)
+        key = (kinds, tuple(models.items()), gbps)
+        found = self._supply.get(key)
+        if found is None:
+            found = self._supply[key] = _reachable_supply(state, kinds, models, gbps)
+        return found
 
     def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
         return None, state.all_machines
