@@ -303,11 +303,17 @@ def classify(jobs: list[RoundJob]) -> Classes:
                     map(attrgetter("guard"), jobs), strict=True))
     # Classes are numbered as they first appear; each is represented by its first job. Each job's key is
     # hashed once: it maps to the place of the first job with that key (`count` runs along the jobs),
-    # and those places, sorted, are the classes in order of appearance.
+    # and those places, in the dict's order (that of their first appearance), are the classes. (Not
+    # `np.unique` of the places: its wrapper cost more than this on a phase's few dozen jobs.)
     seen: dict[tuple[object, ...], int] = {}
-    first_at = np.fromiter(map(seen.setdefault, keys, itertools.count()), dtype=np.int64, count=len(keys))
-    firsts, of_job = np.unique(first_at, return_inverse=True)
-    reps = list(map(jobs.__getitem__, firsts.tolist()))
+    first_at = list(map(seen.setdefault, keys, itertools.count()))
+    firsts = list(seen.values())
+    if len(firsts) == len(first_at):  # every job a class of its own (most phases)
+        of_job = np.arange(len(first_at), dtype=np.int64)
+    else:
+        rank = {at: c for c, at in enumerate(firsts)}
+        of_job = np.fromiter(map(rank.__getitem__, first_at), dtype=np.int64, count=len(first_at))
+    reps = list(map(jobs.__getitem__, firsts))
     counts = column(jobs, "count", np.int64)
     tasks = np.bincount(of_job, weights=counts, minlength=len(reps)).astype(np.int64)
     shapes: dict[int, list[int]] = {}
