@@ -77,23 +77,44 @@ OfferLists = dict[int, list[list[int]]]
 
 @dataclass
 class ArcBuffer:
-    """Arcs gathered piece by piece, joined into arrays once."""
+    """Arcs gathered piece by piece, joined into arrays once: as arrays (`add`), or a few at a time as
+    Python integers (`add_rows`: a shape of one class adds one arc to its aggregator and a few to its
+    machines, thousands of times a simulated run), kept in lists until the next array or the join."""
 
     tails: list[IntArray] = field(default_factory=list)
     heads: list[IntArray] = field(default_factory=list)
     caps: list[IntArray] = field(default_factory=list)
     costs: list[IntArray] = field(default_factory=list)
+    #: The arcs added by `add_rows` since the last array: tails, heads, caps, costs.
+    rows: tuple[list[int], list[int], list[int], list[int]] = field(default_factory=lambda: ([], [], [], []))
 
     def add(self, tails: IntArray, heads: IntArray, caps: IntArray, costs: IntArray) -> None:
+        self._flush()
         self.tails.append(tails)
         self.heads.append(heads)
         self.caps.append(caps)
         self.costs.append(costs)
 
+    def add_rows(self, tails: list[int], heads: list[int], caps: list[int], costs: list[int]) -> None:
+        """Arcs as lists of Python integers, after those added so far."""
+        rows = self.rows
+        rows[0].extend(tails)
+        rows[1].extend(heads)
+        rows[2].extend(caps)
+        rows[3].extend(costs)
+
+    def _flush(self) -> None:
+        """The arcs of `add_rows` as one array piece, in their place among the pieces."""
+        if self.rows[0]:
+            for pieces, values in zip((self.tails, self.heads, self.caps, self.costs), self.rows, strict=True):
+                pieces.append(np.array(values, dtype=np.int64))
+            self.rows = ([], [], [], [])
+
     def arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
         def cat(xs: list[IntArray]) -> IntArray:
             return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, dtype=np.int64)
 
+        self._flush()
         return cat(self.tails), cat(self.heads), cat(self.caps), cat(self.costs)
 
 
@@ -655,8 +676,7 @@ def _price_one_class(pricing: Pricing, g: int, c: int, cls: Classes, cand: Candi
     row = arcs.cost[0]
     offset = int((row - head.proxy).max(initial=_INT64_MIN))
     tasks = int(cls.tasks[c])
-    pricing.to_shape.add(np.array([c], dtype=np.int64), np.array([g], dtype=np.int64),
-                         np.array([tasks], dtype=np.int64), np.array([max(offset, 0)], dtype=np.int64))
+    pricing.to_shape.add_rows([c], [g], [tasks], [max(offset, 0)])
     n_pref = min(PREFERRED, len(row))
     top = np.argpartition(row, n_pref - 1)[:n_pref] if n_pref < len(row) else np.arange(len(row))
     top_cost = row[top].tolist()
@@ -677,9 +697,9 @@ def _price_one_class(pricing: Pricing, g: int, c: int, cls: Classes, cand: Candi
         cap = min(per_machine * min(max(PREFERRED - before[k], 0), n), tasks)
         if top_cost[k] < NEVER and cap > 0 and (offset > 0 or n == 1):
             kept.append((nodes[k], cap, top_cost[k]))
-    columns = [np.array(col, dtype=np.int64) for col in zip(*kept, strict=True)] if kept else [
-        np.zeros(0, dtype=np.int64)] * 3
-    pricing.preferred.add(np.full(len(kept), c, dtype=np.int64), *columns)
+    if kept:
+        machines, caps, costs = map(list, zip(*kept, strict=True))
+        pricing.preferred.add_rows([c] * len(kept), machines, caps, costs)
     pricing.min_cost[c] = row.min()
     if arcs.hold is not None and (arcs.hold[0] > 0).any():
         pricing.min_unheld[c] = (row - arcs.hold[0]).min()
