@@ -131,14 +131,25 @@ class RoundJob:
         self.held_failure = None
 
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
-        state.rollback(self)
-        self.failed_on = tuple(self.machines)
-        self.machines = []
-        self.grants = []
+        self.fail_as(state, (reason, message))
+
+    def fail_as(self, state: FreeState, failure: tuple[Reason, str]) -> None:
+        """`fail`, with the failure as one tuple: a phase that fails many jobs alike shares one (a
+        server-centric round fails hundreds of jobs each iteration, most of them holding nothing: what
+        they would give back and drop is looked at before anything is called or made)."""
+        if self.taken_cpu or self.taken_devices or self.taken_traffic:
+            state.rollback(self)
+        if self.machines:
+            self.failed_on = tuple(self.machines)
+            self.machines = []
+        else:
+            self.failed_on = ()
+        if self.grants:
+            self.grants = []
         self.remote = 0
         self.slo_risk = False
         self.slo_held = False
-        self.failure = (reason, message)
+        self.failure = failure
 
 
 @dataclass

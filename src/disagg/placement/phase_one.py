@@ -743,7 +743,7 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     keys = list(zip(map(id, map(attrgetter("job.tasks"), jobs)), gbps, strict=True))
     said = {key: costs.why_no_machine(state, js) for key, js in dict(zip(keys, jobs, strict=True)).items()}
     for js, key in zip(jobs, keys, strict=True):
-        js.fail(state, *said[key])
+        js.fail_as(state, said[key])
     return True
 
 
