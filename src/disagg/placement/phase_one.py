@@ -903,7 +903,7 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
     # (As lists: a full cluster's round explains hundreds of jobs, and numpy's scalar reads cost more.)
     pricing = phase.pricing
     min_cost, u_cost, min_unheld = pricing.min_cost.tolist(), phase.u_cost.tolist(), pricing.min_unheld.tolist()
-    said: dict[int, str] = {}
+    said: dict[int, tuple[Reason, str]] = {}
     for i, (js, c, sent, count) in enumerate(zip(jobs, cls.of_job.tolist(), to_class.tolist(), cls.counts.tolist(),
                                                  strict=True)):
         if sent < count:
@@ -1332,12 +1332,14 @@ class LocalClaims:
 
 
 def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostModel,
-            pricing: Pricing | None = None, unheld: int = NEVER, said: dict[int, str] | None = None) -> None:
+            pricing: Pricing | None = None, unheld: int = NEVER, said: dict[int, tuple[Reason, str]] | None = None
+            ) -> None:
     """Why the flow sent (some of) a job's tasks to U: the cost model offered it no machine, waiting
     was cheaper (only because of the SLO's postponement: `unheld`, its best cost without it), its gang
     does not fit in what was free when the round began, or jobs ahead of it took what fits. `said`: the
-    contention messages said so far, by request (`id` of the job's `TaskRequest`; the decoder's, for one
-    phase: a full cluster's phase explains hundreds of jobs asking the same few things)."""
+    contention failures said so far, by request (`id` of the job's `TaskRequest`; the decoder's, for one
+    phase: a full cluster's phase explains hundreds of jobs asking the same few things, and its jobs
+    share the failure)."""
     if best == NEVER:
         js.fail(state, *costs.why_no_machine(state, js))
     elif best >= u_cost > unheld:
@@ -1351,12 +1353,13 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
         # Not contention: the machines could not take the whole gang before any job of the round took anything.
         _gang_short(state, js, pricing, costs)
     else:
-        message = None if said is None else said.get(id(js.job.tasks))
-        if message is None:
-            message = f"needs {request(js.job)}; what fits went to jobs ahead of it in the queue this round"
+        failure = None if said is None else said.get(id(js.job.tasks))
+        if failure is None:
+            failure = (Reason.CONTENTION,
+                       f"needs {request(js.job)}; what fits went to jobs ahead of it in the queue this round")
             if said is not None:
-                said[id(js.job.tasks)] = message
-        js.fail(state, Reason.CONTENTION, message)
+                said[id(js.job.tasks)] = failure
+        js.fail_as(state, failure)
 
 
 def _gang_short(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
