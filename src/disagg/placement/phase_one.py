@@ -150,6 +150,9 @@ class Pricing:
     groups: MachineGroups | None = None
     #: Per shape (by `id`), per machine class: how many of its tasks the class's machines take together.
     group_fit: dict[int, IntArray] = field(default_factory=dict)
+    #: Per machine, how many of the round's smallest tasks its cpus and memory hold (`task_room`), as the
+    #: build found it (the decoder splits in the same state).
+    room: FloatArray | None = None
 
 
 class Spans(Sequence[IntArray]):
@@ -831,10 +834,7 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     and each is bounded by that capacity alone."""
     # Every job of a class has its representative's request: the classes stand for the jobs here.
     reps = cls.representative
-    min_cpu = min(js.cpus for js in reps)
-    min_mem = min(js.memory_gb for js in reps)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+    cap = pricing.room = task_room(state, reps)
     if pricing.fit:
         cap = np.minimum(cap, reduce(np.maximum, pricing.fit.values()))
     groups = pricing.groups
@@ -853,9 +853,24 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
     local_total = sum(state.local_free(k) for k in state.local_kinds or state.kinds[:1])
     slots = np.minimum(groups.total(np.minimum(np.floor(local_total / want_mean).astype(np.int64), machine_cap)),
                        group_cap)
-    net.add_arcs("machine->sink", mach0 + used, sink, slots[used], 0)
-    net.add_arcs("machine->sink:spill", mach0 + used, sink, group_cap[used] - slots[used],
+    nodes, free_slots = mach0 + used, slots[used]
+    net.add_arcs("machine->sink", nodes, sink, free_slots, 0)
+    net.add_arcs("machine->sink:spill", nodes, sink, group_cap[used] - free_slots,
                  max(1, int(median(pricing.surcharges))))
+
+
+def task_room(state: FreeState, reps: list[RoundJob]) -> FloatArray:
+    """Per machine, how many of the smallest tasks of `reps` its free cpus and memory hold (floats: a
+    task of no cpus or memory divides by zero). (Without `np.errstate` where nothing can: each phase 1
+    asks twice, building and splitting.)"""
+    min_cpu = min(js.cpus for js in reps)
+    min_mem = min(js.memory_gb for js in reps)
+    if min_cpu > 0 and min_mem > 0:
+        out: FloatArray = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+    return out
 
 
 def median(values: list[int]) -> float:
@@ -1096,10 +1111,7 @@ class _Splitter:
         #: Per shape, per machine: how many more of its tasks the machine takes (its fit, less those given).
         self.room = [pricing.fit[id(rep.shape)].astype(np.int64) for rep in reps]
         self.wants = [sorted(rep.wants.items()) for rep in reps]
-        min_cpu = min(js.cpus for js in cls.representative)
-        min_mem = min(js.memory_gb for js in cls.representative)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+        cap = task_room(state, cls.representative) if pricing.room is None else pricing.room
         self.left: IntArray = tasks_left(cap)
         self.local: dict[str, IntArray] = {k: state.local_free(k).astype(np.int64) for k in state.kinds}
 
@@ -1165,10 +1177,8 @@ class _ListSplitter:
         reps = [cls.representative[members[0]] for members in cls.shapes]
         self.room = [pricing.fit[id(rep.shape)].astype(np.int64).tolist() for rep in reps]
         wants = [sorted(rep.wants.items()) for rep in reps]
-        min_cpu = min(js.cpus for js in cls.representative)
-        min_mem = min(js.memory_gb for js in cls.representative)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cap = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
+        # (What the build worked out in this state, when it did: `_machine_to_sink`.)
+        cap = task_room(state, cls.representative) if pricing.room is None else pricing.room
         self.left: list[int] = tasks_left(cap).tolist()
         # (Only the kinds some shape wants are ever read.)
         kinds = {kind for wanted in wants for kind, _ in wanted}
