@@ -426,7 +426,9 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         costed = class_costs(rows, [members for _, members, _ in priced], [head.columns for head in heads], costs)
     for (g, members, kept), head, arcs in zip(priced, heads, costed, strict=True):
         _price_classes(pricing, g, members, cls, kept, head, arcs)
-    with_devices = [c for g, members, _ in priced if sum(reps[g].wants.values()) for c in members]
+    # (In class order: the spill arc's price is their median, whatever their order, and every class in
+    # order, the usual case, is `rows` itself.)
+    with_devices = sorted(c for g, members, _ in priced if sum(reps[g].wants.values()) for c in members)
     _surcharges(pricing, _rows_of(rows, with_devices), costs)
     return pricing
 
