@@ -61,7 +61,7 @@ from disagg.placement.jobstate import (
     RoundJob,
     SloGuard,
     expected_arrays,
-    expected_vec,
+    profile_params,
     request,
 )
 from disagg.placement.queue import task_fit_counts
@@ -69,6 +69,10 @@ from disagg.placement.state import FreeState
 from disagg.profiles import expected_s
 
 BoolArray = NDArray[np.bool_]
+
+#: The remote share of a device's path priced alone (all of it remote), as `expected_arrays` takes it.
+_ONE = np.ones(1)
+_ONE.flags.writeable = False
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
@@ -504,13 +508,14 @@ class SloCheck:
     task do not settle it (`_outwaits`), and `first_kept` prices a whole list of paths in one pass (a
     held task's decoder tries tens of paths and rejects nearly all of them)."""
 
-    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_state")
+    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_params", "_state")
 
     def __init__(self, model: DRMaestroNACostModel, state: FreeState, js: RoundJob) -> None:
         self._at_risk = model.at_risk
         self._state = state
         self._js = js
         self._goal = goal_s(js.job, js.profile)
+        self._params = profile_params(js.profile, self._goal)
         #: `_outwaits`'s bracket: the largest φ known to outwait waiting, the least known not to.
         self._kept_to = -math.inf
         self._held_from = math.inf
@@ -529,11 +534,22 @@ class SloCheck:
 
     def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
         js, at_risk = self._js, self._at_risk
-        # φ of every path at once (`expected_s` over the array, the same floats); the rest per path, in order.
-        after = expected_vec(js.profile, np.ones(1), loads, self._goal).tolist()
+        every_path_helps = js.guard == SloGuard.ALL
+        held_from, kept_to = self._held_from, self._kept_to
+        # φ of every path at once (`expected_s` over the array, the same floats); the rest per path, in
+        # order. A held task rejects nearly every path: where waiting helps every path (ALL), `_outwaits`'s
+        # bracket is inlined for it (the same comparisons, in the same order; re-read once it may move).
+        after = expected_arrays(self._params, _ONE, loads).tolist()
         for i, (fit, phi_s) in enumerate(zip(fits, after, strict=True)):
-            if fit and (not at_risk(js, phi_s) or not self._helps(own, locs[i]) or self._outwaits(phi_s)):
+            if not fit:
+                continue
+            if not at_risk(js, phi_s):
                 return i
+            if every_path_helps and not phi_s <= kept_to and phi_s >= held_from:
+                continue  # (`_outwaits` answers no from its bracket)
+            if not self._helps(own, locs[i]) or self._outwaits(phi_s):
+                return i
+            held_from, kept_to = self._held_from, self._kept_to
         return len(locs)
 
     def _helps(self, own: int, loc: int) -> bool:
