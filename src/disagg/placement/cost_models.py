@@ -99,6 +99,34 @@ class RemoteCheck(Protocol):
         `len(locs)` if none. Notes nothing on the job (the decoder asks `__call__` of that one)."""
         ...
 
+    def from_machine(self, own: int) -> RemoteCheck:
+        """The check for the next device of a task on `own`, as the links stand: itself, or `REFUSE_ALL`
+        where it can tell at once that it rejects every path from there (the decoder then walks past
+        each without pricing it). Valid until traffic is taken (rejected tries may be retraced)."""
+        ...
+
+
+class RefuseAll:
+    """A `RemoteCheck` that rejects every path and notes nothing: what a check answers for a task whose
+    every path misses (`SloCheck.from_machine`), without pricing each."""
+
+    __slots__ = ()
+
+    def __call__(self, path: tuple[int, ...]) -> bool:
+        return False
+
+    def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
+        return len(locs)
+
+    def from_machine(self, own: int) -> RemoteCheck:
+        return self
+
+
+REFUSE_ALL = RefuseAll()
+#: How far below the task's uplink load `SloCheck.from_machine` prices it (relative): more than the
+#: ulps the decoder's retraced rejections (x + g − g, at most some hundred a task) can move it down.
+_LOAD_MARGIN = 1e-9
+
 
 @dataclass(frozen=True, slots=True)
 class MachineColumns:
@@ -508,7 +536,7 @@ class SloCheck:
     task do not settle it (`_outwaits`), and `first_kept` prices a whole list of paths in one pass (a
     held task's decoder tries tens of paths and rejects nearly all of them)."""
 
-    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_params", "_state")
+    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_monotone", "_params", "_state")
 
     def __init__(self, model: DRMaestroNACostModel, state: FreeState, js: RoundJob) -> None:
         self._at_risk = model.at_risk
@@ -516,6 +544,8 @@ class SloCheck:
         self._js = js
         self._goal = goal_s(js.job, js.profile)
         self._params = profile_params(js.profile, self._goal)
+        #: Whether φ never falls as the load grows: every number of the product not negative (finite).
+        self._monotone = all(math.isfinite(x) and x >= 0.0 for x in self._params)
         #: `_outwaits`'s bracket: the largest φ known to outwait waiting, the least known not to.
         self._kept_to = -math.inf
         self._held_from = math.inf
@@ -551,6 +581,22 @@ class SloCheck:
                 return i
             held_from, kept_to = self._held_from, self._kept_to
         return len(locs)
+
+    def from_machine(self, own: int) -> RemoteCheck:
+        """`REFUSE_ALL` where every path from `own` misses and waiting outweighs it: waiting helps every
+        path (ALL), and φ at the least load any path has (its first link, the task's uplink, with the
+        device's traffic on it; a margin below) is at risk and does not outwait waiting. φ only grows
+        with the load (a product of numbers not negative, the load clipped), and so `at_risk` holds
+        and `outwaited` stays no on every path (the bracket's premise, `_outwaits`). Else itself."""
+        js = self._js
+        gbps, cap = js.gbps, float(self._state.link_cap[own])
+        if js.guard != SloGuard.ALL or not self._monotone or not gbps > 0 or not cap > 0:
+            return self
+        least = (float(self._state.link_used[own]) + gbps) / cap * (1.0 - _LOAD_MARGIN)
+        phi_s = expected_s(js.profile, 1.0, least, self._goal)
+        if math.isfinite(phi_s) and self._at_risk(js, phi_s) and not self._outwaits(phi_s):
+            return REFUSE_ALL
+        return self
 
     def _helps(self, own: int, loc: int) -> bool:
         """Whether waiting can help the path from `own` to `loc` where it misses: ALL, or TRAFFIC where

@@ -340,6 +340,8 @@ def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str 
     why = "none"
     while entries and entries[0][1] == 0:
         entries.pop(0)
+    if check is not None:  # (a held task's every path misses: walked past without pricing each)
+        check = check.from_machine(own)
     for entry in islice(entries, SCAN_LIMIT):
         if entry[1] == 0:
             continue
