@@ -11,6 +11,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from disagg.model import Job
+from disagg.placement.commit import EPS
 from disagg.placement.cost import goal_s, outwaits, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import REFUSE_ALL, DRMaestroNACostModel, RemoteCheck, SloCheck
 from disagg.placement.jobstate import RoundJob, SloGuard
@@ -79,6 +80,24 @@ def test_the_one_pass_walk_takes_what_the_path_by_path_walk_took(case: tuple[Fre
     assert fast.link_used.tobytes() == plain.link_used.tobytes()  # the same sums, to the last bit
     assert (js_fast.slo_risk, js_fast.slo_held, js_fast.taken_traffic, js_fast.taken_devices) == (
         js_plain.slo_risk, js_plain.slo_held, js_plain.taken_traffic, js_plain.taken_devices)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_rounds(), st.sampled_from([0.1, 1.7, 2.5, 3.0, 10.0]), st.integers(0, 2**16))
+def test_reach_and_its_order_are_the_path_tests_spelt_out(case: tuple[FreeState, FreeState, RoundJob, RoundJob, int],
+                                                          gbps: float, among_bits: int) -> None:
+    """`remote_reach` (one headroom test over every link, read per location) against each path's links
+    tested in turn, and `reach_order` against the rack-first order the decoder tried them in."""
+    state, _, _, _, own = case
+    n_loc = len(state.loc_rack)
+    headroom = state.link_cap - state.link_used
+    plain = np.array([loc != own and all(headroom[link] + EPS >= gbps for link in state.path(own, loc))
+                      for loc in range(n_loc)])
+    assert state.remote_reach(own, gbps).tolist() == plain.tolist()
+    among = np.array([(among_bits >> (loc % 16)) & 1 == 1 for loc in range(n_loc)])
+    cand = np.nonzero(among & plain)[0]
+    same = state.loc_rack[cand] == state.loc_rack[own]
+    assert state.reach_order(own, gbps, among).tolist() == np.concatenate([cand[same], cand[~same]]).tolist()
 
 
 class _PricesEach(SloCheck):

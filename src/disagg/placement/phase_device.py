@@ -362,9 +362,7 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
     free = state.free_count.get(kind)
     if free is None:
         return None, ""
-    cand = np.nonzero((free > 0) & state.remote_reach(own, js.gbps))[0]
-    same = state.loc_rack[cand] == state.loc_rack[own]
-    order = np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT]
+    order = state.reach_order(own, js.gbps, free > 0)[:SCAN_LIMIT]
     start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check)
     for loc in order[start:].tolist():
         got, reason = take_at(state, js, kind, own, loc, model, check)
