@@ -73,6 +73,10 @@ BoolArray = NDArray[np.bool_]
 #: The remote share of a device's path priced alone (all of it remote), as `expected_arrays` takes it.
 _ONE = np.ones(1)
 _ONE.flags.writeable = False
+_GUARD_NONE, _GUARD_TRAFFIC = int(SloGuard.NONE), int(SloGuard.TRAFFIC)
+#: The preferences of a remote device in the task's rack and across racks, as a column (rows of a pass).
+_REMOTE_PREFERENCES = np.array([[P_RACK], [P_CROSS]])
+_REMOTE_PREFERENCES.flags.writeable = False
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
@@ -300,7 +304,7 @@ class DRMaestroCostModel:
 
     def priced_load(self, load: FloatArray) -> FloatArray:
         """The link load φ is priced at: none."""
-        return np.zeros(len(load))
+        return np.zeros(np.shape(load))
 
     def postponement(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
                      quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> IntArray:
@@ -422,36 +426,31 @@ class DRMaestroCostModel:
         headroom = state.link_cap - state.link_used
         own_rack_link = len(state.loc_rack) + state.loc_rack[own]
         can_send = headroom[own] + EPS >= gbps
-        phi_rack = expected_arrays(tasks.params, np.ones(n), self.priced_load(load[own]))
-        phi_cross = expected_arrays(tasks.params, np.ones(n),
-                                    self.priced_load(np.maximum(load[own], load[own_rack_link])))
+        # In the rack (row 0) and across racks (row 1) in one (2 × tasks) pass: every formula below works
+        # element by element, so each row is what pricing it alone gives, in half the numpy calls.
+        up = load[own]
+        phi = expected_arrays(tasks.params, _ONE, self.priced_load(np.stack([up, np.maximum(up, load[own_rack_link])])))
         rack_ok = can_send.copy()
         cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
         quiet: list[FloatArray] = []
 
         def phi_quiet() -> FloatArray:  # all-remote φ with no traffic of others: the same in and across racks
             if not quiet:
-                quiet.append(expected_arrays(tasks.params, np.ones(n), np.zeros(n)))
+                quiet.append(expected_arrays(tasks.params, _ONE, np.zeros(n)))
             return quiet[0]
 
-        # The link load without the job's own traffic of this round (its devices of an earlier kind).
-        cap = state.link_cap
-        others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
-        others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
+        def phi_others() -> FloatArray:
+            # The link load without the job's own traffic of this round (its devices of an earlier kind).
+            cap = state.link_cap
+            others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
+            others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
+            return expected_arrays(tasks.params, _ONE, self.priced_load(np.stack([others_up, np.maximum(
+                others_up, others_rack)])))
 
-        def rack_others() -> FloatArray:
-            return expected_arrays(tasks.params, np.ones(n), self.priced_load(others_up))
-
-        def cross_others() -> FloatArray:
-            return expected_arrays(tasks.params, np.ones(n), self.priced_load(np.maximum(others_up, others_rack)))
-
-        hold_rack = np.where(phi_rack > tasks.phi_local,
-                             self.postponement(phi_rack, tasks.tau, tasks.guard, phi_quiet, rack_others), 0)
-        hold_cross = np.where(phi_cross > tasks.phi_local,
-                              self.postponement(phi_cross, tasks.tau, tasks.guard, phi_quiet, cross_others), 0)
-        slo_blocked = (rack_ok & (hold_rack > 0)) | (cross_ok & (hold_cross > 0))
-        return RemoteArcs(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK) + hold_rack,
-                          placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS) + hold_cross, slo_blocked)
+        hold = np.where(phi > tasks.phi_local, self.postponement(phi, tasks.tau, tasks.guard, phi_quiet, phi_others), 0)
+        slo_blocked = (rack_ok & (hold[0] > 0)) | (cross_ok & (hold[1] > 0))
+        cost = placing_cost(phi, tasks.tau, tasks.z, _REMOTE_PREFERENCES) + hold
+        return RemoteArcs(rack_ok, cross_ok, cost[0], cost[1], slo_blocked)
 
     def remote_to_location(self, uplink_load: FloatArray, rack_load: FloatArray) -> tuple[IntArray, IntArray]:
         """Each unit of priced load on the location's uplink costs `LOAD_COST` (and across racks, its
@@ -487,8 +486,9 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """`cost.postponement(φ, τ)` where φ > τ and the job is held back for it: for any miss
         (`SloGuard.ALL`), or only where the traffic of others makes the miss, i.e. where φ with no such
         traffic would meet τ (`SloGuard.TRAFFIC`); nothing elsewhere (waiting cannot help there)."""
-        held: BoolArray = (phi_s > tau) & (np.asarray(guard) != SloGuard.NONE)
-        traffic = np.asarray(guard) == SloGuard.TRAFFIC
+        # (Against the guards' plain ints: numpy compares an array with an IntEnum member several times slower.)
+        held: BoolArray = (phi_s > tau) & (np.asarray(guard) != _GUARD_NONE)
+        traffic = np.asarray(guard) == _GUARD_TRAFFIC
         if (held & traffic).any():
             by_others = phi_s if others is None else others()
             held &= ~traffic | ((quiet() <= tau) & (by_others > tau))
