@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import SCALE
-from disagg.placement.cost_models import CostModel, RemoteArcs, RemoteCheck
+from disagg.placement.cost_models import REFUSE_ALL, CostModel, RemoteArcs, RemoteCheck
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.jobstate import FloatArray, IntArray, JobTable, RoundJob, unscheduled
 from disagg.placement.network import FlowNetwork
@@ -378,19 +378,27 @@ def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, ch
     of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
     The paths rejected by the check are retraced in turn (`retrace_paths`); where that moves a link
     other paths share (the task's uplink, a rack's), the rest are priced again from there, as the walk
-    would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one."""
+    would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one.
+    A check that refuses every path (`REFUSE_ALL`) is not asked: only whether each fits (`trial_fits`)."""
     start, why, n, gbps = 0, "", len(locs), js.gbps
+    refused = check is REFUSE_ALL  # (every path: none needs its load, nor the check's word on it)
     while n - start > 1:
         rest = locs[start:]
-        trial = state.trial_loads(own, rest, gbps)
-        if trial is None:
-            break
-        fits = trial[0].tolist()
-        first = check.first_kept(own, rest.tolist(), fits, trial[1])
-        if first == 0:
-            break
+        if refused:
+            fits = state.trial_fits(own, rest, gbps)
+            if fits is None:
+                break
+            first = len(rest)
+        else:
+            trial = state.trial_loads(own, rest, gbps)
+            if trial is None:
+                break
+            fits = trial[0]
+            first = check.first_kept(own, rest.tolist(), fits.tolist(), trial[1])
+            if first == 0:
+                break
         why = "slo" if fits[first - 1] else "bandwidth"
-        tried = np.nonzero(trial[0][:first])[0]
+        tried = np.flatnonzero(fits[:first])
         done = state.retrace_paths(own, rest[tried], gbps)
         if done == len(tried):
             return start + first, why

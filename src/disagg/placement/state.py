@@ -554,6 +554,30 @@ class FreeState:
         the path has `gbps` of headroom (`fits_traffic`) and the busiest link's load with it on
         (`load_with`), for all of them in one pass (the same floats). None where that pass does not
         stand for them: no traffic (gbps ≤ 0) or a link with no capacity (`load`'s numpy path)."""
+        trial = self._trial(own, locs, gbps)
+        if trial is None:
+            return None
+        fits, rack_loc, cross = trial
+        used, cap = self.link_used, self.link_cap
+        used_at, cap_at = self._used_view, self._cap_view
+        rack_own = len(self._rack_of) + self._rack_of[own]
+        load = np.maximum((used_at[own] + gbps) / cap_at[own], (used[locs] + gbps) / cap[locs])
+        if cross.any():
+            far = rack_loc[cross]
+            load[cross] = np.maximum(np.maximum(load[cross], (used_at[rack_own] + gbps) / cap_at[rack_own]),
+                                     (used[far] + gbps) / cap[far])
+        return fits, load
+
+    def trial_fits(self, own: int, locs: IntArray, gbps: float) -> NDArray[np.bool_] | None:
+        """`trial_loads`'s first half, whether each path fits, without the loads: for a walk whose check
+        refuses every path (it prices none)."""
+        trial = self._trial(own, locs, gbps)
+        return None if trial is None else trial[0]
+
+    def _trial(self, own: int, locs: IntArray, gbps: float
+               ) -> tuple[NDArray[np.bool_], IntArray, NDArray[np.bool_]] | None:
+        """`trial_fits`, with each path's far rack link and which paths cross racks (`trial_loads` reads
+        them again)."""
         if gbps <= 0:
             return None
         n_loc = len(self._rack_of)
@@ -563,20 +587,15 @@ class FreeState:
         cross = rack_loc != rack_own
         if not self._no_zero_cap and not cap[np.concatenate(([own, rack_own], locs, rack_loc[cross]))].all():
             return None
-        # The shared links' sums as plain floats (the same quotients and comparisons as numpy's scalars).
+        # The shared links' sums as plain floats (the same sums and comparisons as numpy's scalars).
         used_at, cap_at = self._used_view, self._cap_view
-        own_need = used_at[own] + gbps
-        need = used[locs] + gbps
-        fits = need <= cap[locs] + EPS
-        load = np.maximum(own_need / cap_at[own], need / cap[locs])
-        fits &= not exceeds(own_need, cap_at[own])
+        fits = used[locs] + gbps <= cap[locs] + EPS
+        fits &= not exceeds(used_at[own] + gbps, cap_at[own])
         if cross.any():
             far = rack_loc[cross]
-            far_need = used[far] + gbps
-            rack_need = used_at[rack_own] + gbps
-            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(rack_need, cap_at[rack_own]))
-            load[cross] = np.maximum(np.maximum(load[cross], rack_need / cap_at[rack_own]), far_need / cap[far])
-        return fits, load
+            fits[cross] &= (used[far] + gbps <= cap[far] + EPS) & (not exceeds(used_at[rack_own] + gbps,
+                                                                                 cap_at[rack_own]))
+        return fits, rack_loc, cross
 
     @cached_property
     def _no_zero_cap(self) -> bool:
