@@ -429,7 +429,7 @@ class DRMaestroCostModel:
         # In the rack (row 0) and across racks (row 1) in one (2 × tasks) pass: every formula below works
         # element by element, so each row is what pricing it alone gives, in half the numpy calls.
         up = load[own]
-        phi = expected_arrays(tasks.params, _ONE, self.priced_load(np.stack([up, np.maximum(up, load[own_rack_link])])))
+        phi = expected_arrays(tasks.params, _ONE, self.priced_load(_in_rack_and_across(up, load[own_rack_link])))
         rack_ok = can_send.copy()
         cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
         quiet: list[FloatArray] = []
@@ -444,8 +444,7 @@ class DRMaestroCostModel:
             cap = state.link_cap
             others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
             others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
-            return expected_arrays(tasks.params, _ONE, self.priced_load(np.stack([others_up, np.maximum(
-                others_up, others_rack)])))
+            return expected_arrays(tasks.params, _ONE, self.priced_load(_in_rack_and_across(others_up, others_rack)))
 
         hold = np.where(phi > tasks.phi_local, self.postponement(phi, tasks.tau, tasks.guard, phi_quiet, phi_others), 0)
         slo_blocked = (rack_ok & (hold[0] > 0)) | (cross_ok & (hold[1] > 0))
@@ -699,6 +698,15 @@ def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[
     rack_carries = np.floor(np.maximum(state.link_cap[n_loc:] - state.link_used[n_loc:] + EPS, 0) / gbps)
     across = np.minimum(by_rack.sum() - by_rack[rack], rack_carries[rack])
     out: FloatArray = by_rack[rack] - supply[:n] + across
+    return out
+
+
+def _in_rack_and_across(up: FloatArray, rack: FloatArray) -> FloatArray:
+    """Per task, the busiest link of a path in its rack (its uplink: `up`) and across racks (its rack's
+    uplink too), as the two rows of a (2 × tasks) array (`np.stack` costs three times as much)."""
+    out = np.empty((2, len(up)))
+    out[0] = up
+    np.maximum(up, rack, out=out[1])
     return out
 
 

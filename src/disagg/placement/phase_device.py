@@ -139,12 +139,14 @@ def build(state: FreeState, jobs: list[RoundJob], kind: str, costs: CostModel, q
     remote = costs.subtask_to_remote(state, tasks)
     own, want, n_tasks = tasks.own, tasks.want, len(tasks.job_at)
     net = FlowNetwork()
-    task0 = net.add_nodes(n_tasks)
-    rack0 = net.add_nodes(state.n_racks * n_models)
-    cross0 = net.add_nodes(n_models)
-    loc0 = net.add_nodes(n_loc * n_models)
-    unsched = net.add_nodes(1)
-    sink = net.add_nodes(1)
+    # Tasks, rack aggregators, cross-rack aggregators, locations, U, sink: numbered in that order, added
+    # at once (each `add_nodes` grows the supplies anew).
+    task0 = net.add_nodes(n_tasks + (state.n_racks + 1 + n_loc) * n_models + 2)
+    rack0 = task0 + n_tasks
+    cross0 = rack0 + state.n_racks * n_models
+    loc0 = cross0 + n_models
+    unsched = loc0 + n_loc * n_models
+    sink = unsched + 1
     total = int(want.sum())
     local_cost = costs.subtask_to_local(tasks)
     best = np.full(n_tasks, NEVER, dtype=np.int64) if remote is None else np.minimum(
@@ -239,12 +241,15 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
                 given.setdefault(i, []).append((source, mi, n))
     # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
     remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
+    # (As lists first: numpy's scalar reads, three per location, cost more than the rest of it.)
     for mi, locs in enumerate(phase.loc_sel):
         rl = flows[net.block(f"rack->loc:{mi}")]
-        for a in np.nonzero(rl)[0]:
-            remote_lists.setdefault(("rack", int(state.loc_rack[locs[a]]), mi), []).append([int(locs[a]), int(rl[a])])
+        at = np.flatnonzero(rl)
+        for loc, rack, n in zip(locs[at].tolist(), state.loc_rack[locs[at]].tolist(), rl[at].tolist(), strict=True):
+            remote_lists.setdefault(("rack", rack, mi), []).append([loc, n])
         cl = flows[net.block(f"cross->loc:{mi}")]
-        remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
+        at = np.flatnonzero(cl)
+        remote_lists[("cross", 0, mi)] = [[loc, n] for loc, n in zip(locs[at].tolist(), cl[at].tolist(), strict=True)]
 
     # The rest task by task, in queue order (jobs come in queue order, their tasks in a row); a job
     # that has failed skips its remaining tasks.
