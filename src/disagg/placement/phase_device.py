@@ -64,8 +64,14 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     machines = list(map(attrgetter("machines"), jobs))
     per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
     n = int(per_task.sum())
-    rows = np.repeat(JobTable.indices(jobs), per_task)
-    job_at = np.repeat(np.arange(n_jobs, dtype=np.int64), per_task)
+    # Per job to per task: a repeat, unless every job has one task here (the usual case: as it stands).
+    one_each = n == n_jobs and bool((per_task == 1).all())
+
+    def spread(per_job: IntArray) -> IntArray:
+        return per_job if one_each else np.repeat(per_job, per_task)
+
+    rows = spread(JobTable.indices(jobs))
+    job_at = spread(np.arange(n_jobs, dtype=np.int64))
     tau, z = table.tau[rows], table.z[rows]
     # -1: any model; -2: a model that has no free device at all.
     model_of = {m: i for i, m in enumerate(models)}
@@ -79,7 +85,7 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     # earlier kind): what the network-aware model tells apart from others' traffic.
     own = np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n)
     own_up, own_rack = np.zeros(n), np.zeros(n)
-    starts = np.cumsum(per_task) - per_task
+    starts = job_at if one_each else np.cumsum(per_task) - per_task
     # (Only once the round has taken traffic can a job hold some: a local-only round never looks.)
     with_traffic = np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
                                           count=n_jobs))[0].tolist() if state.traffic_takes else []
@@ -92,13 +98,12 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     return Tasks(
         jobs=jobs,
         job_at=job_at.tolist(),
-        task_index=(np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(per_task) - per_task, per_task)).tolist(),
+        task_index=[0] * n if one_each else (np.arange(n, dtype=np.int64) - np.repeat(starts, per_task)).tolist(),
         own=own,
-        want=np.repeat(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64,
-                                   count=n_jobs), per_task),
+        want=spread(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64, count=n_jobs)),
         tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
         u_cost=unscheduled(costs.task_to_unscheduled(table, rows, queue_len), table, rows),
-        pinned=np.repeat(pinned_job, per_task),
+        pinned=spread(pinned_job),
         params=tuple(a[rows] for a in table.params),
         guard=table.guard[rows],
         own_up=own_up,
