@@ -543,8 +543,11 @@ class SloCheck:
         self._js = js
         self._goal = goal_s(js.job, js.profile)
         self._params = profile_params(js.profile, self._goal)
-        #: Whether φ never falls as the load grows: every number of the product not negative (finite).
-        self._monotone = all(math.isfinite(x) and x >= 0.0 for x in self._params)
+        #: Whether φ never falls as the load grows: every number of the product not negative, and finite
+        #: (their sum is not finite where one is NaN or infinite; a NaN also fails its comparison).
+        base, share, factor, sensitivity = self._params
+        self._monotone = (base >= 0.0 and share >= 0.0 and factor >= 0.0 and sensitivity >= 0.0
+                          and math.isfinite(base + share + factor + sensitivity))
         #: `_outwaits`'s bracket: the largest φ known to outwait waiting, the least known not to.
         self._kept_to = -math.inf
         self._held_from = math.inf
