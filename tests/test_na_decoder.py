@@ -1,19 +1,21 @@
 """NA's device decoder: the one-pass walk over a task's paths within reach (`trial_loads`, `SloCheck`'s
 `first_kept`, `retrace_paths`) against the path-by-path walk it stands for (`take_at` on each in turn:
-headroom, the SLO re-check, the rounding a rejected try leaves on the links), and the monotonicity in φ
-that lets `SloCheck` bracket `outwaited`."""
+headroom, the SLO re-check, the rounding a rejected try leaves on the links), a held task's walk past
+every path without pricing them (`SloCheck.from_machine`) against pricing each, and the monotonicity in
+φ that lets `SloCheck` bracket `outwaited`."""
 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from disagg.model import Job
+from disagg.placement.commit import EPS
 from disagg.placement.cost import goal_s, outwaits, phi, profile_of, remote_gbps
-from disagg.placement.cost_models import DRMaestroNACostModel
+from disagg.placement.cost_models import REFUSE_ALL, DRMaestroNACostModel, RemoteCheck, SloCheck
 from disagg.placement.jobstate import RoundJob, SloGuard
-from disagg.placement.phase_device import SCAN_LIMIT, take_at, take_within_reach
+from disagg.placement.phase_device import SCAN_LIMIT, take_at, take_remote, take_within_reach
 from disagg.placement.state import FreeState
 from tests.builders import make_cluster, make_job
 
@@ -76,6 +78,60 @@ def test_the_one_pass_walk_takes_what_the_path_by_path_walk_took(case: tuple[Fre
         why_plain = reason or why_plain
     assert (got, why) == (want, why_plain)
     assert fast.link_used.tobytes() == plain.link_used.tobytes()  # the same sums, to the last bit
+    assert (js_fast.slo_risk, js_fast.slo_held, js_fast.taken_traffic, js_fast.taken_devices) == (
+        js_plain.slo_risk, js_plain.slo_held, js_plain.taken_traffic, js_plain.taken_devices)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_rounds(), st.sampled_from([0.1, 1.7, 2.5, 3.0, 10.0]), st.integers(0, 2**16))
+def test_reach_and_its_order_are_the_path_tests_spelt_out(case: tuple[FreeState, FreeState, RoundJob, RoundJob, int],
+                                                          gbps: float, among_bits: int) -> None:
+    """`remote_reach` (one headroom test over every link, read per location) against each path's links
+    tested in turn, and `reach_order` against the rack-first order the decoder tried them in."""
+    state, _, _, _, own = case
+    n_loc = len(state.loc_rack)
+    headroom = state.link_cap - state.link_used
+    plain = np.array([loc != own and all(headroom[link] + EPS >= gbps for link in state.path(own, loc))
+                      for loc in range(n_loc)])
+    assert state.remote_reach(own, gbps).tolist() == plain.tolist()
+    among = np.array([(among_bits >> (loc % 16)) & 1 == 1 for loc in range(n_loc)])
+    cand = np.nonzero(among & plain)[0]
+    same = state.loc_rack[cand] == state.loc_rack[own]
+    assert state.reach_order(own, gbps, among).tolist() == np.concatenate([cand[same], cand[~same]]).tolist()
+
+
+class _PricesEach(SloCheck):
+    """`SloCheck` that never stands down for `REFUSE_ALL`: it prices every path it is asked of."""
+
+    __slots__ = ()
+
+    def from_machine(self, own: int) -> RemoteCheck:
+        return self
+
+
+@settings(max_examples=300, deadline=None)
+@given(_rounds(), st.lists(st.tuples(st.integers(0, 20), st.integers(0, 2)), max_size=6),
+       st.sampled_from([0.0, 0.5, 0.95, 1.0]))
+def test_a_held_task_walks_past_every_path_as_pricing_each_did(case: tuple[FreeState, FreeState, RoundJob, RoundJob,
+                                                                           int],
+                                                               listed: list[tuple[int, int]], busy: float) -> None:
+    """`take_remote` with `from_machine` (a held task's paths refused without pricing them) against the
+    same check pricing every path: the same device or reason, the same link sums to the bit, the same
+    notes on the job, the flow's list counted down alike."""
+    fast, plain, js_fast, js_plain, own = case
+    n_loc = len(fast.loc_rack)
+    model = DRMaestroNACostModel()
+    outcomes, refused = [], []
+    for state, js, check in ((fast, js_fast, SloCheck(model, fast, js_fast)),
+                             (plain, js_plain, _PricesEach(model, plain, js_plain))):
+        state.link_used[own] = busy * state.link_cap[own]  # from idle to full: where a refusal can be told at once
+        entries = [[loc % n_loc, count] for loc, count in listed]
+        refused.append(check.from_machine(own) is REFUSE_ALL)
+        outcomes.append((take_remote(state, js, "gpu", own, None, entries, check), entries))
+    event(f"refused {refused[0]}")
+    assert not refused[1]
+    assert outcomes[0] == outcomes[1]
+    assert fast.link_used.tobytes() == plain.link_used.tobytes()
     assert (js_fast.slo_risk, js_fast.slo_held, js_fast.taken_traffic, js_fast.taken_devices) == (
         js_plain.slo_risk, js_plain.slo_held, js_plain.taken_traffic, js_plain.taken_devices)
 

@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from disagg.cli import app
 from disagg.model import Allocation, Cluster, Job, TaskRequest, parse_cluster
 from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, no_clock
+from disagg.placement.decisions import LaterReasons
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.profiles import lookup
 from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, simulate, waited
@@ -404,6 +406,29 @@ def test_a_waiting_queue_places_as_its_current_jobs() -> None:
         b = get_policy("drmaestro-na").place(chosen.snapshot, list(chosen.queue), chosen.now,
                                              np.random.default_rng(0), terms=terms)
         assert a.to_json() | {"timings": {}} == b.to_json() | {"timings": {}}
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na", "firmament"])
+def test_a_simulated_round_makes_why_jobs_wait_only_when_read(policy: str) -> None:
+    # The simulator reads why jobs wait only of its last round (a stalled run's report): its queue says
+    # so, and a flow round then leaves the reasons to be made when read, after the round is over. They
+    # are the ones the round gives at once; without the flag they are made at once.
+    sc = small_scenario(jobs=48)
+    cluster = sc.cluster()
+    rec = recording(policy)
+    simulate(cluster, sc.submissions(1, cluster), rec, seed=1)
+    chosen = max(rec.rounds, key=lambda r: (len(r.decisions.unplaced), len(r.decisions.placed)))
+    def waiting(later: bool) -> WaitingQueue:
+        return WaitingQueue(chosen.queue, attrgetter("wait_rounds"), reasons_later=later)
+    at_once = get_policy(policy).place(chosen.snapshot, waiting(False), chosen.now, np.random.default_rng(0))
+    later = get_policy(policy).place(chosen.snapshot, waiting(True), chosen.now, np.random.default_rng(0))
+    assert isinstance(at_once.unplaced, tuple) and len(at_once.unplaced) > 0
+    assert isinstance(later.unplaced, LaterReasons)
+    assert later.placed == at_once.placed
+    assert [(u.job, u.reason, u.message) for u in later.unplaced] == [
+        (u.job, u.reason, u.message) for u in at_once.unplaced]
+    assert later.to_json() | {"timings": {}} == at_once.to_json() | {"timings": {}}
+    assert len(later.unplaced) == len(at_once.unplaced) and later.unplaced[0] == at_once.unplaced[0]
 
 
 def test_snapshots_keep_the_inventorys_indexes_until_a_device_changes() -> None:

@@ -155,4 +155,4 @@ def _merge(name: str, first: Decisions, second: Decisions, extra: tuple[str, ...
     stats["backfilled"] = sum(1 for p in second.placed if p.job in extra)
     seen = {p.job for p in first.preempted}
     preempted = first.preempted + tuple(p for p in second.preempted if p.job not in seen)
-    return Decisions(name, first.placed + second.placed, first.unplaced + unplaced, timings, stats, preempted)
+    return Decisions(name, first.placed + second.placed, (*first.unplaced, *unplaced), timings, stats, preempted)

@@ -100,11 +100,15 @@ class WaitingQueue(list[Job]):
     Raising W means a new `Job` (they are immutable): a simulated queue of thousands that waits round
     after round copied every job of it each round, a tenth of a run, where a flow round reads W of
     the jobs it admits, once each. A policy that reads W only through `wait_rounds` says so with
-    `reads_waiting_queue = True`; any other is handed a plain list of current jobs."""
+    `reads_waiting_queue = True`; any other is handed a plain list of current jobs.
 
-    def __init__(self, jobs: Iterable[Job], wait_rounds: Callable[[Job], int]) -> None:
+    `reasons_later`: the caller reads why jobs wait only now and then (the simulator: of its last
+    round), so a flow round may leave them to be made when read (`decisions.LaterReasons`)."""
+
+    def __init__(self, jobs: Iterable[Job], wait_rounds: Callable[[Job], int], reasons_later: bool = False) -> None:
         super().__init__(jobs)
         self.wait_rounds = wait_rounds
+        self.reasons_later = reasons_later
 
 
 def current_jobs(queue: Sequence[Job]) -> Sequence[Job]:

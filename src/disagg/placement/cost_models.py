@@ -61,7 +61,7 @@ from disagg.placement.jobstate import (
     RoundJob,
     SloGuard,
     expected_arrays,
-    expected_vec,
+    profile_params,
     request,
 )
 from disagg.placement.queue import task_fit_counts
@@ -70,9 +70,13 @@ from disagg.profiles import expected_s
 
 BoolArray = NDArray[np.bool_]
 
-#: `SloGuard.NONE` and `SloGuard.TRAFFIC` as ints (`DRMaestroNACostModel.postponement`).
-_GUARD_NONE = int(SloGuard.NONE)
-_GUARD_TRAFFIC = int(SloGuard.TRAFFIC)
+#: The remote share of a device's path priced alone (all of it remote), as `expected_arrays` takes it.
+_ONE = np.ones(1)
+_ONE.flags.writeable = False
+_GUARD_NONE, _GUARD_TRAFFIC = int(SloGuard.NONE), int(SloGuard.TRAFFIC)
+#: The preferences of a remote device in the task's rack and across racks, as a column (rows of a pass).
+_REMOTE_PREFERENCES = np.array([[P_RACK], [P_CROSS]])
+_REMOTE_PREFERENCES.flags.writeable = False
 
 #: NA only: cost per unit of load on a remote location's uplink (steers remote devices to quiet links).
 LOAD_COST = 0.2
@@ -98,6 +102,34 @@ class RemoteCheck(Protocol):
         not reject, with each path's busiest-link load with the device's traffic on it in `loads`;
         `len(locs)` if none. Notes nothing on the job (the decoder asks `__call__` of that one)."""
         ...
+
+    def from_machine(self, own: int) -> RemoteCheck:
+        """The check for the next device of a task on `own`, as the links stand: itself, or `REFUSE_ALL`
+        where it can tell at once that it rejects every path from there (the decoder then walks past
+        each without pricing it). Valid until traffic is taken (rejected tries may be retraced)."""
+        ...
+
+
+class RefuseAll:
+    """A `RemoteCheck` that rejects every path and notes nothing: what a check answers for a task whose
+    every path misses (`SloCheck.from_machine`), without pricing each."""
+
+    __slots__ = ()
+
+    def __call__(self, path: tuple[int, ...]) -> bool:
+        return False
+
+    def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
+        return len(locs)
+
+    def from_machine(self, own: int) -> RemoteCheck:
+        return self
+
+
+REFUSE_ALL = RefuseAll()
+#: How far below the task's uplink load `SloCheck.from_machine` prices it (relative): more than the
+#: ulps the decoder's retraced rejections (x + g − g, at most some hundred a task) can move it down.
+_LOAD_MARGIN = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +318,7 @@ class DRMaestroCostModel:
 
     def priced_load(self, load: FloatArray) -> FloatArray:
         """The link load φ is priced at: none."""
-        return np.zeros(len(load))
+        return np.zeros(np.shape(load))
 
     def postponement(self, phi_s: FloatArray, tau: FloatArray | float, guard: IntArray | int,
                      quiet: Callable[[], FloatArray], others: Callable[[], FloatArray] | None = None) -> IntArray:
@@ -431,36 +463,30 @@ class DRMaestroCostModel:
         headroom = state.link_cap - state.link_used
         own_rack_link = len(state.loc_rack) + state.loc_rack[own]
         can_send = headroom[own] + EPS >= gbps
-        phi_rack = expected_arrays(tasks.params, np.ones(n), self.priced_load(load[own]))
-        phi_cross = expected_arrays(tasks.params, np.ones(n),
-                                    self.priced_load(np.maximum(load[own], load[own_rack_link])))
+        # In the rack (row 0) and across racks (row 1) in one (2 × tasks) pass: every formula below works
+        # element by element, so each row is what pricing it alone gives, in half the numpy calls.
+        up = load[own]
+        phi = expected_arrays(tasks.params, _ONE, self.priced_load(_in_rack_and_across(up, load[own_rack_link])))
         rack_ok = can_send.copy()
         cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
         quiet: list[FloatArray] = []
 
         def phi_quiet() -> FloatArray:  # all-remote φ with no traffic of others: the same in and across racks
             if not quiet:
-                quiet.append(expected_arrays(tasks.params, np.ones(n), np.zeros(n)))
+                quiet.append(expected_arrays(tasks.params, _ONE, np.zeros(n)))
             return quiet[0]
 
-        # The link load without the job's own traffic of this round (its devices of an earlier kind).
-        cap = state.link_cap
-        others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
-        others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
+        def phi_others() -> FloatArray:
+            # The link load without the job's own traffic of this round (its devices of an earlier kind).
+            cap = state.link_cap
+            others_up = np.maximum(state.link_used[own] - tasks.own_up, 0) / cap[own]
+            others_rack = np.maximum(state.link_used[own_rack_link] - tasks.own_rack, 0) / cap[own_rack_link]
+            return expected_arrays(tasks.params, _ONE, self.priced_load(_in_rack_and_across(others_up, others_rack)))
 
-        def rack_others() -> FloatArray:
-            return expected_arrays(tasks.params, np.ones(n), self.priced_load(others_up))
-
-        def cross_others() -> FloatArray:
-            return expected_arrays(tasks.params, np.ones(n), self.priced_load(np.maximum(others_up, others_rack)))
-
-        hold_rack = np.where(phi_rack > tasks.phi_local,
-                             self.postponement(phi_rack, tasks.tau, tasks.guard, phi_quiet, rack_others), 0)
-        hold_cross = np.where(phi_cross > tasks.phi_local,
-                              self.postponement(phi_cross, tasks.tau, tasks.guard, phi_quiet, cross_others), 0)
-        slo_blocked = (rack_ok & (hold_rack > 0)) | (cross_ok & (hold_cross > 0))
-        return RemoteArcs(rack_ok, cross_ok, placing_cost(phi_rack, tasks.tau, tasks.z, P_RACK) + hold_rack,
-                          placing_cost(phi_cross, tasks.tau, tasks.z, P_CROSS) + hold_cross, slo_blocked)
+        hold = np.where(phi > tasks.phi_local, self.postponement(phi, tasks.tau, tasks.guard, phi_quiet, phi_others), 0)
+        slo_blocked = (rack_ok & (hold[0] > 0)) | (cross_ok & (hold[1] > 0))
+        cost = placing_cost(phi, tasks.tau, tasks.z, _REMOTE_PREFERENCES) + hold
+        return RemoteArcs(rack_ok, cross_ok, cost[0], cost[1], slo_blocked)
 
     def remote_to_location(self, uplink_load: FloatArray, rack_load: FloatArray) -> tuple[IntArray, IntArray]:
         """Each unit of priced load on the location's uplink costs `LOAD_COST` (and across racks, its
@@ -496,11 +522,9 @@ class DRMaestroNACostModel(DRMaestroCostModel):
         """`cost.postponement(φ, τ)` where φ > τ and the job is held back for it: for any miss
         (`SloGuard.ALL`), or only where the traffic of others makes the miss, i.e. where φ with no such
         traffic would meet τ (`SloGuard.TRAFFIC`); nothing elsewhere (waiting cannot help there)."""
-        # (The guards as plain integers: an enum member read off its class is a Python-level lookup, and
-        # every arc pricing of a round asks this.)
-        guards = np.asarray(guard)
-        held: BoolArray = (phi_s > tau) & (guards != _GUARD_NONE)
-        traffic = guards == _GUARD_TRAFFIC
+        # (Against the guards' plain ints: numpy compares an array with an IntEnum member several times slower.)
+        held: BoolArray = (phi_s > tau) & (np.asarray(guard) != _GUARD_NONE)
+        traffic = np.asarray(guard) == _GUARD_TRAFFIC
         if (held & traffic).any():
             by_others = phi_s if others is None else others()
             held &= ~traffic | ((quiet() <= tau) & (by_others > tau))
@@ -548,13 +572,19 @@ class SloCheck:
     task do not settle it (`_outwaits`), and `first_kept` prices a whole list of paths in one pass (a
     held task's decoder tries tens of paths and rejects nearly all of them)."""
 
-    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_state")
+    __slots__ = ("_at_risk", "_goal", "_held_from", "_js", "_kept_to", "_monotone", "_params", "_state")
 
     def __init__(self, model: DRMaestroNACostModel, state: FreeState, js: RoundJob) -> None:
         self._at_risk = model.at_risk
         self._state = state
         self._js = js
         self._goal = goal_s(js.job, js.profile)
+        self._params = profile_params(js.profile, self._goal)
+        #: Whether φ never falls as the load grows: every number of the product not negative, and finite
+        #: (their sum is not finite where one is NaN or infinite; a NaN also fails its comparison).
+        base, share, factor, sensitivity = self._params
+        self._monotone = (base >= 0.0 and share >= 0.0 and factor >= 0.0 and sensitivity >= 0.0
+                          and math.isfinite(base + share + factor + sensitivity))
         #: `_outwaits`'s bracket: the largest φ known to outwait waiting, the least known not to.
         self._kept_to = -math.inf
         self._held_from = math.inf
@@ -573,12 +603,39 @@ class SloCheck:
 
     def first_kept(self, own: int, locs: list[int], fits: list[bool], loads: FloatArray) -> int:
         js, at_risk = self._js, self._at_risk
-        # φ of every path at once (`expected_s` over the array, the same floats); the rest per path, in order.
-        after = expected_vec(js.profile, np.ones(1), loads, self._goal).tolist()
+        every_path_helps = js.guard == SloGuard.ALL
+        held_from, kept_to = self._held_from, self._kept_to
+        # φ of every path at once (`expected_s` over the array, the same floats); the rest per path, in
+        # order. A held task rejects nearly every path: where waiting helps every path (ALL), `_outwaits`'s
+        # bracket is inlined for it (the same comparisons, in the same order; re-read once it may move).
+        after = expected_arrays(self._params, _ONE, loads).tolist()
         for i, (fit, phi_s) in enumerate(zip(fits, after, strict=True)):
-            if fit and (not at_risk(js, phi_s) or not self._helps(own, locs[i]) or self._outwaits(phi_s)):
+            if not fit:
+                continue
+            if not at_risk(js, phi_s):
                 return i
+            if every_path_helps and not phi_s <= kept_to and phi_s >= held_from:
+                continue  # (`_outwaits` answers no from its bracket)
+            if not self._helps(own, locs[i]) or self._outwaits(phi_s):
+                return i
+            held_from, kept_to = self._held_from, self._kept_to
         return len(locs)
+
+    def from_machine(self, own: int) -> RemoteCheck:
+        """`REFUSE_ALL` where every path from `own` misses and waiting outweighs it: waiting helps every
+        path (ALL), and φ at the least load any path has (its first link, the task's uplink, with the
+        device's traffic on it; a margin below) is at risk and does not outwait waiting. φ only grows
+        with the load (a product of numbers not negative, the load clipped), and so `at_risk` holds
+        and `outwaited` stays no on every path (the bracket's premise, `_outwaits`). Else itself."""
+        js = self._js
+        gbps, cap = js.gbps, float(self._state.link_cap[own])
+        if js.guard != SloGuard.ALL or not self._monotone or not gbps > 0 or not cap > 0:
+            return self
+        least = (float(self._state.link_used[own]) + gbps) / cap * (1.0 - _LOAD_MARGIN)
+        phi_s = expected_s(js.profile, 1.0, least, self._goal)
+        if math.isfinite(phi_s) and self._at_risk(js, phi_s) and not self._outwaits(phi_s):
+            return REFUSE_ALL
+        return self
 
     def _helps(self, own: int, loc: int) -> bool:
         """Whether waiting can help the path from `own` to `loc` where it misses: ALL, or TRAFFIC where
@@ -681,6 +738,15 @@ def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[
     rack_carries = np.floor(np.maximum(state.link_cap[n_loc:] - state.link_used[n_loc:] + EPS, 0) / gbps)
     across = np.minimum(by_rack.sum() - by_rack[rack], rack_carries[rack])
     out: FloatArray = by_rack[rack] - supply[:n] + across
+    return out
+
+
+def _in_rack_and_across(up: FloatArray, rack: FloatArray) -> FloatArray:
+    """Per task, the busiest link of a path in its rack (its uplink: `up`) and across racks (its rack's
+    uplink too), as the two rows of a (2 × tasks) array (`np.stack` costs three times as much)."""
+    out = np.empty((2, len(up)))
+    out[0] = up
+    np.maximum(up, rack, out=out[1])
     return out
 
 

@@ -9,9 +9,10 @@ the links its traffic crosses.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 
 class Reason(StrEnum):
@@ -74,6 +75,45 @@ class Unplaced:
     message: str
 
 
+class LaterReasons(Sequence[Unplaced]):
+    """A round's waiting jobs with why, made when first read. A simulated round leaves a queue of
+    thousands waiting, round after round, and the simulator reads why only of its last round's (what
+    a stalled run reports): making them each round was about a twentieth of a flow policy's run. A
+    caller that reads them each round (the controller, `disagg place`) asks for them at once
+    (`placement.base.WaitingQueue.reasons_later` is False, the default), so its round's time counts them."""
+
+    __slots__ = ("_made", "_make")
+
+    def __init__(self, make: Callable[[], tuple[Unplaced, ...]]) -> None:
+        self._make: Callable[[], tuple[Unplaced, ...]] | None = make
+        self._made: tuple[Unplaced, ...] = ()
+
+    def _all(self) -> tuple[Unplaced, ...]:
+        if self._make is not None:
+            self._made, self._make = self._make(), None  # (drops the round it read them off)
+        return self._made
+
+    @overload
+    def __getitem__(self, i: int) -> Unplaced: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Unplaced, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Unplaced | tuple[Unplaced, ...]:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[Unplaced]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # (a sequence that compares by content, as a list)
+
+
 @dataclass(frozen=True, slots=True)
 class Preemption:
     """A running job to stop (SIGTERM, a grace period, then the kill) so that a queued job whose
@@ -100,7 +140,8 @@ class Decisions:
 
     policy: str
     placed: tuple[JobPlacement, ...] = ()
-    unplaced: tuple[Unplaced, ...] = ()
+    #: In queue order. A tuple, or (a simulated round's) `LaterReasons`: made when read.
+    unplaced: Sequence[Unplaced] = ()
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     preempted: tuple[Preemption, ...] = ()

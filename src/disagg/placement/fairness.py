@@ -138,7 +138,7 @@ class FairPolicy:
         behind = self.inner.place(after, rest, now, rng, clock, terms)
         timings = {k: ahead.timings.get(k, 0.0) + behind.timings.get(k, 0.0)
                    for k in set(ahead.timings) | set(behind.timings)}
-        return Decisions(behind.policy, ahead.placed + behind.placed, ahead.unplaced + behind.unplaced, timings,
+        return Decisions(behind.policy, ahead.placed + behind.placed, (*ahead.unplaced, *behind.unplaced), timings,
                          behind.stats)
 
     def _fit_check(self, snapshot: Cluster, now: float) -> FitCheck:

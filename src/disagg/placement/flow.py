@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import compress
 from operator import attrgetter, not_
 from typing import TypeVar, overload
@@ -20,7 +21,15 @@ from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
 from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_importance, goal_s, phi, profile_of, remote_gbps
 from disagg.placement.cost_models import get_cost_model, local_capacity
-from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, Reason, TaskPlacement, Unplaced
+from disagg.placement.decisions import (
+    Decisions,
+    DeviceGrant,
+    JobPlacement,
+    LaterReasons,
+    Reason,
+    TaskPlacement,
+    Unplaced,
+)
 from disagg.placement.fairness import fair_order
 from disagg.placement.jobstate import FlowOptions, IntArray, JobTable, RoundJob, Timings, request
 from disagg.placement.network import FlowNetwork
@@ -140,6 +149,8 @@ class FlowRound:
     cold: list[int] = field(default_factory=list)
     cold_failed: dict[int, tuple[Reason, str]] = field(default_factory=dict)
     cold_admitted: int = 0
+    #: Why jobs wait made only when read (`WaitingQueue.reasons_later`: the simulator's rounds).
+    reasons_later: bool = False
 
     @property
     def queue_len(self) -> int:
@@ -217,7 +228,8 @@ class FlowPlacer:
         admitted, refused, tail = admit_deferred(state, ordered, asks=cache.asks)
         jobs = self._job_states(map(ordered.__getitem__, admitted), admitted, cache)
         self._guard(state, jobs)
-        rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock)
+        rnd = FlowRound(snapshot, state, ordered, bonus, cache, jobs, refused, JobTable.of(jobs, bonus), clock,
+                        reasons_later=isinstance(queue, WaitingQueue) and queue.reasons_later)
         # Only refusals for contention change between iterations (re-admission), so the jobs that may
         # get another look only ever shrink from this list, in queue order.
         head = len(ordered) if tail is None else tail.start
@@ -574,7 +586,7 @@ class FlowPlacer:
         return TaskPlacement(f"{job.name}/{ti}", machine, js.cpus, js.memory_gb, grants,
                              round(expected, 3))
 
-    def _decisions(self, rnd: FlowRound) -> tuple[tuple[JobPlacement, ...], tuple[Unplaced, ...]]:
+    def _decisions(self, rnd: FlowRound) -> tuple[tuple[JobPlacement, ...], Sequence[Unplaced]]:
         """The last stage: the placed jobs as placements (queue order) and every other job with why."""
         state, ordered, placed = rnd.state, rnd.ordered, rnd.placed
         names = state.cluster.locations  # machines first, in order
@@ -602,7 +614,10 @@ class FlowPlacer:
         # pass over the queue.
         if len(placed) == len(ordered):
             return tuple(out_placed), ()
-        return tuple(out_placed), self._unplaced(rnd, {js.order for js in placed})
+        placed_at = {js.order for js in placed}
+        if rnd.reasons_later:
+            return tuple(out_placed), LaterReasons(partial(self._unplaced, rnd, placed_at))
+        return tuple(out_placed), self._unplaced(rnd, placed_at)
 
     def _unplaced(self, rnd: FlowRound, placed_at: set[int]) -> tuple[Unplaced, ...]:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why: refused,

@@ -180,9 +180,14 @@ def unscheduled(costs: IntArray, table: JobTable, rows: IntArray) -> IntArray:
 def expected_vec(profile: Profile, remote_share: FloatArray, load: FloatArray, tau: float) -> FloatArray:
     """`profiles.expected_s` over arrays, for one profile (kept in step with it by a test). The profile's
     numbers go in as floats (the same products as one-element arrays, without making four of them)."""
-    params = (float(profile.base_s if profile.known else tau), float(profile.transfer_share),
-              float(profile.remote_factor), float(profile.load_sensitivity))
-    return expected_arrays(params, remote_share, load)
+    return expected_arrays(profile_params(profile, tau), remote_share, load)
+
+
+def profile_params(profile: Profile, tau: float) -> tuple[float, float, float, float]:
+    """`expected_vec`'s parameters of one profile (`tau`: the goal an unknown image's local time is
+    taken at), as floats: for a caller that prices many arrays for the same job."""
+    return (float(profile.base_s if profile.known else tau), float(profile.transfer_share),
+            float(profile.remote_factor), float(profile.load_sensitivity))
 
 
 def request(job: Job) -> str:

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from disagg.placement.commit import EPS
 from disagg.placement.cost import SCALE
-from disagg.placement.cost_models import CostModel, RemoteArcs, RemoteCheck
+from disagg.placement.cost_models import REFUSE_ALL, CostModel, RemoteArcs, RemoteCheck
 from disagg.placement.decisions import DeviceGrant, Reason
 from disagg.placement.jobstate import FloatArray, IntArray, JobTable, RoundJob, unscheduled
 from disagg.placement.network import FlowNetwork
@@ -64,8 +64,14 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     machines = list(map(attrgetter("machines"), jobs))
     per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
     n = int(per_task.sum())
-    rows = np.repeat(JobTable.indices(jobs), per_task)
-    job_at = np.repeat(np.arange(n_jobs, dtype=np.int64), per_task)
+    # Per job to per task: a repeat, unless every job has one task here (the usual case: as it stands).
+    one_each = n == n_jobs and bool((per_task == 1).all())
+
+    def spread(per_job: IntArray) -> IntArray:
+        return per_job if one_each else np.repeat(per_job, per_task)
+
+    rows = spread(JobTable.indices(jobs))
+    job_at = spread(np.arange(n_jobs, dtype=np.int64))
     tau, z = table.tau[rows], table.z[rows]
     # -1: any model; -2: a model that has no free device at all.
     model_of = {m: i for i, m in enumerate(models)}
@@ -79,7 +85,7 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     # earlier kind): what the network-aware model tells apart from others' traffic.
     own = np.fromiter(chain.from_iterable(machines), dtype=np.int64, count=n)
     own_up, own_rack = np.zeros(n), np.zeros(n)
-    starts = np.cumsum(per_task) - per_task
+    starts = job_at if one_each else np.cumsum(per_task) - per_task
     # (Only once the round has taken traffic can a job hold some: a local-only round never looks.)
     with_traffic = np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
                                           count=n_jobs))[0].tolist() if state.traffic_takes else []
@@ -92,13 +98,12 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     return Tasks(
         jobs=jobs,
         job_at=job_at.tolist(),
-        task_index=(np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(per_task) - per_task, per_task)).tolist(),
+        task_index=[0] * n if one_each else (np.arange(n, dtype=np.int64) - np.repeat(starts, per_task)).tolist(),
         own=own,
-        want=np.repeat(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64,
-                                   count=n_jobs), per_task),
+        want=spread(np.fromiter(map(itemgetter(kind), map(attrgetter("wants"), jobs)), dtype=np.int64, count=n_jobs)),
         tau=tau, z=z, gbps=table.gbps[rows], phi_local=table.phi_local[rows],
         u_cost=unscheduled(costs.task_to_unscheduled(table, rows, queue_len), table, rows),
-        pinned=np.repeat(pinned_job, per_task),
+        pinned=spread(pinned_job),
         params=tuple(a[rows] for a in table.params),
         guard=table.guard[rows],
         own_up=own_up,
@@ -139,12 +144,14 @@ def build(state: FreeState, jobs: list[RoundJob], kind: str, costs: CostModel, q
     remote = costs.subtask_to_remote(state, tasks)
     own, want, n_tasks = tasks.own, tasks.want, len(tasks.job_at)
     net = FlowNetwork()
-    task0 = net.add_nodes(n_tasks)
-    rack0 = net.add_nodes(state.n_racks * n_models)
-    cross0 = net.add_nodes(n_models)
-    loc0 = net.add_nodes(n_loc * n_models)
-    unsched = net.add_nodes(1)
-    sink = net.add_nodes(1)
+    # Tasks, rack aggregators, cross-rack aggregators, locations, U, sink: numbered in that order, added
+    # at once (each `add_nodes` grows the supplies anew).
+    task0 = net.add_nodes(n_tasks + (state.n_racks + 1 + n_loc) * n_models + 2)
+    rack0 = task0 + n_tasks
+    cross0 = rack0 + state.n_racks * n_models
+    loc0 = cross0 + n_models
+    unsched = loc0 + n_loc * n_models
+    sink = unsched + 1
     total = int(want.sum())
     local_cost = costs.subtask_to_local(tasks)
     best = np.full(n_tasks, NEVER, dtype=np.int64) if remote is None else np.minimum(
@@ -239,12 +246,15 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
                 given.setdefault(i, []).append((source, mi, n))
     # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
     remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
+    # (As lists first: numpy's scalar reads, three per location, cost more than the rest of it.)
     for mi, locs in enumerate(phase.loc_sel):
         rl = flows[net.block(f"rack->loc:{mi}")]
-        for a in np.nonzero(rl)[0]:
-            remote_lists.setdefault(("rack", int(state.loc_rack[locs[a]]), mi), []).append([int(locs[a]), int(rl[a])])
+        at = np.flatnonzero(rl)
+        for loc, rack, n in zip(locs[at].tolist(), state.loc_rack[locs[at]].tolist(), rl[at].tolist(), strict=True):
+            remote_lists.setdefault(("rack", rack, mi), []).append([loc, n])
         cl = flows[net.block(f"cross->loc:{mi}")]
-        remote_lists[("cross", 0, mi)] = [[int(locs[a]), int(cl[a])] for a in np.nonzero(cl)[0]]
+        at = np.flatnonzero(cl)
+        remote_lists[("cross", 0, mi)] = [[loc, n] for loc, n in zip(locs[at].tolist(), cl[at].tolist(), strict=True)]
 
     # The rest task by task, in queue order (jobs come in queue order, their tasks in a row); a job
     # that has failed skips its remaining tasks.
@@ -340,6 +350,8 @@ def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str 
     why = "none"
     while entries and entries[0][1] == 0:
         entries.pop(0)
+    if check is not None:  # (a held task's every path misses: walked past without pricing each)
+        check = check.from_machine(own)
     for entry in islice(entries, SCAN_LIMIT):
         if entry[1] == 0:
             continue
@@ -360,9 +372,7 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
     free = state.free_count.get(kind)
     if free is None:
         return None, ""
-    cand = np.nonzero((free > 0) & state.remote_reach(own, js.gbps))[0]
-    same = state.loc_rack[cand] == state.loc_rack[own]
-    order = np.concatenate([cand[same], cand[~same]])[:SCAN_LIMIT]
+    order = state.reach_order(own, js.gbps, free > 0)[:SCAN_LIMIT]
     start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check)
     for loc in order[start:].tolist():
         got, reason = take_at(state, js, kind, own, loc, model, check)
@@ -378,19 +388,27 @@ def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, ch
     of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
     The paths rejected by the check are retraced in turn (`retrace_paths`); where that moves a link
     other paths share (the task's uplink, a rack's), the rest are priced again from there, as the walk
-    would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one."""
+    would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one.
+    A check that refuses every path (`REFUSE_ALL`) is not asked: only whether each fits (`trial_fits`)."""
     start, why, n, gbps = 0, "", len(locs), js.gbps
+    refused = check is REFUSE_ALL  # (every path: none needs its load, nor the check's word on it)
     while n - start > 1:
         rest = locs[start:]
-        trial = state.trial_loads(own, rest, gbps)
-        if trial is None:
-            break
-        fits = trial[0].tolist()
-        first = check.first_kept(own, rest.tolist(), fits, trial[1])
-        if first == 0:
-            break
+        if refused:
+            fits = state.trial_fits(own, rest, gbps)
+            if fits is None:
+                break
+            first = len(rest)
+        else:
+            trial = state.trial_loads(own, rest, gbps)
+            if trial is None:
+                break
+            fits = trial[0]
+            first = check.first_kept(own, rest.tolist(), fits.tolist(), trial[1])
+            if first == 0:
+                break
         why = "slo" if fits[first - 1] else "bandwidth"
-        tried = np.nonzero(trial[0][:first])[0]
+        tried = np.flatnonzero(fits[:first])
         done = state.retrace_paths(own, rest[tried], gbps)
         if done == len(tried):
             return start + first, why

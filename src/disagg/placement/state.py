@@ -299,6 +299,8 @@ class FreeState:
         self._cached_version = -1
         self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
+        #: `_same_rack` by rack.
+        self._racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = {}
         #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
         self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
 
@@ -552,6 +554,30 @@ class FreeState:
         the path has `gbps` of headroom (`fits_traffic`) and the busiest link's load with it on
         (`load_with`), for all of them in one pass (the same floats). None where that pass does not
         stand for them: no traffic (gbps ≤ 0) or a link with no capacity (`load`'s numpy path)."""
+        trial = self._trial(own, locs, gbps)
+        if trial is None:
+            return None
+        fits, rack_loc, cross = trial
+        used, cap = self.link_used, self.link_cap
+        used_at, cap_at = self._used_view, self._cap_view
+        rack_own = len(self._rack_of) + self._rack_of[own]
+        load = np.maximum((used_at[own] + gbps) / cap_at[own], (used[locs] + gbps) / cap[locs])
+        if cross.any():
+            far = rack_loc[cross]
+            load[cross] = np.maximum(np.maximum(load[cross], (used_at[rack_own] + gbps) / cap_at[rack_own]),
+                                     (used[far] + gbps) / cap[far])
+        return fits, load
+
+    def trial_fits(self, own: int, locs: IntArray, gbps: float) -> NDArray[np.bool_] | None:
+        """`trial_loads`'s first half, whether each path fits, without the loads: for a walk whose check
+        refuses every path (it prices none)."""
+        trial = self._trial(own, locs, gbps)
+        return None if trial is None else trial[0]
+
+    def _trial(self, own: int, locs: IntArray, gbps: float
+               ) -> tuple[NDArray[np.bool_], IntArray, NDArray[np.bool_]] | None:
+        """`trial_fits`, with each path's far rack link and which paths cross racks (`trial_loads` reads
+        them again)."""
         if gbps <= 0:
             return None
         n_loc = len(self._rack_of)
@@ -561,20 +587,15 @@ class FreeState:
         cross = rack_loc != rack_own
         if not self._no_zero_cap and not cap[np.concatenate(([own, rack_own], locs, rack_loc[cross]))].all():
             return None
-        # The shared links' sums as plain floats (the same quotients and comparisons as numpy's scalars).
+        # The shared links' sums as plain floats (the same sums and comparisons as numpy's scalars).
         used_at, cap_at = self._used_view, self._cap_view
-        own_need = used_at[own] + gbps
-        need = used[locs] + gbps
-        fits = need <= cap[locs] + EPS
-        load = np.maximum(own_need / cap_at[own], need / cap[locs])
-        fits &= not exceeds(own_need, cap_at[own])
+        fits = used[locs] + gbps <= cap[locs] + EPS
+        fits &= not exceeds(used_at[own] + gbps, cap_at[own])
         if cross.any():
             far = rack_loc[cross]
-            far_need = used[far] + gbps
-            rack_need = used_at[rack_own] + gbps
-            fits[cross] &= (far_need <= cap[far] + EPS) & (not exceeds(rack_need, cap_at[rack_own]))
-            load[cross] = np.maximum(np.maximum(load[cross], rack_need / cap_at[rack_own]), far_need / cap[far])
-        return fits, load
+            fits[cross] &= (used[far] + gbps <= cap[far] + EPS) & (not exceeds(used_at[rack_own] + gbps,
+                                                                                 cap_at[rack_own]))
+        return fits, rack_loc, cross
 
     @cached_property
     def _no_zero_cap(self) -> bool:
@@ -767,17 +788,40 @@ class FreeState:
 
     def remote_reach(self, own: int, gbps: float) -> NDArray[np.bool_]:
         """Which other locations a task on `own` could use a device at: every link of the path has
-        `gbps` of headroom."""
-        n_loc = len(self.loc_rack)
+        `gbps` of headroom. (One test over every link, then read per location: the decoder asks this
+        for each task it repairs or explains, thousands of times a simulated run, on a few hundred links.)"""
+        n_loc = len(self._rack_of)
         headroom = self.link_cap - self.link_used
-        if headroom[own] + EPS < gbps:
+        if headroom[own] + EPS < gbps:  # (spelt so: a NaN headroom passes it, and its path's other links decide)
             return np.zeros(n_loc, dtype=bool)
-        same_rack = self.loc_rack == self.loc_rack[own]
-        rack_ok = headroom[n_loc + self.loc_rack] + EPS >= gbps
-        own_rack_ok = headroom[n_loc + self.loc_rack[own]] + EPS >= gbps
-        reach: NDArray[np.bool_] = (headroom[:n_loc] + EPS >= gbps) & (same_rack | (rack_ok & own_rack_ok))
+        ok = headroom + EPS >= gbps
+        reach: NDArray[np.bool_]
+        if ok[n_loc + self._rack_of[own]]:  # its rack's uplink has it: any location whose rack's uplink has it too
+            reach = ok[:n_loc] & ok[n_loc:][self.loc_rack]
+        else:  # only its own rack
+            reach = ok[:n_loc] & self._same_rack(own)[0]
         reach[own] = False
         return reach
+
+    def reach_order(self, own: int, gbps: float, among: NDArray[np.bool_]) -> IntArray:
+        """The locations of `among` within reach of `own` (`remote_reach`), those in its rack first, then
+        the others, each in location order: the order the decoder tries them in."""
+        first = self._same_rack(own)[1]
+        out: IntArray = first[(among & self.remote_reach(own, gbps))[first]]
+        return out
+
+    def _same_rack(self, own: int) -> tuple[NDArray[np.bool_], IntArray]:
+        """Per rack (`own`'s), which locations share it, and every location with those first (each part in
+        location order); of the inventory alone, made once a round per rack asked (read-only)."""
+        rack = self._rack_of[own]
+        found = self._racks.get(rack)
+        if found is None:
+            same = self.loc_rack == rack
+            order = np.concatenate([np.flatnonzero(same), np.flatnonzero(~same)])
+            same.flags.writeable = False
+            order.flags.writeable = False
+            found = self._racks[rack] = (same, order)
+        return found
 
     def machines_with_local(self, shape: tuple[object, ...]) -> tuple[NDArray[np.bool_], IntArray]:
         """The machines (as a mask, and ascending) whose own free devices cover one task of a request shape

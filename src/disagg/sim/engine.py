@@ -293,7 +293,7 @@ class Simulation(Replanning):
             snapshot = snapshot.with_tenancy(self.tenants.tenancy(now, self.queue))
         queue = self.knowledge.apply(list(self.queue.values()), self._remote_in_flight())
         if self.waits_apart:
-            queue = WaitingQueue(queue, self._wait_rounds)
+            queue = WaitingQueue(queue, self._wait_rounds, reasons_later=True)
         t0 = self.clock()
         if self.config.starvation_rounds is None:
             decisions = self.policy.place(snapshot, queue, now, self.rng, clock=self.clock)
