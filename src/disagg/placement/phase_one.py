@@ -372,9 +372,11 @@ class Candidates:
 
 
 def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
-          first_fit: dict[int, int] | None = None, known: dict[int, IntArray] | None = None) -> Pricing:
+          first_fit: dict[int, int] | None = None, known: dict[int, IntArray] | None = None,
+          table: JobTable | None = None) -> Pricing:
     """Arcs from classes to machine classes (`MachineGroups`), directly and through one aggregator per
-    shape. `known`: the shapes' fits found already in this state (`fits_nowhere`'s), by shape."""
+    shape. `known`: the shapes' fits found already in this state (`fits_nowhere`'s), by shape. `table`:
+    the round's job numbers (the classes' rows are read off it), when the caller has it."""
     used_frac = 1.0 - state.cpu / np.maximum(state.cpu_total, 1e-9)
     up_load = state.link_load()[:state.n_machines]
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
@@ -405,7 +407,7 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
         if len(cand):
             shaped.append((g, cand, _shape_columns(state, rep, cand, at, used_at, load_at, free_at)))
     # Every class's numbers once (rows of the arcs' matrices), for all the shapes' prices below.
-    rows = ClassRows.of(profile_arrays(cls.representative), cls.representative)
+    rows = class_rows(cls.representative, table)
     shaped_reps, shaped_columns = [rep_ids[g] for g, _, _ in shaped], [c for _, _, c in shaped]
     # A cluster of no more machines than a head holds: every shape's head is all its candidates, so its
     # classes' columns are known before the aggregators' prices are, and both are priced in one call.
@@ -431,6 +433,16 @@ def price(state: FreeState, cls: Classes, costs: CostModel, min_candidates: int,
     with_devices = sorted(c for g, members, _ in priced if sum(reps[g].wants.values()) for c in members)
     _surcharges(pricing, _rows_of(rows, with_devices), costs)
     return pricing
+
+
+def class_rows(reps: list[RoundJob], table: JobTable | None) -> ClassRows:
+    """The classes' numbers as `ClassRows` (column vectors): gathered off the round's `table` by their
+    representatives' rows (one fancy index per number), or read off the representatives (no table)."""
+    if table is None:
+        return ClassRows.of(profile_arrays(reps), reps)
+    at = JobTable.indices(reps)
+    return ClassRows(tuple(a[at][:, None] for a in table.params), table.tau[at][:, None], table.z[at][:, None],
+                     table.phi_local[at][:, None], table.guard[at][:, None])
 
 
 def _shape_columns(state: FreeState, rep: RoundJob, cand: IntArray, at: IntArray, used_at: FloatArray,
@@ -794,7 +806,7 @@ def build(state: FreeState, jobs: list[RoundJob], costs: CostModel, min_candidat
     (filled here the first time a shape is seen; it tells a gang that never fitted from one that lost out).
     `known`: shapes' fits found already in this state, by shape (`price`)."""
     cls = classify(jobs)
-    pricing = price(state, cls, costs, min_candidates, first_fit, known)
+    pricing = price(state, cls, costs, min_candidates, first_fit, known, table)
     assert pricing.groups is not None
     n_machines, n_jobs, n_classes = len(pricing.groups.first), len(jobs), len(cls.representative)
     net = FlowNetwork()
