@@ -451,13 +451,17 @@ def _shape_columns(state: FreeState, rep: RoundJob, cand: IntArray, at: IntArray
     share of a task's devices that would be remote there, the uplink's load, the preference."""
     t = rep.job.tasks
     want_total = sum(rep.wants.values())
-    share = np.zeros(len(cand))
     if want_total:
-        local = np.zeros(len(cand))
+        # (The first kind's local devices as floats, the others added: the sum of zeros and them as it was.)
+        local: FloatArray | None = None
         for k, n in rep.wants.items():
             model = t.models.get(k)  # a pinned model: only its devices are local to the task
-            local += np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
-        share = (want_total - local) / want_total
+            here = np.minimum((free_at[k] if model is None else state.local_free(k, model)[at])[cand], n)
+            local = here.astype(np.float64) if local is None else local + here
+        assert local is not None
+        share: FloatArray = (want_total - local) / want_total
+    else:
+        share = np.zeros(len(cand))
     pref = P_LOCAL + SPREAD * used_at[cand]
     for k in state.local_kinds:  # (another kind's spare devices add 0.0 to a positive pref: nothing)
         if t.wants(k) == 0:
@@ -582,10 +586,11 @@ def _surcharges(pricing: Pricing, rows: ClassRows, costs: CostModel) -> None:
 
 def _local_tasks(rep: RoundJob, free_at: dict[str, IntArray], n: int) -> IntArray:
     """Per machine class, how many tasks of the shape one of its machines serves with its own devices."""
-    out = np.full(n, NEVER // 4, dtype=np.int64)  # (np.iinfo is a class made at each call)
+    out: IntArray | None = None  # (NEVER // 4 where it wants no device: np.iinfo is a class made at each call)
     for kind, want in rep.wants.items():
-        out = np.minimum(out, free_at[kind] // want if kind in free_at else 0)
-    return out
+        served = free_at[kind] // want if kind in free_at else np.zeros(n, dtype=np.int64)
+        out = np.minimum(served, NEVER // 4) if out is None else np.minimum(out, served)
+    return np.full(n, NEVER // 4, dtype=np.int64) if out is None else out
 
 
 def _shape_fit(state: FreeState, cls: Classes, members: list[int], rep: RoundJob, costs: CostModel,
