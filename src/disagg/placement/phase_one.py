@@ -815,12 +815,14 @@ def build(state: FreeState, jobs: list[RoundJob], costs: CostModel, min_candidat
     assert pricing.groups is not None
     n_machines, n_jobs, n_classes = len(pricing.groups.first), len(jobs), len(cls.representative)
     net = FlowNetwork()
-    job0 = net.add_nodes(n_jobs)
-    class0 = net.add_nodes(n_classes)
-    shape0 = net.add_nodes(len(cls.shapes))
-    mach0 = net.add_nodes(n_machines)
-    unsched = net.add_nodes(1)
-    sink = net.add_nodes(1)
+    # The nodes in one block (each `add_nodes` grows the supplies by a copy): jobs, classes, shapes'
+    # aggregators, machine classes, U, the sink.
+    job0 = net.add_nodes(n_jobs + n_classes + len(cls.shapes) + n_machines + 2)
+    class0 = job0 + n_jobs
+    shape0 = class0 + n_classes
+    mach0 = shape0 + len(cls.shapes)
+    unsched = mach0 + n_machines
+    sink = unsched + 1
     total = int(cls.counts.sum())
     net.supplies[job0:job0 + n_jobs] = cls.counts
     net.supplies[sink] = -total
