@@ -263,7 +263,7 @@ class FreeState:
         # the free ones (a stack: take from the top, give back on top).
         # Every kind gets (possibly empty) arrays, so a request for a kind the cluster lacks finds none.
         self.kinds: tuple[DeviceKind, ...] = DEVICE_KINDS
-        #: What runs, as columns (carried over from the last round's snapshot where its allocations are the same).
+        # What runs, as columns (carried over from the last snapshot's, for the allocations it shares with this one).
         running = (allocation_columns(cluster.allocations, inv.loc_index, inv.dev_index) if cluster.allocations
                    else None)
         kinds = inv.kind_codes
