@@ -104,13 +104,34 @@ def test_the_scalar_outwait_check_gives_the_vector_functions_answer() -> None:
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20),
-       st.sampled_from([(-1000.0, 1.0, -1000.0), (0.0, 1000.0, 1000.0)]))
-def test_within_is_clip_of_nan_to_num(values: list[float], bounds: tuple[float, float, float]) -> None:
-    """`cost._within` replaces `np.clip(np.nan_to_num(x, nan=...), low, high)` (±inf clipped either way),
-    the same values (a zero's sign aside: the costs round it away)."""
-    from disagg.placement.cost import _within
+       st.sampled_from([(-1000.0, 1.0), (0.0, 1000.0), (-3.0, -3.0)]))
+def test_within_is_clip_of_nan_to_num(values: list[float], bounds: tuple[float, float]) -> None:
+    """`cost._within_nan_low` and `_within_nan_high` replace `np.clip(np.nan_to_num(x, nan=...), low,
+    high)` with NaN taken to the low or the high bound (±inf clipped either way), the same values (a
+    zero's sign aside: the costs round it away)."""
+    from disagg.placement.cost import _within_nan_high, _within_nan_low
 
-    low, high, nan = bounds
+    low, high = bounds
     x = np.array(values, dtype=np.float64)
-    expected = np.clip(np.nan_to_num(x, nan=nan), low, high)
-    assert np.array_equal(_within(x, low, high, nan) + 0.0, expected + 0.0)
+    for within, nan in ((_within_nan_low, low), (_within_nan_high, high)):
+        expected = np.clip(np.nan_to_num(x, nan=nan), low, high)
+        assert np.array_equal(within(x, low, high) + 0.0, expected + 0.0)
+
+
+@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True),
+                          st.floats(allow_nan=True, allow_infinity=True),
+                          st.floats(allow_nan=True, allow_infinity=True)), min_size=1, max_size=20))
+def test_utility_clamps_as_where_maximum_minimum_did(rows: list[tuple[float, float, float]]) -> None:
+    """`utility`'s clamp (`fmin(fmax(x, -UT_FLOOR), 1)`) gives the very floats, zeros' signs included,
+    that its earlier `where(x != x, -UT_FLOOR, minimum(maximum(x, -UT_FLOOR), 1))` gave: NaN at the
+    floor, ±inf at the bounds (the decisions' hashes rest on it)."""
+    from disagg.placement.cost import UT_FLOOR
+
+    phi, tau, z = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
+    with np.errstate(all="ignore"):
+        base = (tau - phi) / tau
+        ut = np.where(phi <= tau, base, base * (10.0 - z) / 9.0)
+        before = np.where(ut != ut, -UT_FLOOR, np.minimum(np.maximum(ut, -UT_FLOOR), 1.0))
+        got = utility(phi, tau, z)
+    assert np.array_equal(got, before)
+    assert np.array_equal(np.signbit(got), np.signbit(before))

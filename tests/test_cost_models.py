@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disagg.model import Job
 from disagg.placement.cost import goal_s, phi, placing_cost, postponement, profile_of, remote_gbps
@@ -17,6 +19,7 @@ from disagg.placement.cost_models import (
     UnknownCostModelError,
     get_cost_model,
     register_cost_model,
+    unscheduled_arcs,
 )
 from disagg.placement.jobstate import JobTable, RoundJob, SloGuard, profile_arrays
 from disagg.placement.phase_one import NEVER
@@ -148,3 +151,38 @@ def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices()
     assert drmaestro.why_no_machine(state, js)[0] == "no-bandwidth"
     # NA offers every arc (a miss is a cost, not a missing arc): no machine means what it means for DRMaestro
     assert DRMaestroNACostModel().why_no_machine(state, js) == drmaestro.why_no_machine(state, js)
+
+
+def _table(n: int, seed: int, fair: bool) -> JobTable:
+    rng = np.random.default_rng(seed)
+    zeros = np.zeros(n)
+    return JobTable(tau=rng.uniform(1.0, 500.0, n), z=rng.integers(1, 11, n).astype(np.float64), gbps=zeros,
+                    phi_local=zeros, order=rng.permutation(n).astype(np.float64),
+                    waits=rng.integers(0, 40, n).astype(np.float64), params=(zeros, zeros, zeros, zeros),
+                    guard=np.zeros(n, dtype=np.int64), must_place=np.zeros(n, dtype=bool),
+                    fair=rng.integers(0, 10_000, n) if fair else None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(calls=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 11), min_size=1, max_size=8),
+                                st.sampled_from([12, 30])), min_size=1, max_size=8),
+       name=st.sampled_from(sorted(COST_MODELS)))
+def test_kept_unscheduled_arcs_equal_those_priced_afresh(calls: list[tuple[int, list[int], int]], name: str) -> None:
+    """`task_to_unscheduled` keeps each table row's arc for the next phase that asks: whatever tables,
+    rows (repeated, in any order) and queue lengths come, the same integers as `unscheduled_arcs`."""
+    model = get_cost_model(name)
+    tables = [_table(12, seed, fair=seed == 1) for seed in range(3)]
+    for which, rows, queue_len in calls:
+        at = np.array(rows, dtype=np.int64)
+        got = model.task_to_unscheduled(tables[which], at, queue_len)
+        assert np.array_equal(got, unscheduled_arcs(tables[which], at, queue_len))
+
+
+def test_a_device_phase_reads_the_arcs_phase_one_priced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked again for rows it priced on the same table and queue length, the model prices nothing."""
+    import disagg.placement.cost_models as cm
+
+    model, table = get_cost_model("drmaestro-na"), _table(12, 0, fair=False)
+    first = model.task_to_unscheduled(table, np.arange(12), 30)
+    monkeypatch.setattr(cm, "unscheduled_arcs", lambda *a: pytest.fail("priced again"))
+    assert np.array_equal(model.task_to_unscheduled(table, np.array([5, 2, 2]), 30), first[[5, 2, 2]])

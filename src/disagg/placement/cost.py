@@ -75,15 +75,23 @@ def utility(phi: ArrayLike, tau: ArrayLike, z: ArrayLike) -> NDArray[np.float64]
     z_a = np.asarray(z, dtype=np.float64)
     base = (tau_a - phi_a) / tau_a
     ut = np.where(phi_a <= tau_a, base, base * (10.0 - z_a) / 9.0)
-    return _within(ut, -UT_FLOOR, 1.0, -UT_FLOOR)
+    return _within_nan_low(ut, -UT_FLOOR, 1.0)
 
 
-def _within(x: NDArray[np.float64], low: float, high: float, nan: float) -> NDArray[np.float64]:
-    """`np.clip(np.nan_to_num(x, nan=nan), low, high)` for `low`, `high` finite (±inf are clipped
-    either way), in three ufunc calls: `nan_to_num` and `clip` are Python functions over several numpy
-    calls each, and the rounds price a few elements at a time, thousands of times a simulated run.
-    (One difference: a −0.0 clipped up to `low` = 0.0 comes out +0.0; the costs round it to 0 either way.)"""
-    out: NDArray[np.float64] = np.where(x != x, nan, np.minimum(np.maximum(x, low), high))
+def _within_nan_low(x: NDArray[np.float64], low: float, high: float) -> NDArray[np.float64]:
+    """`np.clip(np.nan_to_num(x, nan=low), low, high)` for `low` ≤ `high` finite (±inf are clipped
+    either way), in two ufunc calls: `fmax` passes over a NaN to `low`, then `fmin` caps. `nan_to_num`
+    and `clip` are Python functions over several numpy calls each, and the rounds price a few elements
+    at a time, thousands of times a simulated run. (One difference: a −0.0 clipped up to `low` = 0.0
+    comes out −0.0 or +0.0; the costs round it to 0 either way.)"""
+    out: NDArray[np.float64] = np.fmin(np.fmax(x, low), high)
+    return out
+
+
+def _within_nan_high(x: NDArray[np.float64], low: float, high: float) -> NDArray[np.float64]:
+    """`np.clip(np.nan_to_num(x, nan=high), low, high)` likewise: `fmin` takes a NaN to `high`, then
+    `fmax` raises to `low`."""
+    out: NDArray[np.float64] = np.fmax(np.fmin(x, high), low)
     return out
 
 
@@ -105,7 +113,7 @@ def relative_miss(phi: ArrayLike, tau: ArrayLike) -> NDArray[np.float64]:
     """m = (φ − τ)/τ where φ > τ, else 0: by how much of its goal a placement misses the SLO."""
     phi_a = np.asarray(phi, dtype=np.float64)
     tau_a = np.asarray(tau, dtype=np.float64)
-    return _within((phi_a - tau_a) / tau_a, 0.0, UT_FLOOR, UT_FLOOR)
+    return _within_nan_high((phi_a - tau_a) / tau_a, 0.0, UT_FLOOR)
 
 
 def postponement(phi: ArrayLike, tau: ArrayLike) -> NDArray[np.int64]:

@@ -295,6 +295,18 @@ class CostModel(Protocol):
         ...
 
 
+def unscheduled_arcs(table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
+    """The unscheduled arc of each of `rows` (a job, or a task of it, by its row in `table`): Eq. 8 (with
+    W) and the age tie-break, plus the fair-share term of the job's tenant (a round with tenants:
+    `placement.fairness`), so that the flow prefers tenants below their share. Each row's from its own
+    numbers alone."""
+    cost: IntArray = (unscheduled_cost(table.tau[rows], table.z[rows], table.waits[rows])
+                      + age_bonus(table.order[rows], queue_len))
+    if table.fair is not None:
+        cost = cost + table.fair[rows]
+    return cost
+
+
 # -- the models ------------------------------------------------------------------------------------
 
 
@@ -336,14 +348,28 @@ class DRMaestroCostModel:
 
     # -- phase 1 --
 
+    #: The unscheduled arcs priced on the last table (`task_to_unscheduled`): the table, the queue
+    #: length, each row's cost and which rows have one.
+    _unscheduled_kept: tuple[JobTable, int, IntArray, NDArray[np.bool_]] | None = None
+
     def task_to_unscheduled(self, table: JobTable, rows: IntArray, queue_len: int) -> IntArray:
-        # Eq. 8 (with W) and the age tie-break, plus the fair-share term of the job's tenant (a round
-        # with tenants: `placement.fairness`), so that the flow prefers tenants below their share.
-        cost: IntArray = (unscheduled_cost(table.tau[rows], table.z[rows], table.waits[rows])
-                          + age_bonus(table.order[rows], queue_len))
-        if table.fair is not None:
-            cost = cost + table.fair[rows]
-        return cost
+        """`unscheduled_arcs`, kept per row of `table` (for the same queue length): a job's arc reads only
+        its row's numbers, which a table never changes, and a round's phase 1 and device phases ask
+        it for the same jobs of the same table (two dozen numpy calls each time otherwise)."""
+        kept = self._unscheduled_kept
+        if kept is not None and kept[0] is table and kept[1] == queue_len:
+            _, _, cost, known = kept
+            if known[rows].all():
+                out: IntArray = cost[rows]
+                return out
+        else:
+            n = len(table.tau)
+            cost, known = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+            self._unscheduled_kept = (table, queue_len, cost, known)
+        fresh = unscheduled_arcs(table, rows, queue_len)
+        cost[rows] = fresh
+        known[rows] = True
+        return fresh
 
     def task_to_machine(self, rows: ClassRows, machines: MachineColumns) -> MachineArcs:
         share = machines.share[None, :]

@@ -23,6 +23,7 @@ from disagg.model import DEVICE_KINDS, Cluster, DeviceKind
 from disagg.model.states import DEVICE_HEALTHY
 from disagg.placement.commit import EPS, exceeds
 from disagg.placement.decisions import DeviceGrant
+from disagg.placement.running import AllocationColumns, allocation_columns, forget_kept_allocations
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -194,8 +195,9 @@ def inventory_arrays(cluster: Cluster) -> InventoryArrays:
 def forget_kept_inventory() -> None:
     """Drop the kept inventory arrays, so that the next round reads its inventory afresh: what a
     controller's first round, or its first after a device changes health, pays (`bench placement`
-    reports it as `cold_round_cpu_s`)."""
+    reports it as `cold_round_cpu_s`), and its allocations' columns (read with the inventory's indexes)."""
     _kept_inventory.clear()
+    forget_kept_allocations()
 
 
 def read_inventory_arrays(cluster: Cluster) -> InventoryArrays:
@@ -261,7 +263,9 @@ class FreeState:
         # the free ones (a stack: take from the top, give back on top).
         # Every kind gets (possibly empty) arrays, so a request for a kind the cluster lacks finds none.
         self.kinds: tuple[DeviceKind, ...] = DEVICE_KINDS
-        held = set(itertools.chain.from_iterable(map(attrgetter("devices"), cluster.allocations)))
+        # What runs, as columns (carried over from the last snapshot's, for the allocations it shares with this one).
+        running = (allocation_columns(cluster.allocations, inv.loc_index, inv.dev_index) if cluster.allocations
+                   else None)
         kinds = inv.kind_codes
         #: Whether every device is of one kind (`_models_of` then reads the models straight off the devices).
         self._one_kind = inv.one_kind
@@ -274,10 +278,9 @@ class FreeState:
         self._models: dict[str, list[str]] = inv.models
         usable = inv.healthy.copy()
         self._healthy = inv.healthy
-        if held:
+        if running is not None and len(running.dev):
             # (Devices the inventory does not list are held by allocations it no longer knows of: -1.)
-            at = np.fromiter(map(inv.dev_index.get, held, itertools.repeat(-1)), dtype=np.int64, count=len(held))
-            usable[at[at >= 0]] = False
+            usable[running.dev[running.dev >= 0]] = False
         self.slots: dict[str, IntArray] = {}
         self.start: dict[str, IntArray] = {}
         self.free_count: dict[str, IntArray] = {}
@@ -288,7 +291,8 @@ class FreeState:
         #: machine's columns (a column of zeros, a term of 0) is left out where that changes nothing.
         self.local_kinds: tuple[DeviceKind, ...] = tuple(k for k in self.kinds
                                                          if self.free_count[k][:self.n_machines].any())
-        self._apply_allocations()
+        if running is not None:
+            self._apply_allocations(running)
         if cluster.down_links:
             self._cut_off()
         #: Bumped whenever free devices or link usage change; what `reachable` and `machines_with_local`
@@ -322,48 +326,43 @@ class FreeState:
             self.free_count[k] = counts
             self.size[k] = counts.copy()
 
-    def _apply_allocations(self) -> None:
+    def _apply_allocations(self, running: AllocationColumns) -> None:
         """Subtract what already runs: cpus and memory per machine, and its traffic on the links
         (the machine's uplink, and the path to each remote device it holds, split evenly)."""
-        cl = self.cluster
-        allocations = cl.allocations
-        if not allocations:
-            return
-        m_index = self.inventory.loc_index  # (the snapshot's `location_index`, kept with the inventory)
-        n = len(allocations)
-        where = np.fromiter(map(m_index.__getitem__, map(attrgetter("machine"), allocations)), dtype=np.int64,
-                            count=n)
-        np.subtract.at(self.cpu, where, column(allocations, "cpus"))
-        np.subtract.at(self.mem, where, column(allocations, "memory_gb"))
-        gbps = column(allocations, "network_gbps")
+        where = running.machine
+        np.subtract.at(self.cpu, where, running.cpus)
+        np.subtract.at(self.mem, where, running.mem)
+        gbps = running.gbps
         np.add.at(self.link_used, where, gbps)
         # The paths' links past the machine's own uplink, each with its share, in the order the
         # allocations name them, then added at once (`add.at` adds in that order: the same sums as one
         # `+=` each, which cost a numpy scalar write per link and a snapshot holds hundreds).
-        moving = np.nonzero(gbps > 0)[0]
-        held = [allocations[i].devices for i in moving.tolist()]
-        if any(held):
-            self._add_remote_traffic(moving, held, where, gbps)
+        moving = np.flatnonzero(gbps > 0)
+        devices, per_allocation = running.devices_of(moving)
+        if len(devices):
+            self._add_remote_traffic(running, moving, devices, per_allocation)
 
-    def _add_remote_traffic(self, moving: IntArray, held: list[tuple[str, ...]], where: IntArray,
-                            gbps: FloatArray) -> None:
+    def _add_remote_traffic(self, running: AllocationColumns, moving: IntArray, devices: IntArray,
+                            per_allocation: IntArray) -> None:
         """The links past a machine's uplink to each remote device its allocations hold, each device's
         path carrying an even share of the allocation's traffic (`moving`: the allocations with traffic,
-        `held`: their devices). As arrays, device by device and link by link in the order the
-        allocations name them (a loop over a snapshot's hundreds of allocations with remote devices was
-        most of building a simulator round's state)."""
+        `devices`: their devices, flat, `per_allocation` of them each). As arrays, device by device and
+        link by link in the order the allocations name them (a loop over a snapshot's hundreds of
+        allocations with remote devices was most of building a simulator round's state)."""
+        where, gbps = running.machine, running.gbps
         inv = self.inventory
-        per_allocation = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
-        devices = list(itertools.chain.from_iterable(held))
+        owner = np.repeat(np.arange(len(moving)), per_allocation)  # per device, its allocation in `moving`
+        if (devices < 0).any():  # traffic to a device the inventory does not list: as a lookup by its id says
+            held = running.allocations[int(moving[owner[np.argmax(devices < 0)]])].devices
+            raise KeyError(next(d for d in held if d not in inv.dev_index))
         # Each device's location off the inventory's arrays: what the snapshot's `device_by_id` and its
         # location's index say (both are the inventory's, the last of a repeated id), without a record each.
-        dst = inv.dev_loc[np.fromiter(map(inv.dev_index.__getitem__, devices), dtype=np.int64, count=len(devices))]
-        owner = np.repeat(np.arange(len(held)), per_allocation)  # per device, its allocation in `held`
+        dst = inv.dev_loc[devices]
         src = where[moving][owner]
         remote = dst != src
         if not remote.any():
             return
-        n_remote = np.bincount(owner[remote], minlength=len(held))
+        n_remote = np.bincount(owner[remote], minlength=len(moving))
         share = (gbps[moving] / np.maximum(n_remote, 1))[owner[remote]]
         src, dst = src[remote], dst[remote]
         # A path past the machine's uplink: the device's uplink in its rack, else both racks' then its.

@@ -69,6 +69,7 @@ class Replanning:
         running, st = self.running, self.state
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         learns = self.knowledge.kind == "learned"
+        kappa = COLLOCATION_KAPPA
         moves: list[tuple[int, float, Event]] = []  # the finish events to move, in this (sorted) order
         moved: list[Running] = []
         get = running.get
@@ -92,7 +93,7 @@ class Replanning:
                 new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used,
                                                link_share, cpu_used)
             else:  # `one_path_stretch`, inline
-                hops, d, factor, machine, cpus, machine_cpus = one
+                hops, d, factor, machine, cpus, machine_cpus, ts, rest, sens = one
                 load = 0.0
                 for lk, cap, own in hops:
                     share = (used[lk] - own) / cap
@@ -100,12 +101,10 @@ class Replanning:
                         load = share
                 d.load = load
                 load = run.load_now = 1.0 if load > 1.0 else load  # (the mean of one: what learning reads)
-                ts = plan.transfer_share
-                total = factor * (1.0 + plan.load_sensitivity * load)
                 others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
                 others = 0.0 if others < 0.0 else others
-                new = 1.0 if ts <= 0.0 else (1.0 - ts) + ts * total
-                new = new * (1.0 + COLLOCATION_KAPPA * (1.0 if others > 1.0 else others))
+                new = 1.0 if ts <= 0.0 else rest + ts * (factor * (1.0 + sens * load))
+                new = new * (1.0 + kappa * (1.0 if others > 1.0 else others))
                 new = new if new > 1.0 else 1.0
             if run.finish_seq >= 0 and abs(new - old) < 1e-12:
                 continue
@@ -132,10 +131,11 @@ def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
                   if t.remote_memory_gb > 0.0 else None)
         tasks.append(TaskPlan(t.machine, t.cpus, machines[t.machine].cpus, local, remote, memory))
     one = None
+    profile = run.profile
     if len(tasks) == 1 and not tasks[0].local and len(tasks[0].remote) == 1 and tasks[0].memory is None:
         t0, (d, hops, factor) = tasks[0], tasks[0].remote[0]
-        one = OnePath(hops, d, factor, t0.machine, t0.cpus, t0.machine_cpus)
-    profile = run.profile
+        ts = profile.transfer_share
+        one = OnePath(hops, d, factor, t0.machine, t0.cpus, t0.machine_cpus, ts, 1.0 - ts, profile.load_sensitivity)
     return RunPlan(profile.transfer_share, profile.load_sensitivity, JobFinished(run.job.name), one,
                    tuple(tasks))
 
@@ -151,7 +151,7 @@ def plan_stretch(plan: RunPlan, used: dict[str, float], link_share: dict[int, fl
     means for it, `profiles.observe.path_load`), from its plan: `one_path_stretch` for the commonest
     shape, else `stretch_of`."""
     if plan.one is not None:
-        return one_path_stretch(plan.one, plan.transfer_share, plan.load_sensitivity, used, cpu_used)
+        return one_path_stretch(plan.one, used, cpu_used)
     return stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used, link_share, cpu_used)
 
 
@@ -209,16 +209,15 @@ def stretch_of(plan: tuple[TaskPlan, ...], ts: float, sens: float, used: dict[st
     return worst, (loads / far if far else 0.0)
 
 
-def one_path_stretch(one: OnePath, ts: float, sens: float, used: dict[str, float],
-                     cpu_used: list[float]) -> tuple[float, float]:
+def one_path_stretch(one: OnePath, used: dict[str, float], cpu_used: list[float]) -> tuple[float, float]:
     """`stretch_of` for a run of one task with one remote transfer device and no remote memory (most
     runs): the same operations, less its loops over one item and two that change no value: the sum's
     `0.0 +` (which would only turn a -0.0 into 0.0, and the term is positive) and the mean's `/ 1`."""
-    hops, d, factor, machine, cpus, machine_cpus = one
+    hops, d, factor, machine, cpus, machine_cpus, ts, rest, sens = one
     d.load = load = _path_load(hops, used)
     total = factor * (1.0 + sens * (1.0 if load > 1.0 else load))
     others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
     others = 0.0 if others < 0.0 else others
-    stretch = 1.0 if ts <= 0.0 else (1.0 - ts) + ts * total
+    stretch = 1.0 if ts <= 0.0 else rest + ts * total
     stretch = stretch * (1.0 + COLLOCATION_KAPPA * (1.0 if others > 1.0 else others))
     return (stretch if stretch > 1.0 else 1.0), (1.0 if load > 1.0 else load)

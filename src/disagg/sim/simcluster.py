@@ -80,7 +80,8 @@ class TaskPlan(NamedTuple):
 
 class OnePath(NamedTuple):
     """The commonest run in the paper's scenarios, one task with one remote transfer device and no
-    remote memory, as `replan.one_path_stretch` reads it (the general loop's tuples unpacked once)."""
+    remote memory, as `replan.one_path_stretch` reads it (the general loop's tuples unpacked once, and
+    its run's profile numbers with them: one unpacking per re-plan, some 120,000 a run)."""
 
     hops: tuple[tuple[str, float, float], ...]
     grant: Grant
@@ -88,6 +89,10 @@ class OnePath(NamedTuple):
     machine: int
     cpus: float
     machine_cpus: float
+    #: The run's transfer share, 1 less it (the same float each re-plan worked out), and load sensitivity.
+    transfer_share: float
+    rest_share: float
+    load_sensitivity: float
 
 
 class RunPlan(NamedTuple):
