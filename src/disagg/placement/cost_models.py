@@ -26,6 +26,7 @@ each job's `JobTable.fair` (its tenant's term, from `placement.fairness`; absent
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from disagg.placement.cost import (
     SCALE,
     SPREAD,
     WAIT_STEP,
+    _utility1,
     age_bonus,
     goal_s,
     outwaits,
@@ -441,12 +443,15 @@ class DRMaestroCostModel:
     def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
         """A class that would rather wait than go remote (its surcharge is more than its own cost of
         waiting: a goal no remote device meets) prices nothing: it must not set the price of going
-        remote for the classes that do (one tenant's impossible SLO would hold every job of its shape)."""
-        ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
-                            P_LOCAL)
-        surcharge = ends[:, 1] - ends[:, 0]
-        out: IntArray = np.where(surcharge < unscheduled_cost(rows.tau[:, 0], rows.z[:, 0], 0), surcharge, 0)
-        return out
+        remote for the classes that do (one tenant's impossible SLO would hold every job of its shape).
+        A few classes (a simulated round's phase 1: a handful, thousands of times a run) are priced one by
+        one in Python floats (`surcharge1`), where the arrays' some twenty numpy calls cost more."""
+        if len(rows.tau) <= SURCHARGE_LIST_MAX:
+            columns = [a[:, 0].tolist() for a in (*rows.params, rows.tau, rows.z)]
+            found = list(itertools.starmap(surcharge1, zip(*columns, strict=True)))
+            if None not in found:
+                return np.array(found, dtype=np.int64)
+        return remote_surcharges(rows)
 
     # -- phase k --
 
@@ -503,6 +508,39 @@ class DRMaestroCostModel:
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         return 0.0
+
+
+#: Up to how many classes `remote_surcharge` prices one by one (`surcharge1`) rather than as arrays.
+SURCHARGE_LIST_MAX = 32
+
+
+def remote_surcharges(rows: ClassRows) -> IntArray:
+    """`DRMaestroCostModel.remote_surcharge` as arrays: each class's placing cost with every device remote
+    less with every device local (at zero load), kept where it is below the class's cost of waiting."""
+    ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
+                        P_LOCAL)
+    surcharge = ends[:, 1] - ends[:, 0]
+    out: IntArray = np.where(surcharge < unscheduled_cost(rows.tau[:, 0], rows.z[:, 0], 0), surcharge, 0)
+    return out
+
+
+def surcharge1(base: float, transfer: float, factor: float, sensitivity: float, tau: float, z: float) -> int | None:
+    """`remote_surcharges` of one class (its profile numbers, τ and z) in plain floats: the same
+    operations in the same order as `expected_arrays`, `placing_cost` and `unscheduled_cost` (each IEEE
+    operation rounds alike in numpy and Python, `round` halves to even as `np.rint` does), so the same
+    integer. None outside the ordinary range (τ ≤ 0 or a non-finite number): the arrays decide those."""
+    if not (tau > 0 and math.isfinite(base) and math.isfinite(transfer) and math.isfinite(factor)
+            and math.isfinite(sensitivity) and math.isfinite(tau) and math.isfinite(z)):
+        return None
+    load = 0.0  # (zero load: `expected_arrays`'s clip of it to [0, 1] is itself)
+    stretch = factor * (1.0 + sensitivity * load)
+    ends = []
+    for share in (0.0, 1.0):
+        phi = base * ((1.0 - transfer) + transfer * ((1.0 - share) + share * stretch))
+        ends.append(round(max((1.0 - _utility1(phi, tau, z)) * P_LOCAL, 0.0) * SCALE))
+    surcharge = ends[1] - ends[0]
+    wait = round(((1.0 - _utility1(2.0 * tau, tau, z)) * P_LOCAL + WAIT_STEP * 0.0) * SCALE) + 1
+    return surcharge if surcharge < wait else 0
 
 
 class DRMaestroNACostModel(DRMaestroCostModel):

@@ -21,6 +21,8 @@ def _column(values: ArrayLike, n: int) -> IntArray:
     """`values` as one int64 per arc of a block of `n`: the array itself when it is one already, a
     scalar repeated, else broadcast (`np.broadcast_to` costs several microseconds a call, and a round
     adds a dozen blocks per network, thousands of networks a simulated run)."""
+    if type(values) is np.ndarray and values.dtype == np.int64 and values.shape == (n,):
+        return values  # (the usual block: its own array, read as it is without asarray's call)
     a = np.asarray(values, dtype=np.int64)
     if a.shape == (n,):
         return a
@@ -54,7 +56,8 @@ class FlowNetwork:
     def add_arcs(self, name: str, tails: ArrayLike, heads: ArrayLike, caps: ArrayLike, costs: ArrayLike) -> None:
         """Append a block of arcs; arcs with zero capacity are kept (they cost nothing to solve)."""
         t = np.asarray(tails, dtype=np.int64).ravel()
-        h, c, w = (_column(x, len(t)) for x in (heads, caps, costs))
+        n = len(t)
+        h, c, w = _column(heads, n), _column(caps, n), _column(costs, n)  # (not a generator: a call each block)
         if name in self._blocks:
             raise ValueError(f"arc block {name!r} added twice")
         self._blocks[name] = (self._num_arcs, self._num_arcs + len(t))
