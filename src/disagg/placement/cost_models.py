@@ -309,11 +309,14 @@ class DRMaestroCostModel:
     guards_slo = False
 
     def __init__(self) -> None:
-        #: `_reachable_supply` by (kinds, models, gbps), for one free state at one `version` (free devices
-        #: and link usage, all it reads): a round's phase 1 asks it for each shape, most of them alike,
-        #: and again in the next iteration when no device phase took anything in between.
+        #: What an uplink carries of a shape's remote devices (`_carried`) by (kinds, models, gbps), for one
+        #: free state at one `version` (free devices and link usage, all it reads): a round's phase 1 asks
+        #: it for each shape, most of them alike, and again in the next iteration when no device phase
+        #: took anything in between.
         self._supply: dict[tuple[object, ...], FloatArray] = {}
         self._supply_of: tuple[FreeState | None, int] = (None, -1)
+        #: Per link, its capacity less its use (and EPS), for the same state and version (None: not yet).
+        self._free_link: FloatArray | None = None
 
     # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
     # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
@@ -387,10 +390,7 @@ class DRMaestroCostModel:
         if not t.kinds or min_gbps <= 0:
             return out
         n = state.n_machines
-        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
-        # Nor more remote devices than the other locations' uplinks (and, across racks, the racks'
-        # uplinks) can serve at all.
-        carried = np.maximum(np.minimum(carried, self._reachable(state, t.kinds, t.models, min_gbps)), 0)
+        carried = self._carried(state, t.kinds, t.models, min_gbps)
         local = [(_own_free(state, js, k, local_free), t.wants(k)) for k in t.kinds]
         if len(local) == 1:  # one kind (the usual case): a closed form
             (own, want), = local
@@ -406,16 +406,25 @@ class DRMaestroCostModel:
             served[ok] = tasks
         return np.minimum(out, served)
 
-    def _reachable(self, state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
-                   ) -> FloatArray:
-        """`_reachable_supply`, kept while `state` stays at its `version` (read-only: shared)."""
+    def _carried(self, state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
+                 ) -> FloatArray:
+        """Per machine, how many remote devices of `kinds` (`models` pinned) at `gbps` each its uplink carries
+        (none below zero), nor more than the other locations' uplinks (and, across racks, the racks'
+        uplinks) can serve at all (`_reachable_supply`). Kept while `state` stays at its `version`
+        (read-only: shared), with the links' headroom that every key reads."""
         if self._supply_of[0] is not state or self._supply_of[1] != state.version:
             self._supply.clear()
             self._supply_of = (state, state.version)
+            self._free_link = None
         key = (kinds, tuple(models.items()), gbps)
         found = self._supply.get(key)
         if found is None:
-            found = self._supply[key] = _reachable_supply(state, kinds, models, gbps)
+            if self._free_link is None:
+                self._free_link = state.link_cap - state.link_used + EPS
+            free_link = self._free_link
+            own = np.floor(free_link[:state.n_machines] / gbps)
+            reach = _reachable_supply(state, kinds, models, gbps, np.maximum(free_link, 0))
+            found = self._supply[key] = np.maximum(np.minimum(own, reach), 0)
         return found
 
     def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
@@ -749,10 +758,14 @@ class FirmamentCostModel(DRMaestroCostModel):
         return None
 
 
-def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float) -> FloatArray:
+def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float,
+                   headroom: FloatArray | None = None) -> FloatArray:
     """Per location, how many devices of `kinds` (of the pinned `models`) it could serve remotely at `gbps`
-    each: its free devices, but no more than its uplink's headroom carries."""
+    each: its free devices, but no more than its uplink's headroom carries. `headroom`: per link, its
+    capacity less its use and EPS, at least 0, when the caller has it."""
     n_loc = len(state.loc_rack)
+    if headroom is None:
+        headroom = np.maximum(state.link_cap - state.link_used + EPS, 0)
     free = np.zeros(n_loc)
     for k in kinds:
         if k not in models:
@@ -760,20 +773,23 @@ def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str
             continue
         names, counts = state.free_by_model(k)
         free += counts[:, names.index(models[k])] if models[k] in names else 0
-    carried = np.floor(np.maximum(state.link_cap[:n_loc] - state.link_used[:n_loc] + EPS, 0) / gbps)
+    carried = np.floor(headroom[:n_loc] / gbps)
     out: FloatArray = np.minimum(free, carried)
     return out
 
 
-def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
-                      ) -> FloatArray:
+def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float,
+                      headroom: FloatArray | None = None) -> FloatArray:
     """Per machine, how many remote devices of `kinds` the other locations could serve it at `gbps`
-    each: those of its own rack, and from the other racks no more than its rack's uplink carries."""
-    supply = _remote_supply(state, kinds, models, gbps)
+    each: those of its own rack, and from the other racks no more than its rack's uplink carries.
+    `headroom`: as `_remote_supply` takes it (the same array for the locations' and the racks' links)."""
+    if headroom is None:
+        headroom = np.maximum(state.link_cap - state.link_used + EPS, 0)
+    supply = _remote_supply(state, kinds, models, gbps, headroom)
     n, n_loc = state.n_machines, len(state.loc_rack)
     by_rack = np.bincount(state.loc_rack, weights=supply, minlength=state.n_racks)
     rack = state.loc_rack[:n]
-    rack_carries = np.floor(np.maximum(state.link_cap[n_loc:] - state.link_used[n_loc:] + EPS, 0) / gbps)
+    rack_carries = np.floor(headroom[n_loc:] / gbps)
     across = np.minimum(by_rack.sum() - by_rack[rack], rack_carries[rack])
     out: FloatArray = by_rack[rack] - supply[:n] + across
     return out
