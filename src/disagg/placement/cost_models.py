@@ -378,6 +378,8 @@ class DRMaestroCostModel:
         cost = placing_cost(ph, rows.tau, rows.z, machines.pref)
         hold = self.postponement(ph, rows.tau, rows.guard,
                                  lambda: expected_arrays(rows.params, share, np.zeros(np.shape(machines.load))))
+        if not hold.any():  # (the usual pricing, and DRMaestro's every one: no pair held, nothing to mask)
+            return MachineArcs(cost, None)
         hold = np.where((share > 0) & (as_shape | (ph > rows.phi_local)), hold, 0)
         return MachineArcs(cost + hold, np.where(as_shape, 0, hold) if hold.any() else None)
 
