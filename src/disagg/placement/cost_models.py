@@ -521,8 +521,9 @@ class DRMaestroCostModel:
         return 0.0
 
 
-#: Up to how many classes `remote_surcharge` prices one by one (`surcharge1`) rather than as arrays.
-SURCHARGE_LIST_MAX = 32
+#: Up to how many classes `remote_surcharge` prices one by one (`surcharge1`) rather than as arrays (the
+#: arrays' fixed cost is some forty microseconds, a class's in floats two or three).
+SURCHARGE_LIST_MAX = 16
 
 
 def remote_surcharges(rows: ClassRows) -> IntArray:
@@ -540,16 +541,14 @@ def surcharge1(base: float, transfer: float, factor: float, sensitivity: float, 
     operations in the same order as `expected_arrays`, `placing_cost` and `unscheduled_cost` (each IEEE
     operation rounds alike in numpy and Python, `round` halves to even as `np.rint` does), so the same
     integer. None outside the ordinary range (τ ≤ 0 or a non-finite number): the arrays decide those."""
-    if not (tau > 0 and math.isfinite(base) and math.isfinite(transfer) and math.isfinite(factor)
-            and math.isfinite(sensitivity) and math.isfinite(tau) and math.isfinite(z)):
+    # (Their sum is finite only where each is: one test for six; an overflowing sum just goes the arrays' way.)
+    if not (tau > 0 and math.isfinite(base + transfer + factor + sensitivity + tau + z)):
         return None
-    load = 0.0  # (zero load: `expected_arrays`'s clip of it to [0, 1] is itself)
-    stretch = factor * (1.0 + sensitivity * load)
-    ends = []
-    for share in (0.0, 1.0):
-        phi = base * ((1.0 - transfer) + transfer * ((1.0 - share) + share * stretch))
-        ends.append(round(max((1.0 - _utility1(phi, tau, z)) * P_LOCAL, 0.0) * SCALE))
-    surcharge = ends[1] - ends[0]
+    stretch = factor * (1.0 + sensitivity * 0.0)  # (zero load: `expected_arrays`'s clip of it is itself)
+    local = base * ((1.0 - transfer) + transfer * ((1.0 - 0.0) + 0.0 * stretch))  # every device local
+    remote = base * ((1.0 - transfer) + transfer * ((1.0 - 1.0) + 1.0 * stretch))  # every device remote
+    surcharge = (round(max((1.0 - _utility1(remote, tau, z)) * P_LOCAL, 0.0) * SCALE)
+                 - round(max((1.0 - _utility1(local, tau, z)) * P_LOCAL, 0.0) * SCALE))
     wait = round(((1.0 - _utility1(2.0 * tau, tau, z)) * P_LOCAL + WAIT_STEP * 0.0) * SCALE) + 1
     return surcharge if surcharge < wait else 0
 

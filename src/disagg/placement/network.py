@@ -26,9 +26,11 @@ def _column(values: ArrayLike, n: int) -> IntArray:
     a = np.asarray(values, dtype=np.int64)
     if a.shape == (n,):
         return a
-    if a.ndim == 0:
-        return np.full(n, a, dtype=np.int64)
-    out: IntArray = np.broadcast_to(a, (n,)).ravel()
+    if a.ndim == 0:  # (empty and fill: np.full's Python wrapper costs twice as much)
+        out = np.empty(n, dtype=np.int64)
+        out.fill(a)
+        return out
+    out = np.broadcast_to(a, (n,)).ravel()
     return out
 
 
