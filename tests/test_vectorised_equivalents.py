@@ -342,3 +342,27 @@ def test_task_fit_counts_without_errstate_is_with_it(free: list[tuple[float, flo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # (a cast of inf or NaN, either way)
         assert task_fit_counts(state, cpus, mem).tolist() == want.astype(np.int64).tolist()  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_machine_columns())
+def test_a_machine_class_takes_its_machines_in_turn_across_racks(case: tuple[list[np.ndarray], np.ndarray]) -> None:
+    """`MachineGroups.of` lists each class's machines as a Python walk would: by their rank among the
+    class's machines of their own rack (machine order), then by rack; and its spans' bounds are the
+    classes' sizes summed."""
+    from disagg.placement.phase_one import MachineGroups
+
+    columns, rack = case
+    groups = MachineGroups.of(columns, rack)
+    of_machine, racks = groups.of_machine.tolist(), rack.tolist()
+    want: list[list[int]] = []
+    for c in range(len(groups.first)):
+        seen: dict[int, int] = {}
+        ranked = []
+        for m in (m for m in range(len(racks)) if of_machine[m] == c):
+            ranked.append((seen.get(racks[m], 0), racks[m], m))
+            seen[racks[m]] = seen.get(racks[m], 0) + 1
+        want.append([m for _, _, m in sorted(ranked)])
+    assert groups.members == want
+    sizes = [len(ms) for ms in want]
+    assert groups.member_arrays._bounds == [sum(sizes[:k]) for k in range(len(sizes) + 1)]
