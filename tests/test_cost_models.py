@@ -148,26 +148,3 @@ def test_firmament_offers_no_remote_arc_and_counts_only_a_machines_own_devices()
     assert drmaestro.why_no_machine(state, js)[0] == "no-bandwidth"
     # NA offers every arc (a miss is a cost, not a missing arc): no machine means what it means for DRMaestro
     assert DRMaestroNACostModel().why_no_machine(state, js) == drmaestro.why_no_machine(state, js)
-
-
-@pytest.mark.parametrize("n", [0, 1, 7])
-def test_the_job_table_reads_each_number_as_a_column_of_it_would(n: int) -> None:
-    """`JobTable.of` and `profile_arrays` read the jobs' float numbers in one pass each: the same arrays
-    as one `column` per number (an unknown image's local time its τ, NaN and extreme goals included)."""
-    from disagg.placement.state import column
-
-    images = ["rodinia/nw", "no/such-image", "rodinia/bfs"]
-    slos = [400.0, None, 1e-9, 1e12, float("nan"), 3.5, 77.0]
-    jobs = [job_state(make_job(f"j{i}", image=images[i % 3], slo_s=slos[i], wait_rounds=i * 3,
-                               importance=[1.0, 10.0, float("nan")][i % 3]), order=i) for i in range(n)]
-    table = JobTable.of(jobs)
-    for field, name in (("tau", "tau"), ("z", "z"), ("gbps", "gbps"), ("phi_local", "phi_local"), ("order", "order"),
-                        ("waits", "wait_rounds")):
-        got, want = getattr(table, field), column(jobs, name)
-        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), field
-    profiles = [js.profile for js in jobs]
-    want_params = (np.where(column(profiles, "known", np.bool_), column(profiles, "base_s"), column(jobs, "tau")),
-                   column(profiles, "transfer_share"), column(profiles, "remote_factor"),
-                   column(profiles, "load_sensitivity"))
-    for got, want in zip(profile_arrays(jobs), want_params, strict=True):
-        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

@@ -239,23 +239,15 @@ def flow_lists(tails: IntArray, heads: IntArray, costs: IntArray, flows: IntArra
     return {owner[k]: [[h[i], f[i]] for i in range(b, e)] for k, (b, e) in enumerate(zip(starts, ends, strict=True))}
 
 
-#: The numbers of a job that `JobTable.of` reads as floats, in its fields' order (its `waits`: W).
-_NUMBER_NAMES = ("tau", "z", "gbps", "phi_local", "order", "wait_rounds")
-_NUMBERS = attrgetter(*_NUMBER_NAMES)
-#: A profile's numbers that `profile_arrays` reads.
-_PROFILE_NUMBERS = attrgetter("base_s", "transfer_share", "remote_factor", "load_sensitivity")
-
-
 def profile_arrays(jobs: Sequence[RoundJob], tau: FloatArray | None = None
                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Per job: local time (τ for an unknown image), transfer share, remote factor, load sensitivity.
     `tau`: the jobs' τ, when the caller has read it already."""
     profiles = list(map(attrgetter("profile"), jobs))
-    # (The four numbers in one pass and one conversion, as `JobTable.of` reads the jobs' own.)
-    base_s, transfer, factor, sensitivity = np.array(list(map(_PROFILE_NUMBERS, profiles)), dtype=np.float64).reshape(
-        len(profiles), 4).T.copy()
-    base = np.where(column(profiles, "known", np.bool_), base_s, column(jobs, "tau") if tau is None else tau)
-    return base, transfer, factor, sensitivity
+    base = np.where(column(profiles, "known", np.bool_), column(profiles, "base_s"),
+                    column(jobs, "tau") if tau is None else tau)
+    return (base, column(profiles, "transfer_share"), column(profiles, "remote_factor"),
+            column(profiles, "load_sensitivity"))
 
 
 def expected_arrays(params: tuple[FloatArray | float, ...], remote_share: FloatArray,
@@ -297,17 +289,14 @@ class JobTable:
             terms = np.fromiter(map(bonus.get, map(attrgetter("job.tenant"), jobs), repeat(0.0)), dtype=np.float64,
                                 count=len(jobs))
             fair = np.rint(terms * SCALE).astype(np.int64)
-        # The float numbers in one pass and one conversion (each as `column` converts it: a float64 of the
-        # Python number), then a row each: six `column` passes cost twice as much on a phase's few jobs.
-        tau, z, gbps, phi_local, order, waits = np.array(list(map(_NUMBERS, jobs)), dtype=np.float64).reshape(
-            len(jobs), len(_NUMBER_NAMES)).T.copy()
+        tau = column(jobs, "tau")
         return cls(
             tau=tau,
-            z=z,
-            gbps=gbps,
-            phi_local=phi_local,
-            order=order,
-            waits=waits,
+            z=column(jobs, "z"),
+            gbps=column(jobs, "gbps"),
+            phi_local=column(jobs, "phi_local"),
+            order=column(jobs, "order"),
+            waits=column(jobs, "wait_rounds"),
             params=profile_arrays(jobs, tau),
             guard=column(jobs, "guard", np.int64),
             must_place=column(jobs, "must_place", np.bool_),
