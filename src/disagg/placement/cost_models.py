@@ -524,6 +524,8 @@ class DRMaestroCostModel:
 #: Up to how many classes `remote_surcharge` prices one by one (`surcharge1`) rather than as arrays (the
 #: arrays' fixed cost is some forty microseconds, a class's in floats two or three).
 SURCHARGE_LIST_MAX = 16
+#: How many classes' numbers `surcharge1` remembers (a few hundred bytes each).
+SURCHARGE_MEMO = 4096
 
 
 def remote_surcharges(rows: ClassRows) -> IntArray:
@@ -536,11 +538,14 @@ def remote_surcharges(rows: ClassRows) -> IntArray:
     return out
 
 
+@lru_cache(maxsize=SURCHARGE_MEMO)
 def surcharge1(base: float, transfer: float, factor: float, sensitivity: float, tau: float, z: float) -> int | None:
     """`remote_surcharges` of one class (its profile numbers, τ and z) in plain floats: the same
     operations in the same order as `expected_arrays`, `placing_cost` and `unscheduled_cost` (each IEEE
     operation rounds alike in numpy and Python, `round` halves to even as `np.rint` does), so the same
-    integer. None outside the ordinary range (τ ≤ 0 or a non-finite number): the arrays decide those."""
+    integer. None outside the ordinary range (τ ≤ 0 or a non-finite number): the arrays decide those.
+    Memoised by its six floats (a pure function of them; 0.0 and -0.0, equal keys, give the same integer
+    here): a waiting job's class is priced every phase 1 of every round it is admitted to."""
     # (Their sum is finite only where each is: one test for six; an overflowing sum just goes the arrays' way.)
     if not (tau > 0 and math.isfinite(base + transfer + factor + sensitivity + tau + z)):
         return None
