@@ -112,7 +112,8 @@ class ArcBuffer:
 
     def arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
         def cat(xs: list[IntArray]) -> IntArray:
-            return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, dtype=np.int64)
+            # (`copy=False`: the join is a new array already; int64 as the pieces mostly are, no second copy.)
+            return np.concatenate(xs).astype(np.int64, copy=False) if xs else np.zeros(0, dtype=np.int64)
 
         self._flush()
         return cat(self.tails), cat(self.heads), cat(self.caps), cat(self.costs)
@@ -243,8 +244,9 @@ class MachineGroups:
         rank = at - np.maximum.accumulate(np.where(run, at, 0))
         # (class, rank in its rack, rack) as one key: each part is below its radix, so the order is theirs.
         turn = (of_machine.take(by_rack) * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack.take(by_rack)
-        order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64)
-        return MachineGroups(of_machine, first.astype(np.int64), Spans(order, bounds))
+        # (Fancy-index results of int64 orders: new arrays of int64 already, no copies needed.)
+        order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64, copy=False)
+        return MachineGroups(of_machine, first.astype(np.int64, copy=False), Spans(order, bounds))
 
     def total(self, per_machine: IntArray) -> IntArray:
         """A per-machine count summed over each class."""
@@ -1206,14 +1208,14 @@ class _ListSplitter:
         #: The machine classes' machines in order, one list (class i: `order[bounds[i]:bounds[i + 1]]`).
         self.order, self.bounds = pricing.groups.member_arrays.lists()
         reps = [cls.representative[members[0]] for members in cls.shapes]
-        self.room = [pricing.fit[id(rep.shape)].astype(np.int64).tolist() for rep in reps]
+        self.room = [pricing.fit[id(rep.shape)].astype(np.int64, copy=False).tolist() for rep in reps]
         wants = [sorted(rep.wants.items()) for rep in reps]
         # (What the build worked out in this state, when it did: `_machine_to_sink`.)
         cap = task_room(state, cls.representative) if pricing.room is None else pricing.room
         self.left: list[int] = tasks_left(cap).tolist()
         # (Only the kinds some shape wants are ever read.)
         kinds = {kind for wanted in wants for kind, _ in wanted}
-        self.local: dict[str, list[int]] = {k: state.local_free(k).astype(np.int64).tolist() for k in kinds}
+        self.local: dict[str, list[int]] = {k: state.local_free(k).astype(np.int64, copy=False).tolist() for k in kinds}
         #: Per shape, (its kind's free local devices per machine, how many a task wants) per kind it wants.
         self.wants = [[(self.local[kind], want) for kind, want in wanted] for wanted in wants]
 
