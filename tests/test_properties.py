@@ -81,6 +81,34 @@ def test_admission_takes_the_head_at_once_as_the_walk_would(cluster: Cluster, qu
 
 
 @settings(max_examples=80, deadline=None)
+@given(cluster=clusters(), shapes=st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.0, 7.7, 16.0, float("inf")]),
+                                                    st.sampled_from([0.0, 0.1, 4.0, 7.7, 64.0, float("nan")])),
+                                          min_size=1, max_size=10))
+def test_admission_asks_a_few_shapes_fit_one_by_one_as_per_distinct_shape(
+        cluster: Cluster, shapes: list[tuple[float, float]]) -> None:
+    """The head asks a few requests' fit one by one (`_Admission._asked_fit`, finite positive shapes): the
+    same counts, and the same memo of fits by shape, as asking once per distinct shape (np.unique)."""
+    import warnings
+    from unittest import mock
+
+    from disagg.placement import queue as queue_module
+    from disagg.placement.queue import Asks, _Admission
+    from disagg.placement.state import FreeState
+
+    cpus, memory = (np.array(c, dtype=np.float64) for c in zip(*shapes, strict=True))
+    few = _Admission(FreeState(cluster), Asks(), {})
+    each = _Admission(FreeState(cluster), Asks(), {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (an infinite or NaN shape's counts, both ways)
+        got = few._asked_fit(cpus, memory)
+        with mock.patch.object(queue_module, "_FEW_REQUESTS", -1):
+            want = each._asked_fit(cpus, memory)
+    assert got.tolist() == want.tolist()
+    if all(0 < c < np.inf and 0 < m < np.inf for c, m in shapes):
+        assert few.shape_fit == each.shape_fit
+
+
+@settings(max_examples=80, deadline=None)
 @given(cluster=clusters(), queue=long_queues())
 def test_admission_refuses_the_rest_at_once_as_one_look_per_job_would(cluster: Cluster, queue: list[Job]) -> None:
     """Once every request of a walk is refused with nothing taken since, the walk refuses the rest of the

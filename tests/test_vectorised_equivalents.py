@@ -297,3 +297,72 @@ def test_offer_lists_of_lists_are_flow_lists_of_the_arrays(arcs: list[tuple[int,
     got = _offer_lists(tails, heads, flows, costs)
     want = flow_lists(*(np.array(x, dtype=np.int64) for x in (tails, heads, costs, flows)))
     assert got == want and list(got) == list(want)
+
+
+_PROFILE_FLOATS = st.one_of(st.floats(1e-6, 1e6), st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_PROFILE_FLOATS, st.floats(0.0, 1.0), st.floats(0.5, 10.0), st.floats(0.0, 5.0),
+                          st.one_of(st.floats(1e-3, 1e9), st.sampled_from([1e-3, 1.0, 1.5, 3.0, 1e9])),
+                          st.one_of(st.floats(1.0, 10.0), st.sampled_from([1.0, 5.0, 10.0]))),
+                min_size=1, max_size=12),
+       st.booleans())
+def test_remote_surcharge_one_by_one_is_the_arrays(rows: list[tuple[float, ...]], tau_at_base: bool) -> None:
+    """A few classes' surcharges priced one by one in Python floats (`surcharge1`, the path of
+    `DRMaestroCostModel.remote_surcharge` up to `SURCHARGE_LIST_MAX` classes) are the arrays' integers
+    (`remote_surcharges`), a goal at the local time or a multiple of it (the ties of φ and τ) included."""
+    from disagg.placement.cost_models import ClassRows, DRMaestroCostModel, remote_surcharges
+
+    if tau_at_base:  # τ a multiple of the local time: φ = τ exactly at some share
+        rows = [(b, t, f, s, b * m if b > 0 else tau, z) for (b, t, f, s, tau, z), m in
+                zip(rows, [1.0, 1.5, 2.0, 0.5] * 3, strict=False)]
+    base, transfer, factor, sens, tau, z = (np.array(c, dtype=np.float64)[:, None] for c in zip(*rows, strict=True))
+    class_rows = ClassRows((base, transfer, factor, sens), tau, z, base, np.zeros_like(base, dtype=np.int64))
+    assert DRMaestroCostModel().remote_surcharge(class_rows).tolist() == remote_surcharges(class_rows).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1.0, 64.0), st.floats(-1.0, 512.0)), min_size=1, max_size=8),
+       st.sampled_from([0.5, 1.0, 3.0, 1e-300, 0.0, float("inf"), float("nan")]),
+       st.sampled_from([1.0, 4.0, 0.0, float("inf")]))
+def test_task_fit_counts_without_errstate_is_with_it(free: list[tuple[float, float]], cpus: float, mem: float) -> None:
+    """`task_fit_counts` skips np.errstate for a finite, positive shape: the counts it gives are those
+    of the divisions under errstate, for every shape."""
+    import warnings
+    from types import SimpleNamespace
+
+    from disagg.placement.commit import EPS
+    from disagg.placement.queue import task_fit_counts
+
+    state = SimpleNamespace(cpu=np.array([c for c, _ in free]), mem=np.array([m for _, m in free]))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        by_cpu, by_mem = np.floor((state.cpu + EPS) / cpus), np.floor((state.mem + EPS) / mem)
+        want = np.maximum(np.minimum(by_cpu, by_mem), 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a cast of inf or NaN, either way)
+        assert task_fit_counts(state, cpus, mem).tolist() == want.astype(np.int64).tolist()  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_machine_columns())
+def test_a_machine_class_takes_its_machines_in_turn_across_racks(case: tuple[list[np.ndarray], np.ndarray]) -> None:
+    """`MachineGroups.of` lists each class's machines as a Python walk would: by their rank among the
+    class's machines of their own rack (machine order), then by rack; and its spans' bounds are the
+    classes' sizes summed."""
+    from disagg.placement.phase_one import MachineGroups
+
+    columns, rack = case
+    groups = MachineGroups.of(columns, rack)
+    of_machine, racks = groups.of_machine.tolist(), rack.tolist()
+    want: list[list[int]] = []
+    for c in range(len(groups.first)):
+        seen: dict[int, int] = {}
+        ranked = []
+        for m in (m for m in range(len(racks)) if of_machine[m] == c):
+            ranked.append((seen.get(racks[m], 0), racks[m], m))
+            seen[racks[m]] = seen.get(racks[m], 0) + 1
+        want.append([m for _, _, m in sorted(ranked)])
+    assert groups.members == want
+    sizes = [len(ms) for ms in want]
+    assert groups.member_arrays._bounds == [sum(sizes[:k]) for k in range(len(sizes) + 1)]

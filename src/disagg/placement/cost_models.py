@@ -26,6 +26,7 @@ each job's `JobTable.fair` (its tenant's term, from `placement.fairness`; absent
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from disagg.placement.cost import (
     SCALE,
     SPREAD,
     WAIT_STEP,
+    _utility1,
     age_bonus,
     goal_s,
     outwaits,
@@ -319,11 +321,14 @@ class DRMaestroCostModel:
     guards_slo = False
 
     def __init__(self) -> None:
-        #: `_reachable_supply` by (kinds, models, gbps), for one free state at one `version` (free devices
-        #: and link usage, all it reads): a round's phase 1 asks it for each shape, most of them alike,
-        #: and again in the next iteration when no device phase took anything in between.
+        #: What an uplink carries of a shape's remote devices (`_carried`) by (kinds, models, gbps), for one
+        #: free state at one `version` (free devices and link usage, all it reads): a round's phase 1 asks
+        #: it for each shape, most of them alike, and again in the next iteration when no device phase
+        #: took anything in between.
         self._supply: dict[tuple[object, ...], FloatArray] = {}
         self._supply_of: tuple[FreeState | None, int] = (None, -1)
+        #: Per link, its capacity less its use (and EPS), for the same state and version (None: not yet).
+        self._free_link: FloatArray | None = None
 
     # What the model sees of the network: DRMaestro prices φ at zero load and never looks at the SLO.
     # (`drmaestro-na` overrides these two; every arc answer below goes through them.)
@@ -399,6 +404,8 @@ class DRMaestroCostModel:
         cost = placing_cost(ph, rows.tau, rows.z, machines.pref)
         hold = self.postponement(ph, rows.tau, rows.guard,
                                  lambda: expected_arrays(rows.params, share, np.zeros(np.shape(machines.load))))
+        if not hold.any():  # (the usual pricing, and DRMaestro's every one: no pair held, nothing to mask)
+            return MachineArcs(cost, None)
         hold = np.where((share > 0) & (as_shape | (ph > rows.phi_local)), hold, 0)
         return MachineArcs(cost + hold, np.where(as_shape, 0, hold) if hold.any() else None)
 
@@ -411,10 +418,7 @@ class DRMaestroCostModel:
         if not t.kinds or min_gbps <= 0:
             return out
         n = state.n_machines
-        carried = np.floor((state.link_cap[:n] - state.link_used[:n] + EPS) / min_gbps)
-        # Nor more remote devices than the other locations' uplinks (and, across racks, the racks'
-        # uplinks) can serve at all.
-        carried = np.maximum(np.minimum(carried, self._reachable(state, t.kinds, t.models, min_gbps)), 0)
+        carried = self._carried(state, t.kinds, t.models, min_gbps)
         local = [(_own_free(state, js, k, local_free), t.wants(k)) for k in t.kinds]
         if len(local) == 1:  # one kind (the usual case): a closed form
             (own, want), = local
@@ -430,16 +434,25 @@ class DRMaestroCostModel:
             served[ok] = tasks
         return np.minimum(out, served)
 
-    def _reachable(self, state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
-                   ) -> FloatArray:
-        """`_reachable_supply`, kept while `state` stays at its `version` (read-only: shared)."""
+    def _carried(self, state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
+                 ) -> FloatArray:
+        """Per machine, how many remote devices of `kinds` (`models` pinned) at `gbps` each its uplink carries
+        (none below zero), nor more than the other locations' uplinks (and, across racks, the racks'
+        uplinks) can serve at all (`_reachable_supply`). Kept while `state` stays at its `version`
+        (read-only: shared), with the links' headroom that every key reads."""
         if self._supply_of[0] is not state or self._supply_of[1] != state.version:
             self._supply.clear()
             self._supply_of = (state, state.version)
+            self._free_link = None
         key = (kinds, tuple(models.items()), gbps)
         found = self._supply.get(key)
         if found is None:
-            found = self._supply[key] = _reachable_supply(state, kinds, models, gbps)
+            if self._free_link is None:
+                self._free_link = state.link_cap - state.link_used + EPS
+            free_link = self._free_link
+            own = np.floor(free_link[:state.n_machines] / gbps)
+            reach = _reachable_supply(state, kinds, models, gbps, np.maximum(free_link, 0))
+            found = self._supply[key] = np.maximum(np.minimum(own, reach), 0)
         return found
 
     def machines_allowed(self, state: FreeState, js: RoundJob) -> tuple[BoolArray | None, IntArray]:
@@ -467,12 +480,15 @@ class DRMaestroCostModel:
     def remote_surcharge(self, rows: ClassRows) -> IntArray | None:
         """A class that would rather wait than go remote (its surcharge is more than its own cost of
         waiting: a goal no remote device meets) prices nothing: it must not set the price of going
-        remote for the classes that do (one tenant's impossible SLO would hold every job of its shape)."""
-        ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
-                            P_LOCAL)
-        surcharge = ends[:, 1] - ends[:, 0]
-        out: IntArray = np.where(surcharge < unscheduled_cost(rows.tau[:, 0], rows.z[:, 0], 0), surcharge, 0)
-        return out
+        remote for the classes that do (one tenant's impossible SLO would hold every job of its shape).
+        A few classes (a simulated round's phase 1: a handful, thousands of times a run) are priced one by
+        one in Python floats (`surcharge1`), where the arrays' some twenty numpy calls cost more."""
+        if len(rows.tau) <= SURCHARGE_LIST_MAX:
+            columns = [a[:, 0].tolist() for a in (*rows.params, rows.tau, rows.z)]
+            found = list(itertools.starmap(surcharge1, zip(*columns, strict=True)))
+            if None not in found:
+                return np.array(found, dtype=np.int64)
+        return remote_surcharges(rows)
 
     # -- phase k --
 
@@ -529,6 +545,43 @@ class DRMaestroCostModel:
 
     def remote_load(self, state: FreeState, grants: tuple[DeviceGrant, ...]) -> float:
         return 0.0
+
+
+#: Up to how many classes `remote_surcharge` prices one by one (`surcharge1`) rather than as arrays (the
+#: arrays' fixed cost is some forty microseconds, a class's in floats two or three).
+SURCHARGE_LIST_MAX = 16
+#: How many classes' numbers `surcharge1` remembers (a few hundred bytes each).
+SURCHARGE_MEMO = 4096
+
+
+def remote_surcharges(rows: ClassRows) -> IntArray:
+    """`DRMaestroCostModel.remote_surcharge` as arrays: each class's placing cost with every device remote
+    less with every device local (at zero load), kept where it is below the class's cost of waiting."""
+    ends = placing_cost(expected_arrays(rows.params, np.array([[0.0, 1.0]]), np.zeros((1, 2))), rows.tau, rows.z,
+                        P_LOCAL)
+    surcharge = ends[:, 1] - ends[:, 0]
+    out: IntArray = np.where(surcharge < unscheduled_cost(rows.tau[:, 0], rows.z[:, 0], 0), surcharge, 0)
+    return out
+
+
+@lru_cache(maxsize=SURCHARGE_MEMO)
+def surcharge1(base: float, transfer: float, factor: float, sensitivity: float, tau: float, z: float) -> int | None:
+    """`remote_surcharges` of one class (its profile numbers, τ and z) in plain floats: the same
+    operations in the same order as `expected_arrays`, `placing_cost` and `unscheduled_cost` (each IEEE
+    operation rounds alike in numpy and Python, `round` halves to even as `np.rint` does), so the same
+    integer. None outside the ordinary range (τ ≤ 0 or a non-finite number): the arrays decide those.
+    Memoised by its six floats (a pure function of them; 0.0 and -0.0, equal keys, give the same integer
+    here): a waiting job's class is priced every phase 1 of every round it is admitted to."""
+    # (Their sum is finite only where each is: one test for six; an overflowing sum just goes the arrays' way.)
+    if not (tau > 0 and math.isfinite(base + transfer + factor + sensitivity + tau + z)):
+        return None
+    stretch = factor * (1.0 + sensitivity * 0.0)  # (zero load: `expected_arrays`'s clip of it is itself)
+    local = base * ((1.0 - transfer) + transfer * ((1.0 - 0.0) + 0.0 * stretch))  # every device local
+    remote = base * ((1.0 - transfer) + transfer * ((1.0 - 1.0) + 1.0 * stretch))  # every device remote
+    surcharge = (round(max((1.0 - _utility1(remote, tau, z)) * P_LOCAL, 0.0) * SCALE)
+                 - round(max((1.0 - _utility1(local, tau, z)) * P_LOCAL, 0.0) * SCALE))
+    wait = round(((1.0 - _utility1(2.0 * tau, tau, z)) * P_LOCAL + WAIT_STEP * 0.0) * SCALE) + 1
+    return surcharge if surcharge < wait else 0
 
 
 class DRMaestroNACostModel(DRMaestroCostModel):
@@ -737,10 +790,14 @@ class FirmamentCostModel(DRMaestroCostModel):
         return None
 
 
-def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float) -> FloatArray:
+def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float,
+                   headroom: FloatArray | None = None) -> FloatArray:
     """Per location, how many devices of `kinds` (of the pinned `models`) it could serve remotely at `gbps`
-    each: its free devices, but no more than its uplink's headroom carries."""
+    each: its free devices, but no more than its uplink's headroom carries. `headroom`: per link, its
+    capacity less its use and EPS, at least 0, when the caller has it."""
     n_loc = len(state.loc_rack)
+    if headroom is None:
+        headroom = np.maximum(state.link_cap - state.link_used + EPS, 0)
     free = np.zeros(n_loc)
     for k in kinds:
         if k not in models:
@@ -748,20 +805,23 @@ def _remote_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str
             continue
         names, counts = state.free_by_model(k)
         free += counts[:, names.index(models[k])] if models[k] in names else 0
-    carried = np.floor(np.maximum(state.link_cap[:n_loc] - state.link_used[:n_loc] + EPS, 0) / gbps)
+    carried = np.floor(headroom[:n_loc] / gbps)
     out: FloatArray = np.minimum(free, carried)
     return out
 
 
-def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float
-                      ) -> FloatArray:
+def _reachable_supply(state: FreeState, kinds: tuple[str, ...], models: Mapping[str, str], gbps: float,
+                      headroom: FloatArray | None = None) -> FloatArray:
     """Per machine, how many remote devices of `kinds` the other locations could serve it at `gbps`
-    each: those of its own rack, and from the other racks no more than its rack's uplink carries."""
-    supply = _remote_supply(state, kinds, models, gbps)
+    each: those of its own rack, and from the other racks no more than its rack's uplink carries.
+    `headroom`: as `_remote_supply` takes it (the same array for the locations' and the racks' links)."""
+    if headroom is None:
+        headroom = np.maximum(state.link_cap - state.link_used + EPS, 0)
+    supply = _remote_supply(state, kinds, models, gbps, headroom)
     n, n_loc = state.n_machines, len(state.loc_rack)
     by_rack = np.bincount(state.loc_rack, weights=supply, minlength=state.n_racks)
     rack = state.loc_rack[:n]
-    rack_carries = np.floor(np.maximum(state.link_cap[n_loc:] - state.link_used[n_loc:] + EPS, 0) / gbps)
+    rack_carries = np.floor(headroom[n_loc:] / gbps)
     across = np.minimum(by_rack.sum() - by_rack[rack], rack_carries[rack])
     out: FloatArray = by_rack[rack] - supply[:n] + across
     return out

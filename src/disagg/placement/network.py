@@ -21,12 +21,16 @@ def _column(values: ArrayLike, n: int) -> IntArray:
     """`values` as one int64 per arc of a block of `n`: the array itself when it is one already, a
     scalar repeated, else broadcast (`np.broadcast_to` costs several microseconds a call, and a round
     adds a dozen blocks per network, thousands of networks a simulated run)."""
+    if type(values) is np.ndarray and values.dtype == np.int64 and values.shape == (n,):
+        return values  # (the usual block: its own array, read as it is without asarray's call)
     a = np.asarray(values, dtype=np.int64)
     if a.shape == (n,):
         return a
-    if a.ndim == 0:
-        return np.full(n, a, dtype=np.int64)
-    out: IntArray = np.broadcast_to(a, (n,)).ravel()
+    if a.ndim == 0:  # (empty and fill: np.full's Python wrapper costs twice as much)
+        out = np.empty(n, dtype=np.int64)
+        out.fill(a)
+        return out
+    out = np.broadcast_to(a, (n,)).ravel()
     return out
 
 

@@ -112,7 +112,8 @@ class ArcBuffer:
 
     def arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
         def cat(xs: list[IntArray]) -> IntArray:
-            return np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, dtype=np.int64)
+            # (`copy=False`: the join is a new array already; int64 as the pieces mostly are, no second copy.)
+            return np.concatenate(xs).astype(np.int64, copy=False) if xs else np.zeros(0, dtype=np.int64)
 
         self._flush()
         return cat(self.tails), cat(self.heads), cat(self.caps), cat(self.costs)
@@ -228,16 +229,24 @@ class MachineGroups:
         first = order[starts]
         of_machine = np.empty(len(order), dtype=np.int64)
         of_machine[order] = np.cumsum(starts) - 1
+        # Classes are numbered in sorted order: each one's machines run from its start in `order` to the next.
+        bounds = [*np.flatnonzero(starts).tolist(), len(order)]
         n_racks = int(rack.max(initial=0)) + 1
-        by_rack = np.argsort(of_machine * n_racks + rack, kind="stable")  # per class, per rack, in machine order
-        cell = of_machine[by_rack] * n_racks + rack[by_rack]
-        starts = np.concatenate(([0], np.nonzero(cell[1:] != cell[:-1])[0] + 1))
-        rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.concatenate((starts, [len(cell)]))))
+        cell = of_machine * n_racks + rack  # (class, rack)
+        by_rack = np.argsort(cell, kind="stable")  # per class, per rack, in machine order
+        cell = cell.take(by_rack)
+        # Each machine's rank in its (class, rack) run: its place less where its run starts (the running
+        # maximum of the runs' starts), fewer calls than repeating each start over its run.
+        at = np.arange(len(cell))
+        run = np.empty(len(cell), dtype=bool)
+        run[:1] = True
+        np.not_equal(cell[1:], cell[:-1], out=run[1:])
+        rank = at - np.maximum.accumulate(np.where(run, at, 0))
         # (class, rank in its rack, rack) as one key: each part is below its radix, so the order is theirs.
-        turn = (of_machine[by_rack] * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack[by_rack]
-        order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64)
-        bounds = [0, *np.cumsum(np.bincount(of_machine, minlength=len(first))).tolist()]
-        return MachineGroups(of_machine, first.astype(np.int64), Spans(order, bounds))
+        turn = (of_machine.take(by_rack) * (int(rank.max(initial=0)) + 1) + rank) * n_racks + rack.take(by_rack)
+        # (Fancy-index results of int64 orders: new arrays of int64 already, no copies needed.)
+        order = by_rack[np.argsort(turn, kind="stable")].astype(np.int64, copy=False)
+        return MachineGroups(of_machine, first.astype(np.int64, copy=False), Spans(order, bounds))
 
     def total(self, per_machine: IntArray) -> IntArray:
         """A per-machine count summed over each class."""
@@ -264,13 +273,14 @@ def _sorted_rows(columns: list[NDArray[np.float64] | IntArray]) -> tuple[IntArra
     if not columns or len(columns) * len(columns[0]) > _JOINT_MAX_VALUES:
         return None
     values = np.array(columns, dtype=np.float64)  # (column, machine)
-    if values.ndim != 2 or values.size == 0 or not (np.abs(values) < _EXACT).all():  # (False for NaN)
+    # Every |value| below 2**53 as its greatest and least are (False for NaN: a NaN bound compares False).
+    if values.ndim != 2 or values.size == 0 or not (values.max() < _EXACT and values.min() > -_EXACT):
         return None
     order = np.lexsort(values[::-1])
-    ordered = values[:, order]
+    ordered = values.take(order, axis=1)  # (`values[:, order]` through fancy indexing took several times longer)
     starts = np.empty(len(order), dtype=bool)
     starts[0] = True
-    np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])
+    (ordered[:, 1:] != ordered[:, :-1]).any(axis=0, out=starts[1:])  # (the method: no np.any wrapper)
     return order, starts
 
 
@@ -946,8 +956,10 @@ def decode(state: FreeState, jobs: list[RoundJob], phase: PhaseOne, flows: IntAr
             explain(state, js, min_cost[c], u_cost[i], costs, pricing, min_unheld[c], said)
             continue
         offered = sources.get(c)
-        if offered is None:
-            offered = sources[c] = tuple(o for o in (direct.get(c), common.get(shape_of.get(c, -1))) if o is not None)
+        if offered is None:  # (the class's own offers, then its shape's, those it has: no generator per class)
+            own, through = direct.get(c), common.get(shape_of.get(c, -1))
+            offered = sources[c] = ((own,) if through is None else (own, through)) if own is not None else \
+                (() if through is None else (through,))
         cpus, memory_gb, machines = js.cpus, js.memory_gb, js.machines
         for _ in range(count):
             if claims is not None:
@@ -1196,14 +1208,14 @@ class _ListSplitter:
         #: The machine classes' machines in order, one list (class i: `order[bounds[i]:bounds[i + 1]]`).
         self.order, self.bounds = pricing.groups.member_arrays.lists()
         reps = [cls.representative[members[0]] for members in cls.shapes]
-        self.room = [pricing.fit[id(rep.shape)].astype(np.int64).tolist() for rep in reps]
+        self.room = [pricing.fit[id(rep.shape)].astype(np.int64, copy=False).tolist() for rep in reps]
         wants = [sorted(rep.wants.items()) for rep in reps]
         # (What the build worked out in this state, when it did: `_machine_to_sink`.)
         cap = task_room(state, cls.representative) if pricing.room is None else pricing.room
         self.left: list[int] = tasks_left(cap).tolist()
         # (Only the kinds some shape wants are ever read.)
         kinds = {kind for wanted in wants for kind, _ in wanted}
-        self.local: dict[str, list[int]] = {k: state.local_free(k).astype(np.int64).tolist() for k in kinds}
+        self.local: dict[str, list[int]] = {k: state.local_free(k).astype(np.int64, copy=False).tolist() for k in kinds}
         #: Per shape, (its kind's free local devices per machine, how many a task wants) per kind it wants.
         self.wants = [[(self.local[kind], want) for kind, want in wanted] for wanted in wants]
 

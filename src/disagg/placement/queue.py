@@ -7,6 +7,7 @@ from the queue, and to prevent starvation, the queue is sorted by the total wait
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -32,6 +33,10 @@ def order_queue(queue: Sequence[Job], now: float) -> list[Job]:
     float key, itself several times faster than a tuple); only a queue with equal submit times needs
     the names."""
     submits = np.fromiter(map(attrgetter("submit_s"), queue), dtype=np.float64, count=len(queue))
+    # Already in order, each time its own (no tie, no NaN: the simulator's queue, in order of arrival,
+    # nearly every round): the queue as it is, which the stable argsort below would give.
+    if (submits[1:] > submits[:-1]).all():
+        return list(queue)
     if np.isnan(submits).any():  # (NaN sorts apart in numpy; Python's sort is the reference)
         ordered = sorted(queue, key=attrgetter("submit_s"))
         keys = list(map(attrgetter("submit_s"), ordered))
@@ -54,15 +59,23 @@ class Refusal:
 
 def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int64]:
     """How many tasks of this shape each machine can take now (cpu and memory only)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # A finite, positive divisor raises no floating-point warning whatever it divides, so the usual shape
+    # needs no errstate (half the call's time; a simulated run asks this thousands of times).
+    if 0 < cpus < math.inf and 0 < mem < math.inf:
         by_cpu = np.floor((state.cpu + EPS) / cpus)
         by_mem = np.floor((state.mem + EPS) / mem)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_cpu = np.floor((state.cpu + EPS) / cpus)
+            by_mem = np.floor((state.mem + EPS) / mem)
     return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
 
 
 #: How far below what is left a running sum must stay for the head to take a job without the walk:
 #: the walk subtracts job by job, the running sum adds, and the two may round differently.
 _HEAD_MARGIN = 1e-6
+#: Up to how many requests `_Admission._asked_fit` asks the fit of one by one rather than per distinct shape.
+_FEW_REQUESTS = 16
 #: The head is first looked for among this many jobs: on a full cluster it is short or empty, and
 #: the columns of a long queue would be read for nothing. A queue no longer than this is walked:
 #: the head's fixed cost (a few numpy calls) is more than walking so few jobs.
@@ -250,8 +263,9 @@ class _Admission:
         taken = np.nonzero(fits)[0]
         # What is left, subtracted job by job as the walk would (accumulate is sequential: the same
         # rounding).
-        self.left_cpu = float(np.subtract.accumulate(np.r_[self.left_cpu, head.need_cpu[taken]])[-1])
-        self.left_mem = float(np.subtract.accumulate(np.r_[self.left_mem, head.need_mem[taken]])[-1])
+        # (np.concatenate, not np.r_: the same array without r_'s several microseconds of parsing a call.)
+        self.left_cpu = float(np.subtract.accumulate(np.concatenate(([self.left_cpu], head.need_cpu[taken])))[-1])
+        self.left_mem = float(np.subtract.accumulate(np.concatenate(([self.left_mem], head.need_mem[taken])))[-1])
         for dev, need_d in head.need_dev.items():
             self.left_dev[dev] -= int(need_d[taken].sum())
         self.taken += taken.tolist()
@@ -269,9 +283,7 @@ class _Admission:
         asked = list(distinct.values()) if shared else requests
         count, cpus, memory = (column(asked, name) for name in ("count", "cpus", "memory_gb"))
         # Does a job's gang fit on the machines at all (per distinct task shape)?
-        cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
-        mem_values, mem_of = np.unique(memory, return_inverse=True)
-        shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
+        fit = self._asked_fit(cpus, memory)
         need_dev = self._device_needs(asked, count)
         if shared:  # (every request is some job's: the distinct values and the devices' kinds are the jobs')
             if len(distinct) == 1:
@@ -279,12 +291,9 @@ class _Admission:
             else:
                 index = {key: k for k, key in enumerate(distinct)}
                 of = np.fromiter(map(index.__getitem__, map(id, requests)), dtype=np.int64, count=n)
-            count, cpus, memory, shape_of = count[of], cpus[of], memory[of], shape_of[of]
+            count, cpus, memory, fit = count[of], cpus[of], memory[of], fit[of]
             need_dev = {dev: need_d[of] for dev, need_d in need_dev.items()}
-        per_cpu = len(mem_values)
-        shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))[0]
-                              for s in shapes.tolist()], dtype=np.float64)
-        ok = shape_fit[shape_of] >= count
+        ok = fit >= count
         need_cpu, need_mem = count * cpus, count * memory
         over = np.zeros(n, dtype=bool)
         for need, left in ((need_cpu, self.left_cpu), (need_mem, self.left_mem)):
@@ -293,6 +302,24 @@ class _Admission:
             over |= np.cumsum(np.where(ok, need_d, 0)) > self.device_left(dev)
         over &= ok
         return _Head(int(np.argmax(over)) if over.any() else n, ok, need_cpu, need_mem, need_dev)
+
+    def _asked_fit(self, cpus: NDArray[np.float64], memory: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per request (its task's `cpus` and `memory`), how many of its tasks the machines can take (`fit`),
+        asked once per distinct task shape. A few requests of finite, positive numbers (a simulated queue's
+        one or two) are asked in turn, the memo of `fit` by shape answering the repeats (equal such floats
+        are the same key): three np.unique calls cost more than the whole head otherwise."""
+        if len(cpus) <= _FEW_REQUESTS:
+            pairs = list(zip(cpus.tolist(), memory.tolist(), strict=True))
+            if all(0 < c < math.inf and 0 < m < math.inf for c, m in pairs):
+                return np.array([self.fit(c, m)[0] for c, m in pairs], dtype=np.float64)
+        cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
+        mem_values, mem_of = np.unique(memory, return_inverse=True)
+        shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
+        per_cpu = len(mem_values)
+        shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))[0]
+                              for s in shapes.tolist()], dtype=np.float64)
+        out: NDArray[np.float64] = shape_fit[shape_of]
+        return out
 
     @staticmethod
     def _device_needs(requests: list[TaskRequest],
@@ -329,7 +356,10 @@ class _Admission:
         jobs = ordered[first:] if first else ordered
         ask_list = (asks.codes_of(list(map(attrgetter("tasks"), jobs))) if codes is None else
                     list(codes[first:]) if first else list(codes))
-        walk_asks = set(ask_list)
+        # (A walk of one request, a simulated queue's usual one, told by a count, by identity in C, where
+        # the set hashes each of its thousands of codes.)
+        walk_asks = ({ask_list[0]} if ask_list and ask_list.count(ask_list[0]) == len(ask_list) else
+                     set(ask_list))
         seen_for = last.get
         n_taken = len(taken)
         # The walk's requests refused with nothing taken since (a take makes every request worth a look).
