@@ -372,8 +372,12 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
     free = state.free_count.get(kind)
     if free is None:
         return None, ""
-    order = state.reach_order(own, js.gbps, free > 0)[:SCAN_LIMIT]
-    start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check)
+    fits: NDArray[np.bool_] | None = None
+    if check is REFUSE_ALL:  # (the order and whether each path fits, in one pass: `_rejected_ahead` reads both)
+        order, fits = state.reach_trial(own, js.gbps, free > 0, SCAN_LIMIT)
+    else:
+        order = state.reach_order(own, js.gbps, free > 0)[:SCAN_LIMIT]
+    start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check, fits)
     for loc in order[start:].tolist():
         got, reason = take_at(state, js, kind, own, loc, model, check)
         if got is not None:
@@ -382,20 +386,22 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
     return None, why
 
 
-def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, check: RemoteCheck) -> tuple[int, str]:
+def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, check: RemoteCheck,
+                    fits_ahead: NDArray[np.bool_] | None = None) -> tuple[int, str]:
     """Try the leading `locs` as `take_at` would, one after another, as long as it would reject them
     (no headroom, or the check), priced in one pass for all of them: a held task's decoder tries tens
     of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
     The paths rejected by the check are retraced in turn (`retrace_paths`); where that moves a link
     other paths share (the task's uplink, a rack's), the rest are priced again from there, as the walk
     would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one.
-    A check that refuses every path (`REFUSE_ALL`) is not asked: only whether each fits (`trial_fits`)."""
+    A check that refuses every path (`REFUSE_ALL`) is not asked: only whether each fits (`trial_fits`, or
+    `fits_ahead` where the caller has it for all of `locs` as they stand)."""
     start, why, n, gbps = 0, "", len(locs), js.gbps
     refused = check is REFUSE_ALL  # (every path: none needs its load, nor the check's word on it)
     while n - start > 1:
         rest = locs[start:]
         if refused:
-            fits = state.trial_fits(own, rest, gbps)
+            fits = fits_ahead if start == 0 and fits_ahead is not None else state.trial_fits(own, rest, gbps)
             if fits is None:
                 break
             first = len(rest)
