@@ -818,8 +818,8 @@ class FreeState:
         floats): a held task's walk asks both of the same locations, some thousands of times a simulated
         run, and over a few hundred links the numpy calls, not their length, are what it costs."""
         if not gbps > 0 or not self._no_zero_cap:
-            order = self.reach_order(own, gbps, among)[:limit]
-            return order, self.trial_fits(own, order, gbps)
+            locs = self.reach_order(own, gbps, among)[:limit]
+            return locs, self.trial_fits(own, locs, gbps)
         n_loc = len(self._rack_of)
         used, cap = self.link_used, self.link_cap
         headroom = cap - used
