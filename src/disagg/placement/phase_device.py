@@ -352,17 +352,49 @@ def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str 
         entries.pop(0)
     if check is not None:  # (a held task's every path misses: walked past without pricing each)
         check = check.from_machine(own)
-    for entry in islice(entries, SCAN_LIMIT):
-        if entry[1] == 0:
-            continue
-        got, reason = take_at(state, js, kind, own, entry[0], model, check)
+    if check is REFUSE_ALL:
+        got, why = _walk_refused(state, js, kind, own, model, entries)
         if got is not None:
-            entry[1] -= 1
             return got, ""
-        why = reason or why
+    else:
+        for entry in islice(entries, SCAN_LIMIT):
+            if entry[1] == 0:
+                continue
+            got, reason = take_at(state, js, kind, own, entry[0], model, check)
+            if got is not None:
+                entry[1] -= 1
+                return got, ""
+            why = reason or why
     # Within reach, any model the job accepts (the flow's model stands for its choice, not the job's ask).
     got, reason = take_within_reach(state, js, kind, own, js.job.tasks.models.get(kind), check)
     return got, reason or why
+
+
+def _walk_refused(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None, entries: list[list[int]]
+                  ) -> tuple[DeviceGrant | None, str]:
+    """`take_remote`'s walk along the flow's list for a check that refuses every path (`REFUSE_ALL`),
+    `take_at` spelt out for it: each path that fits is retraced ("slo"), each other one lacks the
+    bandwidth; only the task's own location (a device there is local, no check asked) is `take_at`'s.
+    A held task walks past some thousands of these a simulated run."""
+    why, gbps = "none", js.gbps
+    for entry in islice(entries, SCAN_LIMIT):
+        if entry[1] == 0:
+            continue
+        loc = entry[0]
+        if loc == own:
+            got, reason = take_at(state, js, kind, own, loc, model, REFUSE_ALL)
+            if got is not None:
+                entry[1] -= 1
+                return got, ""
+            why = reason or why
+            continue
+        path = state.path(own, loc)
+        if state.fits_traffic(path, gbps):
+            state.retrace_traffic(path, gbps)
+            why = "slo"
+        else:
+            why = "bandwidth"
+    return None, why
 
 
 def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None,
