@@ -236,14 +236,7 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
         return
 
     # What the flow gave each remaining task: (where from, model, count); where: local, rack or cross.
-    given: dict[int, list[tuple[str, int, int]]] = {}
-    sources = [("local", phase.local_sel), ("rack", phase.rack_sel), ("cross", phase.cross_sel)]
-    for source, selections in sources:
-        for mi, sel in enumerate(selections):
-            f = flows[net.block(f"{source}:{mi}")]
-            keep = (f > 0) & ~done[sel]
-            for i, n in zip(sel[keep].tolist(), f[keep].tolist(), strict=True):
-                given.setdefault(i, []).append((source, mi, n))
+    given = _given(phase, flows, done)
     # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
     remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
     # (As lists first: numpy's scalar reads, three per location, cost more than the rest of it.)
@@ -272,6 +265,31 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
             grant(state, js, ti, kind, int(own[i]), wanted, costs)
         if js.failure is not None:
             js.failed_on = (int(own[i]),)  # the machine whose task could not be served
+
+
+def _given(phase: DevicePhase, flows: IntArray, done: NDArray[np.bool_]) -> dict[int, list[tuple[str, int, int]]]:
+    """Per task not `done`, what the flow gave it: (local, rack or cross, model, count), local ones first,
+    then in the rack, then across racks, each by model. A model's local, rack and cross-rack blocks follow
+    one another (`build`), so their flows are read as one slice against their selections end to end
+    (one set of numpy calls, not three)."""
+    net = phase.net
+    given: dict[int, list[tuple[str, int, int]]] = {}
+    for mi, local in enumerate(phase.local_sel):
+        parts = [local] if phase.remote is None else [local, phase.rack_sel[mi], phase.cross_sel[mi]]
+        sel = np.concatenate(parts)
+        f = flows[net.block(f"local:{mi}").start:net.block(f"{'local' if phase.remote is None else 'cross'}:{mi}").stop]
+        keep = np.flatnonzero((f > 0) & ~done[sel])
+        rack_from, cross_from = len(local), len(sel) - len(parts[-1])
+        for k, i, n in zip(keep.tolist(), sel[keep].tolist(), f[keep].tolist(), strict=True):
+            source = "local" if k < rack_from else "rack" if k < cross_from else "cross"
+            given.setdefault(i, []).append((source, mi, n))
+    if len(phase.local_sel) > 1:  # by source first, then model (a stable sort keeps the models' order)
+        for entries in given.values():
+            entries.sort(key=lambda e: _SOURCE_RANK[e[0]])
+    return given
+
+
+_SOURCE_RANK = {"local": 0, "rack": 1, "cross": 2}
 
 
 def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bool_]) -> None:
