@@ -170,33 +170,42 @@ def build(state: FreeState, jobs: list[RoundJob], kind: str, costs: CostModel, q
     load = state.link_load()
     headroom = state.link_cap - state.link_used
     min_gbps = float(tasks.gbps.min()) if n_tasks else 0.0
+    unpinned, in_flow = tasks.pinned == -1, ~settled
     for mi in range(n_models):
         fm = free[:, mi]
-        takes = ((tasks.pinned == -1) | (tasks.pinned == mi)) & ~settled
-        sel = idx[takes & (fm[own] > 0)]
-        net.add_arcs(f"local:{mi}", task0 + sel, loc0 + own[sel] * n_models + mi, np.minimum(want[sel], fm[own[sel]]),
-                     local_cost[sel])
+        has = fm > 0
+        takes = (unpinned | (tasks.pinned == mi)) & in_flow
+        sel = idx[takes & has[own]]
+        own_sel, local_sel_cost = own[sel], local_cost[sel]
+        net.add_arcs(f"local:{mi}", task0 + sel, _node(loc0, own_sel, n_models, mi), np.minimum(want[sel], fm[own_sel]),
+                     local_sel_cost)
         phase.local_sel.append(sel)
-        phase.best_cost[sel] = np.minimum(phase.best_cost[sel], local_cost[sel])
+        phase.best_cost[sel] = np.minimum(phase.best_cost[sel], local_sel_cost)
         if remote is not None:
             r_sel = idx[takes & remote.rack_ok]
-            net.add_arcs(f"rack:{mi}", task0 + r_sel, rack0 + state.loc_rack[own[r_sel]] * n_models + mi,
+            net.add_arcs(f"rack:{mi}", task0 + r_sel, _node(rack0, state.loc_rack[own[r_sel]], n_models, mi),
                          want[r_sel], remote.rack_cost[r_sel])
             c_sel = idx[takes & remote.cross_ok]
             net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], remote.cross_cost[c_sel])
             phase.rack_sel.append(r_sel)
             phase.cross_sel.append(c_sel)
-            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + EPS >= min_gbps))[0]
-            loc_cost, cross_loc_cost = costs.remote_to_location(load[locs], load[n_loc + state.loc_rack[locs]])
-            net.add_arcs(f"rack->loc:{mi}", rack0 + state.loc_rack[locs] * n_models + mi,
-                         loc0 + locs * n_models + mi, fm[locs], loc_cost)
-            net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc0 + locs * n_models + mi,
-                         fm[locs], cross_loc_cost)
+            locs = np.nonzero(has & (headroom[:n_loc] + EPS >= min_gbps))[0]
+            loc_racks, loc_nodes, loc_free = state.loc_rack[locs], _node(loc0, locs, n_models, mi), fm[locs]
+            loc_cost, cross_loc_cost = costs.remote_to_location(load[locs], load[n_loc + loc_racks])
+            net.add_arcs(f"rack->loc:{mi}", _node(rack0, loc_racks, n_models, mi), loc_nodes, loc_free, loc_cost)
+            net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc_nodes, loc_free, cross_loc_cost)
             phase.loc_sel.append(locs)
-        all_locs = np.nonzero(fm > 0)[0]
-        net.add_arcs(f"loc->sink:{mi}", loc0 + all_locs * n_models + mi, sink, fm[all_locs], 0)
+        all_locs = np.nonzero(has)[0]
+        net.add_arcs(f"loc->sink:{mi}", _node(loc0, all_locs, n_models, mi), sink, fm[all_locs], 0)
     net.add_arcs("U->sink", [unsched], sink, [total], 0)
     return phase
+
+
+def _node(first: int, at: IntArray, n_models: int, mi: int) -> IntArray:
+    """The nodes of (`at`, model `mi`) pairs numbered from `first`, models within each: with one model
+    (the usual case) `first + at` as it stands, without two more numpy calls per block."""
+    out: IntArray = first + at if n_models == 1 else first + at * n_models + mi
+    return out
 
 
 def settled_locally(tasks: Tasks, free: IntArray, n_loc: int, local_cost: IntArray, best_remote: IntArray
