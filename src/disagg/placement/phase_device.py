@@ -62,10 +62,12 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
            queue_len: int, table: JobTable) -> Tasks:
     n_jobs = len(jobs)
     machines = list(map(attrgetter("machines"), jobs))
-    per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
-    n = int(per_task.sum())
-    # Per job to per task: a repeat, unless every job has one task here (the usual case: as it stands).
-    one_each = n == n_jobs and bool((per_task == 1).all())
+    # Per job to per task: a repeat, unless every job has one task here (the usual case: as it stands;
+    # told in plain Python, a phase has some tens of jobs).
+    one_each = all(len(m) == 1 for m in machines)
+    per_task = np.ones(n_jobs, dtype=np.int64) if one_each else np.fromiter(map(len, machines), dtype=np.int64,
+                                                                              count=n_jobs)
+    n = n_jobs if one_each else int(per_task.sum())
 
     def spread(per_job: IntArray) -> IntArray:
         return per_job if one_each else np.repeat(per_job, per_task)
@@ -87,8 +89,7 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     own_up, own_rack = np.zeros(n), np.zeros(n)
     starts = job_at if one_each else np.cumsum(per_task) - per_task
     # (Only once the round has taken traffic can a job hold some: a local-only round never looks.)
-    with_traffic = np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
-                                          count=n_jobs))[0].tolist() if state.traffic_takes else []
+    with_traffic = [j for j, js in enumerate(jobs) if js.taken_traffic] if state.traffic_takes else []
     for j in with_traffic:
         for i in range(int(starts[j]), int(starts[j] + per_task[j])):
             up, rack = int(own[i]), len(state.loc_rack) + int(state.loc_rack[own[i]])
