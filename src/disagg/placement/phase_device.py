@@ -474,11 +474,12 @@ def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, ch
             if first == 0:
                 break
         why = "slo" if fits[first - 1] else "bandwidth"
-        tried = np.flatnonzero(fits[:first])
-        done = state.retrace_paths(own, rest[tried], gbps)
+        kept = fits[:first]
+        tried = rest[:first][kept]
+        done = state.retrace_paths(own, tried, gbps)
         if done == len(tried):
             return start + first, why
-        start += int(tried[done - 1]) + 1
+        start += int(np.flatnonzero(kept)[done - 1]) + 1  # (past the path whose retrace moved a shared link)
         why = "slo"
     return start, why
 
