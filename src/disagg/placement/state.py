@@ -123,6 +123,9 @@ class InventoryArrays:
     #: (`FreeState.idle_local_fit`), as rounds ask (at most IDLE_FIT_KEPT shapes: a tenant's distinct
     #: requests are theirs to choose).
     idle_fit: dict[tuple[object, ...], int] = field(default_factory=dict)
+    #: Per rack, which locations share it and every location with those first (`FreeState._same_rack`),
+    #: as rounds ask: the racks' locations are the inventory's.
+    racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = field(default_factory=dict)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
@@ -299,8 +302,8 @@ class FreeState:
         self._cached_version = -1
         self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
-        #: `_same_rack` by rack.
-        self._racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = {}
+        #: `_same_rack` by rack: of the inventory alone, kept with it.
+        self._racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = inv.racks
         #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
         self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
 
@@ -848,7 +851,7 @@ class FreeState:
 
     def _same_rack(self, own: int) -> tuple[NDArray[np.bool_], IntArray]:
         """Per rack (`own`'s), which locations share it, and every location with those first (each part in
-        location order); of the inventory alone, made once a round per rack asked (read-only)."""
+        location order); of the inventory alone, made once per rack asked and kept with it (read-only)."""
         rack = self._rack_of[own]
         found = self._racks.get(rack)
         if found is None:
