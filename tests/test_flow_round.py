@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from disagg.placement.flow import FlowPlacer, _RoundJobCache
 from disagg.placement.phase_one import classify, shape_representative
 from disagg.profiles import RODINIA
@@ -384,3 +387,45 @@ def test_taking_cpus_along_offers_tries_the_front_offer_first_and_scans_as_befor
             assert [o.entries for o in mine] == ref and state.cpu.tolist() == cpu
             taken += [(want, cpus, 4.0)] if want >= 0 else []
         assert journal.taken_cpu == taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3), st.booleans(), st.integers(1, 8), st.data())
+def test_the_decoder_reads_each_tasks_flows_as_the_block_by_block_reads_did(n_models: int, remote: bool, n_tasks: int,
+                                                                           data: st.DataObject) -> None:
+    """`_given` (a model's local, rack and cross-rack blocks read as one slice) against reading each block
+    in turn, local ones of every model first, then rack, then cross: the same entries in the same order."""
+    import numpy as np
+
+    from disagg.placement.network import FlowNetwork
+    from disagg.placement.phase_device import DevicePhase, _given
+
+    def subset() -> np.ndarray:
+        return np.array(sorted(data.draw(st.sets(st.integers(0, n_tasks - 1)))), dtype=np.int64)
+
+    net = FlowNetwork()
+    net.add_nodes(2 * n_tasks + 2)
+    net.add_arcs("task->U", np.arange(n_tasks), 2 * n_tasks, 1, 0)
+    sels: dict[str, list[np.ndarray]] = {"local": [], "rack": [], "cross": []}
+    for mi in range(n_models):
+        for source in ("local", "rack", "cross") if remote else ("local",):
+            sel = subset()
+            net.add_arcs(f"{source}:{mi}", sel, n_tasks + sel, 1, 0)
+            sels[source].append(sel)
+        net.add_arcs(f"loc->sink:{mi}", [n_tasks], 2 * n_tasks + 1, 1, 0)
+    flows = np.array(data.draw(st.lists(st.integers(0, 3), min_size=net.num_arcs, max_size=net.num_arcs)),
+                     dtype=np.int64)
+    done = np.array(data.draw(st.lists(st.booleans(), min_size=n_tasks, max_size=n_tasks)), dtype=bool)
+    empty = np.zeros(0, dtype=np.int64)
+    phase = DevicePhase("gpu", net, None, [f"m{i}" for i in range(n_models)],  # type: ignore[arg-type]
+                        object() if remote else None, empty, empty,  # type: ignore[arg-type]
+                        local_sel=sels["local"], rack_sel=sels["rack"], cross_sel=sels["cross"])
+    expected: dict[int, list[tuple[str, int, int]]] = {}
+    for source, selections in sels.items():
+        for mi, sel in enumerate(selections):
+            f = flows[net.block(f"{source}:{mi}")]
+            keep = (f > 0) & ~done[sel]
+            for i, n in zip(sel[keep].tolist(), f[keep].tolist(), strict=True):
+                expected.setdefault(i, []).append((source, mi, n))
+    got = _given(phase, flows, done)
+    assert got == expected  # (each task's list in order)

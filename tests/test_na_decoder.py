@@ -100,6 +100,24 @@ def test_reach_and_its_order_are_the_path_tests_spelt_out(case: tuple[FreeState,
     assert state.reach_order(own, gbps, among).tolist() == np.concatenate([cand[same], cand[~same]]).tolist()
 
 
+@settings(max_examples=300, deadline=None)
+@given(_rounds(), st.sampled_from([0.0, 0.1, 1.7, 2.5, 3.0, 10.0]), st.integers(0, 2**16), st.sampled_from([1, 3, 64]))
+def test_reach_trial_is_the_order_and_then_its_trial(case: tuple[FreeState, FreeState, RoundJob, RoundJob, int],
+                                                     gbps: float, among_bits: int, limit: int) -> None:
+    """`reach_trial` (both tests over every link at once) against `reach_order` cut to `limit` and then
+    `trial_fits` of those paths (no traffic, 0 Gb/s: where it takes their way)."""
+    state, _, _, _, own = case
+    n_loc = len(state.loc_rack)
+    among = np.array([(among_bits >> (loc % 16)) & 1 == 1 for loc in range(n_loc)])
+    order, fits = state.reach_trial(own, gbps, among, limit)
+    expected = state.reach_order(own, gbps, among)[:limit]
+    assert order.tolist() == expected.tolist()
+    plain = state.trial_fits(own, expected, gbps)
+    assert (fits is None) == (plain is None)
+    if fits is not None and plain is not None:
+        assert fits.tolist() == plain.tolist()
+
+
 class _PricesEach(SloCheck):
     """`SloCheck` that never stands down for `REFUSE_ALL`: it prices every path it is asked of."""
 

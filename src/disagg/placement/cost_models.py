@@ -509,8 +509,8 @@ class DRMaestroCostModel:
         # element by element, so each row is what pricing it alone gives, in half the numpy calls.
         up = load[own]
         phi = expected_arrays(tasks.params, _ONE, self.priced_load(_in_rack_and_across(up, load[own_rack_link])))
-        rack_ok = can_send.copy()
-        cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) & (state.n_racks > 1)
+        rack_ok = can_send  # (its own array: nothing else holds it)
+        cross_ok = can_send & (headroom[own_rack_link] + EPS >= gbps) if state.n_racks > 1 else np.zeros(n, dtype=bool)
         quiet: list[FloatArray] = []
 
         def phi_quiet() -> FloatArray:  # all-remote φ with no traffic of others: the same in and across racks
@@ -526,7 +526,8 @@ class DRMaestroCostModel:
             return expected_arrays(tasks.params, _ONE, self.priced_load(_in_rack_and_across(others_up, others_rack)))
 
         hold = np.where(phi > tasks.phi_local, self.postponement(phi, tasks.tau, tasks.guard, phi_quiet, phi_others), 0)
-        slo_blocked = (rack_ok & (hold[0] > 0)) | (cross_ok & (hold[1] > 0))
+        held = hold > 0  # (both rows at once)
+        slo_blocked = (rack_ok & held[0]) | (cross_ok & held[1])
         cost = placing_cost(phi, tasks.tau, tasks.z, _REMOTE_PREFERENCES) + hold
         return RemoteArcs(rack_ok, cross_ok, cost[0], cost[1], slo_blocked)
 

@@ -62,10 +62,12 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
            queue_len: int, table: JobTable) -> Tasks:
     n_jobs = len(jobs)
     machines = list(map(attrgetter("machines"), jobs))
-    per_task = np.fromiter(map(len, machines), dtype=np.int64, count=n_jobs)
-    n = int(per_task.sum())
-    # Per job to per task: a repeat, unless every job has one task here (the usual case: as it stands).
-    one_each = n == n_jobs and bool((per_task == 1).all())
+    # Per job to per task: a repeat, unless every job has one task here (the usual case: as it stands;
+    # told by the set of the counts, the quickest way both at some tens of jobs and at 10,000).
+    one_each = set(map(len, machines)) <= {1}
+    per_task = np.ones(n_jobs, dtype=np.int64) if one_each else np.fromiter(map(len, machines), dtype=np.int64,
+                                                                              count=n_jobs)
+    n = n_jobs if one_each else int(per_task.sum())
 
     def spread(per_job: IntArray) -> IntArray:
         return per_job if one_each else np.repeat(per_job, per_task)
@@ -87,8 +89,7 @@ def _tasks(state: FreeState, jobs: list[RoundJob], kind: str, models: list[str],
     own_up, own_rack = np.zeros(n), np.zeros(n)
     starts = job_at if one_each else np.cumsum(per_task) - per_task
     # (Only once the round has taken traffic can a job hold some: a local-only round never looks.)
-    with_traffic = np.nonzero(np.fromiter(map(bool, map(attrgetter("taken_traffic"), jobs)), dtype=bool,
-                                          count=n_jobs))[0].tolist() if state.traffic_takes else []
+    with_traffic = [j for j, js in enumerate(jobs) if js.taken_traffic] if state.traffic_takes else []
     for j in with_traffic:
         for i in range(int(starts[j]), int(starts[j] + per_task[j])):
             up, rack = int(own[i]), len(state.loc_rack) + int(state.loc_rack[own[i]])
@@ -170,33 +171,42 @@ def build(state: FreeState, jobs: list[RoundJob], kind: str, costs: CostModel, q
     load = state.link_load()
     headroom = state.link_cap - state.link_used
     min_gbps = float(tasks.gbps.min()) if n_tasks else 0.0
+    unpinned, in_flow = tasks.pinned == -1, ~settled
     for mi in range(n_models):
         fm = free[:, mi]
-        takes = ((tasks.pinned == -1) | (tasks.pinned == mi)) & ~settled
-        sel = idx[takes & (fm[own] > 0)]
-        net.add_arcs(f"local:{mi}", task0 + sel, loc0 + own[sel] * n_models + mi, np.minimum(want[sel], fm[own[sel]]),
-                     local_cost[sel])
+        has = fm > 0
+        takes = (unpinned | (tasks.pinned == mi)) & in_flow
+        sel = idx[takes & has[own]]
+        own_sel, local_sel_cost = own[sel], local_cost[sel]
+        net.add_arcs(f"local:{mi}", task0 + sel, _node(loc0, own_sel, n_models, mi), np.minimum(want[sel], fm[own_sel]),
+                     local_sel_cost)
         phase.local_sel.append(sel)
-        phase.best_cost[sel] = np.minimum(phase.best_cost[sel], local_cost[sel])
+        phase.best_cost[sel] = np.minimum(phase.best_cost[sel], local_sel_cost)
         if remote is not None:
             r_sel = idx[takes & remote.rack_ok]
-            net.add_arcs(f"rack:{mi}", task0 + r_sel, rack0 + state.loc_rack[own[r_sel]] * n_models + mi,
+            net.add_arcs(f"rack:{mi}", task0 + r_sel, _node(rack0, state.loc_rack[own[r_sel]], n_models, mi),
                          want[r_sel], remote.rack_cost[r_sel])
             c_sel = idx[takes & remote.cross_ok]
             net.add_arcs(f"cross:{mi}", task0 + c_sel, cross0 + mi, want[c_sel], remote.cross_cost[c_sel])
             phase.rack_sel.append(r_sel)
             phase.cross_sel.append(c_sel)
-            locs = np.nonzero((fm > 0) & (headroom[:n_loc] + EPS >= min_gbps))[0]
-            loc_cost, cross_loc_cost = costs.remote_to_location(load[locs], load[n_loc + state.loc_rack[locs]])
-            net.add_arcs(f"rack->loc:{mi}", rack0 + state.loc_rack[locs] * n_models + mi,
-                         loc0 + locs * n_models + mi, fm[locs], loc_cost)
-            net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc0 + locs * n_models + mi,
-                         fm[locs], cross_loc_cost)
+            locs = np.nonzero(has & (headroom[:n_loc] + EPS >= min_gbps))[0]
+            loc_racks, loc_nodes, loc_free = state.loc_rack[locs], _node(loc0, locs, n_models, mi), fm[locs]
+            loc_cost, cross_loc_cost = costs.remote_to_location(load[locs], load[n_loc + loc_racks])
+            net.add_arcs(f"rack->loc:{mi}", _node(rack0, loc_racks, n_models, mi), loc_nodes, loc_free, loc_cost)
+            net.add_arcs(f"cross->loc:{mi}", np.full(len(locs), cross0 + mi), loc_nodes, loc_free, cross_loc_cost)
             phase.loc_sel.append(locs)
-        all_locs = np.nonzero(fm > 0)[0]
-        net.add_arcs(f"loc->sink:{mi}", loc0 + all_locs * n_models + mi, sink, fm[all_locs], 0)
+        all_locs = np.nonzero(has)[0]
+        net.add_arcs(f"loc->sink:{mi}", _node(loc0, all_locs, n_models, mi), sink, fm[all_locs], 0)
     net.add_arcs("U->sink", [unsched], sink, [total], 0)
     return phase
+
+
+def _node(first: int, at: IntArray, n_models: int, mi: int) -> IntArray:
+    """The nodes of (`at`, model `mi`) pairs numbered from `first`, models within each: with one model
+    (the usual case) `first + at` as it stands, without two more numpy calls per block."""
+    out: IntArray = first + at if n_models == 1 else first + at * n_models + mi
+    return out
 
 
 def settled_locally(tasks: Tasks, free: IntArray, n_loc: int, local_cost: IntArray, best_remote: IntArray
@@ -236,14 +246,7 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
         return
 
     # What the flow gave each remaining task: (where from, model, count); where: local, rack or cross.
-    given: dict[int, list[tuple[str, int, int]]] = {}
-    sources = [("local", phase.local_sel), ("rack", phase.rack_sel), ("cross", phase.cross_sel)]
-    for source, selections in sources:
-        for mi, sel in enumerate(selections):
-            f = flows[net.block(f"{source}:{mi}")]
-            keep = (f > 0) & ~done[sel]
-            for i, n in zip(sel[keep].tolist(), f[keep].tolist(), strict=True):
-                given.setdefault(i, []).append((source, mi, n))
+    given = _given(phase, flows, done)
     # Per rack (and for the cross-rack aggregator) the locations the flow sent devices from.
     remote_lists: dict[tuple[str, int, int], list[list[int]]] = {}
     # (As lists first: numpy's scalar reads, three per location, cost more than the rest of it.)
@@ -272,6 +275,31 @@ def decode(state: FreeState, phase: DevicePhase, flows: IntArray, costs: CostMod
             grant(state, js, ti, kind, int(own[i]), wanted, costs)
         if js.failure is not None:
             js.failed_on = (int(own[i]),)  # the machine whose task could not be served
+
+
+def _given(phase: DevicePhase, flows: IntArray, done: NDArray[np.bool_]) -> dict[int, list[tuple[str, int, int]]]:
+    """Per task not `done`, what the flow gave it: (local, rack or cross, model, count), local ones first,
+    then in the rack, then across racks, each by model. A model's local, rack and cross-rack blocks follow
+    one another (`build`), so their flows are read as one slice against their selections end to end
+    (one set of numpy calls, not three)."""
+    net = phase.net
+    given: dict[int, list[tuple[str, int, int]]] = {}
+    for mi, local in enumerate(phase.local_sel):
+        parts = [local] if phase.remote is None else [local, phase.rack_sel[mi], phase.cross_sel[mi]]
+        sel = np.concatenate(parts)
+        f = flows[net.block(f"local:{mi}").start:net.block(f"{'local' if phase.remote is None else 'cross'}:{mi}").stop]
+        keep = np.flatnonzero((f > 0) & ~done[sel])
+        rack_from, cross_from = len(local), len(sel) - len(parts[-1])
+        for k, i, n in zip(keep.tolist(), sel[keep].tolist(), f[keep].tolist(), strict=True):
+            source = "local" if k < rack_from else "rack" if k < cross_from else "cross"
+            given.setdefault(i, []).append((source, mi, n))
+    if len(phase.local_sel) > 1:  # by source first, then model (a stable sort keeps the models' order)
+        for entries in given.values():
+            entries.sort(key=lambda e: _SOURCE_RANK[e[0]])
+    return given
+
+
+_SOURCE_RANK = {"local": 0, "rack": 1, "cross": 2}
 
 
 def grant_local(state: FreeState, kind: str, tasks: Tasks, chosen: NDArray[np.bool_]) -> None:
@@ -352,17 +380,49 @@ def take_remote(state: FreeState, js: RoundJob, kind: str, own: int, model: str 
         entries.pop(0)
     if check is not None:  # (a held task's every path misses: walked past without pricing each)
         check = check.from_machine(own)
-    for entry in islice(entries, SCAN_LIMIT):
-        if entry[1] == 0:
-            continue
-        got, reason = take_at(state, js, kind, own, entry[0], model, check)
+    if check is REFUSE_ALL:
+        got, why = _walk_refused(state, js, kind, own, model, entries)
         if got is not None:
-            entry[1] -= 1
             return got, ""
-        why = reason or why
+    else:
+        for entry in islice(entries, SCAN_LIMIT):
+            if entry[1] == 0:
+                continue
+            got, reason = take_at(state, js, kind, own, entry[0], model, check)
+            if got is not None:
+                entry[1] -= 1
+                return got, ""
+            why = reason or why
     # Within reach, any model the job accepts (the flow's model stands for its choice, not the job's ask).
     got, reason = take_within_reach(state, js, kind, own, js.job.tasks.models.get(kind), check)
     return got, reason or why
+
+
+def _walk_refused(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None, entries: list[list[int]]
+                  ) -> tuple[DeviceGrant | None, str]:
+    """`take_remote`'s walk along the flow's list for a check that refuses every path (`REFUSE_ALL`),
+    `take_at` spelt out for it: each path that fits is retraced ("slo"), each other one lacks the
+    bandwidth; only the task's own location (a device there is local, no check asked) is `take_at`'s.
+    A held task walks past some thousands of these a simulated run."""
+    why, gbps = "none", js.gbps
+    for entry in islice(entries, SCAN_LIMIT):
+        if entry[1] == 0:
+            continue
+        loc = entry[0]
+        if loc == own:
+            got, reason = take_at(state, js, kind, own, loc, model, REFUSE_ALL)
+            if got is not None:
+                entry[1] -= 1
+                return got, ""
+            why = reason or why
+            continue
+        path = state.path(own, loc)
+        if state.fits_traffic(path, gbps):
+            state.retrace_traffic(path, gbps)
+            why = "slo"
+        else:
+            why = "bandwidth"
+    return None, why
 
 
 def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model: str | None,
@@ -372,8 +432,12 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
     free = state.free_count.get(kind)
     if free is None:
         return None, ""
-    order = state.reach_order(own, js.gbps, free > 0)[:SCAN_LIMIT]
-    start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check)
+    fits: NDArray[np.bool_] | None = None
+    if check is REFUSE_ALL:  # (the order and whether each path fits, in one pass: `_rejected_ahead` reads both)
+        order, fits = state.reach_trial(own, js.gbps, free > 0, SCAN_LIMIT)
+    else:
+        order = state.reach_order(own, js.gbps, free > 0)[:SCAN_LIMIT]
+    start, why = (0, "") if check is None else _rejected_ahead(state, js, own, order, check, fits)
     for loc in order[start:].tolist():
         got, reason = take_at(state, js, kind, own, loc, model, check)
         if got is not None:
@@ -382,20 +446,22 @@ def take_within_reach(state: FreeState, js: RoundJob, kind: str, own: int, model
     return None, why
 
 
-def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, check: RemoteCheck) -> tuple[int, str]:
+def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, check: RemoteCheck,
+                    fits_ahead: NDArray[np.bool_] | None = None) -> tuple[int, str]:
     """Try the leading `locs` as `take_at` would, one after another, as long as it would reject them
     (no headroom, or the check), priced in one pass for all of them: a held task's decoder tries tens
     of paths and rejects nearly all. Returns how many it rejected and why the last of them failed.
     The paths rejected by the check are retraced in turn (`retrace_paths`); where that moves a link
     other paths share (the task's uplink, a rack's), the rest are priced again from there, as the walk
     would see them. Where the pass cannot price them (`trial_loads`), none: the walk tries them one by one.
-    A check that refuses every path (`REFUSE_ALL`) is not asked: only whether each fits (`trial_fits`)."""
+    A check that refuses every path (`REFUSE_ALL`) is not asked: only whether each fits (`trial_fits`, or
+    `fits_ahead` where the caller has it for all of `locs` as they stand)."""
     start, why, n, gbps = 0, "", len(locs), js.gbps
     refused = check is REFUSE_ALL  # (every path: none needs its load, nor the check's word on it)
     while n - start > 1:
         rest = locs[start:]
         if refused:
-            fits = state.trial_fits(own, rest, gbps)
+            fits = fits_ahead if start == 0 and fits_ahead is not None else state.trial_fits(own, rest, gbps)
             if fits is None:
                 break
             first = len(rest)
@@ -408,11 +474,12 @@ def _rejected_ahead(state: FreeState, js: RoundJob, own: int, locs: IntArray, ch
             if first == 0:
                 break
         why = "slo" if fits[first - 1] else "bandwidth"
-        tried = np.flatnonzero(fits[:first])
-        done = state.retrace_paths(own, rest[tried], gbps)
+        kept = fits[:first]
+        tried = rest[:first][kept]
+        done = state.retrace_paths(own, tried, gbps)
         if done == len(tried):
             return start + first, why
-        start += int(tried[done - 1]) + 1
+        start += int(np.flatnonzero(kept)[done - 1]) + 1  # (past the path whose retrace moved a shared link)
         why = "slo"
     return start, why
 

@@ -124,6 +124,9 @@ class InventoryArrays:
     #: (`FreeState.idle_local_fit`), as rounds ask (at most IDLE_FIT_KEPT shapes: a tenant's distinct
     #: requests are theirs to choose).
     idle_fit: dict[tuple[object, ...], int] = field(default_factory=dict)
+    #: Per rack, which locations share it and every location with those first (`FreeState._same_rack`),
+    #: as rounds ask: the racks' locations are the inventory's.
+    racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = field(default_factory=dict)
     #: Per kind, each device's grant as a local device (by device index; None until first granted), and
     #: which are made.
     _local_grants: dict[str, tuple[list[DeviceGrant | None], NDArray[np.bool_]]] = field(default_factory=dict)
@@ -303,8 +306,8 @@ class FreeState:
         self._cached_version = -1
         self._reach: dict[tuple[str, int, float, str | None], int] = {}
         self._local: dict[tuple[object, ...], tuple[NDArray[np.bool_], IntArray]] = {}
-        #: `_same_rack` by rack.
-        self._racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = {}
+        #: `_same_rack` by rack: of the inventory alone, kept with it.
+        self._racks: dict[int, tuple[NDArray[np.bool_], IntArray]] = inv.racks
         #: `idle_local_fit` by shape: of the inventory alone (total cpus, memory, healthy devices), kept with it.
         self._idle_fit: dict[tuple[object, ...], int] = inv.idle_fit
 
@@ -611,21 +614,22 @@ class FreeState:
             return n
         n_loc = len(self._rack_of)
         used = self.link_used
-        rack_own = n_loc + self._rack_of[own]
-        racks = n_loc + self.loc_rack[locs]
-        cross = np.nonzero(racks != rack_own)[0]
         # A shared link moves, if at all, the first time it is retraced: the task's uplink on the first
-        # path, its rack's on the first path across racks, another rack's on the first path to it.
+        # path, its rack's on the first path across racks, another rack's on the first path to it. (Racks'
+        # uplinks tested all at once, first: most often none moves, and the paths' racks are not read.)
         stop = n
-        if (used[own] + gbps) - gbps != used[own]:
+        at_own = self._used_view[own]
+        if (at_own + gbps) - gbps != at_own:
             stop = 0
-        elif len(cross):
-            if (used[rack_own] + gbps) - gbps != used[rack_own]:
-                stop = int(cross[0])
-            far = used[racks[cross]]
-            moved = np.nonzero((far + gbps) - gbps != far)[0]
-            if len(moved):
-                stop = min(stop, int(cross[moved[0]]))
+        else:
+            rack_used = used[n_loc:]
+            rack_moves = (rack_used + gbps) - gbps != rack_used
+            if rack_moves.any():
+                racks = self.loc_rack[locs]
+                cross = racks != self._rack_of[own]
+                hit = np.flatnonzero(cross if rack_moves[self._rack_of[own]] else cross & rack_moves[racks])
+                if len(hit):
+                    stop = int(hit[0])
         ahead = locs[:stop]
         was = used[ahead]
         back = (was + gbps) - gbps
@@ -700,9 +704,12 @@ class FreeState:
         it leaves `version` (and what is cached under it) alone."""
         if not (journal.taken_cpu or journal.taken_devices or journal.taken_traffic):
             return
+        # Through the memoryviews, as plain floats (the same sums): a failed job gives its cpus back here,
+        # thousands of times a simulated run, and numpy's scalar reads and writes cost several times more.
+        cpu, memory = self._cpu_view, self._mem_view
         for m, cpus, mem in journal.taken_cpu:
-            self.cpu[m] += cpus
-            self.mem[m] += mem
+            cpu[m] += cpus
+            memory[m] += mem
         devices = self.cluster.devices
         for dev in reversed(journal.taken_devices):
             kind = devices[dev].kind
@@ -756,7 +763,9 @@ class FreeState:
         if model is not None:
             models, counts = self.free_by_model(kind)
             free = counts[:, models.index(model)] if model in models else np.zeros_like(free)
-        return int(free[own]) + int(free[self.remote_reach(own, gbps)].sum())
+        # (The counts at the locations within reach as a dot product with the mask: the same integer sum,
+        # without gathering them first; an explanation asks this, thousands of times a simulated run.)
+        return int(free[own]) + int(np.dot(free, self.remote_reach(own, gbps)))
 
     def reachable_from(self, kind: str, owns: IntArray, gbps: float, model: str | None = None) -> IntArray:
         """`reachable(kind, own, gbps, model)` for each of `owns` at once: per rack, the free devices at
@@ -809,9 +818,41 @@ class FreeState:
         out: IntArray = first[(among & self.remote_reach(own, gbps))[first]]
         return out
 
+    def reach_trial(self, own: int, gbps: float, among: NDArray[np.bool_], limit: int
+                    ) -> tuple[IntArray, NDArray[np.bool_] | None]:
+        """`reach_order(own, gbps, among)[:limit]` and `trial_fits` of those paths, from one test of each
+        kind over every link, read per location and then in that order (the same comparisons on the same
+        floats): a held task's walk asks both of the same locations, some thousands of times a simulated
+        run, and over a few hundred links the numpy calls, not their length, are what it costs."""
+        if not gbps > 0 or not self._no_zero_cap:
+            locs = self.reach_order(own, gbps, among)[:limit]
+            return locs, self.trial_fits(own, locs, gbps)
+        n_loc = len(self._rack_of)
+        used, cap = self.link_used, self.link_cap
+        headroom = cap - used
+        same, first = self._same_rack(own)
+        if headroom[own] + EPS < gbps:  # (`remote_reach`'s test as it is spelt there)
+            return first[:0], np.zeros(0, dtype=bool)
+        ok = headroom + EPS >= gbps
+        rack_own = n_loc + self._rack_of[own]
+        reach = ok[:n_loc] & (ok[n_loc:][self.loc_rack] if ok[rack_own] else same)
+        reach[own] = False
+        order: IntArray = first[(among & reach)[first]][:limit]
+        # `_trial`'s tests: numpy's on each location's uplink and far rack's, plain floats on the shared ones.
+        used_at, cap_at = self._used_view, self._cap_view
+        if exceeds(used_at[own] + gbps, cap_at[own]):
+            return order, np.zeros(len(order), dtype=bool)
+        fit = used + gbps <= cap + EPS
+        if exceeds(used_at[rack_own] + gbps, cap_at[rack_own]):
+            per_loc = fit[:n_loc] & same
+        else:
+            per_loc = fit[:n_loc] & (same | fit[n_loc:][self.loc_rack])
+        fits: NDArray[np.bool_] = per_loc[order]
+        return order, fits
+
     def _same_rack(self, own: int) -> tuple[NDArray[np.bool_], IntArray]:
         """Per rack (`own`'s), which locations share it, and every location with those first (each part in
-        location order); of the inventory alone, made once a round per rack asked (read-only)."""
+        location order); of the inventory alone, made once per rack asked and kept with it (read-only)."""
         rack = self._rack_of[own]
         found = self._racks.get(rack)
         if found is None:
