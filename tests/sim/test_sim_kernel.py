@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import pytest
 
 from disagg.sim.kernel import Kernel, Priority
@@ -84,3 +86,25 @@ def test_reschedule_many_compacts_like_cancel() -> None:
     assert len(k) == 100
     assert len(k._heap) < 600
     assert [e for _, e in drain(k)] == list(range(100))
+
+
+def test_a_batch_moves_events_as_reschedule_many_does() -> None:
+    """`batch`/`settle` (what `_reevaluate` pushes through): the same heap, seqs and compaction as
+    `reschedule_many` given the same moves."""
+    a: Kernel[int] = Kernel()
+    b: Kernel[int] = Kernel()
+    seqs = [[k.schedule(float(i), Priority.FINISH, i) for i in range(100)] for k in (a, b)]
+    for move in range(1, 6):
+        seqs[0] = list(a.reschedule_many([(s, 1000.0 * move + i, i) for i, s in enumerate(seqs[0])],
+                                         Priority.FINISH))
+        heap, dead, seq = b.batch()
+        moved = []
+        for i, old in enumerate(seqs[1]):
+            dead.add(old)
+            heapq.heappush(heap, (1000.0 * move + i, int(Priority.FINISH), seq, i))
+            moved.append(seq)
+            seq += 1
+        b.settle(seq)
+        seqs[1] = moved
+        assert seqs[0] == seqs[1] and sorted(a._heap) == sorted(b._heap) and a._dead == b._dead
+    assert drain(a) == drain(b)

@@ -10,6 +10,7 @@ what is saved is the work per visit. A mixin of `engine.Simulation`, whose state
 from __future__ import annotations
 
 from collections.abc import Sequence
+from heapq import heappush
 from itertools import repeat
 
 from disagg.model import Machine
@@ -70,8 +71,9 @@ class Replanning:
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         learns = self.knowledge.kind == "learned"
         kappa = COLLOCATION_KAPPA
-        moves: list[tuple[int, float, Event]] = []  # the finish events to move, in this (sorted) order
-        moved: list[Running] = []
+        # The finish events to move, in this (sorted) order: `Kernel.reschedule_many`, spelt out.
+        heap, dead, seq = self.kernel.batch()
+        finish = int(Priority.FINISH)
         get = running.get
         for name in sorted(names):
             run = get(name)
@@ -106,13 +108,17 @@ class Replanning:
                 new = 1.0 if ts <= 0.0 else rest + ts * (factor * (1.0 + sens * load))
                 new = new * (1.0 + kappa * (1.0 if others > 1.0 else others))
                 new = new if new > 1.0 else 1.0
-            if run.finish_seq >= 0 and abs(new - old) < 1e-12:
-                continue
+            was = run.finish_seq
+            if was >= 0:
+                if abs(new - old) < 1e-12:
+                    continue
+                dead.add(was)
             run.stretch = new
-            moves.append((run.finish_seq, now + remaining * new, plan.finished))
-            moved.append(run)
-        for run, seq in zip(moved, self.kernel.reschedule_many(moves, Priority.FINISH), strict=True):
+            # now + (remaining >= 0) * (new >= 1) is never before now (the kernel's `time >= now`)
+            heappush(heap, (now + remaining * new, finish, seq, plan.finished))
             run.finish_seq = seq
+            seq += 1
+        self.kernel.settle(seq)
 
 
 def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
