@@ -35,8 +35,10 @@ def _reference(state: SimpleNamespace, run: Running) -> tuple[float, float]:
     return worst, (sum(loads) / len(loads) if loads else 0.0)
 
 
-def _case(rng: random.Random, one_path: bool = False) -> tuple[SimpleNamespace, Running]:
-    """A random cluster use and run; `one_path`: of the commonest shape (`replan.one_path_stretch`)."""
+def _case(rng: random.Random, one_path: bool = False, one_local: bool = False) -> tuple[SimpleNamespace, Running]:
+    """A random cluster use and run; `one_path`: of the commonest shape (`replan.one_path_stretch`);
+    `one_local`: of the next (`simcluster.OneLocal`)."""
+    one = one_path or one_local
     links = [f"l{i}" for i in range(4)]
     state = SimpleNamespace(
         link_used={lk: rng.uniform(0.0, 30.0) for lk in links},
@@ -45,10 +47,10 @@ def _case(rng: random.Random, one_path: bool = False) -> tuple[SimpleNamespace, 
         cpu_used=[rng.uniform(0.0, 40.0) for _ in range(3)],
         machines=[SimpleNamespace(cpus=rng.choice([0.0, 16.0, 32.0])) for _ in range(3)])
     tasks = []
-    for i in range(1 if one_path else rng.randint(1, 3)):
+    for i in range(1 if one else rng.randint(1, 3)):
         grants = []
-        for d in range(1 if one_path else rng.randint(0, 4)):
-            remote = one_path or rng.random() < 0.5
+        for d in range(1 if one else rng.randint(0, 4)):
+            remote = one_path or (not one_local and rng.random() < 0.5)
             path = tuple(rng.sample(links, rng.randint(1, 3))) if remote else ()
             caps = tuple(rng.choice([1.0, 10.0, 25.0]) for _ in path)
             grants.append(Grant(d, remote, path, 1.0, "gpu", caps, min(caps, default=10.0),
@@ -56,7 +58,7 @@ def _case(rng: random.Random, one_path: bool = False) -> tuple[SimpleNamespace, 
         t = SimTask(f"t{i}", rng.randrange(3), rng.uniform(1.0, 16.0), rng.uniform(1.0, 64.0), grants)
         t.remote_transfer = [g for g in grants if g.remote]
         t.transfer = [g for g in grants if not g.remote] + t.remote_transfer
-        t.remote_memory_gb = 0.0 if one_path else rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
+        t.remote_memory_gb = 0.0 if one else rng.choice([0.0, 0.0, rng.uniform(0.1, 32.0)])
         tasks.append(t)
     profile = Profile("x", 100.0, rng.choice([0.0, rng.uniform(0.01, 0.9)]), rng.uniform(1.0, 3.0),
                       rng.uniform(0.0, 2.0), 1.0)
@@ -134,13 +136,16 @@ def test_a_plan_needs_local_transfer_devices_first() -> None:
         plan_of(run, state.machines)
 
 
-@pytest.mark.parametrize(("seed", "learns"), [(s, s % 2 == 0) for s in range(40)])
+@pytest.mark.parametrize(("seed", "learns"), [(s, s % 2 == 0) for s in range(90)])
 def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: int, learns: bool) -> None:
     """`_reevaluate`'s loop (which spells `_stretch` out) against the model: progress banked at the old
     pace, the new stretch and load as `task_stretch` has them, the finish event moved to `now +
     remaining · stretch`; the load integral kept only when learning."""
     rng = random.Random(seed)
-    state, run = _case(rng, one_path=rng.random() < 0.5)
+    shape = rng.choice(["one_path", "one_local", "any"])
+    state, run = _case(rng, one_path=shape == "one_path", one_local=shape == "one_local")
+    if shape == "one_local":
+        assert plan_of(run, state.machines).local is not None
     run.stretch, run.remaining, run.last_s, run.load_now = 1.5, 100.0, 10.0, 0.25
     kernel: Kernel[Event] = Kernel()
     run.finish_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))

@@ -18,7 +18,7 @@ from disagg.sim.execution import COLLOCATION_KAPPA, memory_slowdown
 from disagg.sim.kernel import Kernel, Priority
 from disagg.sim.learning import Knowledge
 from disagg.sim.records import Event, JobFinished
-from disagg.sim.simcluster import Grant, OnePath, RemotePath, Running, RunPlan, SimCluster, TaskPlan
+from disagg.sim.simcluster import Grant, OneLocal, OnePath, RemotePath, Running, RunPlan, SimCluster, TaskPlan
 
 #: The default of each peer's `link_share.get` (a device nobody holds uses none of its link).
 _ZEROS = repeat(0.0)
@@ -65,8 +65,10 @@ class Replanning:
         """Bank progress at the old pace, then re-plan completion at the new one. Sorted: deterministic.
         The load integral (`load_area`, `work_done`) is kept only for learning, its one reader
         (`engine._observe`): two fewer updates per neighbour otherwise. Some 140,000 visits a run: a
-        one-path run's stretch (`one_path_stretch`, its path's load `_path_load`) is spelt out here, the
-        same operations in the same order, rather than three calls deep (`plan_stretch` for the rest)."""
+        one-path run's stretch (`one_path_stretch`, its path's load `_path_load`), and a one-local-device
+        run's (`OneLocal`: `stretch_of`'s `0.0 +` and `/ 1` left out, which change no value: the term is
+        at least 1), are spelt out here, the same operations in the same order, rather than a call or
+        three deep (`stretch_of` for the rest)."""
         running, st = self.running, self.state
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         learns = self.knowledge.kind == "learned"
@@ -91,10 +93,7 @@ class Replanning:
             if plan is None:
                 plan = run.plan = plan_of(run, machines)
             one = plan.one
-            if one is None:
-                new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used,
-                                               link_share, cpu_used)
-            else:  # `one_path_stretch`, inline
+            if one is not None:  # `one_path_stretch`, inline
                 hops, d, factor, machine, cpus, machine_cpus, ts, rest, sens = one
                 load = 0.0
                 for lk, cap, own in hops:
@@ -103,11 +102,26 @@ class Replanning:
                         load = share
                 d.load = load
                 load = run.load_now = 1.0 if load > 1.0 else load  # (the mean of one: what learning reads)
+                new = 1.0 if ts <= 0.0 else rest + ts * (factor * (1.0 + sens * load))
                 others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
                 others = 0.0 if others < 0.0 else others
-                new = 1.0 if ts <= 0.0 else rest + ts * (factor * (1.0 + sens * load))
                 new = new * (1.0 + kappa * (1.0 if others > 1.0 else others))
                 new = new if new > 1.0 else 1.0
+            elif plan.local is not None:  # `stretch_of` of one local device, inline: see `OneLocal`
+                d, peers, machine, cpus, machine_cpus, ts, rest = plan.local
+                if peers:
+                    d.pcie = sum(map(link_share.get, peers, _ZEROS))
+                x = d.pcie
+                x = 0.0 if x < 0.0 else x
+                run.load_now = 0.0
+                new = 1.0 if ts <= 0.0 else rest + ts * (1.0 + (1.0 if x > 1.0 else x))
+                others = (cpu_used[machine] - cpus) / machine_cpus if machine_cpus > 0 else 0.0
+                others = 0.0 if others < 0.0 else others
+                new = new * (1.0 + kappa * (1.0 if others > 1.0 else others))
+                new = new if new > 1.0 else 1.0
+            else:
+                new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used,
+                                               link_share, cpu_used)
             was = run.finish_seq
             if was >= 0:
                 if abs(new - old) < 1e-12:
@@ -142,8 +156,12 @@ def plan_of(run: Running, machines: Sequence[Machine]) -> RunPlan:
         t0, (d, hops, factor) = tasks[0], tasks[0].remote[0]
         ts = profile.transfer_share
         one = OnePath(hops, d, factor, t0.machine, t0.cpus, t0.machine_cpus, ts, 1.0 - ts, profile.load_sensitivity)
+    alone = None
+    if len(tasks) == 1 and len(tasks[0].local) == 1 and not tasks[0].remote and tasks[0].memory is None:
+        t0, ts = tasks[0], profile.transfer_share
+        alone = OneLocal(t0.local[0], t0.local[0].peers, t0.machine, t0.cpus, t0.machine_cpus, ts, 1.0 - ts)
     return RunPlan(profile.transfer_share, profile.load_sensitivity, JobFinished(run.job.name), one,
-                   tuple(tasks))
+                   tuple(tasks), alone)
 
 
 def _hops(d: Grant, own: dict[str, float]) -> tuple[tuple[str, float, float], ...]:

@@ -95,6 +95,20 @@ class OnePath(NamedTuple):
     load_sensitivity: float
 
 
+class OneLocal(NamedTuple):
+    """The next commonest run (a fifth of the paper's re-plans): one task with one local transfer
+    device and no remote memory, as `replan.Replanning._reevaluate` reads it (its PCIe link's other
+    devices, its machine, its run's transfer share and 1 less it)."""
+
+    grant: Grant
+    peers: tuple[int, ...]
+    machine: int
+    cpus: float
+    machine_cpus: float
+    transfer_share: float
+    rest_share: float
+
+
 class RunPlan(NamedTuple):
     """What re-planning reads of a run that never changes while it runs (`replan.plan_of`)."""
 
@@ -105,6 +119,8 @@ class RunPlan(NamedTuple):
     #: Its one task as `OnePath` where it has that shape, else None (`tasks` then).
     one: OnePath | None
     tasks: tuple[TaskPlan, ...]
+    #: Its one task as `OneLocal` where it has that shape, else None.
+    local: OneLocal | None = None
 
 
 @dataclass(slots=True)
