@@ -417,7 +417,9 @@ class Simulation(Replanning):
         rec.remote_gpus = remote_gpus
         self.counters["placed"] += 1
         self._gpus_changed(now, gpus)
-        return self._neighbours(run) | {name}
+        dirty = self._neighbours(run)  # a new set: the job itself joins it without a copy
+        dirty.add(name)
+        return dirty
 
     def _gpus_changed(self, now: float, delta: int) -> None:
         if delta == 0:
