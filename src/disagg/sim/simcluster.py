@@ -96,7 +96,7 @@ class OnePath(NamedTuple):
 
 
 class OneLocal(NamedTuple):
-    """The next commonest run (a fifth of the paper's re-plans): one task with one local transfer
+    """The next commonest run (a sixth of the paper's re-plans): one task with one local transfer
     device and no remote memory, as `replan.Replanning._reevaluate` reads it (its PCIe link's other
     devices, its machine, its run's transfer share and 1 less it)."""
 
