@@ -57,11 +57,15 @@ def stop_own(marker: str) -> None:
     deadline = time.monotonic() + 10
     while own_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for proc in own_processes(marker):
+    left = own_processes(marker)
+    for proc in left:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             continue
+    # (A killed daemon is listed until the kernel has ended it: wait for that, or the check after reads
+    # a process the kill already ended, as one run under load did with Ray's gcs_server.)
+    psutil.wait_procs(left, timeout=10)
 
 
 def test_sweep_runs_on_a_local_ray_cluster(tmp_path: Path) -> None:
