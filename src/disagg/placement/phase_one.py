@@ -53,7 +53,7 @@ from disagg.placement.jobstate import (
     unscheduled,
 )
 from disagg.placement.network import FlowNetwork
-from disagg.placement.queue import task_fit_counts
+from disagg.placement.queue import task_fit_counts, task_room_for
 from disagg.placement.state import FloatArray, FreeState, Offers, column
 
 #: Direct arcs from a class to its own cheapest machines (the rest goes through the aggregator).
@@ -891,17 +891,9 @@ def _machine_to_sink(net: FlowNetwork, state: FreeState, cls: Classes, pricing: 
 
 
 def task_room(state: FreeState, reps: list[RoundJob]) -> FloatArray:
-    """Per machine, how many of the smallest tasks of `reps` its free cpus and memory hold (floats: a
-    task of no cpus or memory divides by zero). (Without `np.errstate` where nothing can: each phase 1
-    asks twice, building and splitting.)"""
-    min_cpu = min(js.cpus for js in reps)
-    min_mem = min(js.memory_gb for js in reps)
-    if min_cpu > 0 and min_mem > 0:
-        out: FloatArray = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
-        return out
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.minimum(np.floor((state.cpu + EPS) / min_cpu), np.floor((state.mem + EPS) / min_mem))
-    return out
+    """Per machine, how many of the smallest tasks of `reps` its free cpus and memory hold
+    (`queue.task_room_for`; each phase 1 asks twice, building and splitting)."""
+    return task_room_for(state, min(js.cpus for js in reps), min(js.memory_gb for js in reps))
 
 
 def median(values: list[int]) -> float:
@@ -1013,6 +1005,15 @@ def within_capacity(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     return cut, cut_shared
 
 
+def _class_shapes(cls: Classes) -> list[int]:
+    """Per class, its shape's number."""
+    out = [0] * len(cls.representative)
+    for g, members in enumerate(cls.shapes):
+        for c in members:
+            out[c] = g
+    return out
+
+
 def _capped_arcs(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, ...], shared: tuple[IntArray, ...],
                  f_pref: IntArray, f_shared: IntArray) -> list[list[list[int]]]:
     """`within_capacity`'s cut and `split`'s arcs to split in one pass over the arcs with flow, in Python
@@ -1021,10 +1022,7 @@ def _capped_arcs(n: int, cls: Classes, pricing: Pricing, pref: tuple[IntArray, .
     few dozen arcs with flow, where the cut's twenty numpy calls over every arc cost more. As the cut: per
     (shape, machine class), a class's own arc carries what the shape's fit there leaves after the flows of
     the earlier arcs there (as the flow had them), the aggregator what the own arcs' cut flows leave."""
-    class_shape = [0] * len(cls.representative)
-    for g, members in enumerate(cls.shapes):
-        for c in members:
-            class_shape[c] = g
+    class_shape = _class_shapes(cls)
     fits = [pricing.group_fit[id(cls.representative[members[0]].shape)] for members in cls.shapes]
     before: dict[int, int] = {}  # per (shape, machine class): the flows of its earlier own arcs
     direct: dict[int, int] = {}  # per (shape, machine class): what its own arcs carry once cut
@@ -1058,11 +1056,9 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
     each takes a class's machines in order (`_Splitter`): first only as many tasks as a machine's own
     free devices serve (as the per-machine network's free machine → sink arc had it), then up to its fit.
     Flow that finds no machine left (shapes that fit differently sharing a class) is dropped: the
-    decoder's repair finds those tasks a machine."""
-    class_shape = [0] * len(cls.representative)
-    for g, members in enumerate(cls.shapes):
-        for c in members:
-            class_shape[c] = g
+    decoder's repair finds those tasks a machine. (A large cluster's: the decoder splits a small one's
+    in lists, `_capped_arcs` and `_split_lists`.)"""
+    class_shape = _class_shapes(cls)
     parts = [(pref, f_pref, class_shape), (shared, f_shared, None)]
     todo: list[list[list[int]]] = []  # per part: [tail, shape, node, cost, flow left]
     for arcs, flows, shape_of in parts:
@@ -1070,8 +1066,6 @@ def split(state: FreeState, cls: Classes, pricing: Pricing, pref: tuple[IntArray
         todo.append([[t, shape_of[t] if shape_of is not None else t, node, cost, f] for t, node, cost, f in
                      zip(arcs[0][nz].tolist(), arcs[1][nz].tolist(), arcs[3][nz].tolist(), flows[nz].tolist(),
                          strict=True)])
-    if state.n_machines <= LIST_SPLIT_MAX:  # (the decoder goes there itself: `_capped_arcs`)
-        return _split_lists(state, cls, pricing, todo)
     splitter = _Splitter(state, cls, pricing)
     out: list[list[tuple[int, IntArray, int, IntArray]]] = [[], []]
     for local_only in (True, False):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, is_
@@ -59,16 +60,18 @@ class Refusal:
 
 def task_fit_counts(state: FreeState, cpus: float, mem: float) -> NDArray[np.int64]:
     """How many tasks of this shape each machine can take now (cpu and memory only)."""
-    # A finite, positive divisor raises no floating-point warning whatever it divides, so the usual shape
-    # needs no errstate (half the call's time; a simulated run asks this thousands of times).
-    if 0 < cpus < math.inf and 0 < mem < math.inf:
-        by_cpu = np.floor((state.cpu + EPS) / cpus)
-        by_mem = np.floor((state.mem + EPS) / mem)
-    else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            by_cpu = np.floor((state.cpu + EPS) / cpus)
-            by_mem = np.floor((state.mem + EPS) / mem)
-    return np.maximum(np.minimum(by_cpu, by_mem), 0).astype(np.int64)
+    return np.maximum(task_room_for(state, cpus, mem), 0).astype(np.int64)
+
+
+def task_room_for(state: FreeState, cpus: float, mem: float) -> NDArray[np.float64]:
+    """Per machine, how many tasks of `cpus` and `mem` its free cpus and memory hold, as floats (a task of
+    no cpus or memory divides by zero, quietly: inf or NaN). A finite, positive divisor raises no
+    floating-point warning whatever it divides, so the usual shape needs no errstate (half the call's
+    time; a simulated run asks this thousands of times)."""
+    quiet = 0 < cpus < math.inf and 0 < mem < math.inf
+    with nullcontext() if quiet else np.errstate(divide="ignore", invalid="ignore"):
+        out: NDArray[np.float64] = np.minimum(np.floor((state.cpu + EPS) / cpus), np.floor((state.mem + EPS) / mem))
+    return out
 
 
 #: How far below what is left a running sum must stay for the head to take a job without the walk:

@@ -820,24 +820,17 @@ class FreeState:
 
     def reach_trial(self, own: int, gbps: float, among: NDArray[np.bool_], limit: int
                     ) -> tuple[IntArray, NDArray[np.bool_] | None]:
-        """`reach_order(own, gbps, among)[:limit]` and `trial_fits` of those paths, from one test of each
-        kind over every link, read per location and then in that order (the same comparisons on the same
+        """`reach_order(own, gbps, among)[:limit]` and `trial_fits` of those paths, the fits from one test
+        over every link, read per location and then in that order (the same comparisons on the same
         floats): a held task's walk asks both of the same locations, some thousands of times a simulated
         run, and over a few hundred links the numpy calls, not their length, are what it costs."""
+        order = self.reach_order(own, gbps, among)[:limit]
         if not gbps > 0 or not self._no_zero_cap:
-            locs = self.reach_order(own, gbps, among)[:limit]
-            return locs, self.trial_fits(own, locs, gbps)
+            return order, self.trial_fits(own, order, gbps)
         n_loc = len(self._rack_of)
         used, cap = self.link_used, self.link_cap
-        headroom = cap - used
-        same, first = self._same_rack(own)
-        if headroom[own] + EPS < gbps:  # (`remote_reach`'s test as it is spelt there)
-            return first[:0], np.zeros(0, dtype=bool)
-        ok = headroom + EPS >= gbps
+        same = self._same_rack(own)[0]
         rack_own = n_loc + self._rack_of[own]
-        reach = ok[:n_loc] & (ok[n_loc:][self.loc_rack] if ok[rack_own] else same)
-        reach[own] = False
-        order: IntArray = first[(among & reach)[first]][:limit]
         # `_trial`'s tests: numpy's on each location's uplink and far rack's, plain floats on the shared ones.
         used_at, cap_at = self._used_view, self._cap_view
         if exceeds(used_at[own] + gbps, cap_at[own]):

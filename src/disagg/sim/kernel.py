@@ -81,8 +81,7 @@ class Kernel(Generic[E]):
                 dead.add(old)
             heapq.heappush(heap, (time, p, seq, event))
         self._seq = first + len(moves)
-        if len(dead) > 64 and len(dead) * 2 >= len(heap):
-            self._compact()
+        self._compact_if_due()
         return range(first, self._seq)
 
     def batch(self) -> tuple[list[tuple[float, int, int, E]], set[int], int]:
@@ -97,13 +96,16 @@ class Kernel(Generic[E]):
     def settle(self, seq: int) -> None:
         """A `batch` done: `seq` is the next seq to hand out; compact as `reschedule_many` does."""
         self._seq = seq
-        if len(self._dead) > 64 and len(self._dead) * 2 >= len(self._heap):
-            self._compact()
+        self._compact_if_due()
 
     def cancel(self, seq: int) -> None:
         """Forget a pending event. Idempotent; cancelling one that already fired does nothing harmful."""
         if seq < self._seq:
             self._dead.add(seq)
+        self._compact_if_due()
+
+    def _compact_if_due(self) -> None:
+        """Compact once cancelled events are at least half the heap (and more than a few)."""
         if len(self._dead) > 64 and len(self._dead) * 2 >= len(self._heap):
             self._compact()
 
