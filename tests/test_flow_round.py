@@ -48,6 +48,7 @@ def test_bench_placement_sets_the_round_against_a_bare_solve_of_a_firmament_grap
     assert supplies.sum() == 0 and supplies[:tasks].tolist() == [1] * tasks
     out = run_placement_bench(80, 4, 60, "drmaestro", 1)
     assert out["bare_solve_s"] > 0 and out["round_over_bare"] > 0
+    assert out["machine"]["python_ms"] > 0 and out["machine"]["numpy_call_us"] > 0
     assert out["cold_round_cpu_s"] > 0  # the first round on the inventory, reported beside the kept ones
     assert run_placement_bench(80, 4, 0, "drmaestro", 1)["placed"] == 0
 

@@ -19,6 +19,8 @@ def test_paper_bench_in_parallel_gives_every_policy_in_registry_order_with_its_c
         assert r["sim_s_per_wall_s"] > 0 and r["rounds_per_wall_s"] > 0
     assert abs(out["total_cpu_s"] - sum(r["cpu_s"] for r in rows)) < 0.05
     assert set(out["load_avg_1m"]) == {"start", "end"}
+    # The machine it ran on, measured beside the figures (machines differ between sessions).
+    assert out["machine"]["python_ms"] > 0 and out["machine"]["numpy_call_us"] > 0 and out["machine"]["cores"] >= 1
     # A worker process decides what this process decides.
     here = paper_row("greedy", 2, 5.0, "paper-4m-128j")
     there = rows[list(POLICIES).index("greedy")]

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 from ortools.graph.python import min_cost_flow
 
+from disagg.bench.machine import machine_speed
 from disagg.bench.synthetic import rodinia_queue, synthetic_cluster, with_learned_profiles, with_tenants
 from disagg.model import Cluster, Job
 from disagg.placement.base import Clock, Policy
@@ -82,6 +83,7 @@ def run_placement_bench(machines: int, gpus_per_machine: int, pending: int, poli
         "round_cpu_over_bare": round(cpu.round_s / bare, 2) if bare > 0 else None,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         **{f"stat_{k}": v for k, v in decisions.stats.items()},
+        "machine": machine_speed(),
     }
 
 

@@ -3,7 +3,8 @@
 - `paper`: paper-128m-4096j with all six policies and one seed (target: under 60 s in all on 2 cores),
   one process per policy spread over the cores, longest first; reports per policy its wall and CPU
   seconds, simulated seconds per wall second and scheduler rounds per wall second, and the 1-minute load
-  average at the start and the end (the machine may be shared: compare CPU seconds across runs, not only wall).
+  average at the start and the end (the machine may be shared: compare CPU seconds across runs, not only wall),
+  and the machine's own speed (`bench.machine.machine_speed`: machines differ by 2-3x between sessions).
 - `large`: a synthetic trace of 100,000 jobs on 1,000 machines with drmaestro (target: under 10 min),
   sampling the process's resident memory as jobs finish to show it stays flat.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from disagg.bench.machine import machine_speed
 from disagg.model.states import JobState
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.sim.engine import SimConfig, SimResult, simulate
@@ -60,6 +62,7 @@ def bench_paper(seed: int = 1, interval_s: float = 5.0, workers: int = 0,
     n = workers or default_workers()
     names = [p for p in PAPER_ORDER if p in POLICIES] + [p for p in POLICIES if p not in PAPER_ORDER]
     load0 = os.getloadavg()[0]
+    machine = machine_speed()
     t0 = time.perf_counter()
     if n == 1:
         rows = {name: paper_row(name, seed, interval_s, scenario) for name in names}
@@ -72,7 +75,8 @@ def bench_paper(seed: int = 1, interval_s: float = 5.0, workers: int = 0,
     return {"bench": "sim-paper", "scenario": scenario, "seed": seed, "interval_s": interval_s,
             "workers": min(n, len(names)), "total_wall_s": round(total, 2),
             "total_cpu_s": round(sum(r["cpu_s"] for r in ordered), 2), "target_wall_s": 60,
-            "load_avg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}, "policies": ordered}
+            "load_avg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}, "machine": machine,
+            "policies": ordered}
 
 
 def bench_large(jobs: int = 100_000, machines: int = 1000, seed: int = 1, rate_per_s: float = 16.0,
