@@ -148,7 +148,8 @@ def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: in
         assert plan_of(run, state.machines).local is not None
     run.stretch, run.remaining, run.last_s, run.load_now = 1.5, 100.0, 10.0, 0.25
     kernel: Kernel[Event] = Kernel()
-    run.finish_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))
+    run.finish_seq = run.entry_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))
+    run.finish_at = run.entry_at = 160.0
     sim = SimpleNamespace(state=state, running={"j": run}, kernel=kernel,
                           knowledge=SimpleNamespace(kind="learned" if learns else "shipped"))
     kernel.now = 40.0
@@ -160,6 +161,9 @@ def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: in
         assert (run.stretch, run.finish_seq) == (1.5, 0)
     else:
         assert run.stretch == stretch
+        assert run.finish_at == 40.0 + run.remaining * stretch
+        # moved later than 160, the first entry stands in for it (`Kernel.deferrals`) until it pops
+        assert (run.entry_seq, kernel.deferrals()) == ((0, {0: run}) if run.finish_at >= 160.0 else (1, {}))
         item = kernel.pop()
-        assert item is not None and item.seq == run.finish_seq == 1
+        assert item is not None and item.seq == run.finish_seq == run.entry_seq == 1
         assert (item.time, item.event) == (40.0 + run.remaining * stretch, JobFinished("j"))

@@ -507,7 +507,7 @@ class Simulation(Replanning):
             return  # it finished within its grace period
         now = self.kernel.now
         del self.running[name]
-        self.kernel.cancel(run.finish_seq)
+        self.kernel.cancel(run.entry_seq)
         gpus = self._release(run, preempted=True)
         self._gpus_changed(now, -gpus)
         self._reevaluate(self._neighbours(run), now)
@@ -528,7 +528,7 @@ class Simulation(Replanning):
         holder = st.holder.get(device)
         if holder is not None and holder in self.running:
             run = self.running.pop(holder)
-            self.kernel.cancel(run.finish_seq)
+            self.kernel.cancel(run.entry_seq)
             gpus = self._release(run)
             self._gpus_changed(now, -gpus)
             self._reevaluate(self._neighbours(run), now)

@@ -73,10 +73,10 @@ class Replanning:
         used, link_share, cpu_used, machines = st.link_used, st.link_share, st.cpu_used, st.machines
         learns = self.knowledge.kind == "learned"
         kappa = COLLOCATION_KAPPA
-        # The finish events to move, in this (sorted) order: `Kernel.reschedule_many`, spelt out.
+        # The finish events to move, in this (sorted) order: `Kernel.reschedule_many` spelt out, + `deferrals`.
         heap, dead, seq = self.kernel.batch()
-        finish = int(Priority.FINISH)
-        get = running.get
+        deferred = self.kernel.deferrals()
+        finish, get = int(Priority.FINISH), running.get
         for name in sorted(names):
             run = get(name)
             if run is None:
@@ -123,14 +123,22 @@ class Replanning:
                 new, run.load_now = stretch_of(plan.tasks, plan.transfer_share, plan.load_sensitivity, used,
                                                link_share, cpu_used)
             was = run.finish_seq
-            if was >= 0:
-                if abs(new - old) < 1e-12:
-                    continue
-                dead.add(was)
+            if was >= 0 and -1e-12 < new - old < 1e-12:  # (abs(new - old) < 1e-12, less a call)
+                continue
             run.stretch = new
-            # now + (remaining >= 0) * (new >= 1) is never before now (the kernel's `time >= now`)
-            heappush(heap, (now + remaining * new, finish, seq, plan.finished))
+            at = run.finish_at = now + remaining * new  # never before now (remaining >= 0, new >= 1)
             run.finish_seq = seq
+            if was >= 0:
+                entry = run.entry_seq
+                if at >= run.entry_at:  # later than its heap entry, which stands in for it (`Kernel.deferrals`)
+                    deferred[entry] = run
+                    seq += 1
+                    continue
+                dead.add(entry)
+                if entry != was:  # it stood in for `was`
+                    del deferred[entry]
+            heappush(heap, (at, finish, seq, plan.finished))
+            run.entry_at, run.entry_seq = at, seq
             seq += 1
         self.kernel.settle(seq)
 

@@ -133,7 +133,12 @@ class Running:
     remaining: float
     stretch: float
     last_s: float
+    #: Its finish as last re-planned (seq -1: none yet), and the heap entry standing for it, which may
+    #: be an earlier one (`kernel.Deferred`; `Replanning._reevaluate` moves most finishes later).
     finish_seq: int = -1
+    finish_at: float = 0.0
+    entry_seq: int = -1
+    entry_at: float = 0.0
     own_traffic: dict[str, float] = field(default_factory=dict)
     machines: set[int] = field(default_factory=set)
     #: Its remote devices' mean load by others now (`replan.plan_stretch`), and its integral over the work done so far
