@@ -461,7 +461,7 @@ class Simulation(Replanning):
         if not run.sub.warmup or self.to_finish == len(self.subs):
             self.finished_counted += 1
         self._gpus_changed(now, -gpus)
-        self._reevaluate(self._neighbours(run), now)
+        self._reevaluate(self._neighbours(run), now, run)
         if self.queue:
             self._want_round()
 
@@ -510,7 +510,7 @@ class Simulation(Replanning):
         self.kernel.cancel(run.entry_seq)
         gpus = self._release(run, preempted=True)
         self._gpus_changed(now, -gpus)
-        self._reevaluate(self._neighbours(run), now)
+        self._reevaluate(self._neighbours(run), now, run)
         self.records[name].preempted += 1
         self.counters["preempted"] += 1
         self._enqueue(run.job, run.sub)
@@ -531,7 +531,7 @@ class Simulation(Replanning):
             self.kernel.cancel(run.entry_seq)
             gpus = self._release(run)
             self._gpus_changed(now, -gpus)
-            self._reevaluate(self._neighbours(run), now)
+            self._reevaluate(self._neighbours(run), now, run)
             self.records[holder].restarts += 1
             self.counters["restarts"] += 1
             self._enqueue(run.job, run.sub)  # restarts from scratch, keeps its wait counter

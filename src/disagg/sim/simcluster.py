@@ -146,6 +146,8 @@ class Running:
     load_now: float = 0.0
     load_area: float = 0.0
     work_done: float = 0.0
+    #: A one-path run's hop whose use by others decided its load at its last re-plan (None: none above 0).
+    top: str | None = None
     #: Its tasks' constants for re-planning, worked out at its first re-plan (`replan.plan_of`).
     plan: RunPlan | None = None
 
