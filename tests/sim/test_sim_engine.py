@@ -4,6 +4,7 @@ execution model applied, wait counters, determinism, failures."""
 from __future__ import annotations
 
 import json
+import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -18,14 +19,17 @@ from typer.testing import CliRunner
 
 from disagg.cli import app
 from disagg.model import Allocation, Cluster, Job, TaskRequest, parse_cluster
+from disagg.model.states import DEVICE_FAILED
 from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, no_clock
+from disagg.placement.commit import EPS, over_commit
 from disagg.placement.decisions import LaterReasons
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.profiles import lookup
-from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, simulate, waited
+from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, _as_reserved, simulate, waited
 from disagg.sim.execution import collocation_factor
 from disagg.sim.metrics import summarize
+from disagg.sim.scenarios import get_scenario
 from disagg.sim.workload import Submission
 
 WALL_KEYS = {"wall_s", "sched_latency_p50_s", "sched_latency_p99_s", "sim_s_per_wall_s", "rounds_per_wall_s"}
@@ -449,3 +453,50 @@ def test_snapshots_keep_the_inventorys_indexes_until_a_device_changes() -> None:
     third = sim.snapshot()
     assert third.device_by_id[cluster.devices[0].id].health == DEVICE_FAILED
     assert third.allocations == second.allocations
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_fits_answers_as_over_commit_does(seed: int) -> None:
+    """`SimCluster.fits` (the engine's re-check) against `commit.over_commit` of the placement as
+    reserved (`_as_reserved`): the same yes or no for random placements on a cluster partly in use,
+    some devices held or failed, needs at and around what is free (the `EPS` edge), devices named
+    twice, paths and bandwidths given or left to the simulator."""
+    rng = random.Random(seed)
+    scenario = get_scenario("paper-16m-512j")
+    cluster = scenario.cluster()
+    job = scenario.submissions(1, cluster)[rng.randrange(64)].job
+    sim = Simulation(cluster, [], get_policy("greedy"), np.random.default_rng(0))
+    st = sim.state
+    for m in range(len(st.machines)):
+        st.cpu_free[m] = rng.choice([0.0, 1.0, rng.uniform(0.0, st.machines[m].cpus)])
+        st.mem_free[m] = rng.choice([0.0, rng.uniform(0.0, st.machines[m].memory_gb)])
+    for lk in st.link_used:
+        st.link_used[lk] = rng.choice([0.0, rng.uniform(0.0, st.link_cap[lk]), st.link_cap[lk]])
+    for d in rng.sample(range(len(st.devices)), 6):
+        if rng.random() < 0.5:
+            st.holder[d] = "other"
+        else:
+            st.set_health(d, DEVICE_FAILED)
+
+    def near(free: float) -> float:  # at, under or over what is free, by about EPS
+        return max(0.0, free + rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0, 100.0]) * EPS * rng.choice([0.0, 1.0, 1e3]))
+
+    tasks = []
+    for i in range(job.tasks.count):
+        machine = rng.choice(st.machines).name
+        m = st.m_index[machine]
+        grants = []
+        for _ in range(rng.randint(0, 3)):
+            dev = rng.choice(st.devices) if rng.random() < 0.8 or not grants else st.devices[st.d_index[grants[0].id]]
+            remote = dev.location != machine
+            path = cluster.path(machine, dev.location) if remote and rng.random() < 0.8 else ()
+            left = min((st.link_cap[lk] - st.link_used[lk] for lk in cluster.path(machine, dev.location)), default=0.0)
+            gbps = rng.choice([0.0, rng.uniform(0.0, 10.0), near(left), left + EPS / 2]) if remote else 0.0
+            grants.append(DeviceGrant(dev.id, dev.kind, remote, dev.location, path, gbps))
+        share = rng.choice([1.0, 0.5, 0.25, 0.0])  # (0: the links and devices decide)
+        tasks.append(TaskPlacement(f"t{i}", machine, near(st.cpu_free[m] * share), near(st.mem_free[m] * share),
+                                   tuple(grants)))
+    jp = JobPlacement(job.name, tuple(tasks))
+    sim_tasks = sim._tasks(jp, job)
+    assert sim_tasks is not None
+    assert st.fits(jp, sim_tasks) == (over_commit(_as_reserved(jp, sim_tasks), st) is None)

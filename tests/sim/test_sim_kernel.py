@@ -5,6 +5,8 @@ from __future__ import annotations
 import heapq
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disagg.sim.kernel import Kernel, Priority
 
@@ -108,3 +110,68 @@ def test_a_batch_moves_events_as_reschedule_many_does() -> None:
         seqs[1] = moved
         assert seqs[0] == seqs[1] and sorted(a._heap) == sorted(b._heap) and a._dead == b._dead
     assert drain(a) == drain(b)
+
+
+class _Owner:
+    """What `Replanning._reevaluate` keeps per run for `Kernel.deferrals` (a `kernel.Deferred`)."""
+
+    def __init__(self) -> None:
+        self.finish_at, self.finish_seq, self.entry_at, self.entry_seq = 0.0, -1, 0.0, -1
+
+
+def _move(k: Kernel[int], owner: _Owner, at: float, event: int) -> None:
+    """Schedule or move `owner`'s event to `at` the way `_reevaluate` does: a later key leaves the
+    entry standing in for it, an earlier one kills the entry and pushes."""
+    heap, dead, seq = k.batch()
+    deferred = k.deferrals()
+    was = owner.finish_seq
+    owner.finish_at, owner.finish_seq = at, seq
+    if was >= 0:
+        entry = owner.entry_seq
+        if at >= owner.entry_at:
+            deferred[entry] = owner  # type: ignore[assignment]
+            k.settle(seq + 1)
+            return
+        dead.add(entry)
+        if entry != was:
+            del deferred[entry]
+    heapq.heappush(heap, (at, int(Priority.FINISH), seq, event))
+    owner.entry_at, owner.entry_seq = at, seq
+    k.settle(seq + 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["move", "pop", "cancel", "other", "peek"]), st.integers(0, 7),
+                          st.integers(0, 40)), max_size=120))
+def test_deferred_moves_pop_as_pushed_moves_do(ops: list[tuple[str, int, int]]) -> None:
+    """Events moved later through `deferrals` (their old entry standing in for them) pop in the order,
+    at the times and with the seqs they have when every move is a cancel and a push (`reschedule_many`),
+    whatever the mix of moves later and earlier, other events at equal times, pops, peeks and cancels."""
+    plain: Kernel[int] = Kernel()
+    lazy: Kernel[int] = Kernel()
+    seqs: dict[int, int] = {}
+    owners: dict[int, _Owner] = {}
+    for op, who, t in ops:
+        at = plain.now + t / 4  # coarse times: ties between events are common
+        if op == "move":
+            moved = plain.reschedule_many([(seqs.get(who, -1), at, who)], Priority.FINISH)
+            seqs[who] = moved[0]
+            _move(lazy, owners.setdefault(who, _Owner()), at, who)
+            assert owners[who].finish_seq == seqs[who]
+        elif op == "other":
+            assert plain.schedule(at, Priority.FINISH, 100 + who) == lazy.schedule(at, Priority.FINISH, 100 + who)
+        elif op == "cancel" and who in seqs:
+            plain.cancel(seqs.pop(who))
+            lazy.cancel(owners.pop(who).entry_seq)
+        elif op == "peek":
+            assert plain.peek_time() == lazy.peek_time()
+        elif op == "pop":
+            a, b = plain.pop(), lazy.pop()
+            assert a == b and plain.now == lazy.now and plain.popped == lazy.popped
+            if a is not None and a.event < 100:
+                assert owners[a.event].entry_seq == a.seq == seqs[a.event]
+                del seqs[a.event], owners[a.event]
+        assert len(plain) == len(lazy)
+    while (a := plain.pop()) is not None:
+        assert a == lazy.pop()
+    assert lazy.pop() is None and not lazy.deferrals()

@@ -148,7 +148,8 @@ def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: in
         assert plan_of(run, state.machines).local is not None
     run.stretch, run.remaining, run.last_s, run.load_now = 1.5, 100.0, 10.0, 0.25
     kernel: Kernel[Event] = Kernel()
-    run.finish_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))
+    run.finish_seq = run.entry_seq = kernel.schedule(160.0, Priority.FINISH, JobFinished("j"))
+    run.finish_at = run.entry_at = 160.0
     sim = SimpleNamespace(state=state, running={"j": run}, kernel=kernel,
                           knowledge=SimpleNamespace(kind="learned" if learns else "shipped"))
     kernel.now = 40.0
@@ -160,6 +161,72 @@ def test_reevaluate_banks_progress_and_moves_the_finish_to_the_new_pace(seed: in
         assert (run.stretch, run.finish_seq) == (1.5, 0)
     else:
         assert run.stretch == stretch
+        assert run.finish_at == 40.0 + run.remaining * stretch
+        # moved later than 160, the first entry stands in for it (`Kernel.deferrals`) until it pops
+        assert (run.entry_seq, kernel.deferrals()) == ((0, {0: run}) if run.finish_at >= 160.0 else (1, {}))
         item = kernel.pop()
-        assert item is not None and item.seq == run.finish_seq == 1
+        assert item is not None and item.seq == run.finish_seq == run.entry_seq == 1
         assert (item.time, item.event) == (40.0 + run.remaining * stretch, JobFinished("j"))
+
+
+def _one_path_world(seed: int) -> SimpleNamespace:
+    """Eight one-path runs on five links and three machines, their traffic in the links' use (over a
+    background that may leave every share of a path at or under 0), as `_reevaluate` reads a simulation."""
+    rng = random.Random(seed)
+    links = [f"l{i}" for i in range(5)]
+    used = {lk: rng.choice([0.0, rng.uniform(0.0, 20.0)]) for lk in links}
+    cpu_used = [rng.uniform(0.0, 20.0) for _ in range(3)]
+    running: dict[str, Running] = {}
+    for j in range(8):
+        path = tuple(rng.sample(links, rng.randint(1, 4)))
+        caps = tuple(rng.choice([10.0, 25.0, 100.0]) for _ in path)
+        gbps = rng.choice([0.0, 1.0, rng.uniform(0.5, 8.0)])
+        grant = Grant(j, True, path, gbps, "gpu", caps, min(caps))
+        task = SimTask(f"t{j}", rng.randrange(3), rng.uniform(1.0, 8.0), 16.0, [grant])
+        task.transfer = task.remote_transfer = [grant]
+        profile = Profile("x", 100.0, rng.uniform(0.05, 0.9), rng.uniform(1.0, 3.0), rng.uniform(0.0, 2.0), 1.0)
+        grant.path_factor = path_factor(profile, grant.bottleneck_gbps)
+        run = Running(None, SimpleNamespace(name=f"j{j}"), profile, [task], 0.0, 100.0, 1.0, 0.0)  # type: ignore[arg-type]
+        run.own_traffic, run.machines = dict.fromkeys(path, gbps), {task.machine}
+        for lk in path:
+            used[lk] += gbps
+        cpu_used[task.machine] += task.cpus
+        running[run.job.name] = run
+    state = SimpleNamespace(link_used=used, link_share={}, cpu_used=cpu_used,
+                            machines=[SimpleNamespace(cpus=32.0) for _ in range(3)])
+    return SimpleNamespace(state=state, running=running, kernel=Kernel(), knowledge=SimpleNamespace(kind="shipped"))
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_a_release_spares_only_stretches_it_cannot_change(seed: int) -> None:
+    """`_reevaluate(..., freed)` after a release against the same call without it (every stretch worked
+    out): over starts' added use (visited without `freed`) and runs' releases in random order, every
+    run's progress, stretch, load, deciding hop and finish, and the events as they pop, are the same."""
+    rng = random.Random(seed)
+    spared, full = _one_path_world(seed), _one_path_world(seed)
+    for now in range(10, 200, 10):
+        names = set(spared.running)
+        if rng.random() < 0.3 or len(names) < 2:  # a start elsewhere: more use on a link and a machine
+            lk, gbps, m, cpus = f"l{rng.randrange(5)}", rng.uniform(0.0, 10.0), rng.randrange(3), rng.uniform(0.0, 8.0)
+            for sim in (spared, full):
+                sim.state.link_used[lk] += gbps
+                sim.state.cpu_used[m] += cpus
+                Replanning._reevaluate(sim, names, float(now))  # type: ignore[arg-type]
+        else:
+            name = rng.choice(sorted(names))
+            for sim, freed in ((spared, True), (full, False)):
+                run = sim.running.pop(name)
+                for lk, gbps in run.own_traffic.items():
+                    sim.state.link_used[lk] = max(0.0, sim.state.link_used[lk] - gbps)
+                sim.state.cpu_used[run.tasks[0].machine] -= run.tasks[0].cpus
+                sim.kernel.cancel(run.entry_seq)
+                Replanning._reevaluate(sim, names - {name}, float(now), run if freed else None)  # type: ignore[arg-type]
+        for name, a in spared.running.items():
+            b = full.running[name]
+            assert (a.remaining, a.last_s, a.stretch, a.load_now, a.top, a.tasks[0].grants[0].load,
+                    a.finish_at, a.finish_seq, a.entry_seq) == (
+                    b.remaining, b.last_s, b.stretch, b.load_now, b.top, b.tasks[0].grants[0].load,
+                    b.finish_at, b.finish_seq, b.entry_seq)
+    while (item := spared.kernel.pop()) is not None:
+        assert item == full.kernel.pop()
+    assert full.kernel.pop() is None

@@ -4,10 +4,10 @@ Who calls what: `simulate(...)` owns a `Kernel` and a `SimCluster`. Every `inter
 jobs wait) it builds an immutable `Cluster` snapshot — machines, devices with their health, and one
 `Allocation` per running task with its devices and its traffic — and hands it with the queue to the
 policy, exactly as `disagg place` does. It then applies the `Decisions` to its own state, re-checking
-that nothing is over-committed with `placement.commit.over_commit` (a placement that would over-commit
-is refused and counted as a conflict, Nomad's plan re-validation), and raises `wait_rounds` of every
-job left waiting (unless the policy declares `reads_wait_rounds = False`, as the sequential baselines
-do: W cannot change their decisions). A flow policy reads W off a `placement.base.WaitingQueue`
+that nothing is over-committed as `placement.commit.over_commit` has it (`SimCluster.fits`: a placement
+that would over-commit is refused and counted as a conflict, Nomad's plan re-validation), and raises
+`wait_rounds` of every job left waiting (unless the policy declares `reads_wait_rounds = False`, as the
+sequential baselines do: W cannot change their decisions). A flow policy reads W off a `placement.base.WaitingQueue`
 (`reads_waiting_queue`): W is then counted apart and a job copied with it only when it starts.
 
 Simulated time and wall time never mix: the only wall-clock readings are the policy's round time
@@ -41,7 +41,6 @@ from disagg.model.tenancy import DEFAULT_GRACE_S, DEFAULT_HALF_LIFE_S
 from disagg.model.tenants import Tenants
 from disagg.placement.backfill import place_round
 from disagg.placement.base import Policy, WaitingQueue
-from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.usage import capacity
@@ -345,7 +344,13 @@ class Simulation(Replanning):
 
     def _check(self, jp: JobPlacement, job: Job) -> list[SimTask] | None:
         """The placement as tasks, or None when it names what the cluster lacks or would over-commit
-        anything (`commit.over_commit` against what is free now; nothing is changed)."""
+        anything (`commit.over_commit` against what is free now, as `SimCluster.fits` answers it for
+        the tasks; nothing is changed)."""
+        tasks = self._tasks(jp, job)
+        return tasks if tasks is not None and self.state.fits(jp, tasks) else None
+
+    def _tasks(self, jp: JobPlacement, job: Job) -> list[SimTask] | None:
+        """The placement as tasks, or None when it names a machine or device the cluster lacks."""
         st = self.state
         if len(jp.tasks) != job.tasks.count:
             return None
@@ -375,8 +380,6 @@ class Simulation(Replanning):
                                      peers=() if remote else st.peers.get(d, ()),
                                      path_factor=path_factor(profile, bottleneck) if remote else 1.0))
             tasks.append(sim_task(tp.task, m, tp.cpus, tp.memory_gb, grants, st.devices))
-        if over_commit(_as_reserved(jp, tasks), st) is not None:
-            return None
         return tasks
 
     def _start(self, name: str, tasks: list[SimTask], now: float) -> set[str]:
@@ -461,7 +464,7 @@ class Simulation(Replanning):
         if not run.sub.warmup or self.to_finish == len(self.subs):
             self.finished_counted += 1
         self._gpus_changed(now, -gpus)
-        self._reevaluate(self._neighbours(run), now)
+        self._reevaluate(self._neighbours(run), now, run)
         if self.queue:
             self._want_round()
 
@@ -507,10 +510,10 @@ class Simulation(Replanning):
             return  # it finished within its grace period
         now = self.kernel.now
         del self.running[name]
-        self.kernel.cancel(run.finish_seq)
+        self.kernel.cancel(run.entry_seq)
         gpus = self._release(run, preempted=True)
         self._gpus_changed(now, -gpus)
-        self._reevaluate(self._neighbours(run), now)
+        self._reevaluate(self._neighbours(run), now, run)
         self.records[name].preempted += 1
         self.counters["preempted"] += 1
         self._enqueue(run.job, run.sub)
@@ -528,10 +531,10 @@ class Simulation(Replanning):
         holder = st.holder.get(device)
         if holder is not None and holder in self.running:
             run = self.running.pop(holder)
-            self.kernel.cancel(run.finish_seq)
+            self.kernel.cancel(run.entry_seq)
             gpus = self._release(run)
             self._gpus_changed(now, -gpus)
-            self._reevaluate(self._neighbours(run), now)
+            self._reevaluate(self._neighbours(run), now, run)
             self.records[holder].restarts += 1
             self.counters["restarts"] += 1
             self._enqueue(run.job, run.sub)  # restarts from scratch, keeps its wait counter
@@ -582,7 +585,8 @@ def _as_reserved(jp: JobPlacement, tasks: list[SimTask]) -> JobPlacement:
     it, and the bandwidth the policy reserved for it (the grant's; one that left it out, what the
     device will draw). The placement itself when they agree (a policy's do). What a device then draws
     is its job's true bandwidth (`_check`), which the policy may have guessed wrong: its links are
-    loaded past what was reserved, as a real network would be, and the next rounds see it."""
+    loaded past what was reserved, as a real network would be, and the next rounds see it.
+    `SimCluster.fits` answers `over_commit` of this without making it (the tests check they agree)."""
     pairs = [(g, c) for tp, t in zip(jp.tasks, tasks, strict=True) for g, c in zip(tp.devices, t.grants, strict=True)]
     if all(g.path == c.links and (g.network_gbps or not c.gbps) for g, c in pairs):
         return jp

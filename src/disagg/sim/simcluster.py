@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 from disagg.model import Allocation, Cluster, Device, Job
 from disagg.model.states import DEVICE_HEALTHY
+from disagg.placement.commit import EPS
+from disagg.placement.decisions import JobPlacement
 from disagg.profiles import Profile
 from disagg.sim.execution import GPUS_PER_PCIE_LINK, REFERENCE_GBPS
 from disagg.sim.records import JobFinished
@@ -133,7 +135,12 @@ class Running:
     remaining: float
     stretch: float
     last_s: float
+    #: Its finish as last re-planned (seq -1: none yet), and the heap entry standing for it, which may
+    #: be an earlier one (`kernel.Deferred`; `Replanning._reevaluate` moves most finishes later).
     finish_seq: int = -1
+    finish_at: float = 0.0
+    entry_seq: int = -1
+    entry_at: float = 0.0
     own_traffic: dict[str, float] = field(default_factory=dict)
     machines: set[int] = field(default_factory=set)
     #: Its remote devices' mean load by others now (`replan.plan_stretch`), and its integral over the work done so far
@@ -141,6 +148,8 @@ class Running:
     load_now: float = 0.0
     load_area: float = 0.0
     work_done: float = 0.0
+    #: A one-path run's hop whose use by others decided its load at its last re-plan (None: none above 0).
+    top: str | None = None
     #: Its tasks' constants for re-planning, worked out at its first re-plan (`replan.plan_of`).
     plan: RunPlan | None = None
 
@@ -199,6 +208,38 @@ class SimCluster:
                        rack_uplink_gbps=b.rack_uplink_gbps)
 
     # -- what is free now, as `commit.Room` (the re-check before a placement starts) --
+
+    def fits(self, jp: JobPlacement, tasks: Sequence[SimTask]) -> bool:
+        """`commit.over_commit(engine._as_reserved(jp, tasks), self) is None`, for the placement's own
+        tasks (`engine.Simulation._tasks`: every machine and device known): the same sums in the same
+        order, by index, without the problem's words (the engine only counts a conflict) or the ten
+        `Room` calls of a one-device placement, and in any order of checks, as a yes or no does not
+        depend on which problem comes first. A device's path and bandwidth are the reserved ones
+        (`_as_reserved`: the grant's links, the policy's bandwidth or else the grant's). Links do not
+        fail here (`link_down`); one not metered has room for anything (`link_left`)."""
+        need_cpu: dict[int, float] = {}
+        need_mem: dict[int, float] = {}
+        need_link: dict[str, float] = {}
+        seen: set[int] = set()
+        holder, devices = self.holder, self.devices
+        for tp, t in zip(jp.tasks, tasks, strict=True):
+            m = t.machine
+            need_cpu[m] = need_cpu.get(m, 0.0) + tp.cpus
+            need_mem[m] = need_mem.get(m, 0.0) + tp.memory_gb
+            for g, c in zip(tp.devices, t.grants, strict=True):
+                d = c.device
+                if d in seen or d in holder or devices[d].health != DEVICE_HEALTHY:
+                    return False
+                gbps = g.network_gbps or c.gbps
+                for lk in c.links:
+                    need_link[lk] = need_link.get(lk, 0.0) + gbps
+                seen.add(d)
+        cpu_free, mem_free = self.cpu_free, self.mem_free
+        for m, cpus in need_cpu.items():
+            if cpus > cpu_free[m] + EPS or need_mem[m] > mem_free[m] + EPS:  # commit.exceeds
+                return False
+        cap, used = self.link_cap, self.link_used
+        return not any(lk in cap and gbps > cap[lk] - used[lk] + EPS for lk, gbps in need_link.items())
 
     def cpus_left(self, machine: str) -> float | None:
         m = self.m_index.get(machine)
