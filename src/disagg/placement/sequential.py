@@ -122,7 +122,7 @@ def place_sequentially(name: str, snapshot: Cluster, queue: Sequence[Job], now: 
             generation += 1
         except Refused as exc:
             took_devices = bool(ask.journal.taken_devices) or ask.touched
-            _give_back(state, ask.journal)
+            state.rollback(ask.journal)
             if exc.task > 0:
                 exc = gang_refusal(state, job, exc, server_centric)
             if exc.lasting:
@@ -210,7 +210,7 @@ def _place_gang(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machi
         if exc.task == 0 or exc.lasting:
             raise
         ask.touched |= bool(ask.journal.taken_devices or ask.journal.taken_traffic)
-        _give_back(state, ask.journal)
+        state.rollback(ask.journal)
         ask.careful = True
         try:
             return _place_job(state, ask, rng, pick_machine, pick_devices)
@@ -257,7 +257,7 @@ def _place_task(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machi
                 grants += pick_devices(state, ask, m, kind, t.wants(kind), rng)
         except Refused as exc:
             ask.touched |= bool(task.taken_devices or task.taken_traffic)
-            _give_back(state, task)
+            state.rollback(task)
             first = first or exc
             if exc.lasting:
                 break
@@ -269,15 +269,6 @@ def _place_task(state: FreeState, ask: Ask, rng: np.random.Generator, pick_machi
         job_journal.taken_traffic += task.taken_traffic
         return m, grants
     raise first or Refused(Reason.NO_CAPACITY, "no machine to try")  # a stage offers at least one
-
-
-def _give_back(state: FreeState, journal: Journal) -> None:
-    """Roll back what a journal took. When it took only cpus and memory, what was cached about devices
-    and links still holds: the free state's version is kept."""
-    version = state.version if not journal.taken_devices and not journal.taken_traffic else -1
-    state.rollback(journal)
-    if version >= 0:
-        state.version = version
 
 
 # -- stages shared by the baselines ---------------------------------------------------------------

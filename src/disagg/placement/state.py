@@ -700,10 +700,14 @@ class FreeState:
         return found
 
     def rollback(self, journal: Reservations) -> None:
-        """Give back everything in the journal (a failed gang). An empty journal changes nothing, so
-        it leaves `version` (and what is cached under it) alone."""
+        """Give back everything in the journal (a failed gang). `version` moves only where devices or
+        traffic come back: what is cached under it (`reachable`, `machines_with_local`, a cost model's
+        supply) reads no cpus or memory, and most failed jobs of a round give back only those (a job
+        the device phase fails holds its phase-1 cpus; thousands a simulated run, each of which made
+        the next explanation's `reachable` work its answer out anew)."""
         if not (journal.taken_cpu or journal.taken_devices or journal.taken_traffic):
             return
+        moves = bool(journal.taken_devices or journal.taken_traffic)
         # Through the memoryviews, as plain floats (the same sums): a failed job gives its cpus back here,
         # thousands of times a simulated run, and numpy's scalar reads and writes cost several times more.
         cpu, memory = self._cpu_view, self._mem_view
@@ -727,7 +731,8 @@ class FreeState:
         journal.taken_cpu.clear()
         journal.taken_devices.clear()
         journal.taken_traffic.clear()
-        self.version += 1
+        if moves:
+            self.version += 1
 
     # -- summaries for explanations ------------------------------------------------------------------
 
