@@ -429,3 +429,26 @@ def test_the_decoder_reads_each_tasks_flows_as_the_block_by_block_reads_did(n_mo
                 expected.setdefault(i, []).append((source, mi, n))
     got = _given(phase, flows, done)
     assert got == expected  # (each task's list in order)
+
+
+def test_a_table_extended_by_no_jobs_is_itself_unless_a_job_is_now_forced() -> None:
+    """`JobTable.extended` with no new jobs (second tries, the liveness rule's forced jobs): the same table
+    (no number of it changed, and the cost model's unscheduled arcs kept for it stay right) while no job's
+    `must_place` changed; else a table of the numbers `JobTable.of` reads, the rows in place."""
+    import numpy as np
+
+    from disagg.placement.jobstate import JobTable
+
+    cache = _RoundJobCache()
+    jobs = [FlowPlacer._job_state(make_job(f"j{i}", slo_s=100.0 + i), i, cache) for i in range(4)]
+    bonus = {"": 0.25}
+    table = JobTable.of(jobs[:3], bonus).extended(jobs, jobs[3:], bonus)
+    assert table.extended(jobs, [], bonus) is table
+    jobs[1].must_place = True
+    forced = table.extended(jobs, [], bonus)
+    fresh = JobTable.of(jobs, bonus)
+    assert forced is not table and forced.must_place.tolist() == [False, True, False, False]
+    for name in ("tau", "z", "gbps", "phi_local", "order", "waits", "guard", "must_place", "fair"):
+        assert np.array_equal(getattr(forced, name), getattr(fresh, name)), name
+    assert all(np.array_equal(a, b) for a, b in zip(forced.params, fresh.params, strict=True))
+    assert [js.index for js in jobs] == [0, 1, 2, 3]

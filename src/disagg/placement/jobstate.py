@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import lru_cache
 from itertools import repeat
@@ -308,7 +308,15 @@ class JobTable:
         """`JobTable.of(jobs, bonus)` where `jobs` is this table's jobs followed by `fresh` (re-admission
         only appends) and no number of this table's jobs changed but `must_place` (the liveness rule's
         forced jobs): the new jobs' rows appended to these. A full cluster re-admits a few jobs to a
-        round of hundreds, several times a round."""
+        round of hundreds, several times a round.
+
+        No new jobs (an iteration that forced some, or gave second tries, which no number of the table
+        reads): this table itself where `must_place` is as it was, else this table with that column
+        replaced. (Half the calls of a simulated run: two dozen numpy calls to copy the same numbers,
+        and a new table that made the cost model price its unscheduled arcs again, `task_to_unscheduled`.)"""
+        if not fresh:
+            must_place = column(jobs, "must_place", np.bool_)
+            return self if np.array_equal(must_place, self.must_place) else replace(self, must_place=must_place)
         old = len(jobs) - len(fresh)
         new = JobTable.of(fresh, bonus)
         for i, js in enumerate(fresh, old):
