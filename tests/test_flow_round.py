@@ -431,6 +431,29 @@ def test_the_decoder_reads_each_tasks_flows_as_the_block_by_block_reads_did(n_mo
     assert got == expected  # (each task's list in order)
 
 
+def test_an_images_parts_are_what_phi_goal_and_bandwidth_say_of_its_jobs_without_slo_or_bandwidth() -> None:
+    """`_image_parts` works its parts out from the profile alone: the same floats as `phi` of the job
+    itself (a known profile) and `goal_s` and `remote_gbps` of a copy of it without an SLO and a bandwidth,
+    for known and unknown images, the caller's profiles, and jobs with and without either."""
+    from dataclasses import replace
+
+    from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+    from disagg.placement.flow import _image_parts
+    from disagg.profiles import NEUTRAL, Profile
+
+    own = Profile("own", 12.5, 0.3, 1.7, 0.4, 2.5)
+    jobs = [make_job("a"), make_job("b", slo_s=None), replace(make_job("c"), network_gbps=7.0),
+            replace(make_job("d", slo_s=3.0), image="unknown/x"), replace(make_job("e", slo_s=None), image="nope"),
+            replace(make_job("f", slo_s=float("nan")), profile=own), replace(make_job("g"), profile=NEUTRAL),
+            replace(make_job("h", slo_s=1e9), profile=own, network_gbps=0.5)]
+    for job in jobs:
+        profile = profile_of(job)
+        no_slo = replace(job, slo_s=None, network_gbps=None)
+        want = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None, goal_s(no_slo, profile),
+                remote_gbps(no_slo, profile))
+        assert repr(_image_parts(job)) == repr(want), job.name
+
+
 def test_a_table_extended_by_no_jobs_is_itself_unless_a_job_is_now_forced() -> None:
     """`JobTable.extended` with no new jobs (second tries, the liveness rule's forced jobs): the same table
     (no number of it changed, and the cost model's unscheduled arcs kept for it stay right) while no job's
