@@ -475,3 +475,53 @@ def test_a_table_extended_by_no_jobs_is_itself_unless_a_job_is_now_forced() -> N
         assert np.array_equal(getattr(forced, name), getattr(fresh, name)), name
     assert all(np.array_equal(a, b) for a, b in zip(forced.params, fresh.params, strict=True))
     assert [js.index for js in jobs] == [0, 1, 2, 3]
+
+
+def test_a_tables_columns_are_read_off_its_jobs_as_a_pass_per_column_reads_them() -> None:
+    """`JobTable.of` reads its float columns in one pass (`_numbers`), and `extended` appends them in one
+    call: the same floats, to the bit, as reading each column off the jobs (`column`, `profile_arrays`), for
+    known and unknown images, the caller's profiles, odd SLOs, W and importances; each column contiguous.
+    A table made field by field is extended likewise."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from disagg.placement.jobstate import JobTable, profile_arrays
+    from disagg.placement.state import column
+    from disagg.profiles import Profile
+
+    own = Profile("own", 12.5, 0.3, 1.7, 0.4, 2.5)
+    made = [make_job("a"), make_job("b", slo_s=None, wait_rounds=7), replace(make_job("c"), network_gbps=7.0),
+            replace(make_job("d", slo_s=3.0), image="unknown/x"), make_job("e", slo_s=float("nan"), importance=20.0),
+            replace(make_job("f", slo_s=1e-9), profile=own), replace(make_job("g", slo_s=None), image="nope")]
+    cache = _RoundJobCache(wait_rounds=lambda job: len(job.name) * 3)
+    jobs = FlowPlacer._job_states(made, [4, 0, 6, 1, 3, 2, 5], cache)
+    for js, guard in zip(jobs, (0, 1, 2, 0, 1, 2, 0), strict=True):
+        js.guard = guard
+    jobs[2].must_place = True
+    bonus = {"": 0.125}
+
+    def same(a: np.ndarray, b: np.ndarray) -> bool:
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+    def check(table: JobTable) -> None:
+        for name, dtype in (("tau", np.float64), ("z", np.float64), ("gbps", np.float64), ("phi_local", np.float64),
+                            ("order", np.float64), ("guard", np.int64), ("must_place", np.bool_)):
+            assert same(getattr(table, name), column(jobs, name, dtype)), name
+            assert getattr(table, name).flags.c_contiguous, name
+        assert same(table.waits, column(jobs, "wait_rounds"))
+        for got, want in zip(table.params, profile_arrays(jobs), strict=True):
+            assert same(got, want) and got.flags.c_contiguous
+        assert table.fair is not None and same(table.fair, JobTable.of(jobs, bonus).fair)  # type: ignore[arg-type]
+
+    check(JobTable.of(jobs, bonus))
+    check(JobTable.of(jobs[:3], bonus).extended(jobs, jobs[3:], bonus))
+    check(JobTable.of(jobs[:1], bonus).extended(jobs[:4], jobs[1:4], bonus).extended(jobs, jobs[4:], bonus))
+    by_field = JobTable.of(jobs[:3], bonus)
+    by_field = replace(by_field, **{name: getattr(by_field, name).copy() for name in ("tau", "z", "gbps", "phi_local",
+                                                                                       "order", "waits")},
+                       params=tuple(a.copy() for a in by_field.params), numbers=None)
+    check(by_field.extended(jobs, jobs[3:], bonus))
+    assert [js.index for js in jobs] == list(range(len(jobs)))
+    empty = JobTable.of([], bonus)
+    assert all(len(getattr(empty, name)) == 0 for name in ("tau", "waits", "guard", "must_place"))
