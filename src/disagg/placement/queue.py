@@ -129,8 +129,8 @@ def admit(state: FreeState, ordered: Sequence[Job], vectorised: bool = True, pro
 
     The queue's head, up to the first job that what is left cannot cover, is decided at once with
     running sums (`vectorised`; a queue that fits is all head; looked for among the first `probe`
-    jobs, then the whole queue); the rest job by job. Both give the same answer (a test checks): the
-    head only takes the jobs the walk would take.
+    jobs, then the whole queue) where the walk took each of the first `probe` jobs; the rest job by
+    job. Both give the same answer (a test checks): the head only takes the jobs the walk would take.
 
     `refused`: the dict to write the refusals into (and return), a round's own when it admits again.
     `codes`: the jobs' request codes (`asks.codes_of`), when the caller has them already (a round that
@@ -167,9 +167,16 @@ def admit_deferred(state: FreeState, ordered: Sequence[Job], vectorised: bool = 
     nothing taken since) left out of the dict and returned as a `Tail` (None: the walk had none).
     `admit` is this with the tail written."""
     admission = _Admission(state, Asks() if asks is None else asks, {} if refused is None else refused)
-    vectorised = vectorised and len(ordered) > probe
-    tail = admission.walk(ordered, admission.take_head(ordered, probe) if vectorised else 0, codes=codes,
-                          defer=True)
+    first = 0
+    if vectorised and len(ordered) > probe:
+        # The head pays for its numpy calls only when it is long: the first `probe` jobs are walked while
+        # each is taken (on a full cluster the walk soon refuses one and goes on alone: a simulated
+        # round's head is a dozen jobs of a queue of 1,500), and only when all are, the head is looked
+        # for from there.
+        first, all_taken = admission.take_front(ordered, probe, codes)
+        if all_taken:
+            first += admission.take_head(ordered, probe, start=first)
+    tail = admission.walk(ordered, first, codes=codes, defer=True)
     return admission.taken, admission.refused, tail
 
 
@@ -249,11 +256,37 @@ class _Admission:
             self.left_dev[dev] -= need
         self.taken.append(at)
 
-    def take_head(self, ordered: Sequence[Job], probe: int = HEAD_PROBE) -> int:
-        """Decide the queue's head at once: the jobs before the first one whose running sums of
-        cpus, memory or devices (over the jobs that fit on the machines at all) reach what is left.
-        Looks among the first `probe` jobs, then, if they are all head, the whole queue. Returns how
-        many jobs it decided."""
+    def take_front(self, ordered: Sequence[Job], n: int, codes: Sequence[int] | None = None) -> tuple[int, bool]:
+        """Walk the first `n` jobs of the queue (none decided yet) while each is taken, as `walk` takes
+        them; stop after the first it refuses. Returns how many jobs it decided, and whether it took
+        every one of the `n`. (Nothing is refused before the refusal it stops at, so no memo of refusals
+        is there to read: a job is taken in a run of its request, `_take_run`, or looked at, `consider`.)"""
+        front = list(codes[:n]) if codes is not None else self.asks.codes_of([j.tasks for j in ordered[:n]])
+        taken, needs = self.taken, self.needs
+        at = 0
+        while at < n:
+            ask = front[at]
+            need = needs.get(ask)
+            if need is not None:
+                run = self._take_run(need, front, at)
+                if run > at:
+                    taken.extend(range(at, run))
+                    at = run
+                    continue
+            n_taken = len(taken)
+            self.consider(ordered[at], at, ask)
+            at += 1
+            if len(taken) == n_taken:
+                return at, False
+        return at, True
+
+    def take_head(self, ordered: Sequence[Job], probe: int = HEAD_PROBE, start: int = 0) -> int:
+        """Decide the queue's head at once: the jobs from `start` (those before it decided) before the
+        first one whose running sums of cpus, memory or devices (over the jobs that fit on the machines
+        at all) reach what is left. Looks among the first `probe` of them, then, if they are all head,
+        the rest of the queue. Returns how many jobs it decided."""
+        if start:
+            ordered = ordered[start:]
         probe = min(len(ordered), probe)
         head = self._find_head(ordered[:probe])
         if head.length == probe < len(ordered):
@@ -262,7 +295,7 @@ class _Admission:
         # does not depend on what is left (so the order of the two does not matter).
         fits = head.fits[:head.length]
         for i in np.nonzero(~fits)[0].tolist():
-            self.walk(ordered[i:i + 1], 0, offset=i)
+            self.walk(ordered[i:i + 1], 0, offset=start + i)
         taken = np.nonzero(fits)[0]
         # What is left, subtracted job by job as the walk would (accumulate is sequential: the same
         # rounding).
@@ -271,7 +304,7 @@ class _Admission:
         self.left_mem = float(np.subtract.accumulate(np.concatenate(([self.left_mem], head.need_mem[taken])))[-1])
         for dev, need_d in head.need_dev.items():
             self.left_dev[dev] -= int(need_d[taken].sum())
-        self.taken += taken.tolist()
+        self.taken += (taken + start).tolist() if start else taken.tolist()
         return head.length
 
     def _find_head(self, ordered: Sequence[Job]) -> _Head:
@@ -367,6 +400,12 @@ class _Admission:
         n_taken = len(taken)
         # The walk's requests refused with nothing taken since (a take makes every request worth a look).
         blocked = {a for a in walk_asks if (s := seen_for(a)) is not None and s[0] == n_taken}
+        if ask_list and len(blocked) == len(walk_asks):  # (every request refused already: all a tail)
+            tail = Tail(first, {a: last[a][1] for a in walk_asks}, ask_list)
+            if not defer:
+                tail.write(ordered, refused)
+                return None
+            return tail
         needs = self.needs
         n_jobs, at = len(ask_list), 0
         # Inline: the walk runs over thousands of jobs on a full cluster, most of them memo hits, and a
