@@ -240,3 +240,26 @@ def test_admission_walks_a_short_head_and_looks_for_a_long_one_from_where_its_wa
             if tail is not None:
                 tail.write(queue, refused)
             assert taken == walked[0] and refused == walked[1], (machines, pattern, probe)
+
+
+def test_a_refusal_for_room_names_the_most_free_machine_read_when_it_is_made() -> None:
+    """A job whose gang no machines can take is refused naming how many tasks fit and the most free cpus
+    and memory on one machine (`_Admission.most_free`, read when the refusal is made, not with each
+    shape's fit): those of the state admission reads, which it never changes, for the first job refused
+    so and, through the memo of refusals, the next."""
+    from disagg.placement.queue import admit
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster, make_job
+
+    cluster = make_cluster(machines=3, gpus=4, cpus=20, memory_gb=100, taken_cpus={"m0": 5.0, "m1": 12.5})
+    state = FreeState(cluster)
+    queue = [make_job("fits", cpus=2, memory_gb=8), make_job("wide", count=4, cpus=15, memory_gb=40),
+             make_job("wide2", count=4, cpus=15, memory_gb=40), make_job("tall", cpus=30, memory_gb=8)]
+    for vectorised in (False, True):
+        taken, refused = admit(FreeState(cluster), queue, vectorised=vectorised, probe=0)
+        assert taken == [0]
+        most = f"most free on one machine: {float(state.cpu.max()):g} cpus, {float(state.mem.max()):g} GB"
+        assert refused["wide"].message == refused["wide2"].message == (
+            f"needs 4 task(s) of 15 cpus and 40 GB each on machines; 2 fit now ({most})")
+        assert refused["tall"].message == f"needs 1 task(s) of 30 cpus and 8 GB each on machines; 0 fit now ({most})"
+        assert refused["wide"].reason == Reason.NO_CAPACITY

@@ -210,7 +210,7 @@ class _Admission:
         self.left_mem = float(state.mem.sum())
         self.left_dev: dict[tuple[str, str | None], int] = {}
         self.free_dev: dict[tuple[str, str | None], int] = {}
-        self.shape_fit: dict[tuple[float, float], tuple[int, float, float]] = {}
+        self.shape_fit: dict[tuple[float, float], int] = {}
         self.said: dict[tuple[object, ...], Refusal] = {}
         # The devices a request needs in all, per (kind, model): requests repeat along a queue.
         self.requests: dict[int, list[tuple[str, int, tuple[str, str | None]]]] = {}
@@ -225,16 +225,21 @@ class _Admission:
         #: asking for it is taken when what is left covers that (`walk`), else looked at (`consider`).
         self.needs: dict[int, tuple[float, float, list[tuple[str, int, tuple[str, str | None]]]]] = {}
 
-    def fit(self, cpus: float, memory_gb: float) -> tuple[int, float, float]:
-        """How many tasks of a shape the machines can take now, and the most free on one machine."""
+    def fit(self, cpus: float, memory_gb: float) -> int:
+        """How many tasks of a shape the machines can take now."""
         shape = (cpus, memory_gb)
         found = self.shape_fit.get(shape)
         if found is None:
-            state = self.state
-            fits = task_fit_counts(state, cpus, memory_gb)
-            found = self.shape_fit[shape] = (int(fits.sum()), float(state.cpu.max(initial=0)),
-                                             float(state.mem.max(initial=0)))
+            found = self.shape_fit[shape] = int(task_fit_counts(self.state, cpus, memory_gb).sum())
         return found
+
+    def most_free(self) -> tuple[float, float]:
+        """The most free cpus and the most free memory on one machine, for a refusal that names them:
+        read when one is first made (admission takes nothing from the state, so they are what they were
+        at the start; read with each shape's fit, they were two numpy calls a shape and an admission,
+        thousands of times a simulated run, for a message made a few times)."""
+        state = self.state
+        return float(state.cpu.max(initial=0)), float(state.mem.max(initial=0))
 
     def wanted(self, ask: int, t: TaskRequest) -> list[tuple[str, int, tuple[str, str | None]]]:
         found = self.requests.get(ask)
@@ -347,12 +352,12 @@ class _Admission:
         if len(cpus) <= _FEW_REQUESTS:
             pairs = list(zip(cpus.tolist(), memory.tolist(), strict=True))
             if all(0 < c < math.inf and 0 < m < math.inf for c, m in pairs):
-                return np.array([self.fit(c, m)[0] for c, m in pairs], dtype=np.float64)
+                return np.array([self.fit(c, m) for c, m in pairs], dtype=np.float64)
         cpu_values, cpu_of = np.unique(cpus, return_inverse=True)
         mem_values, mem_of = np.unique(memory, return_inverse=True)
         shapes, shape_of = np.unique(cpu_of * len(mem_values) + mem_of, return_inverse=True)
         per_cpu = len(mem_values)
-        shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))[0]
+        shape_fit = np.array([self.fit(float(cpu_values[s // per_cpu]), float(mem_values[s % per_cpu]))
                               for s in shapes.tolist()], dtype=np.float64)
         out: NDArray[np.float64] = shape_fit[shape_of]
         return out
@@ -475,7 +480,7 @@ class _Admission:
     def consider(self, job: Job, at: int, ask: int) -> None:
         """Take the job, or refuse it naming what it lacks."""
         t = job.tasks
-        total_fit, best_cpu, best_mem = self.fit(t.cpus, t.memory_gb)
+        total_fit = self.fit(t.cpus, t.memory_gb)
         need_cpu, need_mem = t.count * t.cpus, t.count * t.memory_gb
         wanted = self.wanted(ask, t)
         said = self.said
@@ -483,6 +488,7 @@ class _Admission:
         if total_fit < t.count:
             key: tuple[object, ...] = ("fit", t.count, (t.cpus, t.memory_gb))
             if key not in said:
+                best_cpu, best_mem = self.most_free()
                 said[key] = Refusal(Reason.NO_CAPACITY, (
                     f"needs {t.count} task(s) of {t.cpus:g} cpus and {t.memory_gb:g} GB each on machines; "
                     f"{total_fit} fit now (most free on one machine: {best_cpu:g} cpus, {best_mem:g} GB)"))
