@@ -430,3 +430,99 @@ def test_the_decoder_reads_each_tasks_flows_as_the_block_by_block_reads_did(n_mo
                 expected.setdefault(i, []).append((source, mi, n))
     got = _given(phase, flows, done)
     assert got == expected  # (each task's list in order)
+
+
+def test_an_images_parts_are_what_phi_goal_and_bandwidth_say_of_its_jobs_without_slo_or_bandwidth() -> None:
+    """`_image_parts` works its parts out from the profile alone: the same floats as `phi` of the job
+    itself (a known profile) and `goal_s` and `remote_gbps` of a copy of it without an SLO and a bandwidth,
+    for known and unknown images, the caller's profiles, and jobs with and without either."""
+    from dataclasses import replace
+
+    from disagg.placement.cost import goal_s, phi, profile_of, remote_gbps
+    from disagg.placement.flow import _image_parts
+    from disagg.profiles import NEUTRAL, Profile
+
+    own = Profile("own", 12.5, 0.3, 1.7, 0.4, 2.5)
+    jobs = [make_job("a"), make_job("b", slo_s=None), replace(make_job("c"), network_gbps=7.0),
+            replace(make_job("d", slo_s=3.0), image="unknown/x"), replace(make_job("e", slo_s=None), image="nope"),
+            replace(make_job("f", slo_s=float("nan")), profile=own), replace(make_job("g"), profile=NEUTRAL),
+            replace(make_job("h", slo_s=1e9), profile=own, network_gbps=0.5)]
+    for job in jobs:
+        profile = profile_of(job)
+        no_slo = replace(job, slo_s=None, network_gbps=None)
+        want = (profile, phi(job, profile, 0.0, 0.0) if profile.known else None, goal_s(no_slo, profile),
+                remote_gbps(no_slo, profile))
+        assert repr(_image_parts(job)) == repr(want), job.name
+
+
+def test_a_table_extended_by_no_jobs_is_itself_unless_a_job_is_now_forced() -> None:
+    """`JobTable.extended` with no new jobs (second tries, the liveness rule's forced jobs): the same table
+    (no number of it changed, and the cost model's unscheduled arcs kept for it stay right) while no job's
+    `must_place` changed; else a table of the numbers `JobTable.of` reads, the rows in place."""
+    import numpy as np
+
+    from disagg.placement.jobstate import JobTable
+
+    cache = _RoundJobCache()
+    jobs = [FlowPlacer._job_state(make_job(f"j{i}", slo_s=100.0 + i), i, cache) for i in range(4)]
+    bonus = {"": 0.25}
+    table = JobTable.of(jobs[:3], bonus).extended(jobs, jobs[3:], bonus)
+    assert table.extended(jobs, [], bonus) is table
+    jobs[1].must_place = True
+    forced = table.extended(jobs, [], bonus)
+    fresh = JobTable.of(jobs, bonus)
+    assert forced is not table and forced.must_place.tolist() == [False, True, False, False]
+    for name in ("tau", "z", "gbps", "phi_local", "order", "waits", "guard", "must_place", "fair"):
+        assert np.array_equal(getattr(forced, name), getattr(fresh, name)), name
+    assert all(np.array_equal(a, b) for a, b in zip(forced.params, fresh.params, strict=True))
+    assert [js.index for js in jobs] == [0, 1, 2, 3]
+
+
+def test_a_tables_columns_are_read_off_its_jobs_as_a_pass_per_column_reads_them() -> None:
+    """`JobTable.of` reads its float columns in one pass (`_numbers`), and `extended` appends them in one
+    call: the same floats, to the bit, as reading each column off the jobs (`column`, `profile_arrays`), for
+    known and unknown images, the caller's profiles, odd SLOs, W and importances; each column contiguous.
+    A table made field by field is extended likewise."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from disagg.placement.jobstate import JobTable, profile_arrays
+    from disagg.placement.state import column
+    from disagg.profiles import Profile
+
+    own = Profile("own", 12.5, 0.3, 1.7, 0.4, 2.5)
+    made = [make_job("a"), make_job("b", slo_s=None, wait_rounds=7), replace(make_job("c"), network_gbps=7.0),
+            replace(make_job("d", slo_s=3.0), image="unknown/x"), make_job("e", slo_s=float("nan"), importance=20.0),
+            replace(make_job("f", slo_s=1e-9), profile=own), replace(make_job("g", slo_s=None), image="nope")]
+    cache = _RoundJobCache(wait_rounds=lambda job: len(job.name) * 3)
+    jobs = FlowPlacer._job_states(made, [4, 0, 6, 1, 3, 2, 5], cache)
+    for js, guard in zip(jobs, (0, 1, 2, 0, 1, 2, 0), strict=True):
+        js.guard = guard
+    jobs[2].must_place = True
+    bonus = {"": 0.125}
+
+    def same(a: np.ndarray, b: np.ndarray) -> bool:
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+    def check(table: JobTable) -> None:
+        for name, dtype in (("tau", np.float64), ("z", np.float64), ("gbps", np.float64), ("phi_local", np.float64),
+                            ("order", np.float64), ("guard", np.int64), ("must_place", np.bool_)):
+            assert same(getattr(table, name), column(jobs, name, dtype)), name
+            assert getattr(table, name).flags.c_contiguous, name
+        assert same(table.waits, column(jobs, "wait_rounds"))
+        for got, want in zip(table.params, profile_arrays(jobs), strict=True):
+            assert same(got, want) and got.flags.c_contiguous
+        assert table.fair is not None and same(table.fair, JobTable.of(jobs, bonus).fair)  # type: ignore[arg-type]
+
+    check(JobTable.of(jobs, bonus))
+    check(JobTable.of(jobs[:3], bonus).extended(jobs, jobs[3:], bonus))
+    check(JobTable.of(jobs[:1], bonus).extended(jobs[:4], jobs[1:4], bonus).extended(jobs, jobs[4:], bonus))
+    by_field = JobTable.of(jobs[:3], bonus)
+    by_field = replace(by_field, **{name: getattr(by_field, name).copy() for name in ("tau", "z", "gbps", "phi_local",
+                                                                                       "order", "waits")},
+                       params=tuple(a.copy() for a in by_field.params), numbers=None)
+    check(by_field.extended(jobs, jobs[3:], bonus))
+    assert [js.index for js in jobs] == list(range(len(jobs)))
+    empty = JobTable.of([], bonus)
+    assert all(len(getattr(empty, name)) == 0 for name in ("tau", "waits", "guard", "must_place"))

@@ -208,3 +208,58 @@ def test_remote_traffic_adds_up_as_one_path_at_a_time(cluster: Cluster) -> None:
             for link in state.path(index[a.machine], index[loc])[1:]:
                 expected[link] += a.network_gbps / len(remote)
     assert state.link_used.tobytes() == expected.tobytes()
+
+
+def test_admission_walks_a_short_head_and_looks_for_a_long_one_from_where_its_walk_took_every_job() -> None:
+    """`admit_deferred` walks the first `probe` jobs while each is taken (`take_front`): on a full cluster it
+    stops at the first refusal and the walk goes on alone (a walk that starts with every request of its
+    jobs refused already is all tail); where it took every one, the head is looked for from there
+    (`take_head`'s `start`). Both take and refuse exactly what the walk of the whole queue does, with the
+    same reasons, the tail written or left to the caller."""
+    from disagg.placement.queue import Asks, _Admission, admit, admit_deferred
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster, make_job
+
+    small, large = make_job("s", cpus=2, memory_gb=8), make_job("l", cpus=8, memory_gb=32, gpu=2)
+    huge = make_job("h", cpus=64, memory_gb=8, gpu=0)  # fits no machine: refused, whatever is left
+    for machines, pattern in ((8, "sl"), (2, "sl"), (2, "lls"), (1, "ssssslhh"), (3, "hsl"), (6, "slsslsh"), (1, "s"),
+                             (2, "l")):
+        cluster = make_cluster(machines=machines, gpus=4, cpus=20, memory_gb=128)
+        kinds = {"s": small, "l": large, "h": huge}
+        queue = [Job(f"j{i}", "rodinia/nw", kinds[pattern[i % len(pattern)]].tasks, submit_s=float(i))
+                 for i in range(60)]
+        walked = admit(FreeState(cluster), queue, vectorised=False)
+        for probe in (0, 1, 4, 16, 59):
+            front = _Admission(FreeState(cluster), Asks(), {})
+            decided, every = front.take_front(queue, probe)
+            assert every == (decided == probe and front.taken == list(range(probe)))
+            assert front.taken == [i for i in walked[0] if i < decided]
+            at_once = admit(FreeState(cluster), queue, probe=probe)
+            assert at_once[0] == walked[0] and at_once[1] == walked[1], (machines, pattern, probe)
+            taken, refused, tail = admit_deferred(FreeState(cluster), queue, probe=probe)
+            if tail is not None:
+                tail.write(queue, refused)
+            assert taken == walked[0] and refused == walked[1], (machines, pattern, probe)
+
+
+def test_a_refusal_for_room_names_the_most_free_machine_read_when_it_is_made() -> None:
+    """A job whose gang no machines can take is refused naming how many tasks fit and the most free cpus
+    and memory on one machine (`_Admission.most_free`, read when the refusal is made, not with each
+    shape's fit): those of the state admission reads, which it never changes, for the first job refused
+    so and, through the memo of refusals, the next."""
+    from disagg.placement.queue import admit
+    from disagg.placement.state import FreeState
+    from tests.builders import make_cluster, make_job
+
+    cluster = make_cluster(machines=3, gpus=4, cpus=20, memory_gb=100, taken_cpus={"m0": 5.0, "m1": 12.5})
+    state = FreeState(cluster)
+    queue = [make_job("fits", cpus=2, memory_gb=8), make_job("wide", count=4, cpus=15, memory_gb=40),
+             make_job("wide2", count=4, cpus=15, memory_gb=40), make_job("tall", cpus=30, memory_gb=8)]
+    for vectorised in (False, True):
+        taken, refused = admit(FreeState(cluster), queue, vectorised=vectorised, probe=0)
+        assert taken == [0]
+        most = f"most free on one machine: {float(state.cpu.max()):g} cpus, {float(state.mem.max()):g} GB"
+        assert refused["wide"].message == refused["wide2"].message == (
+            f"needs 4 task(s) of 15 cpus and 40 GB each on machines; 2 fit now ({most})")
+        assert refused["tall"].message == f"needs 1 task(s) of 30 cpus and 8 GB each on machines; 0 fit now ({most})"
+        assert refused["wide"].reason == Reason.NO_CAPACITY

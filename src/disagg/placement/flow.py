@@ -10,7 +10,7 @@ surviving jobs into decisions. See README.md in this folder for the networks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress
 from operator import attrgetter, not_
@@ -19,7 +19,7 @@ from typing import TypeVar, overload
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
-from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_importance, goal_s, phi, profile_of, remote_gbps
+from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_importance, phi, profile_of
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import (
     Decisions,
@@ -37,7 +37,7 @@ from disagg.placement.queue import Asks, Refusal, Tail, admit_deferred, order_qu
 from disagg.placement.search import search
 from disagg.placement.solver import solve
 from disagg.placement.state import FreeState
-from disagg.profiles import Profile
+from disagg.profiles import Profile, expected_s
 
 __all__ = ["FlowOptions", "FlowPlacer"]
 
@@ -51,11 +51,17 @@ _REMOTE_SHORT = (Reason.NO_BANDWIDTH, Reason.NO_DEVICES, Reason.SLO_AT_RISK)
 def _image_parts(job: Job) -> tuple[Profile, float | None, float, float]:
     """What a round's jobs of `job`'s image share (`_RoundJobCache.images`), read off the first of them:
     its profile, its local time if the profile is known, the τ of a job without an SLO, and the bandwidth
-    a remote device of a job that does not say draws."""
+    a remote device of a job that does not say draws.
+
+    All four are the profile's alone, worked out as `phi`, `goal_s` and `remote_gbps` work them out for
+    such a job (a test holds them to those): a known profile's local time does not read the goal it is
+    given, a job without an SLO has the profile's τ, one without a bandwidth the profile's. (Through
+    those functions this took a copy of the job without its SLO and bandwidth, `dataclasses.replace`:
+    most of this call, made for each image in each of a simulated run's rounds.)"""
     profile = profile_of(job)
-    no_slo = replace(job, slo_s=None, network_gbps=None)
-    return (profile, phi(job, profile, 0.0, 0.0) if profile.known else None, goal_s(no_slo, profile),
-            remote_gbps(no_slo, profile))
+    known = profile.known
+    return (profile, expected_s(profile, 0.0, 0.0) if known else None, 1.5 * profile.base_s if known else 1.0,
+            profile.network_gbps)
 
 
 def _request_parts(t: TaskRequest, shapes: dict[tuple[object, ...], tuple[object, ...]]

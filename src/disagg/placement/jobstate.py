@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import lru_cache
 from itertools import repeat
@@ -261,6 +261,19 @@ def expected_arrays(params: tuple[FloatArray | float, ...], remote_share: FloatA
     return out
 
 
+def _numbers(jobs: Sequence[RoundJob]) -> FloatArray:
+    """The float columns of `JobTable.of` as the rows of one C-ordered array: τ, z, gbps, local time,
+    place in the queue, W, then `profile_arrays`' four (local time, τ for an unknown image; transfer
+    share; remote factor; load sensitivity). One pass over the jobs and one conversion, the same floats
+    as a pass per column (sixteen numpy calls, most of making a table of the few jobs a round re-admits)."""
+    if not jobs:
+        return np.zeros((10, 0), dtype=np.float64)
+    rows = [(js.tau, js.z, js.gbps, js.phi_local, js.order, js.wait_rounds, p.base_s if p.known else js.tau,
+             p.transfer_share, p.remote_factor, p.load_sensitivity) for js in jobs for p in (js.profile,)]
+    out: FloatArray = np.array(rows, dtype=np.float64).T.copy()
+    return out
+
+
 @dataclass
 class JobTable:
     """The numbers of every job of a round as arrays, indexed by `RoundJob.index`, so that phases
@@ -278,6 +291,9 @@ class JobTable:
     #: Each job's fair-share term on its unscheduled arc (integer-scaled), or None in a round without
     #: one (no tenants, or one tenant only): `placement.fairness`.
     fair: IntArray | None = None
+    #: The float columns as the rows of one array (`_numbers`: tau, z, gbps, phi_local, order, waits,
+    #: then `params`), each of those fields a row of it; None in a table made field by field.
+    numbers: FloatArray | None = None
 
     @classmethod
     def of(cls, jobs: Sequence[RoundJob], bonus: Mapping[str, float] | None = None) -> JobTable:
@@ -289,43 +305,43 @@ class JobTable:
             terms = np.fromiter(map(bonus.get, map(attrgetter("job.tenant"), jobs), repeat(0.0)), dtype=np.float64,
                                 count=len(jobs))
             fair = np.rint(terms * SCALE).astype(np.int64)
-        tau = column(jobs, "tau")
-        return cls(
-            tau=tau,
-            z=column(jobs, "z"),
-            gbps=column(jobs, "gbps"),
-            phi_local=column(jobs, "phi_local"),
-            order=column(jobs, "order"),
-            waits=column(jobs, "wait_rounds"),
-            params=profile_arrays(jobs, tau),
-            guard=column(jobs, "guard", np.int64),
-            must_place=column(jobs, "must_place", np.bool_),
-            fair=fair,
-        )
+        return cls._of_numbers(_numbers(jobs), column(jobs, "guard", np.int64), column(jobs, "must_place", np.bool_),
+                               fair)
+
+    @classmethod
+    def _of_numbers(cls, numbers: FloatArray, guard: IntArray, must_place: NDArray[np.bool_],
+                    fair: IntArray | None) -> JobTable:
+        """The table whose float columns are the rows of `numbers` (`_numbers`' order)."""
+        tau, z, gbps, phi_local, order, waits, base, ts, rf, sens = numbers
+        return cls(tau=tau, z=z, gbps=gbps, phi_local=phi_local, order=order, waits=waits, params=(base, ts, rf, sens),
+                   guard=guard, must_place=must_place, fair=fair, numbers=numbers)
 
     def extended(self, jobs: Sequence[RoundJob], fresh: Sequence[RoundJob], bonus: Mapping[str, float] | None = None
                  ) -> JobTable:
         """`JobTable.of(jobs, bonus)` where `jobs` is this table's jobs followed by `fresh` (re-admission
         only appends) and no number of this table's jobs changed but `must_place` (the liveness rule's
-        forced jobs): the new jobs' rows appended to these. A full cluster re-admits a few jobs to a
-        round of hundreds, several times a round."""
+        forced jobs): the new jobs' rows appended to these, the float columns in one call. A full
+        cluster re-admits a few jobs to a round of hundreds, several times a round.
+
+        No new jobs (an iteration that forced some, or gave second tries, which no number of the table
+        reads): this table itself where `must_place` is as it was, else this table with that column
+        replaced. (Half the calls of a simulated run: two dozen numpy calls to copy the same numbers,
+        and a new table that made the cost model price its unscheduled arcs again, `task_to_unscheduled`.)"""
+        if not fresh:
+            must_place = column(jobs, "must_place", np.bool_)
+            return self if np.array_equal(must_place, self.must_place) else replace(self, must_place=must_place)
         old = len(jobs) - len(fresh)
         new = JobTable.of(fresh, bonus)
         for i, js in enumerate(fresh, old):
             js.index = i
         fair = None if self.fair is None or new.fair is None else np.concatenate((self.fair, new.fair))
-        return JobTable(
-            tau=np.concatenate((self.tau, new.tau)),
-            z=np.concatenate((self.z, new.z)),
-            gbps=np.concatenate((self.gbps, new.gbps)),
-            phi_local=np.concatenate((self.phi_local, new.phi_local)),
-            order=np.concatenate((self.order, new.order)),
-            waits=np.concatenate((self.waits, new.waits)),
-            params=tuple(np.concatenate((a, b)) for a, b in zip(self.params, new.params, strict=True)),  # type: ignore[arg-type]
-            guard=np.concatenate((self.guard, new.guard)),
-            must_place=column(jobs, "must_place", np.bool_),
-            fair=fair,
-        )
+        mine = self.numbers
+        if mine is None:  # (a table made field by field: its columns stacked as `_numbers` orders them)
+            mine = np.stack((self.tau, self.z, self.gbps, self.phi_local, self.order, self.waits, *self.params))
+        assert new.numbers is not None
+        return JobTable._of_numbers(np.concatenate((mine, new.numbers), axis=1),
+                                    np.concatenate((self.guard, new.guard)), column(jobs, "must_place", np.bool_),
+                                    fair)
 
     @staticmethod
     def indices(jobs: Sequence[RoundJob]) -> IntArray:
