@@ -4,11 +4,14 @@ is a small cluster, a queue, and per policy the jobs it must place in this round
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from disagg.model import Allocation, Cluster, Device, Job, Machine, Pool, TaskRequest, device_id
 from disagg.placement import Reason
+from disagg.placement.registry import get_policy
 from tests.harness import PlacementHarness, placed, reason
 
 REMOTE = ("drmaestro", "drmaestro-na", "random-remote", "fifo")
@@ -136,3 +139,24 @@ def test_gang_reasons_name_the_real_shortfall() -> None:
     for policy in ("firmament", "greedy"):
         assert reason(PlacementHarness(snapshot, queue).run(policy), "gang") == (Reason.NO_CAPACITY, expected)
     assert np.all([placed(PlacementHarness(snapshot, queue).run(p)) for p in REMOTE])
+
+
+def test_gangs_no_machine_can_hold_take_no_room_from_a_job_behind_them() -> None:
+    """Hypothesis's example (test_liveness's bounded wait, under `firmament`): on a drained cluster three
+    gangs that no machine's own devices can hold wait ahead of a one-task job that only m1 fits. Each
+    went into one of a round's three iterations (re-admitted in turn), took m1 in the flow and failed as a
+    gang, so the small job lost to contention every round and never ran. Now a gang whose shape the
+    machines take fewer tasks of than it has fails before the network (`phase_one.gangs_that_fit`)."""
+    snapshot = cluster([("m0", "r0", 2, 1.0, {}), ("m1", "r1", 8, 40.0, {**gpus(3), "nvme": (1, SSD)}),
+                        ("m2", "r0", 2, 1.0, gpus(1)), ("m3", "r1", 4, 10.0, gpus(2, P100)),
+                        ("m4", "r0", 2, 1.0, gpus(2))],
+                       [("p0", "r0", 3.0, {**gpus(4), "nvme": (1, SSD)})])
+    queue = [job("j1", "rodinia/nw", 2, 4, {"nvme": 1}, submit_s=1.0),
+             job("j3", "rodinia/nw", 3, 4, {"gpu": 1}, {"gpu": K80}, submit_s=3.0),
+             job("j4", "rodinia/nw", 1, 1, {"nvme": 1}, slo_s=50.0, importance=5.0, gbps=3.0, submit_s=4.0),
+             job("j5", "rodinia/pathfinder", 2, 2, {"gpu": 3, "nvme": 1}, importance=10.0, gbps=0.5, submit_s=5.0)]
+    waited = [replace(j, wait_rounds=50) for j in queue]  # (long past what waiting is worth for j4)
+    decisions = get_policy("firmament").place(snapshot, waited, 0.0, np.random.default_rng(0))
+    assert placed(decisions) == {"j4": [("m1", [("m1/nvme0", False)])]}
+    assert {u.job: u.reason for u in decisions.unplaced} == {
+        "j1": Reason.NO_DEVICES, "j3": Reason.NO_CAPACITY, "j5": Reason.NO_DEVICES}

@@ -255,7 +255,8 @@ class FlowPlacer:
             first: list[RoundJob] = []
         else:
             pending = self._warm(rnd, pending)
-            first = self._phase_one(rnd, pending, known)
+            fitting = phase_one.gangs_that_fit(rnd.state, pending, self.costs, rnd.first_fit, known)
+            first = self._phase_one(rnd, fitting, known) if fitting else []
         survivors = first
         for kind in DEVICE_KINDS:
             wanting = self._wanting(survivors, kind, rnd.cache)

@@ -779,6 +779,51 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     return True
 
 
+def gangs_that_fit(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int],
+                   known: dict[int, IntArray]) -> list[RoundJob]:
+    """The jobs of `jobs` whose whole gang the machines can take now: the others fail here as the decoder
+    would fail them, without going into phase 1's network. A shape's fit (`shape_fit`, at the least gbps of
+    its jobs, kept in `known` for `price`) bounds how many of its tasks the decoder gives each machine, so a
+    gang of more tasks than the machines take in all is never placed; in the network its flow took room a
+    job behind it could use, and was then given back. On a drained server-centric cluster, three gangs
+    that no machine's own devices could hold went into the three iterations of every round one after the
+    other (re-admitted in turn) and took the one machine a small job fitted: it never ran (issue 23's
+    liveness finding). The failure is the decoder's: short (`_gang_short`) when the gang never fitted in
+    this round (`first_fit`), else contention (what fitted went to jobs ahead of it)."""
+    least: dict[int, float] = {}
+    reps: dict[int, RoundJob] = {}
+    for js in jobs:
+        shape = id(js.shape)
+        if shape not in least or js.gbps < least[shape]:
+            least[shape] = js.gbps
+        reps.setdefault(shape, js)
+    local_free: dict[str, IntArray] | None = None
+    short: dict[int, IntArray] = {}
+    for shape, rep in reps.items():
+        fit = known.get(shape)
+        if fit is None:
+            if local_free is None:
+                local_free = {k: state.local_free(k) for k in state.kinds}
+            fit = known[shape] = shape_fit(state, rep, costs, local_free, least[shape])
+        if rep.count >= 1 and 0 < int(np.minimum(fit, rep.count).sum()) < rep.count:
+            short[shape] = fit  # (one no machine takes at all has no arc but to U: the decoder says why)
+    if not short:
+        return jobs
+    for shape, fit in list(short.items()):
+        if first_fit.setdefault(shape, int(np.minimum(fit, reps[shape].count).sum())) >= reps[shape].count:
+            del short[shape]  # (it fitted earlier in the round: the network decides, as for any contention)
+    if not short:
+        return jobs
+    kept = []
+    for js in jobs:
+        fit = short.get(id(js.shape))
+        if fit is None:
+            kept.append(js)
+        else:
+            _gang_short(state, js, fit, costs)
+    return kept
+
+
 def _first_shape_fits(state: FreeState, jobs: list[RoundJob], shapes: list[int], gbps: list[float], costs: CostModel,
                       local_free: dict[str, IntArray], known: dict[int, IntArray] | None) -> bool:
     """`fits_nowhere`'s first look, at the first shape of `jobs` alone (by `id`, `shapes`; their gbps,
@@ -1251,7 +1296,7 @@ def _lost(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) ->
     """A job the flow sent machines for that did not get them all: its gang never fitted what was free
     when the round began (the flow over-counted a machine), or jobs ahead of it took them."""
     if pricing.first_fit.get(id(js.shape), js.count) < js.count:
-        _gang_short(state, js, pricing, costs)
+        _gang_short(state, js, pricing.fit[id(js.shape)], costs)
     else:
         js.fail(state, Reason.CONTENTION, f"needs {request(js.job)}; the cpus and memory that fit "
                                           f"went to jobs ahead of it this round")
@@ -1388,7 +1433,7 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
                                          f"{u_cost / SCALE:.3f}, W={js.wait_rounds}); postponed")
     elif pricing is not None and pricing.first_fit.get(id(js.shape), js.count) < js.count:
         # Not contention: the machines could not take the whole gang before any job of the round took anything.
-        _gang_short(state, js, pricing, costs)
+        _gang_short(state, js, pricing.fit[id(js.shape)], costs)
     else:
         failure = None if said is None else said.get(id(js.job.tasks))
         if failure is None:
@@ -1399,11 +1444,11 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
         js.fail_as(state, failure)
 
 
-def _gang_short(state: FreeState, js: RoundJob, pricing: Pricing, costs: CostModel) -> None:
-    """Fail a job whose gang only partly fits what is free, naming how many of its tasks the machines
-    take and where; short of cpus and memory, or (server-centric: where the devices are) of devices."""
+def _gang_short(state: FreeState, js: RoundJob, fit: IntArray, costs: CostModel) -> None:
+    """Fail a job whose gang only partly fits what is free (`fit`: its shape's tasks per machine), naming
+    how many of its tasks the machines take and where; short of cpus and memory, or (server-centric: where
+    the devices are) of devices."""
     state.rollback(js)  # what its first tasks took is not what the machines have free
-    fit = pricing.fit[id(js.shape)]
     by_cpu = task_fit_counts(state, js.cpus, js.memory_gb)
     reason = Reason.NO_DEVICES if int(by_cpu.sum()) >= js.count else Reason.NO_CAPACITY
     if costs.local_only and js.wants:
