@@ -757,11 +757,7 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     local_free: dict[str, IntArray] = {k: state.local_free(k) for k in state.kinds}
     if _first_shape_fits(state, jobs, shapes, gbps, costs, local_free, known):
         return False
-    reps = dict(zip(shapes, jobs, strict=True))
-    least: dict[int, float] = {}
-    for shape, g in set(zip(shapes, gbps, strict=True)):
-        if shape not in least or g < least[shape]:
-            least[shape] = g
+    reps, least = _shape_groups(jobs, shapes, gbps)
     for shape, rep in reps.items():
         if rep.count < 1:  # (a job of no tasks is placed by the decoder: left to it)
             return False
@@ -779,6 +775,19 @@ def fits_nowhere(state: FreeState, jobs: list[RoundJob], costs: CostModel, first
     return True
 
 
+def _shape_groups(jobs: list[RoundJob], shapes: list[int], gbps: list[float]
+                  ) -> tuple[dict[int, RoundJob], dict[int, float]]:
+    """Per shape (`shapes`: each job's, by `id`), the job that stands for it (its last) and the least gbps
+    of its jobs (`gbps`): what a shape's fit is worked out for. Over the distinct (shape, gbps) pairs, not
+    job by job: a full cluster's phase 1 has thousands of jobs of a few shapes."""
+    reps = dict(zip(shapes, jobs, strict=True))
+    least: dict[int, float] = {}
+    for shape, g in set(zip(shapes, gbps, strict=True)):
+        if shape not in least or g < least[shape]:
+            least[shape] = g
+    return reps, least
+
+
 def gangs_that_fit(state: FreeState, jobs: list[RoundJob], costs: CostModel, first_fit: dict[int, int],
                    known: dict[int, IntArray]) -> list[RoundJob]:
     """The jobs of `jobs` whose whole gang the machines can take now: the others fail here as the decoder
@@ -790,13 +799,8 @@ def gangs_that_fit(state: FreeState, jobs: list[RoundJob], costs: CostModel, fir
     other (re-admitted in turn) and took the one machine a small job fitted: it never ran (issue 23's
     liveness finding). The failure is the decoder's: short (`_gang_short`) when the gang never fitted in
     this round (`first_fit`), else contention (what fitted went to jobs ahead of it)."""
-    least: dict[int, float] = {}
-    reps: dict[int, RoundJob] = {}
-    for js in jobs:
-        shape = id(js.shape)
-        if shape not in least or js.gbps < least[shape]:
-            least[shape] = js.gbps
-        reps.setdefault(shape, js)
+    reps, least = _shape_groups(jobs, list(map(id, map(attrgetter("shape"), jobs))),
+                                list(map(attrgetter("gbps"), jobs)))
     local_free: dict[str, IntArray] | None = None
     short: dict[int, IntArray] = {}
     for shape, rep in reps.items():
