@@ -216,10 +216,16 @@ def test_a_cancelled_job_sees_sigterm_before_it_is_killed(engine: SlurmEngine, d
     spec, handle = _stubborn(engine, "sp2", marks)
     engine.cancel(handle)
     _until(lambda: "TERM" in marks.read_text(), "SIGTERM to reach the task")
+    began = time.monotonic()
     engine.destroy_machine(spec, spec.machines[0])        # the teardown: what is left is killed
+    took = time.monotonic() - began
     _until(lambda: not _processes_of(marks), "the task's processes to be killed", timeout_s=10)
     assert engine.status(handle).state == "cancelled"
     assert "end" not in marks.read_text()
+    # The task caught the SIGTERM and carried on: the teardown killed it rather than wait out Slurm's
+    # KillWait (30 s), after which the node's deletion waited ~25 s more (36 s in all, before the fix).
+    assert took < 20.0, f"destroy_machine took {took:.1f} s: it waited for KillWait"
+    assert engine.nodes.node_state(spec.machines[0].name) is None
 
 
 def test_a_job_without_a_user_it_may_run_as_is_refused(engine: SlurmEngine) -> None:
