@@ -183,9 +183,13 @@ def test_tenants_entitled_share_is_the_same_for_the_tenant_and_the_admin(api: Cl
     assert all(t["unix_user"] for t in every.values())  # who the jobs run as, never blank
 
 
-def test_the_tenants_table_says_what_its_columns_mean_in_words() -> None:
+def test_the_tenants_table_says_what_its_columns_mean_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
     from disagg.cli.tables import console as table_console
     from disagg.cli.tenants import LEGEND, _table
+
+    # A wide terminal, whatever runs the test: under COLUMNS=80 (a narrow terminal, some CI runners) the
+    # cells fold and the phrases below are split across lines.
+    monkeypatch.setenv("COLUMNS", "400")
 
     row = {"name": "alice", "weight": 1.0, "cohort": None, "unix_user": "disagg-alice", "quota": {"gpu": 2.0},
            "borrow": {}, "limit": {"gpu": 2.0}, "usage": {"memory_gb": 3.0, "network_gbps": 1.8, "cpus": 2.0},
