@@ -253,3 +253,39 @@ def test_without_tenants_the_dashboard_has_no_tenants_table(tmp_path: Path) -> N
             assert 'id="tenants"' not in client.get("/ui/queue").text
     finally:
         svc.close()
+
+
+def test_a_victim_that_stops_while_the_round_reads_its_snapshot_is_not_preempted_for_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round reads the cluster, then the claims and the holders. A victim whose teardown ends in
+    between (on a slice worker) was seen holding its GPU by the first read and neither as being preempted
+    nor as a stopped claim's victim by the later ones: the claimant looked short with nothing awaited, and
+    a second victim was preempted for it (the end-to-end test under load saw three victims for two claims)."""
+    svc = make_service(tmp_path, tenants=COHORT, preempt_grace_s=0.2)
+    try:
+        loop = svc.controller
+        loop.start()
+        alice = [str(svc.jobs.submit("alice", body(f"a{i}", ["sleep", "30"]))[0]["id"]) for i in range(5)]
+        wait_for(lambda: all(job(svc, j)["state"] == JobState.RUNNING for j in alice), 30, "alice to hold 5 GPUs")
+        loop.stop()  # from here the test is the loop: no step runs unless it calls one
+        claimant = str(svc.jobs.submit("bob", body("b0", ["sleep", "30"]))[0]["id"])
+        first = loop.schedule()
+        assert first is not None and [p.for_job for p in first.preempted] == [claimant]
+        victim = first.preempted[0].job
+        assert loop.preempter.step(time.time() + 1.0) == set(), "the grace period is over: the slice goes to teardown"
+        slice_id = str(job(svc, victim)["slice"])
+        queue = loop._queue()
+        holdings = loop.fabric.holdings
+
+        def the_victim_stops_after_the_cluster_read() -> Any:
+            out = holdings()
+            loop.slices.teardown(slice_id)  # the worker's part, between the round's reads (safe to repeat)
+            return out
+
+        monkeypatch.setattr(loop.fabric, "holdings", the_victim_stops_after_the_cluster_read)
+        decisions = loop.plan(queue)
+        assert job(svc, victim)["state"] == JobState.QUEUED, "the victim stopped during the round's reads"
+        assert decisions.preempted == (), "one victim for one claim"
+        assert [p.job for p in decisions.placed] == [claimant], "the claimant takes what its victim gave back"
+    finally:
+        svc.close()

@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 
 #: How long /healthz says `degraded` after a round failed, seconds.
 DEGRADED_S = 60.0
+#: At most this many reads of a round's snapshot while preempted victims keep stopping during the read
+#: (`Controller.snapshot`); the last read stands.
+SNAPSHOT_READS = 3
 
 
 class Controller:
@@ -313,14 +316,23 @@ class Controller:
         return self._place(self.snapshot([*queue, *(extra or [])]), queue, extra or [])
 
     def snapshot(self, queue: list[Job]) -> Cluster:
-        """The cluster as the policy sees it now for `queue`."""
-        # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double booking;
-        # nor what others hold on a shared fabric (blocks another client composed on a Redfish service)
-        snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
-        snapshot = with_fabric_holdings(snapshot, self.fabric.holdings())
-        # with tenants: who holds what, the decayed usage, and the claims whose victims have stopped
-        claims = self.preempter.claims({j.name for j in queue})
-        return snapshot.with_tenancy(self.tenancy.round(snapshot, claims))
+        """The cluster as the policy sees it now for `queue`, with its tenancy read after it. A victim whose
+        teardown ends between those reads (on a slice worker) is seen holding its devices by the first and
+        neither as being preempted nor as a stopped claim's victim by the others: its claimant looks short
+        with nothing awaited, and a second victim is preempted for it (three victims for two claims, seen
+        under load). So the reads are done again, while the victims stopped are not the same after them."""
+        queued = {j.name for j in queue}
+        for _ in range(SNAPSHOT_READS):
+            settled = self.preempter.settled()
+            # what jobs outside disagg hold on the engine (a user's own sbatch) is not offered: no double
+            # booking; nor what others hold on a shared fabric (blocks another client composed on Redfish)
+            snapshot = with_foreign_holdings(self.store.cluster(), self.engine.foreign_holdings())
+            snapshot = with_fabric_holdings(snapshot, self.fabric.holdings())
+            # with tenants: who holds what, the decayed usage, and the claims whose victims have stopped
+            tenancy = self.tenancy.round(snapshot, self.preempter.claims(queued))
+            if self.preempter.settled() == settled:
+                break
+        return snapshot.with_tenancy(tenancy)
 
     def _place(self, snapshot: Cluster, queue: list[Job], extra: list[Job] | None = None) -> Decisions:
         starving = self.config.starvation_rounds or None

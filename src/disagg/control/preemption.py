@@ -63,6 +63,14 @@ class Preempter:
         self.reclaimed &= queued
         return frozenset(self.reclaimed)
 
+    def settled(self) -> frozenset[str]:
+        """The slices being preempted whose teardown has ended. A round reads it before and after its
+        snapshot (`Controller.snapshot`): a change is a victim that stopped between the reads, which then
+        disagree about what it holds. Read from the store only while some preemption may be open."""
+        if not self._open:
+            return frozenset()
+        return frozenset(rec.slice_id for rec in self.store.preemptions() if rec.slice_state in (None, SliceState.DONE))
+
     def start(self, preemptions: Sequence[Preemption]) -> list[str]:
         """Signal each victim's running slice; returns the slices now in their grace period."""
         started = []
