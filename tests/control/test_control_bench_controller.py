@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +59,29 @@ def test_bad_options_exit_2_naming_the_option(args: list[str], named: str) -> No
     out = subprocess.run([sys.executable, "-m", "disagg.cli", "bench", "controller", *args],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and named in out.stderr
+
+
+def test_a_benchmarks_directory_is_removed_once_the_runners_stop_writing(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's runner that outlives the killed controller writes its exit record while the directory is
+    being removed: the removal fails with "Directory not empty" (seen in the suite) and is tried again."""
+    import errno
+    import shutil
+
+    from disagg.bench.crash import remove_when_quiet
+
+    root = tmp_path / "bench"
+    (root / "state" / "s-1").mkdir(parents=True)
+    (root / "state" / "s-1" / "exit").write_text("0\n")
+    real, calls = shutil.rmtree, list[Path]()
+
+    def racing(path: Path, *args: Any, **kwargs: Any) -> None:  # the first two tries lose the race with a runner
+        calls.append(path)
+        if len(calls) <= 2 and not kwargs.get("ignore_errors"):
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", "s-1")
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", racing)
+    remove_when_quiet(root, timeout_s=5.0)
+    assert not root.exists() and len(calls) == 3
+    remove_when_quiet(root)  # (gone already: nothing to do, no error)

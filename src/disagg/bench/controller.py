@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from disagg.bench.crash import forget_jobs_dir
+from disagg.bench.crash import forget_jobs_dir, remove_when_quiet
 
 #: Machines per rack and GPUs in each rack's pool of the synthetic cluster.
 RACK_SIZE = 40
@@ -307,19 +307,19 @@ def run_controller_bench(opts: ControllerOptions, progress: Progress | None = No
 
     tell: Progress = progress or (lambda *_: None)
     pg: TempPostgres | None = None
-    with tempfile.TemporaryDirectory(prefix="disagg-bench-controller-") as d:
-        root = Path(d)
-        try:
-            if opts.db == "postgresql":
-                pg = TempPostgres().start()
-                db = pg.create_database("bench")
-            else:
-                db = f"sqlite:///{root / 'bench.db'}"
-            result = _measure(opts, root, db, tell)
-        finally:
-            if pg is not None:
-                pg.stop()
-            forget_jobs_dir(root / "state")
+    root = Path(tempfile.mkdtemp(prefix="disagg-bench-controller-"))
+    try:
+        if opts.db == "postgresql":
+            pg = TempPostgres().start()
+            db = pg.create_database("bench")
+        else:
+            db = f"sqlite:///{root / 'bench.db'}"
+        result = _measure(opts, root, db, tell)
+    finally:
+        if pg is not None:
+            pg.stop()
+        forget_jobs_dir(root / "state")
+        remove_when_quiet(root)
     latency = result["submit_to_placed_s"]
     return {
         "benchmark": "controller", "store": opts.db, "options": asdict(opts), **result,

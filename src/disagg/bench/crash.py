@@ -309,6 +309,28 @@ def forget_jobs_dir(state_dir: Path) -> None:
     shutil.rmtree(default_jobs_dir(state_dir.absolute()), ignore_errors=True)
 
 
+def remove_when_quiet(path: Path, timeout_s: float = 10.0) -> None:
+    """Remove a benchmark's throw-away directory once nothing writes into it any more. Its controller
+    was killed (-9), but the jobs' runners outlive it by design (they are the jobs' own sessions) and
+    write their exit records into the engine's directories under `path` as their jobs end: a removal in
+    between failed with "Directory not empty" (seen once in the suite). Retried until it succeeds or
+    `timeout_s` passes; then what is left is left, rather than failing the benchmark's result."""
+    import shutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                shutil.rmtree(path, ignore_errors=True)
+                return
+            time.sleep(0.1)
+
+
 def shared_file(path: Path) -> Path:
     """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
     file is writable by all (0666) in a directory all may pass (0755), both in /tmp. The directory is also
