@@ -17,7 +17,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from disagg.bench.crash import forget_jobs_dir
+from disagg.bench.crash import forget_jobs_dir, quiet_tempdir
 from disagg.model.states import JobState
 
 
@@ -127,7 +126,7 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
     from disagg.store.pgtemp import TempPostgres, free_port
 
     pg: TempPostgres | None = None
-    with tempfile.TemporaryDirectory(prefix="disagg-bench-api-") as d:
+    with quiet_tempdir("disagg-bench-api-") as d:
         root = Path(d)
         try:
             if db is None and backend == "postgres":

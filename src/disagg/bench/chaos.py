@@ -37,7 +37,6 @@ import math
 import os
 import re
 import signal
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -66,6 +65,7 @@ from disagg.bench.crash import (
     device_leaks,
     every_item,
     forget_jobs_dir,
+    quiet_tempdir,
     shared_file,
 )
 from disagg.model.states import DeviceState, JobReason, JobState, LinkState
@@ -422,10 +422,10 @@ def run_chaos(serve: Serve, opts: ChaosOptions, progress: Progress | None = None
     cluster = load_cluster(DEFAULT_CLUSTER)
     with contextlib.ExitStack() as stack:
         root = Path(opts.keep_dir) if opts.keep_dir else Path(stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="disagg-chaos-")))
+            quiet_tempdir("disagg-chaos-")))
         root.mkdir(parents=True, exist_ok=True)
         shared = root / "events.d" if opts.keep_dir else Path(stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="disagg-chaos-events-")))
+            quiet_tempdir("disagg-chaos-events-")))
         shared.mkdir(exist_ok=True)
         events = shared_file(shared / "events")
         schedule = make_schedule(opts, [dev.id for dev in cluster.devices],

@@ -24,7 +24,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from disagg.bench.crash import forget_jobs_dir, remove_when_quiet
+from disagg.bench.crash import forget_jobs_dir, quiet_tempdir
 
 #: Machines per rack and GPUs in each rack's pool of the synthetic cluster.
 RACK_SIZE = 40
@@ -307,19 +306,18 @@ def run_controller_bench(opts: ControllerOptions, progress: Progress | None = No
 
     tell: Progress = progress or (lambda *_: None)
     pg: TempPostgres | None = None
-    root = Path(tempfile.mkdtemp(prefix="disagg-bench-controller-"))
-    try:
-        if opts.db == "postgresql":
-            pg = TempPostgres().start()
-            db = pg.create_database("bench")
-        else:
-            db = f"sqlite:///{root / 'bench.db'}"
-        result = _measure(opts, root, db, tell)
-    finally:
-        if pg is not None:
-            pg.stop()
-        forget_jobs_dir(root / "state")
-        remove_when_quiet(root)
+    with quiet_tempdir("disagg-bench-controller-") as root:
+        try:
+            if opts.db == "postgresql":
+                pg = TempPostgres().start()
+                db = pg.create_database("bench")
+            else:
+                db = f"sqlite:///{root / 'bench.db'}"
+            result = _measure(opts, root, db, tell)
+        finally:
+            if pg is not None:
+                pg.stop()
+            forget_jobs_dir(root / "state")
     latency = result["submit_to_placed_s"]
     return {
         "benchmark": "controller", "store": opts.db, "options": asdict(opts), **result,

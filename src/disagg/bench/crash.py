@@ -30,7 +30,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -331,6 +331,17 @@ def remove_when_quiet(path: Path, timeout_s: float = 10.0) -> None:
             time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def quiet_tempdir(prefix: str) -> Iterator[Path]:
+    """A benchmark's throw-away directory, removed by `remove_when_quiet`: the jobs of the servers it
+    kills may still be writing into it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        remove_when_quiet(path)
+
+
 def shared_file(path: Path) -> Path:
     """A file every job can append to: the jobs run as their tenant's user (not the benchmark's), so the
     file is writable by all (0666) in a directory all may pass (0755), both in /tmp. The directory is also
@@ -371,7 +382,7 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
     server = ForkedServer(root, db, ["--latency-scale", str(scale), "--tick-s", "0.02", "--round-gap-s", "0.02",
                                      *same_user],
                           serve)
-    with tempfile.TemporaryDirectory(prefix="disagg-crash-events-") as shared:
+    with quiet_tempdir("disagg-crash-events-") as shared:
         settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
                                allow_same_user=True if same_user else None)
         run = _Trials(server, settings, headers,
@@ -397,7 +408,7 @@ def run_crash_bench(backend: str | None, serve: Serve, trials: int = 200, seed: 
     from disagg.store.pgtemp import TempPostgres
 
     pg: TempPostgres | None = None
-    with tempfile.TemporaryDirectory(prefix="disagg-crash-") as d:
+    with quiet_tempdir("disagg-crash-") as d:
         try:
             url = db
             if backend == "postgres":

@@ -39,6 +39,7 @@ from disagg.bench.crash import (
     event_violations,
     forget_jobs_dir,
     invariant_violations,
+    quiet_tempdir,
     shared_file,
 )
 from disagg.model.states import DeviceState, JobState
@@ -240,7 +241,7 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
                 ) -> tuple[dict[str, str], dict[str, str], set[str], list[str], dict[str, int]]:
     """Start the replicas and the client, fail the leader `trials` times, wait for the jobs to end and stop
     the replicas: (states, why the failed ones failed, the accepted jobs, run violations, runs per job)."""
-    with tempfile.TemporaryDirectory(prefix="disagg-failover-events-") as shared:
+    with quiet_tempdir("disagg-failover-events-") as shared:
         events = shared_file(Path(shared) / "events")  # before the replicas start: their jobs' sandboxes bind it
         for r in group:
             r.start()
@@ -357,7 +358,7 @@ def run_failover_bench(serve: Serve, trials: int = 50, replicas: int = 2, seed: 
     """`run_failover_trials` on a throw-away PostgreSQL server, in a temporary directory."""
     from disagg.store.pgtemp import TempPostgres
 
-    with tempfile.TemporaryDirectory(prefix="disagg-failover-") as d, TempPostgres() as pg:
+    with quiet_tempdir("disagg-failover-") as d, TempPostgres() as pg:
         try:
             result = run_failover_trials(Path(d), serve, pg.create_database("failover"), trials, replicas, seed,
                                          scale, on_trial=on_trial)
