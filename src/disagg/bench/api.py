@@ -126,8 +126,7 @@ def run_api_bench(backend: str = "sqlite", seconds: float = 10.0, clients: int =
     from disagg.store.pgtemp import TempPostgres, free_port
 
     pg: TempPostgres | None = None
-    with quiet_tempdir("disagg-bench-api-") as d:
-        root = Path(d)
+    with quiet_tempdir("disagg-bench-api-") as root:
         try:
             if db is None and backend == "postgres":
                 pg = TempPostgres().start()

@@ -421,11 +421,11 @@ def run_chaos(serve: Serve, opts: ChaosOptions, progress: Progress | None = None
     t_start = time.perf_counter()
     cluster = load_cluster(DEFAULT_CLUSTER)
     with contextlib.ExitStack() as stack:
-        root = Path(opts.keep_dir) if opts.keep_dir else Path(stack.enter_context(
-            quiet_tempdir("disagg-chaos-")))
+        root = Path(opts.keep_dir) if opts.keep_dir else stack.enter_context(
+            quiet_tempdir("disagg-chaos-"))
         root.mkdir(parents=True, exist_ok=True)
-        shared = root / "events.d" if opts.keep_dir else Path(stack.enter_context(
-            quiet_tempdir("disagg-chaos-events-")))
+        shared = root / "events.d" if opts.keep_dir else stack.enter_context(
+            quiet_tempdir("disagg-chaos-events-"))
         shared.mkdir(exist_ok=True)
         events = shared_file(shared / "events")
         schedule = make_schedule(opts, [dev.id for dev in cluster.devices],

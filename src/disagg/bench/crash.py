@@ -386,7 +386,7 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
         settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
                                allow_same_user=True if same_user else None)
         run = _Trials(server, settings, headers,
-                      shared_file(Path(shared) / "events"), random.Random(seed))
+                      shared_file(shared / "events"), random.Random(seed))
         for trial in range(trials):
             run.kill_once(trial)
             if on_trial is not None:
@@ -414,8 +414,8 @@ def run_crash_bench(backend: str | None, serve: Serve, trials: int = 200, seed: 
             if backend == "postgres":
                 pg = TempPostgres().start()
                 url = pg.create_database("crash")
-            return run_crash_trials(Path(d), serve, trials, seed, scale, on_trial, db=url)
+            return run_crash_trials(d, serve, trials, seed, scale, on_trial, db=url)
         finally:
             if pg is not None:
                 pg.stop()
-            forget_jobs_dir(Path(d) / "state")
+            forget_jobs_dir(d / "state")

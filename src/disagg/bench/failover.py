@@ -242,7 +242,7 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
     """Start the replicas and the client, fail the leader `trials` times, wait for the jobs to end and stop
     the replicas: (states, why the failed ones failed, the accepted jobs, run violations, runs per job)."""
     with quiet_tempdir("disagg-failover-events-") as shared:
-        events = shared_file(Path(shared) / "events")  # before the replicas start: their jobs' sandboxes bind it
+        events = shared_file(shared / "events")  # before the replicas start: their jobs' sandboxes bind it
         for r in group:
             r.start()
         for r in group:
@@ -360,15 +360,15 @@ def run_failover_bench(serve: Serve, trials: int = 50, replicas: int = 2, seed: 
 
     with quiet_tempdir("disagg-failover-") as d, TempPostgres() as pg:
         try:
-            result = run_failover_trials(Path(d), serve, pg.create_database("failover"), trials, replicas, seed,
+            result = run_failover_trials(d, serve, pg.create_database("failover"), trials, replicas, seed,
                                          scale, on_trial=on_trial)
             if result["violations"]:  # keep the replicas' log, which goes with the directory
                 kept = Path(tempfile.mkstemp(prefix="disagg-failover-", suffix=".log")[1])
-                shutil.copyfile(Path(d) / "server.log", kept)
+                shutil.copyfile(d / "server.log", kept)
                 result["log"] = str(kept)
             return result
         finally:
-            forget_jobs_dir(Path(d) / "state")
+            forget_jobs_dir(d / "state")
 
 
 __all__ = ["run_failover_bench", "run_failover_trials"]

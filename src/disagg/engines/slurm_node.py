@@ -372,8 +372,7 @@ class DynamicNodes:
             # the job), not after slurmctld gives up on the node (≈ 25 s with SlurmdTimeout=5)
             with self._locked():
                 self._start_slurmd(rec.spec, rec)
-        if rec is not None:
-            self.kill_user_processes(name)
+        self.kill_user_processes(name)
         deadline = time.monotonic() + timeout_s
         while self._busy(name) and self.slurmd_pid(name) is not None and time.monotonic() < deadline:
             time.sleep(0.05)
