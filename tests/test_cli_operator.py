@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from disagg.cli import simulate
 from disagg.cli.place import DEFAULT_POLICY
 from disagg.control.config import Config
 from disagg.display import count
+from disagg.profiles.learn import EXPLORE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +32,34 @@ def test_place_piped_keeps_every_id_whole() -> None:
     tasks = re.findall(r"\b(hotspot-1/\d)\b", out.stdout)
     assert sorted(tasks) == ["hotspot-1/0", "hotspot-1/1"]  # two tasks, two lines, never one cut name
     assert "pathfinder-1/0" in out.stdout
+
+
+#: What a client command has no use for; each of them cost tens to hundreds of ms of every command (the CLI
+#: took 0.9 s to list jobs, 0.5 s of it imports and a CA bundle read for a plain-HTTP URL).
+HEAVY = ("numpy", "ortools", "sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "matplotlib", "yaml")
+
+
+@pytest.mark.parametrize("args", [("--help",), ("jobs",), ("machines", "-o", "wide"), ("submit", "x", "--", "true"),
+                                  ("logs", "j-1")])
+def test_the_help_and_the_client_commands_load_no_heavy_library(args: tuple[str, ...]) -> None:
+    """Every `disagg` command imports the whole CLI for its help: the command modules keep the simulator,
+    the policies, the store, the API and the specs' readers inside the commands that use them."""
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print('LOADED', *sorted({m.split('.')[0] for m in sys.modules}"
+             f" & set({HEAVY!r})), file=sys.stderr))\n"
+             "from disagg.cli import main\n"
+             "main()\n")
+    where = [] if args == ("--help",) else ["--url", "http://127.0.0.1:9", "--token", "t"]
+    out = subprocess.run([sys.executable, "-c", probe, args[0], *where, *args[1:]], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    loaded = next(line for line in out.stderr.splitlines() if line.startswith("LOADED"))
+    assert loaded == "LOADED", (loaded, out.stderr[-500:])
+    if args != ("--help",):  # it did try the controller (nothing listens on port 9)
+        assert out.returncode == 1 and "cannot reach the controller" in out.stderr, out.stderr
+
+
+def test_simulates_explore_default_is_the_learners() -> None:
+    assert simulate.EXPLORE == EXPLORE
 
 
 def test_place_defaults_to_the_policy_serve_uses_and_counts_in_words() -> None:

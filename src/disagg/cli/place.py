@@ -7,22 +7,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from disagg.cli.common import err, fail, json_rows
 from disagg.cli.tables import console as table_console
-from disagg.model import SpecError, load_cluster, load_jobs
-from disagg.model.spec import load_profiles
-from disagg.profiles.catalog import with_profiles
 
 #: The policy `disagg place` uses unless told: the controller's (`Config.policy`), so a dry run shows what
 #: `disagg serve` would decide. (A literal here: the config module is not imported for `--help`.)
 DEFAULT_POLICY = "drmaestro-na"
 
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
     from disagg.placement.network import FlowNetwork
@@ -44,7 +41,12 @@ def place(
         "images it does not list get the neutral profile."))] = None,
 ) -> None:
     """One scheduling round on a cluster spec and a jobs spec, as a dry run: decisions and reasons."""
+    import numpy as np
+
+    from disagg.model import SpecError, load_cluster, load_jobs
+    from disagg.model.spec import load_profiles
     from disagg.placement.registry import UnknownPolicyError, get_policy
+    from disagg.profiles.catalog import with_profiles
 
     try:
         chosen = get_policy(policy)

@@ -14,7 +14,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, get_all, print_json
 from disagg.cli.tables import Col, console, make_table
@@ -85,6 +84,8 @@ def profiles(ctx: typer.Context, image: Annotated[str | None, typer.Argument(hel
 @profiles_app.command("export")
 def profiles_export(url: Url = DEFAULT_API, token: Token = None) -> None:
     """Write the profiles in use (learned at their pessimistic bound, as placed) as a profile table (YAML)."""
+    import yaml
+
     entries = []
     for v in get_all(url, "/v1/profiles", token, "profiles"):
         p = v.get("profile")

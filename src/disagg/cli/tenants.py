@@ -17,13 +17,14 @@ from rich.table import Table
 from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, fail, print_json
 from disagg.cli.tables import Col, console, make_table
 from disagg.model.states import JobState
-from disagg.model.tenants import RESOURCES
 
 tenants_app = typer.Typer(help="Tenants: quotas, usage, fair share (set: admin).", invoke_without_command=True)
 
 
 def parse_limits(option: str, text: str | None) -> dict[str, float]:
     """`gpu=8,cpus=64` → {"gpu": 8.0, "cpus": 64.0}; bad input fails naming the option and the item."""
+    from disagg.model.tenants import RESOURCES  # (Pydantic's models with it: not for every `disagg` command)
+
     out: dict[str, float] = {}
     for item in (text or "").split(","):
         if not item.strip():

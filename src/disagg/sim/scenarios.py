@@ -6,18 +6,21 @@ of 16 behind 40 Gb/s rack uplinks. Workload: Poisson arrivals at 16 jobs/s, one 
 with 1 GPU, 2 cores and 8 GB; the 4-machine scenarios draw the application from a normal distribution
 (the prototype experiments, "Experiment 2"), the larger ones uniformly (the simulation, "Trace-driven
 simulation configuration"). Warm-up: CPU-only whole-machine jobs holding 50% of the CPUs for ≈2000 s.
+
+The workload's, NumPy's and the tenants' modules are imported by the methods that use them: `disagg
+simulate --help` lists the scenarios by name, and every `disagg` command loads that help.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from disagg.model import Cluster, Device, Machine, device_id
-from disagg.model.tenants import Tenants, parse_tenants
-from disagg.sim.workload import Choice, Submission, WarmupSpec, WorkloadSpec, poisson_workload, warmup_jobs
+
+if TYPE_CHECKING:
+    from disagg.model.tenants import Tenants
+    from disagg.sim.workload import Choice, Submission
 
 MACHINE_CPUS = 20.0
 MACHINE_MEMORY_GB = 512.0
@@ -63,6 +66,10 @@ class Scenario:
 
     def submissions(self, seed: int, cluster: Cluster | None = None) -> list[Submission]:
         """The same jobs for every policy at a given seed: warm-up first, then the Poisson workload."""
+        import numpy as np
+
+        from disagg.sim.workload import WarmupSpec, WorkloadSpec, poisson_workload, warmup_jobs
+
         work_seq, warm_seq = np.random.SeedSequence([seed, 11]).spawn(2)
         spec = WorkloadSpec(jobs=self.jobs, rate_per_s=self.rate_per_s, choice=self.choice)
         warm = WarmupSpec(cpu_share=self.warmup_share, duration_s=self.warmup_s)
@@ -97,6 +104,8 @@ class BurstScenario:
         return paper_cluster(self.machines)
 
     def tenants(self) -> Tenants:
+        from disagg.model.tenants import parse_tenants
+
         half = self.machines * MACHINE_GPUS / 2
         return parse_tenants([
             {"name": who, "weight": 1, "cohort": "lab", "quota": {"gpu": half}, "borrow": {"gpu": half}}
@@ -104,6 +113,10 @@ class BurstScenario:
 
     def submissions(self, seed: int, cluster: Cluster | None = None) -> list[Submission]:
         """Each tenant's jobs: the seed's Rodinia jobs (one task, 1 GPU), Poisson arrivals."""
+        import numpy as np
+
+        from disagg.sim.workload import Submission, WorkloadSpec, poisson_workload
+
         alice_seq, bob_seq = np.random.SeedSequence([seed, 13]).spawn(2)
         out: list[Submission] = []
         for who, jobs, start, seq in (("alice", self.alice_jobs, 1.0, alice_seq),
