@@ -383,8 +383,9 @@ def run_crash_trials(root: Path, serve: Serve, trials: int = 50, seed: int = 5, 
                                      *same_user],
                           serve)
     with quiet_tempdir("disagg-crash-events-") as shared:
+        # (the checks' own `open_service` allows what the forked server allows: jobs on the store's disk)
         settings = load_config(None, os.environ, db=db, state_dir=str(root / "state"), latency_scale=scale,
-                               allow_same_user=True if same_user else None)
+                               allow_same_user=True if same_user else None, allow_jobs_on_store_disk=True)
         run = _Trials(server, settings, headers,
                       shared_file(shared / "events"), random.Random(seed))
         for trial in range(trials):

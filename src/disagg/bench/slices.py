@@ -46,7 +46,8 @@ def _redfish(root: Path, scale: float) -> tuple[Any, Any, Any]:
 
     a = open_service(Config(db=f"sqlite:///{root / 'a.db'}", state_dir=str(root / "a"), latency_scale=scale,
                             tick_s=0.005, round_gap_s=0.005, api_process=False,
-                            redfish_updatable=False))  # composed at once, as docs/benchmarks.md measured
+                            redfish_updatable=False,  # composed at once, as docs/benchmarks.md measured
+                            allow_jobs_on_store_disk=True))  # a throw-away store in a temporary directory
     a.controller.start()
     token = a.store.create_token("bench")
     http = TestClient(create_app(a.jobs))
