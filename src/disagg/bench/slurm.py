@@ -189,7 +189,8 @@ def controller_bench(site: SlurmSite, engine_name: str, repeats: int, shapes: Se
         root = Path(tmp)
         settings = Config(db=f"sqlite:///{root / 'disagg.db'}", cluster=str(_inventory(site, root / "c.yaml")),
                             state_dir=str(root / "state"), latency_scale=0.0, tick_s=0.01, engine=engine_name,
-                            slurm_site=str(site.save()))
+                            slurm_site=str(site.save()),
+                            allow_jobs_on_store_disk=True)  # a throw-away store in a temporary directory
         svc = open_service(settings)
         svc.controller.start()
         try:
