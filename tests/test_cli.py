@@ -82,6 +82,10 @@ def test_bench_placement_prints_numbers() -> None:
     python = data["round_s"] - data["solve_s"]
     assert python >= data["build_s"] + data["decode_s"] - 2e-4
     assert abs(data["python_over_solver_wall"] - python / data["solve_s"]) < 0.02 + 1e-3 / data["solve_s"]
+    # The CPU ratio divides the fastest round by the CPU clock, which the JSON names.
+    best, bare = data["round_cpu_best_s"], data["bare_solve_s"]  # (each rounded to 4 places in the JSON)
+    assert best > 0 and data["round_cpu_over_bare"] == pytest.approx(best / bare, rel=1e-4 / best + 1e-4 / bare,
+                                                                       abs=0.006)
     # no solver, no ratio (not a number divided by a tiny epsilon)
     for policy, pending in (("greedy", "60"), ("drmaestro", "0")):
         out = run("bench", "placement", "--machines", "80", "--gpus-per-machine", "4", "--pending", pending,
