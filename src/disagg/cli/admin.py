@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from disagg.cli.common import EXIT_FAILED, fail
+from disagg.model import SpecError  # (light: the package loads its spec readers on first use)
 
 if TYPE_CHECKING:
     from disagg.control.config import Config
@@ -34,7 +35,6 @@ def _settings(config: str | None, **options: Any) -> Config:
     import os
 
     from disagg.control.config import load_config
-    from disagg.model import SpecError
 
     try:
         return load_config(config, os.environ, **options)
@@ -52,7 +52,6 @@ def gc(
     import os
 
     from disagg.control.gc import collect_now
-    from disagg.model import SpecError
     from disagg.store import StoreError
 
     os.umask(0o077)

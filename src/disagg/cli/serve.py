@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from disagg.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
+from disagg.model import SpecError  # (light: the package loads its spec readers on first use)
 
 if TYPE_CHECKING:
     from disagg.control.config import Config
@@ -106,7 +107,6 @@ def _settings(config: str | None, **options: Any) -> Config:
     import os
 
     from disagg.control.config import load_config
-    from disagg.model import SpecError
     from disagg.placement.registry import UnknownPolicyError, get_policy
 
     try:
@@ -126,7 +126,6 @@ def _single_controller(settings: Config) -> None:
     """SQLite: refuse a second `serve` on the same file (it names PostgreSQL for replicas). The lock is
     held until this process and its loop process end."""
     from disagg.control.leadership import lock_sqlite
-    from disagg.model import SpecError
     from disagg.store import normalize_url
 
     try:
@@ -162,7 +161,6 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
     from disagg.control.service import open_service
     from disagg.control.split import LoopStartError, start_loop_process
     from disagg.engines.local_runner import CONTROLLER_OOM_SCORE_ADJ, oom_score_adj
-    from disagg.model import SpecError
     from disagg.placement.registry import UnknownPolicyError
 
     if os.geteuid() == 0:
@@ -312,7 +310,6 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
 
     from disagg.control.service import open_service
     from disagg.control.split import STATUS_FILE, Publisher, forward_wakes
-    from disagg.model import SpecError
     from disagg.placement.registry import UnknownPolicyError
 
     told: list[str] = []
