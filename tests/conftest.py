@@ -41,6 +41,14 @@ def examples() -> Path:
     return ROOT / "examples"
 
 
+@pytest.fixture
+def run_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark as a user runs it: without the allowance of jobs on the store's disk that this module
+    gives every controller of the suite (it hid that benchmarks with throw-away stores in /tmp refused to
+    start as root)."""
+    monkeypatch.delenv("DISAGG_ALLOW_JOBS_ON_STORE_DISK", raising=False)
+
+
 def _tenant_users() -> set[str]:
     return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith("disagg-")}
 

@@ -9,10 +9,7 @@ import pytest
 from disagg.bench.api import run_api_bench
 from disagg.bench.slices import SHAPES, run_slices_bench
 
-
-@pytest.fixture(autouse=True)
-def _as_run_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DISAGG_ALLOW_JOBS_ON_STORE_DISK", raising=False)
+pytestmark = pytest.mark.usefixtures("run_by_hand")
 
 
 @pytest.mark.slow

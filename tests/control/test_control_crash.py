@@ -27,10 +27,10 @@ def test_kill_9_at_random_moments(tmp_path: Path) -> None:
     print(result)
 
 
-def test_the_crash_bench_needs_no_allowance_from_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("run_by_hand")
+def test_the_crash_bench_needs_no_allowance_from_the_suite(tmp_path: Path) -> None:
     """tests/conftest.py allows jobs on the store's disk for every controller; `disagg bench crash` run by
     hand has no such setting, and its checks (an `open_service` in this process) refused its store in /tmp."""
-    monkeypatch.delenv("DISAGG_ALLOW_JOBS_ON_STORE_DISK", raising=False)
     result = run_crash_trials(tmp_path, serve_main, trials=2, seed=3, scale=0.01)
     assert result["violations"] == [] and result["kills"] == 2 and result["checks"] >= 2
 

@@ -12,10 +12,9 @@ from disagg.engines.slurm_cluster import SlurmCluster
 pytestmark = pytest.mark.slurm
 
 
+@pytest.mark.usefixtures("run_by_hand")
 @pytest.mark.parametrize("engine_name", ["local", "slurm"])
-def test_the_controller_bench_runs_without_the_suites_allowance(
-        slurm_cluster: SlurmCluster, engine_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DISAGG_ALLOW_JOBS_ON_STORE_DISK", raising=False)
+def test_the_controller_bench_runs_without_the_suites_allowance(slurm_cluster: SlurmCluster, engine_name: str) -> None:
     trials: list[int] = []
     out = controller_bench(slurm_cluster.site, engine_name, 1, ["1x4"], lambda: trials.append(1))
     assert trials == [1]
