@@ -13,4 +13,6 @@ bash "$ROOT/scripts/bootstrap.sh" --test
 cd "$ROOT"
 echo "== ruff"; .venv/bin/ruff check src tests scripts
 echo "== mypy"; .venv/bin/mypy
-echo "== pytest"; .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers (pytest-xdist; tests/conftest.py says what goes to one worker): most of the suite's time is
+# spent waiting on the servers, the Slurm cluster and the browser that the tests start. `-n 0` runs it in one.
+echo "== pytest"; .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 "$@"

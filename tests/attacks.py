@@ -55,9 +55,20 @@ open(f"{d}/done-{job}", "a").write(attempt + "\\n")
 """
 
 
+def session_env(name: str, value: str) -> str:
+    """This test session's value of an environment variable that the servers it starts read: one set from
+    outside is kept, except in a pytest-xdist worker. A worker is a session of its own (it removes what it
+    made when it ends, while the other worker runs on), but it inherits the environment of the process
+    that started it, which set these for its own pid."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[name] = value
+        return value
+    return os.environ.setdefault(name, value)
+
+
 #: Where the tests' drop directories go: every controller the tests start binds it into its jobs' sandboxes
 #: (`job_shared_dirs`, set for the session by tests/conftest.py; a job's /tmp is its own).
-SHARED_ROOT = Path(os.environ.setdefault("DISAGG_TEST_SHARED", f"/var/tmp/disagg-test-shared-{os.getpid()}"))
+SHARED_ROOT = Path(session_env("DISAGG_TEST_SHARED", f"/var/tmp/disagg-test-shared-{os.getpid()}"))
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from disagg.store.models import JobRow
 
 FAST = 0.002  # the emulated testbed's latencies, scaled down for tests
 #: Where the tests' task cgroups go (the session removes them at its end: tests/conftest.py).
-TEST_CGROUP = os.environ.setdefault("DISAGG_CGROUP_PARENT", f"disagg-test-{os.getpid()}")
+TEST_CGROUP = os.environ["DISAGG_CGROUP_PARENT"]  # (set for the session by tests/conftest.py)
 #: Not root: jobs can only run as the tests' own user.
 SAME_USER = os.geteuid() != 0
 
