@@ -7,6 +7,7 @@ fuzzer's commands are random strings).
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from collections import Counter
@@ -22,8 +23,10 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from disagg.api import create_app
 
-# Schemathesis needs the app when the module loads: one service, in a directory of its own.
+# Schemathesis needs the app when the module loads: one service, in a directory of its own. (Removed at
+# exit too: under pytest-xdist every worker loads the module to collect it, and only one runs it.)
 _DIR = Path(tempfile.mkdtemp(prefix="disagg-fuzz-"))
+atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 _SERVICE = make_service(_DIR)
 _ADMIN = [_SERVICE.store.create_token("fuzz-admin", admin=True)]
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_SERVICE.jobs))
