@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from disagg.model.cluster import Allocation
@@ -119,6 +120,12 @@ class SlicePlacement:
             for link in d.path:
                 load[link] = load.get(link, 0.0) + d.network_gbps
         return load
+
+    @cached_property
+    def link_loads(self) -> tuple[tuple[str, float], ...]:
+        """`link_load` as pairs, worked out once: a commit sums every live slice's (thousands), and a
+        placement never changes. (Most slices have no remote device: then empty.)"""
+        return tuple(self.link_load().items())
 
     def allocations(self, job_id: str) -> list[Allocation]:
         """What the slice holds, as the policies' Allocation records (one per task)."""

@@ -127,7 +127,7 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
                                "is failed" if health != Health.HEALTHY else "is drained" if drained else None)
     bandwidth = dict(current_inventory(conn).link_gbps)
     for _, _, placement in live:
-        for link, gbps in placement.link_load().items():
+        for link, gbps in placement.link_loads:
             if link in bandwidth:
                 bandwidth[link] -= gbps
     return RoomLedger(cpu, mem, devices, bandwidth=bandwidth, down=set(down_links(conn)))
