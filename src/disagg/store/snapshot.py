@@ -133,10 +133,11 @@ def live_allocations(conn: Connection, live: LiveSlices | None = None) -> list[A
     return _kept(conn).placements.allocations(conn, live)
 
 
-def room_left(conn: Connection, live: LiveSlices | None = None) -> tuple[dict[str, float], dict[str, float]]:
-    """The cpus and memory each machine has left after what the live slices hold (`live`: as read in
-    this transaction already; None: read them)."""
-    machines = current_inventory(conn).machines
+def room_left(conn: Connection, live: LiveSlices | None = None, inventory: Inventory | None = None
+              ) -> tuple[dict[str, float], dict[str, float]]:
+    """The cpus and memory each machine has left after what the live slices hold (`live`, `inventory`:
+    as read in this transaction already; None: read them)."""
+    machines = (inventory or current_inventory(conn)).machines
     cpu = {m.name: m.cpus for m in machines}
     mem = {m.name: m.memory_gb for m in machines}
     for a in live_allocations(conn, live):
