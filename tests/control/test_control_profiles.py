@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 from tests.control.conftest import auth
 from tests.control.control_helpers import job, make_service, wait_for, wait_state
 
@@ -148,6 +150,17 @@ def test_a_remote_run_in_flight_is_counted_for_its_image(learning: tuple[Service
     wait_state(svc, remote, ("running",))
     assert svc.store.remote_in_flight({"sleeper"}.__contains__, normalize_image) == {"sleeper": 1}
     assert svc.store.remote_in_flight({"other"}.__contains__, normalize_image) == {}
+    # The round's own snapshot read will do (`max_age_s`): the same count, with no second read of the slices.
+    read: list[str] = []
+    me = threading.get_ident()  # (the loop's own rounds read on the same engine meanwhile)
+    listen = lambda *a: read.append(a[2]) if threading.get_ident() == me else None  # noqa: E731 - (conn, cursor, statement, ...)
+    svc.store.cluster()
+    event.listen(svc.store.read_engine, "before_cursor_execute", listen)
+    try:
+        assert svc.store.remote_in_flight({"sleeper"}.__contains__, normalize_image, max_age_s=60) == {"sleeper": 1}
+    finally:
+        event.remove(svc.store.read_engine, "before_cursor_execute", listen)
+    assert read and not [q for q in read if "FROM slices" in q], read
     for j in (local, remote):
         svc.jobs.cancel(j)
     wait_for(lambda: svc.store.remote_in_flight({"sleeper"}.__contains__, normalize_image) == {}, 30,

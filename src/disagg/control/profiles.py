@@ -87,8 +87,9 @@ def in_flight(store: Store, config: Config, rows: list[dict[str, Any]],
               and exploring(int(r["data"].get("remote_observations", 0)), 0, explore)}
     if not images and unseen is None:
         return {}
+    # (The live slices as the round's snapshot read them will do: the table itself is up to REFRESH_S old.)
     return store.remote_in_flight(lambda name: name in images or (unseen is not None and unseen(name)),
-                                  normalize_image)
+                                  normalize_image, max_age_s=REFRESH_S)
 
 
 def _typical(rows: list[dict[str, Any]]) -> Profile | None:

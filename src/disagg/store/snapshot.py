@@ -14,6 +14,7 @@ placement (1.7–3.3 s a round at 12,500 machines under load, `docs/benchmarks.m
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 
@@ -59,6 +60,17 @@ class PlacementCache:
         self._placed: dict[str, SlicePlacement] = {}
         self._allocations: dict[str, tuple[Allocation, ...]] = {}
         self._lock = threading.Lock()
+        #: The last read's (when, by `time.monotonic`; its live job slices: slice, job, state, placement),
+        #: for a reader content with what was live a moment ago (`recent`).
+        self._last: tuple[float, list[tuple[str, str, str, SlicePlacement]]] | None = None
+
+    def recent(self, max_age_s: float) -> list[tuple[str, str, str, SlicePlacement]] | None:
+        """The live job slices (slice, job, state, placement) as the last read found them, if it was at
+        most `max_age_s` ago; else None (read them)."""
+        last = self._last
+        if last is None or time.monotonic() - last[0] > max_age_s:
+            return None
+        return last[1]
 
     def allocations(self, conn: Connection, live: LiveSlices | None = None) -> list[Allocation]:
         """What the live slices hold, as allocations: each job slice's made once, like its placement.
@@ -78,8 +90,13 @@ class PlacementCache:
         return out
 
     def live(self, conn: Connection) -> LiveSlices:
-        rows = [(str(i), j) for i, j in conn.execute(
-            select(_slices.c.id, _slices.c.job_id).where(_slices.c.state.in_(LIVE_SLICE_STATES)))]
+        read_at = time.monotonic()
+        states: dict[str, str] = {}
+        rows: list[tuple[str, str | None]] = []
+        for i, j, state in conn.execute(select(_slices.c.id, _slices.c.job_id, _slices.c.state)
+                                        .where(_slices.c.state.in_(LIVE_SLICE_STATES))):
+            rows.append((str(i), j))
+            states[str(i)] = state
         with self._lock:
             known = dict(self._placed)
         missing = [i for i, j in rows if j is None or i not in known]
@@ -92,6 +109,7 @@ class PlacementCache:
             self._placed.update((i, fresh[i]) for i, j in rows if j is not None and i in fresh)
             if len(self._placed) > 2 * len(rows) + 1000:  # slices that ended: keep the live ones only
                 self._placed = {i: p for i, h, p in out if not h.startswith("composition:")}
+            self._last = (read_at, [(i, h, states[i], p) for i, h, p in out if not h.startswith("composition:")])
         return out
 
 
@@ -121,6 +139,14 @@ def live_slices_placed(conn: Connection) -> LiveSlices:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
     holds resources."""
     return _kept(conn).placements.live(conn)
+
+
+def recent_live_jobs(engine: Engine, max_age_s: float) -> list[tuple[str, str, str, SlicePlacement]] | None:
+    """The live job slices (slice, job, state, placement) as this store's last read of the live slices on
+    `engine` found them (a round's snapshot), if it was at most `max_age_s` ago; else None."""
+    with _KEPT_LOCK:
+        kept = _KEPT.get(engine)
+    return None if kept is None else kept.placements.recent(max_age_s)
 
 
 def live_placements(conn: Connection) -> list[SlicePlacement]:
@@ -264,4 +290,5 @@ class SnapshotOps(StoreBase):
 
 
 __all__ = ["Inventory", "PlacementCache", "SnapshotOps", "current_inventory", "down_links", "holder",
-           "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "read_reach", "room_left"]
+           "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "read_reach",
+           "recent_live_jobs", "room_left"]
