@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,7 +150,16 @@ def test_a_second_serve_on_one_sqlite_file_is_refused(tmp_path: Path) -> None:
     assert fd is not None
     try:
         with pytest.raises(SingleControllerError, match="PostgreSQL"):
-            lock_sqlite(db)
+            lock_sqlite(db, wait_s=0.0)
+        # A holder that lets go within the wait (a killed controller's runner closing what it inherited):
+        # the lock is taken, not refused.
+        threading.Timer(0.3, os.close, (fd,)).start()
+        start = time.monotonic()
+        second = lock_sqlite(db, wait_s=5.0)
+        assert second is not None and 0.25 < time.monotonic() - start < 5.0
+        os.close(second)
+        fd = lock_sqlite(db)
+        assert fd is not None
         done = subprocess.run([sys.executable, "-m", "disagg.cli", "serve", "--db", db, "--port", "0",
                                "--state-dir", str(tmp_path / "state")], capture_output=True, text=True,
                               timeout=120)

@@ -69,9 +69,16 @@ class SingleControllerError(SpecError):
     """A second `disagg serve` on the same SQLite file."""
 
 
-def lock_sqlite(url: str) -> int | None:
+#: How long `lock_sqlite` waits for the lock before it says another serve holds it. A controller killed
+#: with -9 can leave the lock to a child it was starting for a moment: a job's runner forked, already in
+#: a session of its own, not yet past closing its inherited files. A restart at once (systemd's, the
+#: kill -9 trials') met it about once in a suite run of 2,000 tests.
+LOCK_WAIT_S = 5.0
+
+
+def lock_sqlite(url: str, wait_s: float = LOCK_WAIT_S) -> int | None:
     """For an SQLite store: hold an exclusive lock on `<db>.lock` for this process's life (its fd; None
-    for PostgreSQL). SingleControllerError when another `serve` holds it."""
+    for PostgreSQL). SingleControllerError when another `serve` still holds it after `wait_s`."""
     if not url.startswith("sqlite"):
         return None
     path = url.split(":///", 1)[1] if ":///" in url else ""
@@ -79,15 +86,20 @@ def lock_sqlite(url: str) -> int | None:
         return None
     lock = Path(path + ".lock")
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise SingleControllerError("store", [
-            f"another disagg serve runs on the SQLite file {path} (it holds {lock}); SQLite is single-"
-            "controller: to run several replicas of one controller, give them the same PostgreSQL store "
-            "(--db postgresql://…, docs/controller.md, 'Replicas')"]) from None
-    return fd
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() < end:
+                time.sleep(0.05)
+                continue
+            os.close(fd)
+            raise SingleControllerError("store", [
+                f"another disagg serve runs on the SQLite file {path} (it holds {lock}); SQLite is single-"
+                "controller: to run several replicas of one controller, give them the same PostgreSQL store "
+                "(--db postgresql://…, docs/controller.md, 'Replicas')"]) from None
 
 
 class Leadership:
