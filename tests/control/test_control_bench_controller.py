@@ -85,3 +85,22 @@ def test_a_benchmarks_directory_is_removed_once_the_runners_stop_writing(tmp_pat
     remove_when_quiet(root, timeout_s=5.0)
     assert not root.exists() and len(calls) == 3
     remove_when_quiet(root)  # (gone already: nothing to do, no error)
+
+
+def test_a_metrics_page_that_is_not_200_is_reported_with_the_servers_log(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded PostgreSQL run once got "Internal Server Error" from GET /metrics, and the benchmark died
+    parsing it as Prometheus text ("could not convert string to float: 'Server'"), the log gone with its
+    directory. The answer's status and the log's end are what it says now."""
+    import httpx
+
+    from disagg.bench import controller
+
+    (tmp_path / "server.log").write_text("... the cause, as the server logged it\n")
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(500, text="Internal Server Error"))
+    with pytest.raises(RuntimeError, match=r"answered 500 \('Internal Server Error'\).*the cause, as the server"):
+        controller._round_metrics("http://127.0.0.1:1", tmp_path)
+    text = "# TYPE disagg_placement_round_seconds histogram\ndisagg_placement_round_seconds_count 3.0\n" \
+           "disagg_placement_round_seconds_sum 1.5\n"
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, text=text))
+    assert controller._round_metrics("http://127.0.0.1:1", tmp_path) == {"count": 3.0, "sum": 1.5}

@@ -192,10 +192,14 @@ def _round_metrics(url: str, root: Path) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        text = httpx.get(url + "/metrics", timeout=120).text  # a loaded machine answers slowly
+        answer = httpx.get(url + "/metrics", timeout=120)  # a loaded machine answers slowly
     except httpx.HTTPError as exc:
         raise RuntimeError(f"the server stopped answering ({exc}); its log ends: "
                            f"{(root / 'server.log').read_text()[-3000:]}") from None
+    if answer.status_code != 200:
+        raise RuntimeError(f"GET /metrics answered {answer.status_code} ({answer.text[:200]!r}); the server's log "
+                           f"ends: {(root / 'server.log').read_text()[-3000:]}")
+    text = answer.text
     out = {"count": 0.0, "sum": 0.0}
     for family in text_string_to_metric_families(text):
         if family.name == "disagg_placement_round_seconds":
