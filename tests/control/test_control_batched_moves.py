@@ -111,3 +111,16 @@ def test_devices_held_in_one_statement_and_a_held_one_among_them_is_named(store:
     # the failed commit took nothing, not even the devices the batch or the rows before it got
     assert {d["id"]: d["slice"] for d in store.devices_view() if d["slice"]} == {
         "iobox0/gpu0": "s-1", "iobox0/gpu1": "s-1", "iobox1/nvme0": "s-2"}
+
+
+def test_each_jobs_first_placement_is_read_as_the_earliest_slice(store: Store) -> None:
+    """`first_placed_at` (what `bench controller` times submit → placed by): per job, its first slice's
+    creation time, compositions (no job) left out."""
+    jobs = _jobs(store, 2)
+    rows = [(jobs[0], "s-a", 5.0), (jobs[0], "s-b", 3.0), (jobs[1], "s-c", 4.0), (None, "s-d", 1.0)]
+    with store.write_core() as conn:
+        lifecycle.new_slices(conn, [
+            {"id": sid, "job_id": job, "attempt": 1, "state": "composing", "outcome": None, "detail": None,
+             "placement": {"machines": [], "tasks": []}, "handle": None, "created_at": at, "updated_at": at}
+            for job, sid, at in rows], 6.0)
+    assert store.first_placed_at() == {jobs[0]: 3.0, jobs[1]: 4.0}

@@ -237,15 +237,6 @@ def summarize(sent: dict[str, float], placed_at: dict[str, float], wall0: float,
     }
 
 
-def _placed_at(store: Any) -> dict[str, float]:
-    """Each job's first slice's creation time: when it was placed and committed."""
-    out: dict[str, float] = {}
-    for s in store.all_slices():
-        if s.job_id is not None and (s.job_id not in out or s.created_at < out[s.job_id]):
-            out[s.job_id] = s.created_at
-    return out
-
-
 def _drain(store: Any, sent: dict[str, float], opts: ControllerOptions, progress: Progress) -> None:
     """Wait until every accepted job is placed, or `drain_s` passed."""
     end = time.monotonic() + opts.drain_s
@@ -281,7 +272,7 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
         load1 = os.getloadavg()
         _drain(store, subs.sent, opts, progress)
         rounds2 = _round_metrics(url, root)
-        placed_at = _placed_at(store)
+        placed_at = store.first_placed_at()  # when each job was placed and committed
         by_state = store.counts()["jobs"]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the API and its loop process

@@ -164,6 +164,15 @@ class SliceOps(StoreBase):
         with self.read_core() as conn:
             return [_record(r) for r in conn.execute(_RECORD)]
 
+    def first_placed_at(self) -> dict[str, float]:
+        """Each job's first slice's creation time: when it was first placed and committed (`bench
+        controller`). Worked out by the database: reading every slice whole into records, 12,000 of them
+        on PostgreSQL at load 35, outlasted the session's idle-in-transaction timeout."""
+        query = (select(_slices.c.job_id, func.min(_slices.c.created_at)).where(_slices.c.job_id.is_not(None))
+                 .group_by(_slices.c.job_id))
+        with self.read_core() as conn:
+            return {str(job): float(at) for job, at in conn.execute(query)}
+
     def slice_steps(self, slice_id: str | None = None) -> list[StepRecord]:
         """The recorded steps of one slice (of every slice when None), in the order they were first started."""
         query = select(_steps).order_by(_steps.c.id)
