@@ -268,7 +268,7 @@ def thing_events(conn: Connection, subject: str, target: str, limit: int = 100) 
 
 def _cas(conn: Connection, table: Table, ident: str, src: str, values: dict[str, Any]) -> bool:
     """Write `values` if the row is still in state `src`; whether it was."""
-    return _cas_with(conn, _cas_statement(table, tuple(values)), ident, src, values)
+    return _cas_many(conn, table, [(ident, src, values)])[0]
 
 
 #: Job ids per `IN (...)` of a statement over many jobs.
@@ -282,10 +282,6 @@ def _cas_statement(table: Table, columns: tuple[str, ...]) -> Any:
     (a statement built per row cost 0.27 ms of SQLAlchemy's construction and caching per job moved)."""
     return update(table).where(table.c.id == bindparam("cas_id"), table.c.state == bindparam("cas_src")).values(
         {c: bindparam(f"cas_{c}") for c in columns})
-
-
-def _cas_with(conn: Connection, statement: Any, ident: str, src: str, values: dict[str, Any]) -> bool:
-    return bool(conn.execute(statement, _cas_params(ident, src, values)).rowcount)
 
 
 def _cas_params(ident: str, src: str, values: dict[str, Any]) -> dict[str, Any]:
