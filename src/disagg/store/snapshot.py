@@ -16,7 +16,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, func, or_, select
 
@@ -60,9 +62,10 @@ class PlacementCache:
         self._placed: dict[str, SlicePlacement] = {}
         self._allocations: dict[str, tuple[Allocation, ...]] = {}
         self._lock = threading.Lock()
-        #: The last read's (when, by `time.monotonic`; its live job slices: slice, job, state, placement),
-        #: for a reader content with what was live a moment ago (`recent`).
-        self._last: tuple[float, list[tuple[str, str, str, SlicePlacement]]] | None = None
+        #: The last read (when, by `time.monotonic`; its rows: slice, job, state; what `live` made of them),
+        #: for a reader content with what was live a moment ago (`recent`, which joins them: a commit's
+        #: ledger reads the live slices too, inside the write lock, and has no use for the join).
+        self._last: tuple[float, Sequence[Any], LiveSlices] | None = None
 
     def recent(self, max_age_s: float) -> list[tuple[str, str, str, SlicePlacement]] | None:
         """The live job slices (slice, job, state, placement) as the last read found them, if it was at
@@ -70,7 +73,9 @@ class PlacementCache:
         last = self._last
         if last is None or time.monotonic() - last[0] > max_age_s:
             return None
-        return last[1]
+        _, raw, out = last
+        state = {str(i): s for i, _, s in raw}
+        return [(i, h, state[i], p) for i, h, p in out if not h.startswith("composition:")]
 
     def allocations(self, conn: Connection, live: LiveSlices | None = None) -> list[Allocation]:
         """What the live slices hold, as allocations: each job slice's made once, like its placement.
@@ -91,12 +96,9 @@ class PlacementCache:
 
     def live(self, conn: Connection) -> LiveSlices:
         read_at = time.monotonic()
-        states: dict[str, str] = {}
-        rows: list[tuple[str, str | None]] = []
-        for i, j, state in conn.execute(select(_slices.c.id, _slices.c.job_id, _slices.c.state)
-                                        .where(_slices.c.state.in_(LIVE_SLICE_STATES))):
-            rows.append((str(i), j))
-            states[str(i)] = state
+        raw = conn.execute(select(_slices.c.id, _slices.c.job_id, _slices.c.state)
+                           .where(_slices.c.state.in_(LIVE_SLICE_STATES))).all()
+        rows = [(str(i), j) for i, j, _ in raw]
         with self._lock:
             known = dict(self._placed)
         missing = [i for i, j in rows if j is None or i not in known]
@@ -109,7 +111,7 @@ class PlacementCache:
             self._placed.update((i, fresh[i]) for i, j in rows if j is not None and i in fresh)
             if len(self._placed) > 2 * len(rows) + 1000:  # slices that ended: keep the live ones only
                 self._placed = {i: p for i, h, p in out if not h.startswith("composition:")}
-            self._last = (read_at, [(i, h, states[i], p) for i, h, p in out if not h.startswith("composition:")])
+            self._last = (read_at, raw, out)
         return out
 
 
