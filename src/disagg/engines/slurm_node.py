@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from disagg.engines.local_runner import write_atomic
 from disagg.engines.slurm_site import SlurmError, SlurmSite
 
 
@@ -97,9 +98,10 @@ class DynamicNodes:
     def record(self, name: str) -> JoinedNode | None:
         """The on-disk record of a joined (or half-joined) node, or None."""
         path = self.node_dir(name) / "node.json"
-        if not path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:  # never joined, or left (its directory removed) since it was listed
             return None
-        data = json.loads(path.read_text())
         return JoinedNode(name, tuple(data["devices"]), int(data["index"]), str(data["netns"]),
                           int(data.get("cpus", 1)), int(data.get("memory_mb", 1)))
 
@@ -131,9 +133,10 @@ class DynamicNodes:
                          spec.memory_mb)
         d = self.node_dir(spec.name)
         (d / "dev").mkdir(parents=True, exist_ok=True)
-        (d / "node.json").write_text(json.dumps({"devices": list(spec.devices), "index": rec.index,
-                                                 "netns": rec.netns, "cpus": spec.cpus,
-                                                 "memory_mb": spec.memory_mb}))
+        # Whole or not at all: joined() reads records without the lock, so never a half-written one.
+        write_atomic(d / "node.json", json.dumps({"devices": list(spec.devices), "index": rec.index,
+                                                  "netns": rec.netns, "cpus": spec.cpus,
+                                                  "memory_mb": spec.memory_mb}), mode=0o644)
         return rec
 
     # -- join --------------------------------------------------------------------------------
