@@ -2,13 +2,16 @@
 
 Every error answers `{"detail": <a sentence>, "problems": [{"field", "message"}, ...]}` (schema
 `ErrorOut`): bad input names each field at fault and what is allowed; 401 carries
-`WWW-Authenticate: Bearer`; 405 names in `Allow` every method the path has. The one exception is a
-request for a page of the dashboard: `install_handlers` takes a `pages` hook that answers those with
-an HTML page instead (the same status, headers and message), so a browser never shows raw JSON.
+`WWW-Authenticate: Bearer`; 405 names in `Allow` every method the path has; a store that does not
+answer (down, restarting, out of connections: `store.UNAVAILABLE`) is a 503 with `Retry-After`, not a
+500. The one exception is a request for a page of the dashboard: `install_handlers` takes a `pages`
+hook that answers those with an HTML page instead (the same status, headers and message), so a browser
+never shows raw JSON.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -22,6 +25,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from disagg.api import schemas as S
+from disagg.store import UNAVAILABLE
+
+log = logging.getLogger(__name__)
+
+#: Seconds a client is asked to wait before it tries again when the store did not answer.
+STORE_RETRY_AFTER_S = 2
 
 #: The error answers a route documents (its `responses=`), one dict per status code.
 Responses = dict[int | str, dict[str, Any]]
@@ -118,6 +127,17 @@ async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
     )
 
 
+async def _store_unavailable(req: Request, exc: Exception) -> JSONResponse:
+    """503, not 500: the request was fine and nothing it asked for was done (its transaction did not
+    commit), so the client may send it again; the log keeps the database's own words for the operator."""
+    log.warning("%s %s: the store did not answer: %s: %s", req.method, req.url.path, type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "")
+    detail = (f"the store did not answer ({type(exc).__name__}); nothing was changed: "
+              f"try again in {STORE_RETRY_AFTER_S} s")
+    return JSONResponse(status_code=503, headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+                        content={"detail": detail, "problems": []})
+
+
 #: The dashboard's hook: an HTML page for an error of a request for one of its pages (from the answer
 #: the API would give), or None to answer with that JSON.
 ErrorPages = Callable[[Request, JSONResponse], Awaitable[Response | None]]
@@ -146,7 +166,7 @@ def install_handlers(app: FastAPI, routes: Sequence[BaseRoute], pages: ErrorPage
     not in `app.routes`)."""
     handlers: list[tuple[type[Exception], Handler]] = [
         (RequestValidationError, _invalid), (StarletteHTTPException, partial(_http_error, tuple(routes))),
-        (ApiError, _api_error)]
+        (ApiError, _api_error), *((kind, _store_unavailable) for kind in UNAVAILABLE)]
     for kind, handler in handlers:
         app.add_exception_handler(kind, _or_page(handler, pages) if pages else handler)
 

@@ -5,7 +5,7 @@ The only package that speaks SQL. The schema comes from the Alembic migrations i
 """
 
 from disagg.model.states import LIVE_SLICE_STATES
-from disagg.store.base import DEFAULT_URL, DuplicateKey, StoreError, normalize_url
+from disagg.store.base import DEFAULT_URL, UNAVAILABLE, DuplicateKey, StoreError, normalize_url
 from disagg.store.compositions import CompositionRefused, Inventory, LiveSlice
 from disagg.store.health import FabricHealth
 from disagg.store.jobs import IdempotencyConflict, JobLive, JobSummary, job_dict, model_job, new_id, new_job_row
@@ -28,6 +28,7 @@ from disagg.store.views import device_dict, slice_dict
 __all__ = [
     "DEFAULT_URL",
     "LIVE_SLICE_STATES",
+    "UNAVAILABLE",
     "CommitResult",
     "CompositionRefused",
     "DropDevice",

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, select, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 DEFAULT_URL = "sqlite:///disagg.db"
@@ -72,6 +73,12 @@ def store_errors(url: str) -> Iterator[None]:
         yield
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot use the store at {url!r}: {exc.__class__.__name__}: {exc}") from exc
+
+
+#: What a request meets when the database, not the request, is at fault for now: a server that is down or
+#: restarting, a connection it ended (its idle-in-transaction timeout), a lock not had in time, a pool with no
+#: free connection. The API answers these 503 with Retry-After (`disagg.api.errors`): trying again may work.
+UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, PoolTimeout)
 
 
 class DuplicateKey(ValueError):

@@ -64,18 +64,18 @@ class TempPostgres:
             "-E",
             "UTF8",
         )
-        self._run(
-            str(self.bin / "pg_ctl"),
-            "-D",
-            str(data),
-            "-l",
-            str(self.dir / "log"),
-            "-w",
-            "-o",
-            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            "start",
-        )
+        self.resume()
         return self
+
+    def resume(self) -> None:
+        """Start the server on its data (again, after `halt`), on the same port."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-l", str(self.dir / "log"), "-w", "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                  "start")
+
+    def halt(self) -> None:
+        """Stop the server at once, as a crash would, keeping its data (`resume` starts it again)."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
 
     def stop(self) -> None:
         data = self.dir / "data"

@@ -27,12 +27,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from disagg.api.deps import TokenCache
+from disagg.api.errors import STORE_RETRY_AFTER_S
 from disagg.api.ratelimit import TenantBuckets
 from disagg.api.redfish.auth import Sessions
 from disagg.api.redfish.protocol import Protocol, RedfishError, RedfishResponse, error_response
 from disagg.api.redfish.routes import router
 from disagg.api.redfish.services import version_document
 from disagg.control.jobs import JobService
+from disagg.store import UNAVAILABLE
 
 #: Redfish's base path (the version document) and the service root's.
 ROOT = "/redfish"
@@ -62,10 +64,18 @@ def redfish_app(jobs: JobService, tokens: TokenCache | None = None) -> FastAPI:
         message_id = {404: "ResourceNotFound", 405: "OperationNotAllowed"}.get(status, "GeneralError")
         return error_response(RedfishError(status, message_id, str(getattr(exc, "detail", exc))))
 
+    async def store_down(_req: Request, exc: Exception) -> Response:  # as /v1 answers it (`api.errors`)
+        wait = str(STORE_RETRY_AFTER_S)
+        return error_response(RedfishError(
+            503, "ServiceTemporarilyUnavailable", f"the store did not answer ({type(exc).__name__}); "
+            f"nothing was changed: retry in {wait} seconds", [wait], {"Retry-After": wait}))
+
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     app.add_exception_handler(RedfishError, redfish_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    for kind in UNAVAILABLE:
+        app.add_exception_handler(kind, store_down)
     return app
 
 

@@ -52,6 +52,7 @@ _RESOLUTION = {
     "ResourceNotFound": "Use a URI the service lists.",
     "PreconditionFailed": "Read the resource again and resubmit with its current ETag.",
     "QueryNotSupported": "Leave out the query parameter.",
+    "ServiceTemporarilyUnavailable": "Wait the number of seconds in Retry-After and resubmit the request.",
 }
 
 
