@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from control_helpers import make_service, submit
 
 from disagg.control.slice import fair_pick
@@ -147,3 +148,61 @@ def test_a_lease_renewal_goes_ahead_of_the_workers_waiting_to_write(tmp_path: Pa
     order = _write_order(store, lambda: renewed.append(store.renew_lease("me", epoch, 3.0)))
     store.close()
     assert renewed == [True] and order[:2] == ["holder", "last"], order
+
+
+def test_one_dispatch_reads_at_a_time_and_a_worker_reads_again_when_asked(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sixteen workers finishing together each asked for a read of every waiting slice (half a core under
+    `bench controller`): now a call during a read asks that read to run once more and returns."""
+    svc = make_service(tmp_path)  # no loop: the round's slices stay composing
+    try:
+        for _ in range(4):
+            submit(svc, "alice", gpu=0, cpus=0.1, memory_gb=0.1)
+        svc.controller.schedule()
+        waiting = svc.store.slices_to_work()
+        assert len(waiting) == 4
+        real, inside, release = svc.store.slices_to_work, threading.Event(), threading.Event()
+        reads: list[int] = []
+        at_once = [0, 0]  # now, most
+
+        def slow_read(per_tenant: int | None = None) -> list[tuple[str, SliceState, str]]:
+            at_once[0] += 1
+            at_once[1] = max(at_once)
+            reads.append(len(reads))
+            try:
+                if len(reads) == 1:  # the first read: nothing was waiting yet when it looked
+                    inside.set()
+                    assert release.wait(10)
+                    return []
+                return real(per_tenant=per_tenant)
+            finally:
+                at_once[0] -= 1
+
+        handed: list[str] = []
+        monkeypatch.setattr(svc.store, "slices_to_work", slow_read)
+        monkeypatch.setattr(svc.controller._pool, "submit", lambda fn, slice_id, state: handed.append(slice_id))
+        first = threading.Thread(target=svc.controller.dispatch, kwargs={"worker": True})
+        first.start()
+        assert inside.wait(10)
+        skipped = waiting[0][0]
+        for k in range(5):  # workers done meanwhile: none reads, each returns at once
+            svc.controller.dispatch(skip=skipped if k == 0 else None, worker=True)
+        assert len(reads) == 1
+        release.set()
+        first.join(10)
+        assert len(reads) == 2 and at_once[1] == 1       # read once more, never two at once
+        assert sorted(handed) == sorted(w[0] for w in waiting[1:])  # the worker's own slice waits a tick
+
+        # the loop's own call reads once, even when asked again during its read: it goes back to placing
+        reads.clear()
+        inside.clear()
+        release.clear()
+        loop_call = threading.Thread(target=svc.controller.dispatch)
+        loop_call.start()
+        assert inside.wait(10)
+        svc.controller.dispatch(worker=True)
+        release.set()
+        loop_call.join(10)
+        assert len(reads) == 1
+    finally:
+        svc.close()

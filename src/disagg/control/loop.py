@@ -101,6 +101,9 @@ class Controller:
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="slice")
         self._inflight: dict[str, str] = {}  # slice → tenant, in a worker's hands
+        self._dispatching = False  # a thread is reading the slices to work (`dispatch`)
+        self._dispatch_again = False  # and is asked to read once more when done
+        self._skips: set[str] = set()  # slices workers just left, which wait for the next tick
         self._lock = threading.Lock()
         self.last_round: dict[str, Any] = {}
         self._last_schedule = 0.0
@@ -411,23 +414,51 @@ class Controller:
         return window, backfill
 
     # --- 4. dispatch -----------------------------------------------------------------------
-    def dispatch(self, skip: str | None = None) -> None:
+    def dispatch(self, skip: str | None = None, worker: bool = False) -> None:
         """Hand the idle workers the slices to move on, in a fair order between tenants (`slice.fair_pick`),
         never more than they start at once: what waits stays in the store, ordered again at the next tick
-        or when a worker is done (`skip`: the slice it was on, which waits for the next tick)."""
+        or when a worker is done (`skip`: the slice it was on, which waits for the next tick).
+
+        One read at a time: a call while another thread reads asks it to read once more when done and
+        returns. Each read ranks every waiting slice (12,000 under a burst of submissions); with each of
+        sixteen workers reading as it finished, they were half a core of the two in `bench controller`.
+        `worker`: the caller is a worker that finished, which reads again while asked to; the loop's own
+        call reads once (its next tick reads again) and goes back to placing."""
         if self._stop.is_set():
             return  # stepped down (or stopping): no new slice work
         with self._lock:
+            if skip is not None:
+                self._skips.add(skip)
+            if self._dispatching:
+                self._dispatch_again = True
+                return
             if len(self._inflight) >= self.config.workers:
+                self._skips.clear()
                 return  # every worker busy: nothing to read
-        # each tenant's oldest 2 x workers + 1: what a fair pick can use past those in flight and `skip`
+            self._dispatching = True
+        try:
+            again = True
+            while again and not self._stop.is_set():
+                with self._lock:
+                    skips, self._skips, self._dispatch_again = self._skips, set(), False
+                self._dispatch_once(skips)
+                with self._lock:
+                    again = worker and self._dispatch_again
+        finally:
+            with self._lock:
+                self._dispatching = False
+
+    def _dispatch_once(self, skips: set[str]) -> None:
+        """One read of the slices waiting for a worker, and as many handed out as workers are free."""
+        # each tenant's oldest 2 x workers + 1: what a fair pick can use past those in flight and the skips
+        # (at most one per worker)
         to_work = self.store.slices_to_work(per_tenant=2 * self.config.workers + 1)
         with self._lock:
             free = self.config.workers - len(self._inflight)
             if free <= 0:
                 return
             busy = Counter(self._inflight.values())
-            chosen = fair_pick([w for w in to_work if w[0] not in self._inflight and w[0] != skip], busy, free)
+            chosen = fair_pick([w for w in to_work if w[0] not in self._inflight and w[0] not in skips], busy, free)
             for slice_id, _, tenant in chosen:
                 self._inflight[slice_id] = tenant
         for slice_id, state, _ in chosen:
@@ -447,7 +478,7 @@ class Controller:
             self._wake.set()
         if not self._stop.is_set():
             try:
-                self.dispatch(skip=slice_id)  # this worker is free: the next slice in the fair order now
+                self.dispatch(skip=slice_id, worker=True)  # this worker is free: the next slice in the fair order now
             except Exception:
                 log.exception("dispatch after slice %s failed; the next tick dispatches", slice_id)
 
