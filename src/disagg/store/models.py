@@ -119,7 +119,7 @@ class MachineRow(Base):
     cpus: Mapped[float] = mapped_column(Float)
     memory_gb: Mapped[float] = mapped_column(Float)
     uplink_gbps: Mapped[float] = mapped_column(Float)
-    position: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer, index=True)  # the inventory's version reads its max
 
 
 class DeviceRow(Base):
@@ -136,7 +136,7 @@ class DeviceRow(Base):
     health: Mapped[str] = mapped_column(String(16), default=Health.HEALTHY)
     drained: Mapped[bool] = mapped_column(Boolean, default=False)
     slice_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
-    position: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer, index=True)  # the inventory's version reads its max
 
 
 class EventRow(Base):

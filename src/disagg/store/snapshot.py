@@ -208,11 +208,15 @@ class Inventory:
 
 
 def inventory_version(conn: Connection) -> tuple[int, ...]:
+    """Rows are only ever added to the inventory (`Store.sync_inventory`): their counts and last positions
+    change with each addition. One statement of five subqueries, each alone so that SQLite answers it from
+    an index (`max(position)` beside `count()` in one SELECT scans every row: 4 ms at 52,500 devices)."""
     m, d = _machines.c, _devices.c
-    rows = conn.execute(select(func.count(), func.coalesce(func.max(m.position), -1))).one()
-    devs = conn.execute(select(func.count(), func.coalesce(func.max(d.position), -1))).one()
-    links = conn.execute(select(func.count()).select_from(_links)).scalar_one()
-    return (int(rows[0]), int(rows[1]), int(devs[0]), int(devs[1]), int(links))
+    parts = (select(func.count()).select_from(_machines), select(func.coalesce(func.max(m.position), -1)),
+             select(func.count()).select_from(_devices), select(func.coalesce(func.max(d.position), -1)),
+             select(func.count()).select_from(_links))
+    row = conn.execute(select(*(p.scalar_subquery() for p in parts))).one()
+    return tuple(int(v) for v in row)
 
 
 def read_inventory(conn: Connection, version: tuple[int, ...]) -> Inventory:
