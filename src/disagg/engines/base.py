@@ -74,7 +74,11 @@ class ForeignHolding:
 
 def with_foreign_holdings(snapshot: Cluster, holdings: Iterable[ForeignHolding]) -> Cluster:
     """The snapshot with what foreign jobs hold added as allocations, so no policy offers it (no double
-    booking). Holdings on nodes or devices the cluster does not know are left out."""
+    booking). Holdings on nodes or devices the cluster does not know are left out. Without any, the
+    snapshot as it is (its index of 50,000 devices by id is not built for nothing each round)."""
+    holdings = list(holdings)
+    if not holdings:
+        return snapshot
     known = snapshot.device_by_id
     extra = []
     for h in holdings:
