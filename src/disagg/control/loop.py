@@ -458,6 +458,7 @@ class Controller:
             if free <= 0:
                 return
             busy = Counter(self._inflight.values())
+            skips = skips | self._skips  # and those left by workers that finished during the read
             chosen = fair_pick([w for w in to_work if w[0] not in self._inflight and w[0] not in skips], busy, free)
             for slice_id, _, tenant in chosen:
                 self._inflight[slice_id] = tenant
