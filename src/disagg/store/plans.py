@@ -29,7 +29,7 @@ from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import JobMove, hold_devices_of, move_jobs, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
-from disagg.store.snapshot import current_inventory, down_links, live_slices_placed, room_left
+from disagg.store.snapshot import current_inventory, down_links, live_slices_placed, remember_placed, room_left
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -72,20 +72,24 @@ class PlanOps(StoreBase):
             attempts = dict(conn.execute(select(_jobs.c.id, _jobs.c.attempts).where(
                 _jobs.c.id.in_(considered), _jobs.c.state == JobState.QUEUED)).all()) if considered else {}
             waits: dict[tuple[str | None, str | None], list[str]] = defaultdict(list)
-            self._place(conn, plan, ledger, attempts, result, waits, now)
+            placed = self._place(conn, plan, ledger, attempts, result, waits, now)
             decided = {p.job for p in plan.placed} | {u.job for u in plan.unplaced}
             for u in plan.unplaced:
                 if u.job in attempts:
                     waits[(u.message, str(u.reason))].append(u.job)
             waits[(None, None)] += [j for j in considered if j not in decided and j in attempts]
             _note_waits(conn, waits, count_wait, now)
+        remember_placed((self.engine, self.read_engine), placed)
         return result
 
     @staticmethod
     def _place(conn: Connection, plan: Decisions, ledger: RoomLedger, attempts: dict[str, int],
-               result: CommitResult, waits: dict[tuple[str | None, str | None], list[str]], now: float) -> None:
-        """Create the slices of the placements that still fit; note the rest as conflicts."""
+               result: CommitResult, waits: dict[tuple[str | None, str | None], list[str]], now: float
+               ) -> dict[str, SlicePlacement]:
+        """Create the slices of the placements that still fit; note the rest as conflicts. Returns the new
+        slices' placements, by slice."""
         slices: list[dict[str, Any]] = []
+        placed: dict[str, SlicePlacement] = {}
         held: dict[str, list[str]] = {}
         moves: list[JobMove] = []
         for p in plan.placed:
@@ -99,7 +103,7 @@ class PlanOps(StoreBase):
             ledger.take(p)
             slice_id = new_id("s")
             attempt = attempts[p.job] + 1
-            placement = slice_placement(slice_id, p)
+            placement = placed[slice_id] = slice_placement(slice_id, p)
             held[slice_id] = [d.id for _, d in placement.devices()]
             slices.append({"id": slice_id, "job_id": p.job, "attempt": attempt, "state": SliceState.COMPOSING,
                            "outcome": None, "detail": None, "placement": placement.to_json(),
@@ -110,6 +114,7 @@ class PlanOps(StoreBase):
         new_slices(conn, slices, now)
         move_jobs(conn, moves, now)
         hold_devices_of(conn, held)
+        return placed
 
 
 def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
