@@ -8,12 +8,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from control_helpers import make_service
 from fastapi.testclient import TestClient
 
 from disagg.api.app import create_app
 from disagg.api.errors import STORE_RETRY_AFTER_S
 from disagg.store.pgtemp import TempPostgres, find_bin
-from tests.control.control_helpers import make_service
 
 pytestmark = pytest.mark.postgres
 
