@@ -140,17 +140,19 @@ _KEPT: weakref.WeakKeyDictionary[Engine, _Kept] = weakref.WeakKeyDictionary()
 _KEPT_LOCK = threading.Lock()
 
 
-def _kept(conn: Connection) -> _Kept:
+def _kept_for(engine: Engine) -> _Kept:
     with _KEPT_LOCK:
-        return _KEPT.setdefault(conn.engine, _Kept())
+        return _KEPT.setdefault(engine, _Kept())
+
+
+def _kept(conn: Connection) -> _Kept:
+    return _kept_for(conn.engine)
 
 
 def remember_placed(engines: Iterable[Engine], placed: dict[str, SlicePlacement]) -> None:
     """`PlacementCache.remember` for each of a store's engines (its writer's and its readers')."""
     for engine in set(engines):
-        with _KEPT_LOCK:
-            kept = _KEPT.setdefault(engine, _Kept())
-        kept.placements.remember(placed)
+        _kept_for(engine).placements.remember(placed)
 
 
 def live_slices_placed(conn: Connection) -> LiveSlices:
