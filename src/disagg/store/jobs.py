@@ -19,7 +19,7 @@ from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
-from disagg.store.lifecycle import JobMove, job_events, move_job, move_jobs, move_slice, new_jobs, note_jobs
+from disagg.store.lifecycle import CHUNK, JobMove, job_events, move_job, move_jobs, move_slice, new_jobs, note_jobs
 from disagg.store.models import EventRow, JobRow, SliceRow, StepRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -49,8 +49,8 @@ class QueuedModels:
         with self._lock:
             made = dict(self._made)
         missing = [str(i) for i, _ in ids if i not in made]
-        for k in range(0, len(missing), 500):
-            rows = conn.execute(select(_jobs).where(_jobs.c.id.in_(missing[k:k + 500])))
+        for k in range(0, len(missing), CHUNK):
+            rows = conn.execute(select(_jobs).where(_jobs.c.id.in_(missing[k:k + CHUNK])))
             made.update((str(r.id), model_job(r)) for r in rows)
         out = []
         for job_id, waited in ids:
