@@ -127,15 +127,19 @@ async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
     )
 
 
-async def _store_unavailable(req: Request, exc: Exception) -> JSONResponse:
-    """503, not 500: the request was fine and nothing it asked for was done (its transaction did not
-    commit), so the client may send it again; the log keeps the database's own words for the operator."""
+def store_unavailable(req: Request, exc: Exception) -> str:
+    """What a request that met a store that did not answer is told (on /v1 and on Redfish, each in its own
+    error body): 503, not 500, since the request was fine and nothing it asked for was done (its
+    transaction did not commit), so the client may send it again. The log keeps the database's own words
+    for the operator."""
     log.warning("%s %s: the store did not answer: %s: %s", req.method, req.url.path, type(exc).__name__,
                 str(exc).splitlines()[0] if str(exc) else "")
-    detail = (f"the store did not answer ({type(exc).__name__}); nothing was changed: "
-              f"try again in {STORE_RETRY_AFTER_S} s")
+    return f"the store did not answer ({type(exc).__name__}); nothing was changed: try again in {STORE_RETRY_AFTER_S} s"
+
+
+async def _store_unavailable(req: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=503, headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
-                        content={"detail": detail, "problems": []})
+                        content={"detail": store_unavailable(req, exc), "problems": []})
 
 
 #: The dashboard's hook: an HTML page for an error of a request for one of its pages (from the answer
@@ -171,5 +175,18 @@ def install_handlers(app: FastAPI, routes: Sequence[BaseRoute], pages: ErrorPage
         app.add_exception_handler(kind, _or_page(handler, pages) if pages else handler)
 
 
-__all__ = ["R400", "R401", "R403", "R404", "R409", "R422", "R429", "ApiError", "ErrorPages", "Responses",
-           "install_handlers"]
+__all__ = [
+    "R400",
+    "R401",
+    "R403",
+    "R404",
+    "R409",
+    "R422",
+    "R429",
+    "STORE_RETRY_AFTER_S",
+    "ApiError",
+    "ErrorPages",
+    "Responses",
+    "install_handlers",
+    "store_unavailable",
+]

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from disagg.api.deps import TokenCache
-from disagg.api.errors import STORE_RETRY_AFTER_S
+from disagg.api.errors import STORE_RETRY_AFTER_S, store_unavailable
 from disagg.api.ratelimit import TenantBuckets
 from disagg.api.redfish.auth import Sessions
 from disagg.api.redfish.protocol import Protocol, RedfishError, RedfishResponse, error_response
@@ -64,11 +64,10 @@ def redfish_app(jobs: JobService, tokens: TokenCache | None = None) -> FastAPI:
         message_id = {404: "ResourceNotFound", 405: "OperationNotAllowed"}.get(status, "GeneralError")
         return error_response(RedfishError(status, message_id, str(getattr(exc, "detail", exc))))
 
-    async def store_down(_req: Request, exc: Exception) -> Response:  # as /v1 answers it (`api.errors`)
+    async def store_down(req: Request, exc: Exception) -> Response:  # as /v1 answers it (`api.errors`)
         wait = str(STORE_RETRY_AFTER_S)
-        return error_response(RedfishError(
-            503, "ServiceTemporarilyUnavailable", f"the store did not answer ({type(exc).__name__}); "
-            f"nothing was changed: retry in {wait} seconds", [wait], {"Retry-After": wait}))
+        return error_response(RedfishError(503, "ServiceTemporarilyUnavailable", store_unavailable(req, exc), [wait],
+                                           {"Retry-After": wait}))
 
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
