@@ -5,12 +5,13 @@ kill: `disagg.bench.crash`."""
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from pathlib import Path
 
 import pytest
 
-from disagg.bench.crash import event_violations, run_crash_trials
+from disagg.bench.crash import ServerExited, _Trials, event_violations, run_crash_trials
 from disagg.cli.serve import serve_main
 from disagg.store.pgtemp import TempPostgres
 
@@ -54,3 +55,36 @@ def test_kill_9_with_a_postgresql_store(tmp_path: Path, pg_server: TempPostgres)
     assert result["store"] == "postgresql" and result["violations"] == []
     assert result["kills"] == trials and result["jobs"] >= trials // 2
     assert result["runs_per_job"]["min"] >= 1
+
+
+class _FlakyServer:
+    """A server whose first starts end on their own with `logs` (one per start), then answers."""
+
+    def __init__(self, logs: list[str]) -> None:
+        self.logs, self.starts = logs, 0
+
+    def start(self) -> None:
+        self.starts += 1
+
+    def ready(self) -> None:
+        if self.starts <= len(self.logs):
+            raise ServerExited(self.logs[self.starts - 1])
+
+
+def test_a_server_that_steps_down_before_it_answers_is_started_again_and_any_other_exit_is_an_error(
+        tmp_path: Path) -> None:
+    lapsed = "disagg: stepping down: the lease of epoch 12 lapsed before an action"
+    server = _FlakyServer([lapsed])
+    trials = _Trials(server, None, {}, tmp_path / "events", random.Random(1))  # type: ignore[arg-type]
+    server.start()
+    trials.ready()
+    assert server.starts == 2 and trials.restarted == 1     # started again once, as a supervisor would
+    broken = _FlakyServer(["error: the store at sqlite:///x cannot be opened"])
+    broken.start()
+    with pytest.raises(ServerExited, match="cannot be opened"):
+        _Trials(broken, None, {}, tmp_path / "events", random.Random(1)).ready()  # type: ignore[arg-type]
+    endless = _FlakyServer([lapsed] * 5)   # a server that never stays up is not restarted for ever
+    endless.start()
+    with pytest.raises(ServerExited, match="lapsed"):
+        _Trials(endless, None, {}, tmp_path / "events", random.Random(1)).ready()  # type: ignore[arg-type]
+    assert broken.starts == 1 and endless.starts == 3
