@@ -3,6 +3,7 @@ snapshots, idempotency keys, all-or-nothing transactions."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from disagg.control.service import DEFAULT_CLUSTER
-from disagg.model import SlicePlacement, load_cluster
+from disagg.model import Machine, SlicePlacement, load_cluster
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store import Store
 from disagg.store.models import Base, DeviceRow, JobRow, LinkRow, SliceRow, device_state
@@ -287,3 +288,34 @@ def test_group_insert_commits_a_batch_and_answers_each_row_of_a_refused_one(db_u
         ids = set(s.scalars(select(JobRow.id)))
     assert ids == {f"j{i}" for i in range(40)} | {"k0", "k1", "k3"}
     store.close()
+
+
+def test_a_stores_writer_finds_the_inventory_its_reader_read(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first commit (on the writer's engine) read every machine and device again after the first
+    snapshot (on the reader's) had: now one read serves both, until a row is added."""
+    import disagg.store.snapshot as snapshot
+
+    store = Store(db_url)
+    store.migrate()
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    store.sync_inventory(cluster)
+    reads: list[tuple[int, ...]] = []
+    real = snapshot.read_inventory
+    monkeypatch.setattr(snapshot, "read_inventory", lambda conn, version: reads.append(version) or real(conn, version))
+    try:
+        store.cluster()
+        with store.write_core(fenced=False) as conn:
+            written = snapshot.current_inventory(conn)
+        assert len(reads) == 1 and len(written.devices) == len(cluster.devices)
+        with store.read_core() as conn:
+            assert snapshot.current_inventory(conn) is written  # nothing added: the same one kept
+        first = cluster.machines[0]
+        extra = Machine("m-extra", first.rack, first.cpus, first.memory_gb, first.uplink_gbps)
+        store.sync_inventory(dataclasses.replace(cluster, machines=(*cluster.machines, extra)))
+        with store.write_core(fenced=False) as conn:
+            grown = snapshot.current_inventory(conn)
+        with store.read_core() as conn:
+            assert snapshot.current_inventory(conn) is grown  # read once more, by either, for both
+        assert len(reads) == 2 and "m-extra" in {m.name for m in grown.machines}
+    finally:
+        store.close()

@@ -123,16 +123,24 @@ class PlacementCache:
         return out
 
 
-class _Kept:
-    """What one store keeps between reads: its live placements and its inventory."""
+class _InventoryKept:
+    """The inventory read last, and its devices with the health words read last: the same for every engine
+    of one store (its writer's and its reader's), since `Inventory.version` tells a change whichever reads it."""
 
     def __init__(self) -> None:
-        self.placements = PlacementCache()
         self.inventory: Inventory | None = None
         #: The inventory's devices with the last health words read, and what they were read from: the
         #: same tuple while nothing changes, so a round's placement keeps what it worked out of the
         #: devices (`placement.state.inventory_arrays` compares them by identity).
         self.health: tuple[object, tuple[Device, ...]] | None = None
+
+
+class _Kept:
+    """What one engine keeps between reads: its live placements, and the store's inventory (`shared`)."""
+
+    def __init__(self) -> None:
+        self.placements = PlacementCache()
+        self.shared = _InventoryKept()
 
 
 #: Each store's kept reads, by its SQLAlchemy engine (one per `Store`; gone with it).
@@ -147,6 +155,14 @@ def _kept_for(engine: Engine) -> _Kept:
 
 def _kept(conn: Connection) -> _Kept:
     return _kept_for(conn.engine)
+
+
+def share_inventory(engines: Iterable[Engine]) -> None:
+    """One store's engines keep one inventory: the first commit read the 52,500 devices again on the
+    writer's engine (half a second) after the first snapshot had read them on the reader's."""
+    shared = _InventoryKept()
+    for engine in set(engines):
+        _kept_for(engine).shared = shared
 
 
 def remember_placed(engines: Iterable[Engine], placed: dict[str, SlicePlacement]) -> None:
@@ -256,11 +272,12 @@ def read_inventory(conn: Connection, version: tuple[int, ...]) -> Inventory:
 
 def current_inventory(conn: Connection) -> Inventory:
     """The store's inventory, read again only when rows were added since it was kept."""
-    kept = _kept(conn)
+    kept = _kept(conn).shared
     version = inventory_version(conn)
-    if kept.inventory is None or kept.inventory.version != version:
-        kept.inventory = read_inventory(conn, version)
-    return kept.inventory
+    inventory = kept.inventory
+    if inventory is None or inventory.version != version:
+        inventory = kept.inventory = read_inventory(conn, version)
+    return inventory
 
 
 def down_links(conn: Connection) -> frozenset[str]:
@@ -274,7 +291,7 @@ def _with_health(conn: Connection, inv: Inventory, reach: Reach) -> tuple[Device
     odd_rows = odd.all()
     if not odd_rows and not reach.down:
         return inv.devices
-    kept = _kept(conn)
+    kept = _kept(conn).shared
     key = (inv.version, frozenset((str(i), str(h), bool(dr)) for i, h, dr in odd_rows), reach.down)
     last = kept.health
     if last is not None and last[0] == key:
@@ -307,6 +324,10 @@ def read_cluster(conn: Connection, fresh: bool = False) -> Cluster:
 
 
 class SnapshotOps(StoreBase):
+    def _open(self, url: str) -> None:
+        super()._open(url)
+        share_inventory((self.engine, self.read_engine))
+
     def cluster(self) -> Cluster:
         """The inventory as a snapshot (health included) with what live slices hold as allocations."""
         with self.read_core() as conn:
