@@ -73,10 +73,10 @@ def _poll_write_lock(raw: Any) -> bool:
     lock is still taken after `POLL_WRITE_LOCK_S` (or the failure is not a lock): the caller then asks
     SQLite, whose busy handler waits out the rest of `busy_timeout` (and raises what SQLAlchemy wraps).
 
-    SQLite's handler backs off in sleeps of up to 100 ms (1, 2, 5, 10, 15, 20, 25, ... ms): a slice worker's
-    one-statement write in the loop process, queued behind the API process's insert of a batch, slept on
-    past its end, while holding this process's writer slot (`_WriterQueue`), so every other writer waited
-    too: 110 ms a step under `bench controller`."""
+    SQLite's handler backs off in sleeps of up to 100 ms (1, 2, 5, 10, 15, 20, 25, ... ms): a write in the
+    loop process, behind the API process's insert of a batch (or the API's behind the loop's commit), slept
+    on past the end of the other's hold, while holding its own process's writer slot (`_WriterQueue`), so
+    every other writer of that process waited too."""
     raw.execute("PRAGMA busy_timeout=0")
     try:
         deadline = time.monotonic() + POLL_WRITE_LOCK_S
