@@ -157,7 +157,7 @@ def test_the_kept_snapshot_follows_every_change_a_round_must_see(db_url: str, tm
     _same_snapshot(store)
     for step in range(60):
         with store.write() as s:
-            what = rng.randrange(6)
+            what = rng.randrange(7)
             if what == 0:
                 dev = s.get(DeviceRow, rng.choice(devices))
                 assert dev is not None
@@ -181,6 +181,10 @@ def test_the_kept_snapshot_follows_every_change_a_round_must_see(db_url: str, tm
                 live = list(s.scalars(running))
                 if live:
                     rng.choice(live).state = "done"
+            elif what == 5:  # retention removes an ended slice: the next snapshot reads every live one
+                ended = list(s.scalars(select(SliceRow).where(SliceRow.state == "done")))
+                if ended:
+                    s.delete(rng.choice(ended))
             else:  # a composition: no job, and an update rewrites its placement
                 row = s.get(SliceRow, "s-composed")
                 placement = _placed("composed/0", rng.choice(machines), rng.choice([*devices, None]))
@@ -317,5 +321,55 @@ def test_a_stores_writer_finds_the_inventory_its_reader_read(db_url: str, monkey
         with store.read_core() as conn:
             assert snapshot.current_inventory(conn) is grown  # read once more, by either, for both
         assert len(reads) == 2 and "m-extra" in {m.name for m in grown.machines}
+    finally:
+        store.close()
+
+
+def test_a_snapshot_reads_only_the_slices_changed_since_the_last(tmp_path: Path) -> None:
+    """SQLite numbers each change to a slice (migration `i23_slice_changes`): a snapshot after the first
+    reads the slices numbered since, not every live slice; after a deletion, every live slice again."""
+    from sqlalchemy import event
+
+    store = Store(f"sqlite:///{tmp_path / 'disagg.db'}")
+    store.migrate()
+    cluster = load_cluster(DEFAULT_CLUSTER)
+    store.sync_inventory(cluster)
+    machine, device = cluster.machines[0].name, cluster.devices[0].id
+    statements: list[str] = []
+    event.listen(store.read_engine, "before_cursor_execute", lambda *a: statements.append(str(a[2])))
+
+    def slice_row(k: int, state: str = "running") -> SliceRow:
+        return SliceRow(id=f"s-{k}", job_id=f"j-{k}", attempt=1, state=state, outcome=None, detail=None,
+                        placement=_placed(f"j-{k}/0", machine, device if k == 0 else None), handle=None,
+                        created_at=0.0, updated_at=0.0)
+
+    def read_every() -> bool:
+        """Whether a snapshot now reads every live slice (else only those changed since the last)."""
+        statements.clear()
+        store.cluster()
+        return any("slices.state IN" in q and "slices.seq" not in q and "placement" not in q for q in statements)
+
+    try:
+        with store.write() as s:
+            for k in range(3):
+                s.add(_job(f"j-{k}"))
+            s.flush()
+            s.add_all([slice_row(0), slice_row(1)])
+        assert read_every(), "the first snapshot reads every live slice"
+        _same_snapshot(store)
+        with store.write() as s:
+            row = s.get(SliceRow, "s-0")
+            assert row is not None
+            row.state = "done"  # leaves the live set
+            s.add(slice_row(2))  # joins it
+        assert not read_every() and [q for q in statements if "slices.seq >" in q]
+        _same_snapshot(store)
+        assert {a.job for a in store.cluster().allocations} == {"j-1", "j-2"}
+        with store.write() as s:
+            gone = s.get(SliceRow, "s-0")
+            assert gone is not None
+            s.delete(gone)
+        assert read_every()
+        _same_snapshot(store)
     finally:
         store.close()

@@ -91,6 +91,18 @@ class SliceRow(Base):
     handle: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    #: SQLite: the number of the slice's last change (`slice_changes.seq`, set by triggers); None elsewhere.
+    seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+
+
+class SliceChangesRow(Base):
+    """How many changes to slices SQLite's triggers have numbered (`seq`) and how many slices were deleted
+    (`gone`): one row (id 1). Migration `i23_slice_changes` says why."""
+
+    __tablename__ = "slice_changes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    gone: Mapped[int] = mapped_column(BigInteger)
 
 
 class StepRow(Base):

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, func, or_, select
+from sqlalchemy import Connection, Engine, Table, bindparam, func, or_, select
 
 from disagg.model import Allocation, Cluster, Device, Machine, Pool, Reach, SlicePlacement
 from disagg.model.states import (
@@ -33,12 +33,13 @@ from disagg.model.states import (
     Health,
 )
 from disagg.store.base import StoreBase
-from disagg.store.models import DeviceRow, LinkRow, MachineRow, SliceRow
+from disagg.store.models import DeviceRow, LinkRow, MachineRow, SliceChangesRow, SliceRow
 
 _machines: Table = MachineRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
 _links: Table = LinkRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
+_changes: Table = SliceChangesRow.__table__  # type: ignore[assignment]
 
 
 def holder(slice_id: str, job_id: str | None) -> str:
@@ -66,6 +67,7 @@ class PlacementCache:
         #: for a reader content with what was live a moment ago (`recent`, which joins them: a commit's
         #: ledger reads the live slices too, inside the write lock, and has no use for the join).
         self._last: tuple[float, Sequence[Any], LiveSlices] | None = None
+        self._feed: _Feed | None = None  # the last read of the live slices by their numbered changes
 
     def recent(self, max_age_s: float) -> list[tuple[str, str, str, SlicePlacement]] | None:
         """The live job slices (slice, job, state, placement) as the last read found them, if it was at
@@ -85,13 +87,15 @@ class PlacementCache:
         with self._lock:
             self._placed.update(placed)
 
-    def allocations(self, conn: Connection, live: LiveSlices | None = None) -> list[Allocation]:
+    def allocations(self, conn: Connection, live: LiveSlices | None = None, changes: bool = False
+                    ) -> list[Allocation]:
         """What the live slices hold, as allocations: each job slice's made once, like its placement.
-        `live`: the live slices as `live` read them in this transaction (None: read them)."""
+        `live`: the live slices as `live` read them in this transaction (None: read them, by their
+        `changes` if asked)."""
         out: list[Allocation] = []
         made: dict[str, tuple[Allocation, ...]] = {}
         known = self._allocations
-        for slice_id, job, placement in self.live(conn) if live is None else live:
+        for slice_id, job, placement in self.live(conn, changes) if live is None else live:
             kept = known.get(slice_id)
             if kept is None or job.startswith("composition:"):
                 kept = made[slice_id] = tuple(placement.allocations(job))
@@ -102,10 +106,11 @@ class PlacementCache:
             self._allocations.update((i, a) for i, a in made.items() if i in self._placed)
         return out
 
-    def live(self, conn: Connection) -> LiveSlices:
+    def live(self, conn: Connection, changes: bool = False) -> LiveSlices:
+        """The live slices with their placements. `changes`: on SQLite, from the last such read and the
+        slices changed since (`_live_rows`), not a read of every live slice."""
         read_at = time.monotonic()
-        raw = conn.execute(select(_slices.c.id, _slices.c.job_id, _slices.c.state)
-                           .where(_slices.c.state.in_(LIVE_SLICE_STATES))).all()
+        raw = self._live_rows(conn) if changes and conn.dialect.name == "sqlite" else conn.execute(_LIVE).all()
         rows = [(str(i), j) for i, j, _ in raw]
         with self._lock:
             known = dict(self._placed)
@@ -121,6 +126,44 @@ class PlacementCache:
                 self._placed = {i: p for i, h, p in out if not h.startswith("composition:")}
             self._last = (read_at, raw, out)
         return out
+
+    def _live_rows(self, conn: Connection) -> Sequence[tuple[str, str | None, str]]:
+        """(slice, job, state) of every live slice: the last such read's, with the slices numbered since
+        (migration `i23_slice_changes`: SQLite's triggers number each change in commit order) put in or
+        taken out; every live slice read again when a slice was deleted since, or on the first read."""
+        seq, gone = conn.execute(_CHANGES).one()
+        with self._lock:
+            feed = self._feed
+        if feed is not None and feed.gone == gone and feed.seq <= seq:
+            rows = feed.rows if feed.seq == seq else dict(feed.rows)
+            if feed.seq < seq:
+                live = set(LIVE_SLICE_STATES)
+                for i, j, state in conn.execute(_CHANGED, {"seq": feed.seq}):
+                    if state in live:
+                        rows[str(i)] = (j, state)
+                    else:
+                        rows.pop(str(i), None)
+        else:
+            rows = {str(i): (j, state) for i, j, state in conn.execute(_LIVE)}
+        with self._lock:
+            if self._feed is None or self._feed.seq <= seq:
+                self._feed = _Feed(seq, gone, rows)
+        return [(i, j, state) for i, (j, state) in rows.items()]
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """A read of the live slices (`PlacementCache._live_rows`): as of change `seq`, `gone` slices deleted
+    before it; `rows`: slice → (job, state), never changed once kept (the next read copies it)."""
+
+    seq: int
+    gone: int
+    rows: dict[str, tuple[str | None, str]]
+
+
+_LIVE = select(_slices.c.id, _slices.c.job_id, _slices.c.state).where(_slices.c.state.in_(LIVE_SLICE_STATES))
+_CHANGES = select(_changes.c.seq, _changes.c.gone).where(_changes.c.id == 1)
+_CHANGED = select(_slices.c.id, _slices.c.job_id, _slices.c.state).where(_slices.c.seq > bindparam("seq"))
 
 
 class _InventoryKept:
@@ -189,10 +232,11 @@ def live_placements(conn: Connection) -> list[SlicePlacement]:
     return [p for _, _, p in live_slices_placed(conn)]
 
 
-def live_allocations(conn: Connection, live: LiveSlices | None = None) -> list[Allocation]:
+def live_allocations(conn: Connection, live: LiveSlices | None = None, changes: bool = False) -> list[Allocation]:
     """What the live slices hold, as allocations (the snapshot's warm part, and what a commit re-checks);
-    `live`: the live slices as read in this transaction already (None: read them)."""
-    return _kept(conn).placements.allocations(conn, live)
+    `live`: the live slices as read in this transaction already (None: read them). `changes`: read only the
+    slices changed since the last read (a snapshot; a commit's ledger reads every live slice)."""
+    return _kept(conn).placements.allocations(conn, live, changes)
 
 
 def room_left(conn: Connection, live: LiveSlices | None = None, inventory: Inventory | None = None
@@ -320,7 +364,8 @@ def read_cluster(conn: Connection, fresh: bool = False) -> Cluster:
     down = down_links(conn)
     reach = Reach.of(down, inv.location_rack)
     return Cluster(machines=inv.machines, pools=inv.pools, devices=_with_health(conn, inv, reach),
-                   rack_uplink_gbps=inv.rack_gbps, allocations=tuple(live_allocations(conn)), down_links=down)
+                   rack_uplink_gbps=inv.rack_gbps, allocations=tuple(live_allocations(conn, changes=not fresh)),
+                   down_links=down)
 
 
 class SnapshotOps(StoreBase):
