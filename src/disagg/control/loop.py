@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from disagg.control.backlog import SliceBacklog
 from disagg.control.config import Config
 from disagg.control.health import HealthMonitor
 from disagg.control.history import HistorySampler
@@ -104,8 +103,7 @@ class Controller:
         self._inflight: dict[str, str] = {}  # slice → tenant, in a worker's hands
         self._dispatching = False  # a thread is reading the slices to work (`dispatch`)
         self._dispatch_again = False  # and is asked to read once more when done
-        self._skips: set[str] = set()  # slices workers just left, which wait for the next read
-        self._backlog = SliceBacklog()  # the last read, less what workers took: what the next workers take
+        self._skips: set[str] = set()  # slices workers just left, which wait for the next tick
         self._lock = threading.Lock()
         self.last_round: dict[str, Any] = {}
         self._last_schedule = 0.0
@@ -418,15 +416,14 @@ class Controller:
     # --- 4. dispatch -----------------------------------------------------------------------
     def dispatch(self, skip: str | None = None, worker: bool = False) -> None:
         """Hand the idle workers the slices to move on, in a fair order between tenants (`slice.fair_pick`),
-        never more than they start at once: what waits stays in the store, ordered again at the next read
-        (`skip`: the slice a worker was on, which waits for the next read).
+        never more than they start at once: what waits stays in the store, ordered again at the next tick
+        or when a worker is done (`skip`: the slice it was on, which waits for the next tick).
 
-        From the last read while it can tell (`control.backlog`: recent, and no tenant it cut short running
-        out); else one read at a time: a call while another thread reads asks it to read once more when
-        done and returns. Each read ranks every waiting slice (12,000 under a burst of submissions); with
-        each of sixteen workers reading as it finished, they were half a core of the two in `bench
-        controller`. `worker`: the caller is a worker that finished, which reads again while asked to; the
-        loop's own call reads once (its next tick reads again) and goes back to placing."""
+        One read at a time: a call while another thread reads asks it to read once more when done and
+        returns. Each read ranks every waiting slice (12,000 under a burst of submissions); with each of
+        sixteen workers reading as it finished, they were half a core of the two in `bench controller`.
+        `worker`: the caller is a worker that finished, which reads again while asked to; the loop's own
+        call reads once (its next tick reads again) and goes back to placing."""
         if self._stop.is_set():
             return  # stepped down (or stopping): no new slice work
         with self._lock:
@@ -435,18 +432,10 @@ class Controller:
             if self._dispatching:
                 self._dispatch_again = True
                 return
-            free = self.config.workers - len(self._inflight)
-            if free <= 0:
+            if len(self._inflight) >= self.config.workers:
                 self._skips.clear()
                 return  # every worker busy: nothing to read
-            chosen = self._backlog.pick(time.monotonic(), self._inflight, self._skips, free)
-            if chosen is None:
-                self._dispatching = True
-            else:
-                self._inflight.update((slice_id, tenant) for slice_id, _, tenant in chosen)
-        if chosen is not None:
-            self._hand(chosen)
-            return
+            self._dispatching = True
         try:
             again = True
             while again and not self._stop.is_set():
@@ -460,24 +449,19 @@ class Controller:
                 self._dispatching = False
 
     def _dispatch_once(self, skips: set[str]) -> None:
-        """One read of the slices waiting for a worker, and as many handed out as workers are free; the rest
-        kept for the workers that finish next (`SliceBacklog`)."""
+        """One read of the slices waiting for a worker, and as many handed out as workers are free."""
         # each tenant's oldest 2 x workers + 1: what a fair pick can use past those in flight and the skips
         # (at most one per worker)
-        per_tenant = 2 * self.config.workers + 1
-        at = time.monotonic()
-        to_work = self.store.slices_to_work(per_tenant=per_tenant)
+        to_work = self.store.slices_to_work(per_tenant=2 * self.config.workers + 1)
         with self._lock:
             free = self.config.workers - len(self._inflight)
+            if free <= 0:
+                return
+            busy = Counter(self._inflight.values())
             skips = skips | self._skips  # and those left by workers that finished during the read
-            waiting = [w for w in to_work if w[0] not in self._inflight and w[0] not in skips]
-            chosen = fair_pick(waiting, Counter(self._inflight.values()), free) if free > 0 else []
-            self._inflight.update((slice_id, tenant) for slice_id, _, tenant in chosen)
-            gone = skips | self._inflight.keys()  # (the chosen ones among them now)
-            self._backlog.refill(to_work, at, per_tenant, gone)
-        self._hand(chosen)
-
-    def _hand(self, chosen: list[tuple[str, SliceState, str]]) -> None:
+            chosen = fair_pick([w for w in to_work if w[0] not in self._inflight and w[0] not in skips], busy, free)
+            for slice_id, _, tenant in chosen:
+                self._inflight[slice_id] = tenant
         for slice_id, state, _ in chosen:
             self._pool.submit(self._work, slice_id, state)
 
