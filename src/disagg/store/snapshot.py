@@ -135,17 +135,17 @@ class PlacementCache:
         seq, gone = conn.execute(_CHANGES).one()
         with self._lock:
             feed = self._feed
-        if feed is not None and feed.gone == gone and feed.seq <= seq:
-            rows = feed.rows if feed.seq == seq else dict(feed.rows)
-            if feed.seq < seq:
-                live = set(LIVE_SLICE_STATES)
-                for i, j, state in conn.execute(_CHANGED, {"seq": feed.seq}):
-                    if state in live:
-                        rows[str(i)] = (j, state)
-                    else:
-                        rows.pop(str(i), None)
-        else:
+        if feed is None or feed.gone != gone or feed.seq > seq:  # first, after a deletion, or an older view
             rows = {str(i): (j, state) for i, j, state in conn.execute(_LIVE)}
+        elif feed.seq == seq:
+            rows = feed.rows
+        else:
+            rows = dict(feed.rows)
+            for i, j, state in conn.execute(_CHANGED, {"seq": feed.seq}):
+                if state in LIVE_SLICE_STATES:
+                    rows[str(i)] = (j, state)
+                else:
+                    rows.pop(str(i), None)
         with self._lock:
             if self._feed is None or self._feed.seq <= seq:
                 self._feed = _Feed(seq, gone, rows)
