@@ -282,9 +282,13 @@ def test_a_round_moves_what_it_keeps_to_the_oldest_generation_and_keeps_the_call
     try:
         base._moved_old[0] = 0
         full_before = gc.get_stats()[2]["collections"]
+        young_at_first = gc.get_stats()[0]["collections"]
         kept = round_keeping(5_000)
         count = gc.get_count()  # (what ran after the move: a few allocations at most)
         assert count[0] < 50 and count[1:] == (0, 0) and gc.get_freeze_count() == 0 and gc.isenabled()
+        # moved, not walked: no young collection either (the collector back on before the move would
+        # have run one at its first allocation)
+        assert gc.get_stats()[0]["collections"] == young_at_first
         assert gc.get_stats()[2]["collections"] == full_before and base._moved_old[0] == 1
         assert len(kept) == 5_000 and gc.is_tracked(kept[0])
         base._moved_old[0] = 99  # the 100th such round: a full collection instead

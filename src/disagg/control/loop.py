@@ -58,6 +58,7 @@ from disagg.fabric.base import FabricDriver, with_fabric_holdings
 from disagg.model import Cluster, Job
 from disagg.model.states import JobState, RunState, SliceOutcome, SliceState
 from disagg.placement.backfill import place_round
+from disagg.placement.base import collector_paused
 from disagg.placement.decisions import Decisions, Preemption
 from disagg.placement.fairness import with_fairness
 from disagg.placement.registry import get_policy
@@ -241,7 +242,18 @@ class Controller:
 
     # --- 3. place: plan, then commit ------------------------------------------------------------
     def schedule(self) -> Decisions | None:
-        """Plan on a snapshot and commit; re-plan what conflicted on a fresh snapshot (at most `replans`)."""
+        """Plan on a snapshot and commit; re-plan what conflicted on a fresh snapshot (at most `replans`).
+
+        With the cyclic collector paused (`placement.base.collector_paused`) for the whole round, not only
+        the policy's part: the loop's heap holds the inventory and every live slice's placement (some
+        470,000 objects at 12,500 machines under load), and what a round reads, plans and commits set off
+        a full collection of it in nearly every round (0.2–0.27 s of a 1.0–1.4 s round at 12,000 live
+        slices), for no garbage. After the round the young objects go to the oldest generation at once,
+        and a full collection runs every hundredth round instead."""
+        with collector_paused():
+            return self._schedule()
+
+    def _schedule(self) -> Decisions | None:
         queue = self._queue()
         if queue and self.tenancy.on:
             queue = self._refuse_beyond_limits(queue)

@@ -57,9 +57,11 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
-            gc.enable()
+            # (settled before the collector is back on: the first allocation after `gc.enable()`, the
+            # very tuple of `gc.get_count()`, would start the young collection that settling replaces)
             if gc.get_count()[0] > gc.get_threshold()[0]:
                 _settle_young()
+            gc.enable()
 
 
 #: Rounds settled by moving their objects to the oldest generation since the last full collection
