@@ -31,10 +31,18 @@ def test_summarize_counts_what_was_placed_during_and_after_the_submissions() -> 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 5])
-def test_a_tiny_run_places_what_it_accepted(batch: int) -> None:
+def test_a_tiny_run_places_what_it_accepted(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from disagg.bench import controller
+
+    collecting: list[bool] = []  # whether the benchmark's own collector was on as each request went
+    post = controller._post
+    monkeypatch.setattr(controller, "_post", lambda *a: (collecting.append(gc.isenabled()), post(*a))[1])
     opts = ControllerOptions(machines=200, rate=40, clients=2, seconds=5, window=200, backfill=0, round_gap_s=0.1,
                              tick_s=0.05, drain_s=60, batch=batch)
     r = run_controller_bench(opts)
+    assert collecting and not any(collecting) and gc.isenabled()  # off while the clients stamp and post; on after
     assert r["accepted"] % batch == 0 and r["options"]["batch"] == batch
     assert r["store"] == "sqlite" and r["errors"] == {}
     assert 0 < r["accepted"] == r["submitted"]

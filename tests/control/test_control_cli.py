@@ -161,6 +161,27 @@ def test_serve_runs_the_loop_in_a_process_of_its_own_that_dies_with_the_api(tmp_
             os.killpg(server.pid, signal.SIGKILL)
 
 
+def test_the_api_process_keeps_what_it_opened_out_of_the_collectors_reach() -> None:
+    """`keep_startup_heap` (the split API process, once its service is open): what exists then is frozen,
+    what comes after is collected as usual. In a process of its own: freezing is for a process's life."""
+    import subprocess
+    import sys
+
+    code = ("import gc\n"
+            "from tests.frozen import is_frozen\n"
+            "from disagg.control.split import keep_startup_heap\n"
+            "opened = [[] for _ in range(1000)]\n"
+            "assert gc.get_freeze_count() == 0\n"
+            "keep_startup_heap()\n"
+            "later = [[]]\n"
+            "assert is_frozen(opened[0]) and is_frozen(opened[-1]) and not is_frozen(later)\n"
+            "assert gc.get_freeze_count() >= 1000 and gc.isenabled()\n"
+            "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
 def test_serve_refuses_a_bad_loop_nice_from_the_config_file(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("loop_nice: fast\n")

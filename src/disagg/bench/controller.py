@@ -19,6 +19,7 @@ The mean round time comes from the loop's own histogram (`disagg_placement_round
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -171,18 +172,28 @@ def _client(url: str, token: str, w: int, opts: ControllerOptions, start: float,
 
 
 def _submit(url: str, token: str, opts: ControllerOptions, progress: Progress) -> tuple[Submissions, float, float]:
-    """Run the clients for `seconds`: (what they did, wall time of the start, wall time of the end)."""
+    """Run the clients for `seconds`: (what they did, wall time of the start, wall time of the end).
+
+    With this process's cyclic collector off meanwhile: a client stamps a job's submission just before
+    its POST, so a pause of the benchmark's own (a full collection of its heap took 0.38 s near the end of
+    a run) counted as the controller's latency for every job stamped before it."""
     out, lock = Submissions({}, 0, {}), threading.Lock()
     start, wall0 = time.monotonic(), time.time()
     threads = [threading.Thread(target=_client, args=(url, token, w, opts, start, out, lock), daemon=True)
                for w in range(opts.clients)]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
-        progress(min(time.monotonic() - start, opts.seconds), opts.seconds, "submitting", len(out.sent))
-        time.sleep(0.25)
-    for t in threads:
-        t.join()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            progress(min(time.monotonic() - start, opts.seconds), opts.seconds, "submitting", len(out.sent))
+            time.sleep(0.25)
+        for t in threads:
+            t.join()
+    finally:
+        if collecting:
+            gc.enable()
     return out, wall0, time.time()
 
 

@@ -159,7 +159,7 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
     import os
 
     from disagg.control.service import open_service
-    from disagg.control.split import LoopStartError, start_loop_process
+    from disagg.control.split import LoopStartError, keep_startup_heap, start_loop_process
     from disagg.engines.local_runner import CONTROLLER_OOM_SCORE_ADJ, oom_score_adj
     from disagg.placement.registry import UnknownPolicyError
 
@@ -170,7 +170,9 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
             loop_pid, wake_fd, note = start_loop_process(
                 lambda ready, failed, fd: _run_loop(settings, ready, failed, fd)
             )
-            return open_service(settings, api_only=True), loop_pid, wake_fd, note
+            service = open_service(settings, api_only=True)
+            keep_startup_heap()
+            return service, loop_pid, wake_fd, note
         service = open_service(settings)
         _exit_on_step_down(service)
         return service, 0, -1, service.reconciled.summary()
