@@ -18,7 +18,7 @@ from disagg.model import Machine, SlicePlacement, load_cluster
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store import Store
 from disagg.store.models import Base, DeviceRow, JobRow, LinkRow, SliceRow, device_state
-from disagg.store.snapshot import holder, read_cluster
+from disagg.store.snapshot import holder, live_slices_placed, read_cluster
 
 
 def _job(id_: str, tenant: str = "a", key: str | None = None) -> JobRow:
@@ -133,6 +133,9 @@ def _same_snapshot(store: Store) -> None:
     # Nothing changed since: the same devices tuple, so a round keeps what it read off the inventory.
     assert store.cluster().devices is cached.devices
     assert sorted(cached.allocations, key=repr) == sorted(parsed, key=repr)
+    with store.write_core() as conn:  # as a commit's ledger reads them: by the changes since its last read
+        ledger = [a for i, h, p in live_slices_placed(conn, changes=True) for a in p.allocations(h)]
+    assert sorted(ledger, key=repr) == sorted(parsed, key=repr)
 
 
 def _placed(task: str, machine: str, device: str | None) -> dict[str, object]:
@@ -372,4 +375,50 @@ def test_a_snapshot_reads_only_the_slices_changed_since_the_last(tmp_path: Path)
         assert read_every()
         _same_snapshot(store)
     finally:
+        store.close()
+
+
+def test_a_commits_ledger_reads_only_the_slices_changed_since_the_last_commit(tmp_path: Path) -> None:
+    """The commit re-checks each placement against the live slices read inside its own transaction; after
+    the first commit it reads the slices numbered since the last one (another process's new slice, one
+    that ended), and still refuses what they took and accepts what they freed."""
+    from sqlalchemy import event
+
+    from disagg.placement.decisions import Decisions, DeviceGrant, JobPlacement, TaskPlacement
+
+    store = Store(f"sqlite:///{tmp_path / 'disagg.db'}")
+    other = Store(f"sqlite:///{tmp_path / 'disagg.db'}")  # another process's store: its own engines and reads
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(str(a[2])))
+    grant = DeviceGrant("iobox0/gpu0", "gpu", True, "iobox0", ("up:iobox0", "up:node0"), 1.0)
+
+    def plan(job_id: str, cpus: float, gpu: bool = False) -> Decisions:
+        task = TaskPlacement(f"{job_id}/0", "node0", cpus, 1.0, (grant,) if gpu else ())
+        return Decisions("test", placed=(JobPlacement(job_id, (task,)),))
+
+    def read_every() -> bool:
+        return any("slices.state IN" in q and "slices.seq" not in q for q in statements)
+
+    try:
+        with store.write() as s:
+            s.add_all([_job(f"j-{k}") for k in range(5)])
+        assert [j for j, _ in store.commit_placements(plan("j-0", 4.0), ["j-0"]).placed] == ["j-0"]
+        assert read_every(), "the first commit reads every live slice"
+        statements.clear()
+        assert [j for j, _ in other.commit_placements(plan("j-1", 1.0, gpu=True), ["j-1"]).placed] == ["j-1"]
+        refused = store.commit_placements(plan("j-2", 1.0, gpu=True), ["j-2"])  # the other's slice holds the GPU
+        assert not refused.placed and "iobox0/gpu0 is already held" in refused.conflicts[0][1]
+        assert not read_every() and [q for q in statements if "slices.seq >" in q]
+        # node0 has 10 cpus: 4 + 1 held, so 6 do not fit until the first slice ends
+        assert not store.commit_placements(plan("j-3", 6.0), ["j-3"]).placed
+        with other.write() as s:
+            first = s.scalars(select(SliceRow).where(SliceRow.job_id == "j-0")).one()
+            first.state = "done"
+        statements.clear()
+        assert [j for j, _ in store.commit_placements(plan("j-3", 6.0), ["j-3"]).placed] == ["j-3"]
+        assert not read_every()
+    finally:
+        other.close()
         store.close()

@@ -121,8 +121,9 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
     """The room left now: cpus/memory after the live slices, the granted devices (read and locked: reading
     every device row took 0.8 s a round at 52,500 devices), links' state and bandwidth after live traffic."""
     # read once: the room and the links' traffic both come from them (the inventory's version is three
-    # counts over some 80,000 rows at 12,500 machines)
-    live, inventory = live_slices_placed(conn), current_inventory(conn)
+    # counts over some 80,000 rows at 12,500 machines); the live slices by their changes since the last
+    # commit's read (the transaction's first statement: it has written nothing yet), not every one of them
+    live, inventory = live_slices_placed(conn, changes=True), current_inventory(conn)
     cpu, mem = room_left(conn, live, inventory)
     granted = sorted({g.id for p in plan.placed for t in p.tasks for g in t.devices})
     devices: dict[str, str | None] = {}

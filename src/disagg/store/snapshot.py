@@ -215,10 +215,13 @@ def remember_placed(engines: Iterable[Engine], placed: dict[str, SlicePlacement]
         _kept_for(engine).placements.remember(placed)
 
 
-def live_slices_placed(conn: Connection) -> LiveSlices:
+def live_slices_placed(conn: Connection, changes: bool = False) -> LiveSlices:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
-    holds resources."""
-    return _kept(conn).placements.live(conn)
+    holds resources. `changes`: on SQLite, the last such read on this engine with the slices changed since
+    (`PlacementCache._live_rows`). Only before the transaction has written a slice: the read keeps what it
+    saw, under the change number it saw, for the next; changes of its own that it then rolled back would
+    leave the next read a number that other changes take."""
+    return _kept(conn).placements.live(conn, changes)
 
 
 def recent_live_jobs(engine: Engine, max_age_s: float) -> list[tuple[str, str, str, SlicePlacement]] | None:
