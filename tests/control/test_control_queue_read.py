@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from control_helpers import job, make_service, submit
+from control_helpers import make_service, submit
 from sqlalchemy import event, select, update
 
 from disagg.model import Job
@@ -92,39 +92,3 @@ def test_a_rounds_new_slices_are_not_read_back_and_read_as_a_fresh_store_reads_t
     finally:
         svc.close()
 
-
-def test_a_round_reads_plans_and_commits_with_the_cyclic_collector_paused(tmp_path: Path) -> None:
-    """The whole round runs with the collector off (its reads and its commit, not only the policy), and it
-    is on again after; what the round kept is moved to the oldest generation, not collected (a full
-    collection of the loop's heap cost a fifth of a round under load)."""
-    import gc
-
-    from disagg.placement import base
-
-    svc = make_service(tmp_path)  # no loop: the test runs the round
-    try:
-        ids = [submit(svc, "alice", gpu=k % 2) for k in range(5)]
-        on_during: list[bool] = []
-        me = threading.get_ident()
-
-        def listen(*_: object) -> None:
-            if threading.get_ident() == me:
-                on_during.append(gc.isenabled())
-
-        engines = {svc.store.engine, svc.store.read_engine}
-        for engine in engines:
-            event.listen(engine, "before_cursor_execute", listen)
-        base._moved_old[0] = 0
-        collections = [g["collections"] for g in gc.get_stats()]
-        try:
-            decisions = svc.controller.schedule()
-        finally:
-            for engine in engines:
-                event.remove(engine, "before_cursor_execute", listen)
-        assert decisions is not None and sorted(p.job for p in decisions.placed) == sorted(ids)
-        assert len(on_during) > 5 and not any(on_during), on_during  # the queue read, the snapshot, the commit
-        assert gc.isenabled()
-        assert [g["collections"] for g in gc.get_stats()][1:] == collections[1:]  # no middle or full collection
-        assert {job(svc, i)["state"] for i in ids} == {JobState.COMPOSING}
-    finally:
-        svc.close()

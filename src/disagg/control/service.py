@@ -27,7 +27,8 @@ from disagg.engines.registry import EngineOptions, make_engine
 from disagg.fabric.base import FabricDriver, FabricError
 from disagg.fabric.emulated import OperationLatencies
 from disagg.fabric.registry import DriverOptions, make_driver
-from disagg.model import load_cluster
+from disagg.model import Cluster, load_cluster
+from disagg.placement.base import collector_paused
 from disagg.store import Store
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,32 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
     synced and reconciled already: only open the store, the fabric and the engine.
     Otherwise this blocks until this replica holds the store's lease (`control.leadership`; at once on
     SQLite, or when no other replica leads); `waiting(note)` is told once if it has to wait.
+
+    With the cyclic collector paused but while waiting for the lease: opening reads the inventory into
+    hundreds of thousands of objects that live as long as the process, and the collector walked them
+    again and again for nothing (1,800 collections, 11 of them full, at 12,500 machines: the loop
+    process's opening took 4.0 s instead of 2.5–2.8 s, the API process's 1.7 s instead of 1.0 s;
+    a standby's takeover runs the second half).
     """
-    cluster = load_cluster(config.cluster or DEFAULT_CLUSTER)
+    with collector_paused():
+        cluster = load_cluster(config.cluster or DEFAULT_CLUSTER)
+        state = config.resolved_state_dir()
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        state.chmod(0o700)  # the fabric's state, the jobs' records and logs: the controller's alone
+        store = Store(config.db)
+        if not api_only:
+            store.migrate()
+    leadership = None if api_only else _lead(config, store, waiting)
+    with collector_paused():
+        return _opened(config, cluster, store, leadership)
+
+
+def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadership | None) -> Service:
+    """`open_service` once the store is open (and, but for an API process, led): sync the inventory,
+    open the fabric and the engine, reconcile, and assemble the service."""
+    api_only = leadership is None
     state = config.resolved_state_dir()
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    state.chmod(0o700)  # the fabric's state, the jobs' records and logs: the controller's alone
-    store = Store(config.db)
-    leadership: Leadership | None = None
     if not api_only:
-        store.migrate()
-        leadership = _lead(config, store, waiting)
         store.sync_inventory(cluster)
     store.restrict_files()
     latencies = OperationLatencies().scaled(config.latency_scale)
