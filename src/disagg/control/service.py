@@ -86,8 +86,8 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
     With the cyclic collector paused but while waiting for the lease: opening reads the inventory into
     hundreds of thousands of objects that live as long as the process, and the collector walked them
     again and again for nothing (1,800 collections, 11 of them full, at 12,500 machines: the loop
-    process's opening took 4.0 s instead of 2.5–2.8 s, the API process's 1.7 s instead of 1.0 s;
-    a standby's takeover runs the second half).
+    process's opening took 3.9–4.3 s, now 2.9 s, the API process's 1.7 s, now 1.0 s; a standby's
+    takeover runs the second half).
     """
     with collector_paused():
         cluster = load_cluster(config.cluster or DEFAULT_CLUSTER)
