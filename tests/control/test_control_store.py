@@ -18,7 +18,7 @@ from disagg.model import Machine, SlicePlacement, load_cluster
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store import Store
 from disagg.store.models import Base, DeviceRow, JobRow, LinkRow, SliceRow, device_state
-from disagg.store.snapshot import holder, live_slices_placed, read_cluster
+from disagg.store.snapshot import holder, live_allocations, live_slices_placed, read_cluster
 
 
 def _job(id_: str, tenant: str = "a", key: str | None = None) -> JobRow:
@@ -135,7 +135,8 @@ def _same_snapshot(store: Store) -> None:
     assert sorted(cached.allocations, key=repr) == sorted(parsed, key=repr)
     with store.write_core() as conn:  # as a commit's ledger reads them: by the changes since its last read
         ledger = [a for i, h, p in live_slices_placed(conn, changes=True) for a in p.allocations(h)]
-    assert sorted(ledger, key=repr) == sorted(parsed, key=repr)
+        held = live_allocations(conn, changes=True)  # and what they hold, kept change by change
+    assert sorted(ledger, key=repr) == sorted(parsed, key=repr) == sorted(held, key=repr)
 
 
 def _placed(task: str, machine: str, device: str | None) -> dict[str, object]:

@@ -124,7 +124,7 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
     # counts over some 80,000 rows at 12,500 machines); the live slices by their changes since the last
     # commit's read (the transaction's first statement: it has written nothing yet), not every one of them
     live, inventory = live_slices_placed(conn, changes=True), current_inventory(conn)
-    cpu, mem = room_left(conn, live, inventory)
+    cpu, mem = room_left(conn, inventory=inventory, changes=True)  # (the same read's allocations, kept)
     granted = sorted({g.id for p in plan.placed for t in p.tasks for g in t.devices})
     devices: dict[str, str | None] = {}
     for i in range(0, len(granted), 500):

@@ -8,7 +8,7 @@ only ever adds to them, so their counts and last positions tell a change) and ea
 placement (`PlacementCache`: committed once, never rewritten; a composition's, which an update
 rewrites, is read every time). A round then reads only what moves — the down links, the devices that
 are not healthy or are drained, and which slices are live (on SQLite, only the slices changed since its
-last read: `PlacementCache._live_rows`) — instead of every machine, device and live placement (1.7–3.3 s
+last read: `PlacementCache._fed`) — instead of every machine, device and live placement (1.7–3.3 s
 a round at 12,500 machines under load, `docs/benchmarks.md`).
 """
 
@@ -17,8 +17,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, bindparam, func, or_, select
@@ -58,16 +59,21 @@ _CHUNK = 500
 class PlacementCache:
     """One store's live job slices' placements, parsed once: a job slice's placement is written when its
     slice is committed and never again, so its id names it for good. Bounded by the live set: what left
-    it is dropped when the cache outgrows it. Thread-safe (the loop, the API)."""
+    it is dropped when the cache outgrows it. Thread-safe (the loop, the API).
+
+    On SQLite a reader that asks for `changes` gets the live slices as a `_Feed`: the last such read with
+    the slices numbered since put in or taken out, and what they hold as allocations, kept the same way:
+    a round under load changes about a tenth of 12,000 live slices, and walking all of them twice a
+    round (the snapshot, the commit's ledger) to rebuild the same list was a tenth of the loop's time."""
 
     def __init__(self) -> None:
         self._placed: dict[str, SlicePlacement] = {}
         self._allocations: dict[str, tuple[Allocation, ...]] = {}
         self._lock = threading.Lock()
-        #: The last read (when, by `time.monotonic`; its rows: slice, job, state; what `live` made of them),
-        #: for a reader content with what was live a moment ago (`recent`, which joins them: a commit's
-        #: ledger reads the live slices too, inside the write lock, and has no use for the join).
-        self._last: tuple[float, Sequence[Any], LiveSlices] | None = None
+        #: The last read (when, by `time.monotonic`; each live slice's state, or the rows it was read from:
+        #: slice, job, state; what `live` made of them), for a reader content with what was live a moment
+        #: ago (`recent`, which joins them: a commit's ledger has no use for the join).
+        self._last: tuple[float, Mapping[str, str] | Sequence[Any], LiveSlices] | None = None
         self._feed: _Feed | None = None  # the last read of the live slices by their numbered changes
 
     def recent(self, max_age_s: float) -> list[tuple[str, str, str, SlicePlacement]] | None:
@@ -76,8 +82,8 @@ class PlacementCache:
         last = self._last
         if last is None or time.monotonic() - last[0] > max_age_s:
             return None
-        _, raw, out = last
-        state = {str(i): s for i, _, s in raw}
+        _, read, out = last
+        state = read if isinstance(read, Mapping) else {str(i): s for i, _, s in read}
         return [(i, h, state[i], p) for i, h, p in out if not h.startswith("composition:")]
 
     def remember(self, placed: dict[str, SlicePlacement]) -> None:
@@ -92,11 +98,13 @@ class PlacementCache:
                     ) -> list[Allocation]:
         """What the live slices hold, as allocations: each job slice's made once, like its placement.
         `live`: the live slices as `live` read them in this transaction (None: read them, by their
-        `changes` if asked)."""
+        `changes` if asked: then kept change by change, `_Feed`)."""
+        if live is None and changes and conn.dialect.name == "sqlite":
+            return self._fed(conn).allocations()
         out: list[Allocation] = []
         made: dict[str, tuple[Allocation, ...]] = {}
         known = self._allocations
-        for slice_id, job, placement in self.live(conn, changes) if live is None else live:
+        for slice_id, job, placement in self.live(conn) if live is None else live:
             kept = known.get(slice_id)
             if kept is None or job.startswith("composition:"):
                 kept = made[slice_id] = tuple(placement.allocations(job))
@@ -109,10 +117,20 @@ class PlacementCache:
 
     def live(self, conn: Connection, changes: bool = False) -> LiveSlices:
         """The live slices with their placements. `changes`: on SQLite, from the last such read and the
-        slices changed since (`_live_rows`), not a read of every live slice."""
+        slices changed since (`_fed`), not a read of every live slice."""
+        if changes and conn.dialect.name == "sqlite":
+            return self._fed(conn).live()
         read_at = time.monotonic()
-        raw = self._live_rows(conn) if changes and conn.dialect.name == "sqlite" else conn.execute(_LIVE).all()
-        rows = [(str(i), j) for i, j, _ in raw]
+        raw = conn.execute(_LIVE).all()
+        out = self._placements(conn, [(str(i), j) for i, j, _ in raw])
+        with self._lock:
+            self._last = (read_at, raw, out)
+        return out
+
+    def _placements(self, conn: Connection, rows: list[tuple[str, str | None]]) -> LiveSlices:
+        """(slice, holder, placement) of each (slice, job) of `rows`: a job slice's placement as kept, a
+        composition's (which an update rewrites) and one not seen yet read. Keeps what it read, and only
+        the live ones once the kept outgrow them."""
         with self._lock:
             known = dict(self._placed)
         missing = [i for i, j in rows if j is None or i not in known]
@@ -123,43 +141,87 @@ class PlacementCache:
         out = [(i, holder(i, j), fresh[i] if i in fresh else known[i]) for i, j in rows if i in fresh or i in known]
         with self._lock:
             self._placed.update((i, fresh[i]) for i, j in rows if j is not None and i in fresh)
-            if len(self._placed) > 2 * len(rows) + 1000:  # slices that ended: keep the live ones only
-                self._placed = {i: p for i, h, p in out if not h.startswith("composition:")}
-            self._last = (read_at, raw, out)
         return out
 
-    def _live_rows(self, conn: Connection) -> Sequence[tuple[str, str | None, str]]:
-        """(slice, job, state) of every live slice: the last such read's, with the slices numbered since
-        (migration `i23_slice_changes`: SQLite's triggers number each change in commit order) put in or
-        taken out; every live slice read again when a slice was deleted since, or on the first read."""
+    def _fed(self, conn: Connection) -> _Feed:
+        """The live slices as of the store's last numbered change (migration `i23_slice_changes`: SQLite's
+        triggers number each change to a slice in commit order): the last such read's, with the slices
+        numbered since put in or taken out; every live slice read again when a slice was deleted since,
+        on the first read, or for a view older than the last read's."""
+        read_at = time.monotonic()
         seq, gone = conn.execute(_CHANGES).one()
         with self._lock:
-            feed = self._feed
-        if feed is None or feed.gone != gone or feed.seq > seq:  # first, after a deletion, or an older view
-            rows = {str(i): (j, state) for i, j, state in conn.execute(_LIVE)}
-        elif feed.seq == seq:
-            rows = feed.rows
+            last = self._feed
+        if last is not None and last.gone == gone and last.seq == seq:
+            feed = last
+        elif last is None or last.gone != gone or last.seq > seq:
+            raw = conn.execute(_LIVE).all()
+            states = {str(i): state for i, _, state in raw}
+            placed = self._placements(conn, [(str(i), j) for i, j, _ in raw])
+            feed = _Feed(seq, gone, states, placed, None if last is None else last.kept_for(placed))
         else:
-            rows = dict(feed.rows)
-            for i, j, state in conn.execute(_CHANGED, {"seq": feed.seq}):
+            states, arriving, left = dict(last.states), [], []
+            for i, j, state in conn.execute(_CHANGED, {"seq": last.seq}):
                 if state in LIVE_SLICE_STATES:
-                    rows[str(i)] = (j, state)
-                else:
-                    rows.pop(str(i), None)
+                    states[str(i)] = state
+                    arriving.append((str(i), j))
+                elif states.pop(str(i), None) is not None:
+                    left.append(str(i))
+            feed = last.changed(seq, states, left, self._placements(conn, arriving))
+        live = feed.live()
         with self._lock:
             if self._feed is None or self._feed.seq <= seq:
-                self._feed = _Feed(seq, gone, rows)
-        return [(i, j, state) for i, (j, state) in rows.items()]
+                self._feed = feed
+            if len(self._placed) > 2 * len(live) + 1000:  # slices that ended: keep the live ones only
+                self._placed = {i: p for i, h, p in live if not h.startswith("composition:")}
+            self._last = (read_at, feed.states, live)
+        return feed
 
 
-@dataclass(frozen=True)
 class _Feed:
-    """A read of the live slices (`PlacementCache._live_rows`): as of change `seq`, `gone` slices deleted
-    before it; `rows`: slice → (job, state), never changed once kept (the next read copies it)."""
+    """A read of the live slices by their numbered changes (`PlacementCache._fed`): as of change `seq`,
+    `gone` slices deleted before it; `states`: slice → state; each live slice's holder and placement, and
+    the allocations it holds, made once per slice and carried to the next feed (`changed`). Never
+    changed once made but for what `live` and `allocations` keep of themselves, which any thread may
+    make (the same)."""
 
-    seq: int
-    gone: int
-    rows: dict[str, tuple[str | None, str]]
+    def __init__(self, seq: int, gone: int, states: dict[str, str], placed: LiveSlices,
+                 held: dict[str, tuple[Allocation, ...]] | None = None,
+                 entries: dict[str, tuple[str, SlicePlacement]] | None = None) -> None:
+        self.seq, self.gone, self.states = seq, gone, states
+        self.entries = {i: (h, p) for i, h, p in placed} if entries is None else entries
+        self.held = {i: tuple(p.allocations(h)) for i, (h, p) in self.entries.items()} if held is None else held
+        self._live: LiveSlices | None = None
+        self._allocations: list[Allocation] | None = None
+
+    def changed(self, seq: int, states: dict[str, str], left: list[str], arrived: LiveSlices) -> _Feed:
+        """The next feed: the slices that `left` the live set taken out, those that `arrived` (or changed
+        while live) put in with what they hold."""
+        entries, held = dict(self.entries), dict(self.held)
+        for i in left:
+            entries.pop(i, None)
+            held.pop(i, None)
+        for i, h, p in arrived:
+            entries[i] = (h, p)
+            held[i] = tuple(p.allocations(h))
+        return _Feed(seq, self.gone, states, [], held, entries)
+
+    def kept_for(self, placed: LiveSlices) -> dict[str, tuple[Allocation, ...]]:
+        """What each of `placed` holds, as this feed made it where the slice has the same holder and
+        placement here (a whole read again after a deletion: most live slices are the same)."""
+        held, entries = self.held, self.entries
+        return {i: held[i] if i in entries and entries[i][0] == h and entries[i][1] is p else tuple(p.allocations(h))
+                for i, h, p in placed}
+
+    def live(self) -> LiveSlices:
+        if self._live is None:
+            self._live = [(i, h, p) for i, (h, p) in self.entries.items()]
+        return self._live
+
+    def allocations(self) -> list[Allocation]:
+        if self._allocations is None:
+            self._allocations = list(chain.from_iterable(self.held.values()))
+        return list(self._allocations)
 
 
 _LIVE = select(_slices.c.id, _slices.c.job_id, _slices.c.state).where(_slices.c.state.in_(LIVE_SLICE_STATES))
@@ -218,7 +280,7 @@ def remember_placed(engines: Iterable[Engine], placed: dict[str, SlicePlacement]
 def live_slices_placed(conn: Connection, changes: bool = False) -> LiveSlices:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
     holds resources. `changes`: on SQLite, the last such read on this engine with the slices changed since
-    (`PlacementCache._live_rows`). Only before the transaction has written a slice: the read keeps what it
+    (`PlacementCache._fed`). Only before the transaction has written a slice: the read keeps what it
     saw, under the change number it saw, for the next; changes of its own that it then rolled back would
     leave the next read a number that other changes take."""
     return _kept(conn).placements.live(conn, changes)
@@ -243,14 +305,14 @@ def live_allocations(conn: Connection, live: LiveSlices | None = None, changes: 
     return _kept(conn).placements.allocations(conn, live, changes)
 
 
-def room_left(conn: Connection, live: LiveSlices | None = None, inventory: Inventory | None = None
-              ) -> tuple[dict[str, float], dict[str, float]]:
+def room_left(conn: Connection, live: LiveSlices | None = None, inventory: Inventory | None = None,
+              changes: bool = False) -> tuple[dict[str, float], dict[str, float]]:
     """The cpus and memory each machine has left after what the live slices hold (`live`, `inventory`:
-    as read in this transaction already; None: read them)."""
+    as read in this transaction already; None: read them, by their `changes` if asked)."""
     machines = (inventory or current_inventory(conn)).machines
     cpu = {m.name: m.cpus for m in machines}
     mem = {m.name: m.memory_gb for m in machines}
-    for a in live_allocations(conn, live):
+    for a in live_allocations(conn, live, changes):
         cpu[a.machine] -= a.cpus
         mem[a.machine] -= a.memory_gb
     return cpu, mem
