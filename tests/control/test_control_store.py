@@ -18,7 +18,7 @@ from disagg.model import Machine, SlicePlacement, load_cluster
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.store import Store
 from disagg.store.models import Base, DeviceRow, JobRow, LinkRow, SliceRow, device_state
-from disagg.store.snapshot import holder, live_allocations, live_slices_placed, read_cluster
+from disagg.store.snapshot import PlacementCache, holder, live_slices_held, read_cluster
 
 
 def _job(id_: str, tenant: str = "a", key: str | None = None) -> JobRow:
@@ -134,8 +134,8 @@ def _same_snapshot(store: Store) -> None:
     assert store.cluster().devices is cached.devices
     assert sorted(cached.allocations, key=repr) == sorted(parsed, key=repr)
     with store.write_core() as conn:  # as a commit's ledger reads them: by the changes since its last read
-        ledger = [a for i, h, p in live_slices_placed(conn, changes=True) for a in p.allocations(h)]
-        held = live_allocations(conn, changes=True)  # and what they hold, kept change by change
+        live, held = live_slices_held(conn, changes=True)  # and what they hold, kept change by change
+        ledger = [a for i, h, p in live for a in p.allocations(h)]
     assert sorted(ledger, key=repr) == sorted(parsed, key=repr) == sorted(held, key=repr)
 
 
@@ -422,4 +422,34 @@ def test_a_commits_ledger_reads_only_the_slices_changed_since_the_last_commit(tm
         assert not read_every()
     finally:
         other.close()
+        store.close()
+
+
+def test_a_whole_read_of_the_live_slices_keeps_only_the_live_ones_placements(tmp_path: Path) -> None:
+    """The read of every live slice (PostgreSQL's, and SQLite's without `changes`) drops the kept placements
+    of slices that ended once they outgrow the live set: the cache is bounded by it."""
+    store = Store(f"sqlite:///{tmp_path / 'disagg.db'}")
+    store.migrate()
+    cache = PlacementCache()
+
+    def add(first: int, n: int) -> None:
+        with store.write() as s:
+            s.add_all([_job(f"j-{k}") for k in range(first, first + n)])
+            s.flush()
+            s.add_all([SliceRow(id=f"s-{k}", job_id=f"j-{k}", attempt=1, state="running", outcome=None, detail=None,
+                                placement=_placed(f"j-{k}/0", "node0", None), handle=None, created_at=0.0,
+                                updated_at=0.0) for k in range(first, first + n)])
+
+    try:
+        add(0, 1100)
+        with store.read_core() as conn:
+            assert len(cache.live(conn)) == 1100 and len(cache._placed) == 1100
+        with store.write() as s:
+            for row in s.scalars(select(SliceRow)):
+                row.state = "done"
+        add(1100, 1)
+        with store.read_core() as conn:
+            assert [i for i, _, _ in cache.live(conn)] == ["s-1100"]
+        assert set(cache._placed) == {"s-1100"}
+    finally:
         store.close()

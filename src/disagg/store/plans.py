@@ -29,7 +29,7 @@ from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import JobMove, hold_devices_of, move_jobs, new_slices
 from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
-from disagg.store.snapshot import current_inventory, down_links, live_slices_placed, remember_placed, room_left
+from disagg.store.snapshot import current_inventory, down_links, live_slices_held, remember_placed, room_left
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
@@ -123,8 +123,8 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
     # read once: the room and the links' traffic both come from them (the inventory's version is three
     # counts over some 80,000 rows at 12,500 machines); the live slices by their changes since the last
     # commit's read (the transaction's first statement: it has written nothing yet), not every one of them
-    live, inventory = live_slices_placed(conn, changes=True), current_inventory(conn)
-    cpu, mem = room_left(conn, inventory=inventory, changes=True)  # (the same read's allocations, kept)
+    (live, held), inventory = live_slices_held(conn, changes=True), current_inventory(conn)
+    cpu, mem = room_left(conn, inventory, held)
     granted = sorted({g.id for p in plan.placed for t in p.tasks for g in t.devices})
     devices: dict[str, str | None] = {}
     for i in range(0, len(granted), 500):

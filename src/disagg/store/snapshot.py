@@ -94,17 +94,17 @@ class PlacementCache:
         with self._lock:
             self._placed.update(placed)
 
-    def allocations(self, conn: Connection, live: LiveSlices | None = None, changes: bool = False
-                    ) -> list[Allocation]:
-        """What the live slices hold, as allocations: each job slice's made once, like its placement.
-        `live`: the live slices as `live` read them in this transaction (None: read them, by their
-        `changes` if asked: then kept change by change, `_Feed`)."""
-        if live is None and changes and conn.dialect.name == "sqlite":
-            return self._fed(conn).allocations()
+    def held(self, conn: Connection, changes: bool = False) -> tuple[LiveSlices, list[Allocation]]:
+        """The live slices with their placements, and what they hold as allocations, from one read: each
+        job slice's made once, like its placement. `changes`: on SQLite, kept change by change (`_fed`)."""
+        if changes and conn.dialect.name == "sqlite":
+            feed = self._fed(conn)
+            return feed.live(), feed.allocations()
+        live = self.live(conn)
         out: list[Allocation] = []
         made: dict[str, tuple[Allocation, ...]] = {}
         known = self._allocations
-        for slice_id, job, placement in self.live(conn) if live is None else live:
+        for slice_id, job, placement in live:
             kept = known.get(slice_id)
             if kept is None or job.startswith("composition:"):
                 kept = made[slice_id] = tuple(placement.allocations(job))
@@ -113,7 +113,7 @@ class PlacementCache:
             if len(self._allocations) > 2 * len(self._placed) + 1000:
                 self._allocations = {i: a for i, a in self._allocations.items() if i in self._placed}
             self._allocations.update((i, a) for i, a in made.items() if i in self._placed)
-        return out
+        return live, out
 
     def live(self, conn: Connection, changes: bool = False) -> LiveSlices:
         """The live slices with their placements. `changes`: on SQLite, from the last such read and the
@@ -124,8 +124,14 @@ class PlacementCache:
         raw = conn.execute(_LIVE).all()
         out = self._placements(conn, [(str(i), j) for i, j, _ in raw])
         with self._lock:
+            self._keep_live(out)
             self._last = (read_at, raw, out)
         return out
+
+    def _keep_live(self, live: LiveSlices) -> None:
+        """Drop the kept placements of slices that ended, once they outgrow the live set. Under the lock."""
+        if len(self._placed) > 2 * len(live) + 1000:
+            self._placed = {i: p for i, h, p in live if not h.startswith("composition:")}
 
     def _placements(self, conn: Connection, rows: list[tuple[str, str | None]]) -> LiveSlices:
         """(slice, holder, placement) of each (slice, job) of `rows`: a job slice's placement as kept, a
@@ -172,8 +178,7 @@ class PlacementCache:
         with self._lock:
             if self._feed is None or self._feed.seq <= seq:
                 self._feed = feed
-            if len(self._placed) > 2 * len(live) + 1000:  # slices that ended: keep the live ones only
-                self._placed = {i: p for i, h, p in live if not h.startswith("composition:")}
+            self._keep_live(live)
             self._last = (read_at, feed.states, live)
         return feed
 
@@ -298,21 +303,26 @@ def live_placements(conn: Connection) -> list[SlicePlacement]:
     return [p for _, _, p in live_slices_placed(conn)]
 
 
-def live_allocations(conn: Connection, live: LiveSlices | None = None, changes: bool = False) -> list[Allocation]:
-    """What the live slices hold, as allocations (the snapshot's warm part, and what a commit re-checks);
-    `live`: the live slices as read in this transaction already (None: read them). `changes`: read only the
-    slices changed since the last read (a snapshot; a commit's ledger reads every live slice)."""
-    return _kept(conn).placements.allocations(conn, live, changes)
+def live_slices_held(conn: Connection, changes: bool = False) -> tuple[LiveSlices, list[Allocation]]:
+    """`live_slices_placed` and what those slices hold as allocations, from one read (a commit's ledger
+    needs both); `changes` as there, with the same proviso."""
+    return _kept(conn).placements.held(conn, changes)
 
 
-def room_left(conn: Connection, live: LiveSlices | None = None, inventory: Inventory | None = None,
-              changes: bool = False) -> tuple[dict[str, float], dict[str, float]]:
-    """The cpus and memory each machine has left after what the live slices hold (`live`, `inventory`:
-    as read in this transaction already; None: read them, by their `changes` if asked)."""
+def live_allocations(conn: Connection, changes: bool = False) -> list[Allocation]:
+    """What the live slices hold, as allocations (the snapshot's warm part); `changes`: read only the
+    slices changed since the last read (SQLite)."""
+    return live_slices_held(conn, changes)[1]
+
+
+def room_left(conn: Connection, inventory: Inventory | None = None, held: Iterable[Allocation] | None = None
+              ) -> tuple[dict[str, float], dict[str, float]]:
+    """The cpus and memory each machine has left after what the live slices hold (`inventory`, `held`:
+    as read in this transaction already; None: read them)."""
     machines = (inventory or current_inventory(conn)).machines
     cpu = {m.name: m.cpus for m in machines}
     mem = {m.name: m.memory_gb for m in machines}
-    for a in live_allocations(conn, live, changes):
+    for a in live_allocations(conn) if held is None else held:
         cpu[a.machine] -= a.cpus
         mem[a.machine] -= a.memory_gb
     return cpu, mem
@@ -446,5 +456,5 @@ class SnapshotOps(StoreBase):
 
 
 __all__ = ["Inventory", "PlacementCache", "SnapshotOps", "current_inventory", "down_links", "holder",
-           "live_allocations", "live_placements", "live_slices_placed", "read_cluster", "read_reach",
-           "recent_live_jobs", "room_left"]
+           "live_allocations", "live_placements", "live_slices_held", "live_slices_placed", "read_cluster",
+           "read_reach", "recent_live_jobs", "room_left"]
