@@ -47,6 +47,11 @@ def test_a_tiny_run_places_what_it_accepted(batch: int, monkeypatch: pytest.Monk
     assert r["store"] == "sqlite" and r["errors"] == {}
     assert 0 < r["accepted"] == r["submitted"]
     assert sum(r["jobs_by_state"].values()) == r["accepted"]  # every 201 is a stored job
+    # jobs run to an end while the clients submitted (`true` ends at once): no more than were placed, nor
+    # than had ended by the run's end; the rate is that count over the submissions' seconds
+    ended_by_end = sum(n for s, n in r["jobs_by_state"].items() if s in ("completed", "failed", "cancelled"))
+    assert 0 < r["ended_during_submissions"] <= min(r["placed"], ended_by_end)
+    assert abs(r["ended_per_s"] * r["submit_seconds"] - r["ended_during_submissions"]) <= 1
     assert r["placed_during_submissions"] <= r["placed"] <= r["accepted"]
     assert r["placed"] == r["accepted"] and r["unplaced_by_end"] == 0  # 200 machines hold 200 tiny jobs at once
     lat = r["submit_to_placed_s"]

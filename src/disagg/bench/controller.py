@@ -7,8 +7,9 @@ of 40, 4 local GPUs each, a pool of 8 GPUs per rack). `clients` threads submit t
 `batch` jobs a request (POST /v1/job-batches, as a Slurm user submits a job array); then the benchmark waits
 up to `drain_s` for the queue to empty. What it measures is the figure peers compare (kube-scheduler's
 pods/s, Slurm's jobs/s): a job is *placed and committed* when its slice exists in the store (the job
-left `queued`); composing the slice and running the task come after, in the slice workers, and are
-not measured. Submit → placed latency is the slice's `created_at` minus the client's clock just before
+left `queued`); composing the slice and running the task come after, in the slice workers: how many
+jobs they bring to an end during the submissions is reported beside it (`ended_per_s`), not part of the
+target. Submit → placed latency is the slice's `created_at` minus the client's clock just before
 its POST (the same machine's wall clock), so it includes the API's answer time.
 
 The controller's settings bound the throughput: at most `window + backfill` jobs per round and one
@@ -35,6 +36,7 @@ from typing import Any
 import httpx
 
 from disagg.bench.crash import forget_jobs_dir, quiet_tempdir
+from disagg.model.states import JOB_FINAL, JobState
 
 #: Machines per rack and GPUs in each rack's pool of the synthetic cluster.
 RACK_SIZE = 40
@@ -248,6 +250,15 @@ def summarize(sent: dict[str, float], placed_at: dict[str, float], wall0: float,
     }
 
 
+def _ended(store: Any) -> int:
+    """The jobs in a final state now (the store was fresh: every one of them is the run's). Placement is
+    half of the way to a job's end: the slice workers compose its slice, run its task and tear the slice
+    down after, and how many jobs they bring to an end per second is the figure beside `placed_per_s`
+    that says whether the cluster runs work as fast as it is placed."""
+    counts = store.counts()["jobs"]
+    return sum(n for state, n in counts.items() if JobState(state) in JOB_FINAL)
+
+
 def _drain(store: Any, sent: dict[str, float], opts: ControllerOptions, progress: Progress) -> None:
     """Wait until every accepted job is placed, or `drain_s` passed."""
     end = time.monotonic() + opts.drain_s
@@ -279,6 +290,7 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
         startup_s = time.monotonic() - t_start
         rounds0, load0 = _round_metrics(url, root), os.getloadavg()
         subs, wall0, wall1 = _submit(url, token, opts, progress)
+        ended = _ended(store)  # (what the slice workers ran to an end meanwhile: read at once)
         rounds1 = _round_metrics(url, root)
         load1 = os.getloadavg()
         _drain(store, subs.sent, opts, progress)
@@ -298,6 +310,8 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
         "submissions_per_s": round(len(subs.sent) / max(wall1 - wall0, 1e-9), 1),
         "submit_seconds": round(wall1 - wall0, 2),
         **summarize(subs.sent, placed_at, wall0, wall1),
+        "ended_during_submissions": ended,
+        "ended_per_s": round(ended / max(wall1 - wall0, 1e-9), 1),
         "rounds": {"during_submissions": int(n), "with_drain": int(n_all),
                    "mean_round_s": round((rounds1["sum"] - rounds0["sum"]) / n, 4) if n else None,
                    "mean_round_s_with_drain": round((rounds2["sum"] - rounds0["sum"]) / n_all, 4) if n_all else None},
