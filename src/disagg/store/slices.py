@@ -217,37 +217,25 @@ class SliceOps(StoreBase):
     def begin_step(self, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:
         """Record a step `started` (again, if it ran before); False when it is `done` already.
 
-        `guard`: the slice state the step belongs to; SliceAborted if the slice has left it.
+        `guard`: the slice state the step belongs to; SliceAborted if the slice has left it. The step
+        records of every worker share transactions (`write_grouped`): a dozen per job, each a turn of
+        SQLite's single writer of its own, bounded how many jobs the workers brought to an end.
         """
-        with self.write_core() as conn:
-            if guard is not None:
-                state = conn.execute(_SLICE_STATE, {"id": slice_id}).scalar()
-                if state != guard:
-                    raise SliceAborted(f"slice {slice_id} is {state}, no longer {guard}")
-            key = {"k_slice": slice_id, "k_op": op, "k_target": target}
-            row = conn.execute(_STEP_STATUS, key).first()
-            if row is not None and row.status == StepStatus.DONE:
-                return False
-            now = time.time()
-            if row is None:
-                conn.execute(insert(_steps), {"slice_id": slice_id, "op": op, "target": target,
-                                              "status": StepStatus.STARTED, "tries": 1, "started_at": now})
-            else:
-                conn.execute(_STEP_RESTART, {"k_id": row.id, "t_start": now})
-        return True
+        return self.write_grouped(lambda conn: _begin_step(conn, slice_id, op, target, guard))
 
     def step_done(self, slice_id: str, op: str, target: str, retries: int, effect: StepEffect | None = None) -> None:
         """Record a step `done` (after `retries` extra tries), with what it changes besides, in one transaction."""
-        with self.write_core() as conn:
+        def done(conn: Connection) -> None:
             conn.execute(_STEP_DONE, {"k_slice": slice_id, "k_op": op, "k_target": target, "t_end": time.time(),
                                       "extra": retries})
             if effect is not None:
                 _apply_effect(conn, slice_id, effect)
 
+        self.write_grouped(done)
+
     def step_failed(self, slice_id: str, op: str, target: str, error: str) -> None:
-        with self.write_core() as conn:
-            conn.execute(_STEP_FAILED, {"k_slice": slice_id, "k_op": op, "k_target": target, "t_end": time.time(),
-                                        "err": error[:WHY_MAX]})
+        self.write_grouped(lambda conn: conn.execute(_STEP_FAILED, {
+            "k_slice": slice_id, "k_op": op, "k_target": target, "t_end": time.time(), "err": error[:WHY_MAX]}))
 
     def begun_steps(self, slice_id: str) -> set[tuple[str, str]]:
         """(op, target) of every step the slice ever started: what its teardown must compensate."""
@@ -351,6 +339,25 @@ class SliceOps(StoreBase):
                      for j, s in live_jobs if s not in live]
             requeued = [j for j, _ in move_jobs(conn, moves, now)]
         return freed, requeued
+
+
+def _begin_step(conn: Connection, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:
+    """`begin_step`'s transaction."""
+    if guard is not None:
+        state = conn.execute(_SLICE_STATE, {"id": slice_id}).scalar()
+        if state != guard:
+            raise SliceAborted(f"slice {slice_id} is {state}, no longer {guard}")
+    key = {"k_slice": slice_id, "k_op": op, "k_target": target}
+    row = conn.execute(_STEP_STATUS, key).first()
+    if row is not None and row.status == StepStatus.DONE:
+        return False
+    now = time.time()
+    if row is None:
+        conn.execute(insert(_steps), {"slice_id": slice_id, "op": op, "target": target,
+                                      "status": StepStatus.STARTED, "tries": 1, "started_at": now})
+    else:
+        conn.execute(_STEP_RESTART, {"k_id": row.id, "t_start": now})
+    return True
 
 
 def _apply_effect(conn: Connection, slice_id: str, effect: StepEffect) -> None:
