@@ -17,14 +17,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, select, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
-
-T = TypeVar("T")
 
 DEFAULT_URL = "sqlite:///disagg.db"
 #: How long a SQLite statement waits for another connection's lock before it fails.
@@ -188,7 +186,7 @@ class StoreBase:
         # fencing (`store/lease.py`): the epoch this store writes as leader under (None: not a leader —
         # the API's writes, a standby's), who hears of a refused write, and how many were refused here
         self.epoch: int | None = None
-        self._grouped: Any = None  # the `GroupCalls` of `write_grouped`, made at its first call (SQLite)
+        self._grouped: Any = None  # `slices.SliceOps.write_grouped`'s `GroupCalls`, made at its first call (SQLite)
         self._grouped_made = threading.Lock()
         self.on_fenced: Callable[[BaseException], None] | None = None
         self.fenced_count = 0
@@ -298,23 +296,6 @@ class StoreBase:
         with self._fenced_errors(fenced), self._writer_slot(urgent), self.engine.begin() as conn:
             self._fence(conn, fenced)
             yield conn
-
-    def write_grouped(self, fn: Callable[[Connection], T]) -> T:
-        """`fn(conn)` in a `write_core()` transaction that, on SQLite, other threads' `write_grouped` calls
-        queued meanwhile share (`batch.GroupCalls`: one turn of the single writer for a group of short
-        transactions); returns what fn returns once committed. fn must only touch the database, and may
-        run twice (a group one of whose calls raised is run again call by call). PostgreSQL writes
-        concurrently: there each call is a transaction of its own."""
-        if self._writers is None:
-            with self.write_core() as conn:
-                return fn(conn)
-        if self._grouped is None:
-            from disagg.store.batch import GroupCalls
-
-            with self._grouped_made:
-                if self._grouped is None:
-                    self._grouped = GroupCalls(self)
-        return cast(T, self._grouped.call(fn))
 
     @contextmanager
     def read_core(self) -> Iterator[Connection]:

@@ -9,8 +9,9 @@ Every state change goes through `disagg.store.lifecycle`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Table, and_, bindparam, func, insert, select, update
 
@@ -27,6 +28,7 @@ from disagg.model.states import (
     StepStatus,
 )
 from disagg.store.base import StoreBase
+from disagg.store.batch import GroupCalls
 from disagg.store.lifecycle import (
     WHY_MAX,
     JobMove,
@@ -38,6 +40,8 @@ from disagg.store.lifecycle import (
     set_health,
 )
 from disagg.store.models import DeviceRow, JobRow, SliceRow, StepRow
+
+T = TypeVar("T")
 
 _steps: Table = StepRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
@@ -214,6 +218,21 @@ class SliceOps(StoreBase):
             return [(str(row[0]), SliceState(row[1]), str(row[2] or "")) for row in conn.execute(query)]
 
     # --- steps -------------------------------------------------------------------------------
+    def write_grouped(self, fn: Callable[[Connection], T]) -> T:
+        """`fn(conn)` in a `write_core()` transaction that, on SQLite, other threads' `write_grouped` calls
+        queued meanwhile share (`batch.GroupCalls`: one turn of the single writer for a group of short
+        transactions); returns what fn returns once committed. fn must only touch the database, and may
+        run twice (a group one of whose calls raised is run again call by call). PostgreSQL writes
+        concurrently: there each call is a transaction of its own."""
+        if self._writers is None:
+            with self.write_core() as conn:
+                return fn(conn)
+        if self._grouped is None:
+            with self._grouped_made:
+                if self._grouped is None:
+                    self._grouped = GroupCalls(self)
+        return cast(T, self._grouped.call(fn))
+
     def begin_step(self, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:
         """Record a step `started` (again, if it ran before); False when it is `done` already.
 
