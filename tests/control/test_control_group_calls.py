@@ -175,3 +175,20 @@ def test_postgresql_writes_each_call_in_a_transaction_of_its_own(pg_server: Temp
         assert store._grouped is None and _rows(store) == [0, 1, 2]
     finally:
         store.close()
+
+
+def test_a_call_may_close_the_writer_that_runs_it(tmp_path: Path) -> None:
+    """Closed from within one of its own calls (a shutdown that a write set off), the writer does not wait
+    for itself: the call completes, and later calls run on their own."""
+    store = _store(f"sqlite:///{tmp_path / 'd.db'}")
+    try:
+        def closing(conn: Connection) -> int:
+            conn.execute(text("INSERT INTO t (x) VALUES (1)"))
+            store._grouped.close()
+            return 1
+
+        assert store.write_grouped(closing) == 1
+        assert store.write_grouped(_insert(2)) == 20
+        assert _rows(store) == [1, 2]
+    finally:
+        store.close()

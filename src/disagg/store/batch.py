@@ -75,7 +75,7 @@ class _GroupWriter(Generic[Q]):
             thread = self._thread if self._pid == os.getpid() else None
             if thread is not None:
                 self._queue.put(None)
-        if thread is not None:
+        if thread is not None and thread is not threading.current_thread():  # (closed from a call it runs)
             thread.join(timeout=30)
 
     def _size(self, item: Q) -> int:
