@@ -1,4 +1,4 @@
-"""`StoreBase.write_grouped` (`store/batch.GroupCalls`): the slice workers' short write transactions share
+"""`SliceOps.write_grouped` (`store/batch.GroupCalls`): the slice workers' short write transactions share
 SQLite's single writer a group at a time; each caller still hears only of its own call, after commit."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Connection, event, text
 
 from disagg.store import Store
+from disagg.store.batch import GroupCalls
 from disagg.store.lease import FencedWrite
 from disagg.store.pgtemp import TempPostgres
 
@@ -53,10 +54,15 @@ def _held_writer(store: Store) -> tuple[threading.Event, threading.Thread]:
     return release, first
 
 
+def _writer(store: Store) -> GroupCalls:
+    assert store._grouped is not None  # (SQLite: the store's group writer)
+    return store._grouped
+
+
 def _queued(store: Store, n: int) -> None:
     """Wait until `n` calls wait in the group writer's queue."""
     for _ in range(3000):
-        if store._grouped is not None and store._grouped._queue.qsize() >= n:
+        if _writer(store)._queue.qsize() >= n:
             return
         threading.Event().wait(0.01)
     raise AssertionError("the calls did not queue")
@@ -134,7 +140,7 @@ def test_closing_writes_what_is_queued_and_later_calls_run_on_their_own(tmp_path
     with ThreadPoolExecutor(max_workers=5) as pool:
         futures = [pool.submit(store.write_grouped, _insert(x)) for x in range(5)]
         _queued(store, 5)
-        closing = threading.Thread(target=store._grouped.close)
+        closing = threading.Thread(target=_writer(store).close)
         closing.start()
         release.set()
         closing.join(30)
@@ -184,7 +190,7 @@ def test_a_call_may_close_the_writer_that_runs_it(tmp_path: Path) -> None:
     try:
         def closing(conn: Connection) -> int:
             conn.execute(text("INSERT INTO t (x) VALUES (1)"))
-            store._grouped.close()
+            _writer(store).close()
             return 1
 
         assert store.write_grouped(closing) == 1

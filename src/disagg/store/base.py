@@ -186,8 +186,6 @@ class StoreBase:
         # fencing (`store/lease.py`): the epoch this store writes as leader under (None: not a leader —
         # the API's writes, a standby's), who hears of a refused write, and how many were refused here
         self.epoch: int | None = None
-        self._grouped: Any = None  # `slices.SliceOps.write_grouped`'s `GroupCalls`, made at its first call (SQLite)
-        self._grouped_made = threading.Lock()
         self.on_fenced: Callable[[BaseException], None] | None = None
         self.fenced_count = 0
 
@@ -215,8 +213,6 @@ class StoreBase:
             command.upgrade(cfg, "head")
 
     def close(self) -> None:
-        if self._grouped is not None:
-            self._grouped.close()
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()

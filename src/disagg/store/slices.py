@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Table, and_, bindparam, func, insert, select, update
 
@@ -218,20 +218,27 @@ class SliceOps(StoreBase):
             return [(str(row[0]), SliceState(row[1]), str(row[2] or "")) for row in conn.execute(query)]
 
     # --- steps -------------------------------------------------------------------------------
+    def _open(self, url: str) -> None:
+        super()._open(url)
+        # SQLite's single writer is shared by the step records a group at a time (`write_grouped`); its
+        # thread starts with the first record. PostgreSQL writes concurrently: none.
+        self._grouped: GroupCalls | None = GroupCalls(self) if self._writers is not None else None
+
+    def close(self) -> None:
+        if self._grouped is not None:
+            self._grouped.close()  # (what is queued is written first)
+        super().close()
+
     def write_grouped(self, fn: Callable[[Connection], T]) -> T:
         """`fn(conn)` in a `write_core()` transaction that, on SQLite, other threads' `write_grouped` calls
         queued meanwhile share (`batch.GroupCalls`: one turn of the single writer for a group of short
         transactions); returns what fn returns once committed. fn must only touch the database, and may
         run twice (a group one of whose calls raised is run again call by call). PostgreSQL writes
         concurrently: there each call is a transaction of its own."""
-        if self._writers is None:
+        if self._grouped is None:
             with self.write_core() as conn:
                 return fn(conn)
-        if self._grouped is None:
-            with self._grouped_made:
-                if self._grouped is None:
-                    self._grouped = GroupCalls(self)
-        return cast(T, self._grouped.call(fn))
+        return self._grouped.call(fn)
 
     def begin_step(self, slice_id: str, op: str, target: str, guard: SliceState | None) -> bool:
         """Record a step `started` (again, if it ran before); False when it is `done` already.
