@@ -140,9 +140,10 @@ _ADMISSION_SAYS = ("after the jobs ahead of it in the queue", "fit now (most fre
 
 def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
     """A phase 1 that no shape of its jobs fits (`FlowPlacer._nowhere`: no network, re-admitted jobs
-    without job states) decides what the network and its decoder decide: the same placements, reasons,
-    messages and stats in every round of a server-centric run whose free devices sit in pools. The
-    networks are always built where they are kept (`keep_graphs`), so that placer is the reference."""
+    without job states, and where the phase before it fitted nowhere too, no second look at the keys it
+    failed) decides what the network and its decoder decide: the same placements, reasons, messages and
+    stats in every round of a server-centric run whose free devices sit in pools. The networks are always
+    built where they are kept (`keep_graphs`), so that placer is the reference."""
     from disagg.placement.registry import get_policy
     from disagg.sim.engine import SimConfig, simulate
     from disagg.sim.scenarios import get_scenario
@@ -152,16 +153,21 @@ def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
     reference = get_policy("firmament")
     reference.keep_graphs()  # type: ignore[attr-defined]
     fast = get_policy("firmament")
-    rounds = {"all": 0, "nowhere": 0}
+    rounds = {"all": 0, "nowhere": 0, "asked": 0}
     placer = fast._placer  # type: ignore[attr-defined]
-    nowhere = placer._nowhere
+    nowhere, asked = placer._nowhere, placer._fits_nowhere
 
     def counted(*args):  # type: ignore[no-untyped-def]
         found = nowhere(*args)
         rounds["nowhere"] += found
         return found
 
-    placer._nowhere = counted
+    def counted_ask(*args):  # type: ignore[no-untyped-def]
+        found = asked(*args)
+        rounds["asked"] += found[1]
+        return found
+
+    placer._nowhere, placer._fits_nowhere = counted, counted_ask
 
     class Both:
         name = "firmament"
@@ -180,6 +186,8 @@ def test_a_phase_that_fits_nowhere_decides_as_its_network_would() -> None:
 
     simulate(cluster, scenario.submissions(1, cluster)[:200], Both(), 1, SimConfig(interval_s=5.0))  # type: ignore[arg-type]
     assert rounds["all"] > 20 and rounds["nowhere"] > 20
+    # Some of those phases were answered by what the phase before them found (`FlowRound.nowhere_said`).
+    assert 0 < rounds["asked"] < rounds["nowhere"]
 
 
 def test_classes_are_numbered_as_they_first_appear_each_with_its_first_job() -> None:
@@ -526,3 +534,36 @@ def test_a_tables_columns_are_read_off_its_jobs_as_a_pass_per_column_reads_them(
     assert [js.index for js in jobs] == list(range(len(jobs)))
     empty = JobTable.of([], bonus)
     assert all(len(getattr(empty, name)) == 0 for name in ("tau", "waits", "guard", "must_place"))
+
+
+def test_a_phase_answered_by_the_last_phase_that_fitted_nowhere_is_answered_as_a_fresh_look_would() -> None:
+    """Where `_nowhere` answers a phase from what the phase before it found (`FlowRound.nowhere_said`: the
+    state unchanged since, only re-admitted jobs of keys it failed), a fresh look (`_fits_nowhere`) at
+    that moment fails the same keys for the same reasons: checked at each such phase of server-centric
+    and network-aware runs, and those phases happen."""
+    from disagg.placement.registry import get_policy
+    from disagg.sim.engine import SimConfig, simulate
+    from disagg.sim.scenarios import get_scenario
+
+    scenario = get_scenario("paper-16m-512j")
+    cluster = scenario.cluster()
+    answered = 0
+    for name in ("firmament", "drmaestro-na"):
+        policy = get_policy(name)
+        placer = policy._placer  # type: ignore[attr-defined]
+        nowhere = placer._nowhere
+
+        def checked(rnd, pending, known, nowhere=nowhere, placer=placer):  # type: ignore[no-untyped-def]
+            nonlocal answered
+            said = rnd.nowhere_said
+            jobs = [rnd.ordered[i] for i in rnd.cold]
+            keys = [(id(j.tasks), j.network_gbps, j.image) for j in jobs]
+            if not pending and said is not None and all(k in said for k in keys):
+                why, failed = placer._fits_nowhere(rnd, pending, rnd.cold, keys, {})
+                assert failed and all(why[k] == said[k] for k in keys)
+                answered += 1
+            return nowhere(rnd, pending, known)
+
+        placer._nowhere = checked
+        simulate(cluster, scenario.submissions(1, cluster)[:300], policy, 1, SimConfig(interval_s=5.0))
+    assert answered > 10

@@ -155,6 +155,10 @@ class FlowRound:
     cold: list[int] = field(default_factory=list)
     cold_failed: dict[int, tuple[Reason, str]] = field(default_factory=dict)
     cold_admitted: int = 0
+    #: What the last phase that fitted nowhere (`FlowPlacer._nowhere`) said per request, gbps and image:
+    #: still what a phase would say while nothing has been taken since (such a phase takes nothing, nor
+    #: does re-admission); None once a phase has been built.
+    nowhere_said: dict[tuple[object, ...], tuple[Reason, str]] | None = None
     #: Why jobs wait made only when read (`WaitingQueue.reasons_later`: the simulator's rounds).
     reasons_later: bool = False
 
@@ -366,29 +370,51 @@ class FlowPlacer:
         if self.graphs is not None:
             return False
         start = rnd.clock()
-        ordered, cache = rnd.ordered, rnd.cache
+        ordered = rnd.ordered
         # The re-admitted jobs by request and what sets their gbps (what their fit and their reason read),
         # as columns: most of them ask for the same few things.
         cold = rnd.cold
         jobs = list(map(ordered.__getitem__, cold))
         keys = list(zip(map(id, map(attrgetter("tasks"), jobs)), map(attrgetter("network_gbps"), jobs),
                         map(attrgetter("image"), jobs), strict=True))
-        firsts = dict(zip(keys, cold, strict=True))
-        # (One call for them all: made one by one, each paid the loop's setup.)
-        stand_ins = dict(zip(firsts, self._job_states(map(ordered.__getitem__, firsts.values()), firsts.values(),
-                                                      cache), strict=True))
-        failed = phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit,
-                                        known)
+        said = rnd.nowhere_said
+        if not pending and said is not None and all(map(said.__contains__, keys)):
+            why = said  # (the same state, and keys that fitted nowhere in it: `_fits_nowhere`)
+            failed = True
+        else:
+            why, failed = self._fits_nowhere(rnd, pending, cold, keys, known)
+        rnd.nowhere_said = why if failed else None
         if failed:
-            why: dict[tuple[object, ...], tuple[Reason, str]] = {}
-            for key, js in stand_ins.items():
-                assert js.failure is not None  # (`fits_nowhere` failed every job it was given)
-                why[key] = js.failure
             rnd.cold_failed.update(zip(cold, map(why.__getitem__, keys), strict=True))
             rnd.cold_admitted += len(cold)
             rnd.cold = []
         rnd.timings.decode_s += rnd.clock() - start
         return failed
+
+    def _fits_nowhere(self, rnd: FlowRound, pending: list[RoundJob], cold: list[int],
+                      keys: Sequence[tuple[object, ...]], known: dict[int, IntArray]
+                      ) -> tuple[dict[tuple[object, ...], tuple[Reason, str]], bool]:
+        """`phase_one.fits_nowhere` for `pending` and one stand-in per key of the re-admitted jobs (`cold`,
+        their `keys`): what it failed each key for, and whether it did.
+
+        A phase that fitted nowhere takes nothing, nor does the re-admission after it, so the next
+        iteration's phase, when it looks only at re-admitted jobs of keys this one failed (a server-centric
+        round's last iteration: `_nowhere`), would find them fitting nowhere again for the same reasons: a
+        key's fit and reason read its request and gbps and the free state, and a shape that fitted nowhere
+        at the least gbps of its jobs fits nowhere at any more. So it is not asked again."""
+        ordered = rnd.ordered
+        firsts = dict(zip(keys, cold, strict=True))
+        # (One call for them all: made one by one, each paid the loop's setup.)
+        stand_ins = dict(zip(firsts, self._job_states(map(ordered.__getitem__, firsts.values()), firsts.values(),
+                                                      rnd.cache), strict=True))
+        why: dict[tuple[object, ...], tuple[Reason, str]] = {}
+        if not phase_one.fits_nowhere(rnd.state, pending + list(stand_ins.values()), self.costs, rnd.first_fit,
+                                      known):
+            return why, False
+        for key, js in stand_ins.items():
+            assert js.failure is not None  # (`fits_nowhere` failed every job it was given)
+            why[key] = js.failure
+        return why, True
 
     def _oldest(self, rnd: FlowRound) -> RoundJob:
         """The oldest job the round admitted (the last resort's): a job state, made for it when it has none
