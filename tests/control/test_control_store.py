@@ -4,6 +4,7 @@ snapshots, idempotency keys, all-or-nothing transactions."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -14,10 +15,13 @@ from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from disagg.control.service import DEFAULT_CLUSTER
-from disagg.model import Machine, SlicePlacement, load_cluster
+from disagg.model import Allocation, Cluster, Machine, SlicePlacement, load_cluster
 from disagg.model.states import LIVE_SLICE_STATES
+from disagg.placement.commit import EPS
+from disagg.placement.decisions import Decisions
 from disagg.store import Store
 from disagg.store.models import Base, DeviceRow, JobRow, LinkRow, SliceRow, device_state
+from disagg.store.plans import CommitRoom, _ledger
 from disagg.store.snapshot import PlacementCache, holder, live_slices_held, read_cluster
 
 
@@ -136,7 +140,37 @@ def _same_snapshot(store: Store) -> None:
     with store.write_core() as conn:  # as a commit's ledger reads them: by the changes since its last read
         live, held = live_slices_held(conn, changes=True)  # and what they hold, kept change by change
         ledger = [a for i, h, p in live for a in p.allocations(h)]
+        room = _ledger(conn, Decisions(policy="none"))  # the commit's room, kept so
     assert sorted(ledger, key=repr) == sorted(parsed, key=repr) == sorted(held, key=repr)
+    _same_room(room, fresh, parsed, [SlicePlacement.from_json(i, p) for i, _, p in _live_rows(store)])
+
+
+def _live_rows(store: Store) -> list[tuple[str, str | None, dict[str, object]]]:
+    live = select(SliceRow.id, SliceRow.job_id, SliceRow.placement).where(SliceRow.state.in_(LIVE_SLICE_STATES))
+    with store.read_core() as conn:
+        return [(str(i), j, p) for i, j, p in conn.execute(live)]
+
+
+def _same_room(room: CommitRoom, fresh: Cluster, held: list[Allocation], placements: list[SlicePlacement]) -> None:
+    """The commit's room (the live slices' use kept with the live set) is what summing the live slices afresh
+    leaves, on every machine and link (to `EPS`: sums kept change by change may differ in the last bits)."""
+    cpu = {m.name: m.cpus for m in fresh.machines}
+    memory = {m.name: m.memory_gb for m in fresh.machines}
+    for a in held:
+        cpu[a.machine] -= a.cpus
+        memory[a.machine] -= a.memory_gb
+    links = {lk.id: lk.gbps for lk in fresh.links}
+    for p in placements:
+        for link, gbps in p.link_loads:
+            if link in links:
+                links[link] -= gbps
+    for m in fresh.machines:
+        left = room.cpus_left(m.name)
+        assert left is not None and abs(left - cpu[m.name]) <= EPS, m.name
+        assert abs(room.memory_left(m.name) - memory[m.name]) <= EPS, m.name
+    for link, gbps in links.items():
+        assert abs(room.link_left(link) - gbps) <= EPS, link
+    assert room.cpus_left("no-such-machine") is None and room.link_left("no-such-link") == math.inf
 
 
 def _placed(task: str, machine: str, device: str | None) -> dict[str, object]:

@@ -12,6 +12,7 @@ reason.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -23,17 +24,16 @@ from sqlalchemy import Connection, Table, select, update
 from disagg.model import SlicePlacement
 from disagg.model.slices import PlacedDevice, PlacedTask
 from disagg.model.states import Health, JobState, SliceState
-from disagg.placement.commit import RoomLedger, over_commit
+from disagg.placement.commit import over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
 from disagg.store.lifecycle import JobMove, hold_devices_of, move_jobs, new_slices
-from disagg.store.models import DeviceRow, JobRow, LinkRow, SliceRow
-from disagg.store.snapshot import current_inventory, down_links, live_slices_held, remember_placed, room_left
+from disagg.store.models import DeviceRow, JobRow, SliceRow
+from disagg.store.snapshot import Inventory, LiveUse, current_inventory, down_links, live_use, remember_placed
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _devices: Table = DeviceRow.__table__  # type: ignore[assignment]
-_links: Table = LinkRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
 
 
@@ -83,7 +83,7 @@ class PlanOps(StoreBase):
         return result
 
     @staticmethod
-    def _place(conn: Connection, plan: Decisions, ledger: RoomLedger, attempts: dict[str, int],
+    def _place(conn: Connection, plan: Decisions, ledger: CommitRoom, attempts: dict[str, int],
                result: CommitResult, waits: dict[tuple[str | None, str | None], list[str]], now: float
                ) -> dict[str, SlicePlacement]:
         """Create the slices of the placements that still fit; note the rest as conflicts. Returns the new
@@ -117,14 +117,59 @@ class PlanOps(StoreBase):
         return placed
 
 
-def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
-    """The room left now: cpus/memory after the live slices, the granted devices (read and locked: reading
-    every device row took 0.8 s a round at 52,500 devices), links' state and bandwidth after live traffic."""
-    # read once: the room and the links' traffic both come from them (the inventory's version is three
-    # counts over some 80,000 rows at 12,500 machines); the live slices by their changes since the last
-    # commit's read (the transaction's first statement: it has written nothing yet), not every one of them
-    (live, held), inventory = live_slices_held(conn, changes=True), current_inventory(conn)
-    cpu, mem = room_left(conn, inventory, held)
+class CommitRoom:
+    """The room a commit checks its placements against (`placement.commit.Room`): the inventory less what
+    the live slices hold (`snapshot.LiveUse`, kept with the live set) less what this commit has taken,
+    worked out for the machines and links the placements name, not for all 12,500 (and their every live
+    slice) each commit; the granted devices' problems and the down links as read."""
+
+    def __init__(self, inventory: Inventory, use: LiveUse, devices: dict[str, str | None], down: set[str]) -> None:
+        self._size, self._links, self._use = inventory.machine_size, inventory.link_gbps, use
+        self.devices, self.down = devices, down
+        self._took_cpu: dict[str, float] = {}
+        self._took_memory: dict[str, float] = {}
+        self._took_link: dict[str, float] = {}
+
+    def cpus_left(self, machine: str) -> float | None:
+        size = self._size.get(machine)
+        if size is None:
+            return None
+        return size[0] - self._use.cpu.get(machine, 0.0) - self._took_cpu.get(machine, 0.0)
+
+    def memory_left(self, machine: str) -> float:
+        return self._size[machine][1] - self._use.memory.get(machine, 0.0) - self._took_memory.get(machine, 0.0)
+
+    def device_problem(self, device_id: str) -> str | None:
+        return self.devices.get(device_id, "is not in the inventory")
+
+    def link_left(self, link: str) -> float:
+        gbps = self._links.get(link)
+        if gbps is None:
+            return math.inf  # (not metered)
+        return gbps - self._use.links.get(link, 0.0) - self._took_link.get(link, 0.0)
+
+    def link_down(self, link: str) -> bool:
+        return link in self.down
+
+    def take(self, p: JobPlacement) -> None:
+        """An accepted placement (checked with `over_commit` first): its cpus, memory, devices and the
+        traffic on the metered links of its devices' paths are taken."""
+        for t in p.tasks:
+            self._took_cpu[t.machine] = self._took_cpu.get(t.machine, 0.0) + t.cpus
+            self._took_memory[t.machine] = self._took_memory.get(t.machine, 0.0) + t.memory_gb
+            for g in t.devices:
+                self.devices[g.id] = "is already held"
+                for lk in g.path:
+                    if lk in self._links:
+                        self._took_link[lk] = self._took_link.get(lk, 0.0) + g.network_gbps
+
+
+def _ledger(conn: Connection, plan: Decisions) -> CommitRoom:
+    """The room left now: cpus/memory and links' bandwidth after the live slices (`live_use`: on SQLite
+    kept with the live set, moved by the slices changed since the last read — the transaction's first
+    statement, so it has written nothing yet), the granted devices (read and locked: reading every
+    device row took 0.8 s a round at 52,500 devices), the down links."""
+    use, inventory = live_use(conn), current_inventory(conn)
     granted = sorted({g.id for p in plan.placed for t in p.tasks for g in t.devices})
     devices: dict[str, str | None] = {}
     for i in range(0, len(granted), 500):
@@ -133,12 +178,7 @@ def _ledger(conn: Connection, plan: Decisions) -> RoomLedger:
         for dev_id, health, drained, holder in conn.execute(chunk):
             devices[dev_id] = ("is already held" if holder is not None else
                                "is failed" if health != Health.HEALTHY else "is drained" if drained else None)
-    bandwidth = dict(inventory.link_gbps)
-    for _, _, placement in live:
-        for link, gbps in placement.link_loads:
-            if link in bandwidth:
-                bandwidth[link] -= gbps
-    return RoomLedger(cpu, mem, devices, bandwidth=bandwidth, down=set(down_links(conn)))
+    return CommitRoom(inventory, use, devices, set(down_links(conn)))
 
 
 def _note_waits(conn: Connection, waits: dict[tuple[str | None, str | None], list[str]], count_wait: bool,
@@ -154,4 +194,4 @@ def _note_waits(conn: Connection, waits: dict[tuple[str | None, str | None], lis
                              .values(**values))
 
 
-__all__ = ["CommitResult", "PlanOps", "slice_placement"]
+__all__ = ["CommitResult", "CommitRoom", "PlanOps", "slice_placement"]

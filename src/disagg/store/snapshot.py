@@ -8,7 +8,7 @@ only ever adds to them, so their counts and last positions tell a change) and ea
 placement (`PlacementCache`: committed once, never rewritten; a composition's, which an update
 rewrites, is read every time). A round then reads only what moves — the down links, the devices that
 are not healthy or are drained, and which slices are live (on SQLite, only the slices changed since its
-last read: `PlacementCache._fed`) — instead of every machine, device and live placement (1.7–3.3 s
+last read: `PlacementCache.fed`) — instead of every machine, device and live placement (1.7–3.3 s
 a round at 12,500 machines under load, `docs/benchmarks.md`).
 """
 
@@ -19,6 +19,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 from typing import Any
 
@@ -96,9 +97,9 @@ class PlacementCache:
 
     def held(self, conn: Connection, changes: bool = False) -> tuple[LiveSlices, list[Allocation]]:
         """The live slices with their placements, and what they hold as allocations, from one read: each
-        job slice's made once, like its placement. `changes`: on SQLite, kept change by change (`_fed`)."""
+        job slice's made once, like its placement. `changes`: on SQLite, kept change by change (`fed`)."""
         if changes and conn.dialect.name == "sqlite":
-            feed = self._fed(conn)
+            feed = self.fed(conn)
             return feed.live(), feed.allocations()
         live = self.live(conn)
         out: list[Allocation] = []
@@ -117,9 +118,9 @@ class PlacementCache:
 
     def live(self, conn: Connection, changes: bool = False) -> LiveSlices:
         """The live slices with their placements. `changes`: on SQLite, from the last such read and the
-        slices changed since (`_fed`), not a read of every live slice."""
+        slices changed since (`fed`), not a read of every live slice."""
         if changes and conn.dialect.name == "sqlite":
-            return self._fed(conn).live()
+            return self.fed(conn).live()
         read_at = time.monotonic()
         raw = conn.execute(_LIVE).all()
         out = self._placements(conn, [(str(i), j) for i, j, _ in raw])
@@ -149,7 +150,7 @@ class PlacementCache:
             self._placed.update((i, fresh[i]) for i, j in rows if j is not None and i in fresh)
         return out
 
-    def _fed(self, conn: Connection) -> _Feed:
+    def fed(self, conn: Connection) -> _Feed:
         """The live slices as of the store's last numbered change (migration `i23_slice_changes`: SQLite's
         triggers number each change to a slice in commit order): the last such read's, with the slices
         numbered since put in or taken out; every live slice read again when a slice was deleted since,
@@ -183,8 +184,49 @@ class PlacementCache:
         return feed
 
 
+@dataclass(frozen=True)
+class LiveUse:
+    """What the live slices hold in all: cpus and memory per machine, Gbit/s per link (their placements'
+    `link_loads`). A commit's room is the inventory less this (`store.plans`), asked only of the machines
+    and links its placements name: summed afresh it walked every live slice's allocations and link loads
+    each commit (a quarter of a commit at 12,500 machines), kept with the live set (`_Feed`) it moves only
+    by the slices that changed since the last read. Sums kept so may differ from sums made afresh in the
+    last bits: the commit's check allows `placement.commit.EPS`."""
+
+    cpu: dict[str, float]
+    memory: dict[str, float]
+    links: dict[str, float]
+
+    @classmethod
+    def of(cls, held: Iterable[Iterable[Allocation]], placements: Iterable[SlicePlacement]) -> LiveUse:
+        """Summed afresh: each live slice's allocations (`held`) and its placement's link loads."""
+        use = cls({}, {}, {})
+        use._add(chain.from_iterable(held), placements, 1.0)
+        return use
+
+    def changed(self, out: Sequence[tuple[Iterable[Allocation], SlicePlacement]],
+                into: Sequence[tuple[Iterable[Allocation], SlicePlacement]]) -> LiveUse:
+        """The use once the slices `out` (what each held, its placement) have left and `into` arrived."""
+        if not out and not into:
+            return self
+        use = LiveUse(dict(self.cpu), dict(self.memory), dict(self.links))
+        for sign, moved in ((-1.0, out), (1.0, into)):
+            use._add(chain.from_iterable(a for a, _ in moved), [p for _, p in moved], sign)
+        return use
+
+    def _add(self, allocations: Iterable[Allocation], placements: Iterable[SlicePlacement], sign: float) -> None:
+        """Add (`sign` 1) or take out (-1) allocations and placements' link loads. Only while being made."""
+        cpu, memory, links = self.cpu, self.memory, self.links
+        for a in allocations:
+            cpu[a.machine] = cpu.get(a.machine, 0.0) + sign * a.cpus
+            memory[a.machine] = memory.get(a.machine, 0.0) + sign * a.memory_gb
+        for p in placements:
+            for link, gbps in p.link_loads:
+                links[link] = links.get(link, 0.0) + sign * gbps
+
+
 class _Feed:
-    """A read of the live slices by their numbered changes (`PlacementCache._fed`): as of change `seq`,
+    """A read of the live slices by their numbered changes (`PlacementCache.fed`): as of change `seq`,
     `gone` slices deleted before it; `states`: slice → state; each live slice's holder and placement, and
     the allocations it holds, made once per slice and carried to the next feed (`changed`). Never
     changed once made but for what `live` and `allocations` keep of themselves, which any thread may
@@ -192,24 +234,38 @@ class _Feed:
 
     def __init__(self, seq: int, gone: int, states: dict[str, str], placed: LiveSlices,
                  held: dict[str, tuple[Allocation, ...]] | None = None,
-                 entries: dict[str, tuple[str, SlicePlacement]] | None = None) -> None:
+                 entries: dict[str, tuple[str, SlicePlacement]] | None = None, use: LiveUse | None = None) -> None:
         self.seq, self.gone, self.states = seq, gone, states
         self.entries = {i: (h, p) for i, h, p in placed} if entries is None else entries
         self.held = {i: tuple(p.allocations(h)) for i, (h, p) in self.entries.items()} if held is None else held
         self._live: LiveSlices | None = None
         self._allocations: list[Allocation] | None = None
+        self._use = use
 
     def changed(self, seq: int, states: dict[str, str], left: list[str], arrived: LiveSlices) -> _Feed:
         """The next feed: the slices that `left` the live set taken out, those that `arrived` (or changed
-        while live) put in with what they hold."""
+        while live) put in with what they hold; their use moved by them, once a reader has asked for it
+        (`use`: then every feed after carries it)."""
         entries, held = dict(self.entries), dict(self.held)
+        out: list[tuple[tuple[Allocation, ...], SlicePlacement]] = []
+        into: list[tuple[tuple[Allocation, ...], SlicePlacement]] = []
         for i in left:
-            entries.pop(i, None)
-            held.pop(i, None)
+            if entries.pop(i, None) is not None:
+                out.append((held.pop(i), self.entries[i][1]))
         for i, h, p in arrived:
+            if i in entries:  # (changed while live: what it held out, what it holds now in)
+                out.append((held[i], entries[i][1]))
             entries[i] = (h, p)
-            held[i] = tuple(p.allocations(h))
-        return _Feed(seq, self.gone, states, [], held, entries)
+            now = held[i] = tuple(p.allocations(h))
+            into.append((now, p))
+        use = self._use
+        return _Feed(seq, self.gone, states, [], held, entries, None if use is None else use.changed(out, into))
+
+    def use(self) -> LiveUse:
+        """What the live slices hold in all (`LiveUse`), summed afresh on a feed that does not carry it."""
+        if self._use is None:
+            self._use = LiveUse.of(self.held.values(), (p for _, p in self.entries.values()))
+        return self._use
 
     def kept_for(self, placed: LiveSlices) -> dict[str, tuple[Allocation, ...]]:
         """What each of `placed` holds, as this feed made it where the slice has the same holder and
@@ -285,7 +341,7 @@ def remember_placed(engines: Iterable[Engine], placed: dict[str, SlicePlacement]
 def live_slices_placed(conn: Connection, changes: bool = False) -> LiveSlices:
     """(slice, job — or the composition's holder, see `holder` —, placement) of every slice that still
     holds resources. `changes`: on SQLite, the last such read on this engine with the slices changed since
-    (`PlacementCache._fed`). Only before the transaction has written a slice: the read keeps what it
+    (`PlacementCache.fed`). Only before the transaction has written a slice: the read keeps what it
     saw, under the change number it saw, for the next; changes of its own that it then rolled back would
     leave the next read a number that other changes take."""
     return _kept(conn).placements.live(conn, changes)
@@ -307,6 +363,16 @@ def live_slices_held(conn: Connection, changes: bool = False) -> tuple[LiveSlice
     """`live_slices_placed` and what those slices hold as allocations, from one read (a commit's ledger
     needs both); `changes` as there, with the same proviso."""
     return _kept(conn).placements.held(conn, changes)
+
+
+def live_use(conn: Connection) -> LiveUse:
+    """What the live slices hold in all, as of now (`LiveUse`): on SQLite kept change by change with the
+    live set (`PlacementCache.fed`), elsewhere summed from a read of them."""
+    cache = _kept(conn).placements
+    if conn.dialect.name == "sqlite":
+        return cache.fed(conn).use()
+    live, held = cache.held(conn)
+    return LiveUse.of([held], (p for _, _, p in live))
 
 
 def live_allocations(conn: Connection, changes: bool = False) -> list[Allocation]:
@@ -359,6 +425,11 @@ class Inventory:
     rack_gbps: float
     #: Every link's bandwidth, Gbit/s (its state, up or down, is read each time).
     link_gbps: dict[str, float]
+
+    @cached_property
+    def machine_size(self) -> dict[str, tuple[float, float]]:
+        """Each machine's cpus and memory by name (a commit's room asks of the machines it places on)."""
+        return {m.name: (m.cpus, m.memory_gb) for m in self.machines}
 
 
 def inventory_version(conn: Connection) -> tuple[int, ...]:
