@@ -381,14 +381,13 @@ def live_allocations(conn: Connection, changes: bool = False) -> list[Allocation
     return live_slices_held(conn, changes)[1]
 
 
-def room_left(conn: Connection, inventory: Inventory | None = None, held: Iterable[Allocation] | None = None
-              ) -> tuple[dict[str, float], dict[str, float]]:
-    """The cpus and memory each machine has left after what the live slices hold (`inventory`, `held`:
-    as read in this transaction already; None: read them)."""
-    machines = (inventory or current_inventory(conn)).machines
+def room_left(conn: Connection) -> tuple[dict[str, float], dict[str, float]]:
+    """The cpus and memory each machine has left after what the live slices hold, every machine (a
+    composition's check; a commit asks `plans.CommitRoom` of the machines it places on)."""
+    machines = current_inventory(conn).machines
     cpu = {m.name: m.cpus for m in machines}
     mem = {m.name: m.memory_gb for m in machines}
-    for a in live_allocations(conn) if held is None else held:
+    for a in live_allocations(conn):
         cpu[a.machine] -= a.cpus
         mem[a.machine] -= a.memory_gb
     return cpu, mem
