@@ -23,7 +23,7 @@ from disagg.model.states import DEVICE_FAILED
 from disagg.placement import Decisions, DeviceGrant, JobPlacement, TaskPlacement
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, no_clock
 from disagg.placement.commit import EPS, over_commit
-from disagg.placement.decisions import LaterReasons
+from disagg.placement.decisions import LaterReasons, LaterStats
 from disagg.placement.registry import POLICIES, get_policy
 from disagg.profiles import lookup
 from disagg.sim.engine import FailureModel, SimConfig, SimResult, Simulation, _as_reserved, simulate, waited
@@ -503,3 +503,35 @@ def test_fits_answers_as_over_commit_does(seed: int) -> None:
     sim_tasks = sim._tasks(jp, job)
     assert sim_tasks is not None
     assert st.fits(jp, sim_tasks) == (over_commit(_as_reserved(jp, sim_tasks), st) is None)
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na", "firmament"])
+def test_a_last_readmission_left_for_when_read_decides_as_one_made_at_once(policy: str) -> None:
+    """A simulated round leaves its last iteration's re-admission for when its reasons or stats are read
+    (`FlowPlacer._readmit_later`): in every round of a run, read after the round is over, both are those
+    of the same round made at once (placements, reasons and stats); and such rounds happen."""
+    scenario = get_scenario("paper-16m-512j")
+    cluster = scenario.cluster()
+    inner = get_policy(policy)
+    counted = {"rounds": 0, "later": 0}
+
+    class Both:
+        name = policy
+        reads_waiting_queue = True
+
+        def place(self, snapshot, queue, now, rng, clock=None, terms=None):  # type: ignore[no-untyped-def]
+            later = inner.place(snapshot, queue, now, np.random.default_rng(0))
+            at_once = inner.place(snapshot, WaitingQueue(list(queue), queue.wait_rounds), now,
+                                  np.random.default_rng(0))
+            counted["rounds"] += 1
+            if isinstance(later.stats, LaterStats):
+                counted["later"] += 1
+                assert isinstance(later.unplaced, LaterReasons) or not later.unplaced
+            assert later.placed == at_once.placed
+            assert [(u.job, u.reason, u.message) for u in later.unplaced] == [
+                (u.job, u.reason, u.message) for u in at_once.unplaced]
+            assert dict(later.stats) == dict(at_once.stats)
+            return later
+
+    simulate(cluster, scenario.submissions(1, cluster), Both(), 1, SimConfig(interval_s=5.0))  # type: ignore[arg-type]
+    assert counted["rounds"] > 20 and counted["later"] > 0

@@ -9,7 +9,7 @@ the links its traffic crosses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, overload
@@ -114,6 +114,37 @@ class LaterReasons(Sequence[Unplaced]):
     __hash__ = None  # type: ignore[assignment]  # (a sequence that compares by content, as a list)
 
 
+class LaterStats(Mapping[str, int]):
+    """A round's stats made when first read, as `LaterReasons` are, for the same caller (the simulator,
+    which never reads them): what they count may be known only once the reasons are (a flow round's last
+    re-admission: `placement.flow`)."""
+
+    __slots__ = ("_made", "_make")
+
+    def __init__(self, make: Callable[[], dict[str, int]]) -> None:
+        self._make: Callable[[], dict[str, int]] | None = make
+        self._made: dict[str, int] = {}
+
+    def _all(self) -> dict[str, int]:
+        if self._make is not None:
+            self._made, self._make = self._make(), None
+        return self._made
+
+    def __getitem__(self, key: str) -> int:
+        return self._all()[key]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return self._all() == (dict(other) if isinstance(other, Mapping) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # (a mapping that compares by content, as a dict)
+
+
 @dataclass(frozen=True, slots=True)
 class Preemption:
     """A running job to stop (SIGTERM, a grace period, then the kill) so that a queued job whose
@@ -143,7 +174,7 @@ class Decisions:
     #: In queue order. A tuple, or (a simulated round's) `LaterReasons`: made when read.
     unplaced: Sequence[Unplaced] = ()
     timings: dict[str, float] = field(default_factory=dict)
-    stats: dict[str, int] = field(default_factory=dict)
+    stats: Mapping[str, int] = field(default_factory=dict)
     preempted: tuple[Preemption, ...] = ()
 
     def to_json(self) -> dict[str, Any]:

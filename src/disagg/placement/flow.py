@@ -26,6 +26,7 @@ from disagg.placement.decisions import (
     DeviceGrant,
     JobPlacement,
     LaterReasons,
+    LaterStats,
     Reason,
     TaskPlacement,
     Unplaced,
@@ -161,6 +162,10 @@ class FlowRound:
     nowhere_said: dict[tuple[object, ...], tuple[Reason, str]] | None = None
     #: Why jobs wait made only when read (`WaitingQueue.reasons_later`: the simulator's rounds).
     reasons_later: bool = False
+    #: The last iteration's re-admission left for when the reasons or stats are read (`FlowPlacer._later`):
+    #: all it decides is which jobs are said to be still contended, and how many were admitted.
+    readmit_later: bool = False
+    slo_at_risk: int = 0  # (the placements said to put their SLO at risk: a stat)
 
     @property
     def queue_len(self) -> int:
@@ -215,14 +220,14 @@ class FlowPlacer:
             rnd.placed += self._last_resort(rnd.state, self._oldest(rnd))
         decode_start = clock()
         placed, unplaced = self._decisions(rnd)
+        rnd.slo_at_risk = sum(1 for p in placed if p.slo_at_risk)
         rnd.timings.decode_s += clock() - decode_start
         return Decisions(
             policy=self.options.name,
             placed=placed,
             unplaced=unplaced,
             timings=rnd.timings.as_dict(clock() - start),
-            stats={"admitted": len(rnd.jobs) + rnd.cold_admitted, "iterations": rnd.iterations,
-                   "slo_at_risk": sum(1 for p in placed if p.slo_at_risk)},
+            stats=LaterStats(partial(self._stats, rnd)) if rnd.readmit_later else self._stats(rnd),
         )
 
     def _admit(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock, terms: FairTerms
@@ -269,7 +274,7 @@ class FlowPlacer:
                 survivors = [js for js in survivors if js.failure is None]
         rnd.placed += survivors
         retry, forced = self._retries(rnd, pending, first)
-        fresh = self._readmit(rnd)
+        fresh = self._readmit(rnd) if not self._readmit_later(rnd, forced) else []
         if forced:
             rnd.table = rnd.table.extended(rnd.jobs, [], rnd.bonus)
         # Nothing placed, nobody new: stop, unless jobs the contention losers lost to failed after all
@@ -281,6 +286,28 @@ class FlowPlacer:
             js.failure = None
         rnd.cold = fresh
         return sorted(retry, key=lambda js: js.order)
+
+    def _readmit_later(self, rnd: FlowRound, forced: list[RoundJob]) -> bool:
+        """Whether the last iteration's re-admission waits till the reasons or stats are read (and then
+        runs, `_later`): where the caller reads them only now and then (`reasons_later`: the simulator),
+        nothing is forced, and something runs (so no last resort reads what it admits). Its walk only says
+        which jobs are still contended (`FlowRound.cold`) and how many were admitted: a fifth of a
+        simulated round's last iteration (drmaestro, paper-128m-4096j), for reasons read once a run."""
+        rnd.readmit_later = (rnd.reasons_later and rnd.iterations >= self.options.max_iterations and not forced
+                             and bool(rnd.snapshot.allocations))
+        return rnd.readmit_later
+
+    def _later(self, rnd: FlowRound) -> None:
+        """The re-admission `_readmit_later` left, made now (once): its jobs are still contended."""
+        if rnd.readmit_later:
+            rnd.readmit_later = False
+            rnd.cold = self._readmit(rnd)
+            rnd.cold_admitted += len(rnd.cold)
+
+    def _stats(self, rnd: FlowRound) -> dict[str, int]:
+        self._later(rnd)
+        return {"admitted": len(rnd.jobs) + rnd.cold_admitted, "iterations": rnd.iterations,
+                "slo_at_risk": rnd.slo_at_risk}
 
     def _retries(self, rnd: FlowRound, pending: list[RoundJob], first: list[RoundJob]
                  ) -> tuple[list[RoundJob], list[RoundJob]]:
@@ -656,6 +683,7 @@ class FlowPlacer:
         """Every job not placed (`placed_at`: their places in the queue), in queue order, with why: refused,
         failed (with a job state, or without: `FlowRound.cold_failed`), or still contended after the
         round's tries (re-admitted by its last iteration: `FlowRound.cold`)."""
+        self._later(rnd)
         ordered = rnd.ordered
         contended: dict[int, tuple[Reason, str]] = {}  # by request (`id` of its `TaskRequest`)
         failed: dict[int, tuple[Reason, str]] = {
