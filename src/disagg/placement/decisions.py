@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, overload
+from typing import Any, Generic, TypeVar, overload
 
 
 class Reason(StrEnum):
@@ -75,23 +75,42 @@ class Unplaced:
     message: str
 
 
-class LaterReasons(Sequence[Unplaced]):
+#: What a `_MadeWhenRead` makes: a collection read as it was made.
+C = TypeVar("C", tuple["Unplaced", ...], dict[str, int])
+
+
+class _MadeWhenRead(Generic[C]):
+    """What a round leaves to be made when first read (`LaterReasons`, `LaterStats`): `make` is called
+    once, at the first read, and dropped (with the round it reads)."""
+
+    __slots__ = ("_made", "_make")
+
+    def __init__(self, make: Callable[[], C], empty: C) -> None:
+        self._make: Callable[[], C] | None = make
+        self._made: C = empty
+
+    def _all(self) -> C:
+        if self._make is not None:
+            self._made, self._make = self._make(), None  # (drops the round it read them off)
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    __hash__ = None  # type: ignore[assignment]  # (compares by content, as what it makes)
+
+
+class LaterReasons(_MadeWhenRead[tuple[Unplaced, ...]], Sequence[Unplaced]):
     """A round's waiting jobs with why, made when first read. A simulated round leaves a queue of
     thousands waiting, round after round, and the simulator reads why only of its last round's (what
     a stalled run reports): making them each round was about a twentieth of a flow policy's run. A
     caller that reads them each round (the controller, `disagg place`) asks for them at once
     (`placement.base.WaitingQueue.reasons_later` is False, the default), so its round's time counts them."""
 
-    __slots__ = ("_made", "_make")
+    __slots__ = ()
 
     def __init__(self, make: Callable[[], tuple[Unplaced, ...]]) -> None:
-        self._make: Callable[[], tuple[Unplaced, ...]] | None = make
-        self._made: tuple[Unplaced, ...] = ()
-
-    def _all(self) -> tuple[Unplaced, ...]:
-        if self._make is not None:
-            self._made, self._make = self._make(), None  # (drops the round it read them off)
-        return self._made
+        super().__init__(make, ())
 
     @overload
     def __getitem__(self, i: int) -> Unplaced: ...
@@ -102,47 +121,31 @@ class LaterReasons(Sequence[Unplaced]):
     def __getitem__(self, i: int | slice) -> Unplaced | tuple[Unplaced, ...]:
         return self._all()[i]
 
-    def __len__(self) -> int:
-        return len(self._all())
-
     def __iter__(self) -> Iterator[Unplaced]:
         return iter(self._all())
 
     def __eq__(self, other: object) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
 
-    __hash__ = None  # type: ignore[assignment]  # (a sequence that compares by content, as a list)
 
-
-class LaterStats(Mapping[str, int]):
+class LaterStats(_MadeWhenRead[dict[str, int]], Mapping[str, int]):
     """A round's stats made when first read, as `LaterReasons` are, for the same caller (the simulator,
     which never reads them): what they count may be known only once the reasons are (a flow round's last
     re-admission: `placement.flow`)."""
 
-    __slots__ = ("_made", "_make")
+    __slots__ = ()
 
     def __init__(self, make: Callable[[], dict[str, int]]) -> None:
-        self._make: Callable[[], dict[str, int]] | None = make
-        self._made: dict[str, int] = {}
-
-    def _all(self) -> dict[str, int]:
-        if self._make is not None:
-            self._made, self._make = self._make(), None
-        return self._made
+        super().__init__(make, {})
 
     def __getitem__(self, key: str) -> int:
         return self._all()[key]
-
-    def __len__(self) -> int:
-        return len(self._all())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
 
     def __eq__(self, other: object) -> bool:
         return self._all() == (dict(other) if isinstance(other, Mapping) else other)
-
-    __hash__ = None  # type: ignore[assignment]  # (a mapping that compares by content, as a dict)
 
 
 @dataclass(frozen=True, slots=True)

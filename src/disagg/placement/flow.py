@@ -165,7 +165,6 @@ class FlowRound:
     #: The last iteration's re-admission left for when the reasons or stats are read (`FlowPlacer._later`):
     #: all it decides is which jobs are said to be still contended, and how many were admitted.
     readmit_later: bool = False
-    slo_at_risk: int = 0  # (the placements said to put their SLO at risk: a stat)
 
     @property
     def queue_len(self) -> int:
@@ -220,14 +219,15 @@ class FlowPlacer:
             rnd.placed += self._last_resort(rnd.state, self._oldest(rnd))
         decode_start = clock()
         placed, unplaced = self._decisions(rnd)
-        rnd.slo_at_risk = sum(1 for p in placed if p.slo_at_risk)
+        slo_at_risk = sum(1 for p in placed if p.slo_at_risk)
         rnd.timings.decode_s += clock() - decode_start
         return Decisions(
             policy=self.options.name,
             placed=placed,
             unplaced=unplaced,
             timings=rnd.timings.as_dict(clock() - start),
-            stats=LaterStats(partial(self._stats, rnd)) if rnd.readmit_later else self._stats(rnd),
+            stats=(LaterStats(partial(self._stats, rnd, slo_at_risk)) if rnd.readmit_later
+                   else self._stats(rnd, slo_at_risk)),
         )
 
     def _admit(self, snapshot: Cluster, queue: Sequence[Job], now: float, clock: Clock, terms: FairTerms
@@ -304,10 +304,12 @@ class FlowPlacer:
             rnd.cold = self._readmit(rnd)
             rnd.cold_admitted += len(rnd.cold)
 
-    def _stats(self, rnd: FlowRound) -> dict[str, int]:
+    def _stats(self, rnd: FlowRound, slo_at_risk: int) -> dict[str, int]:
+        """The round's stats (`slo_at_risk`: its placements said to put their SLO at risk), once what
+        `_readmit_later` left is made."""
         self._later(rnd)
         return {"admitted": len(rnd.jobs) + rnd.cold_admitted, "iterations": rnd.iterations,
-                "slo_at_risk": rnd.slo_at_risk}
+                "slo_at_risk": slo_at_risk}
 
     def _retries(self, rnd: FlowRound, pending: list[RoundJob], first: list[RoundJob]
                  ) -> tuple[list[RoundJob], list[RoundJob]]:

@@ -229,8 +229,8 @@ class _Feed:
     """A read of the live slices by their numbered changes (`PlacementCache.fed`): as of change `seq`,
     `gone` slices deleted before it; `states`: slice → state; each live slice's holder and placement, and
     the allocations it holds, made once per slice and carried to the next feed (`changed`). Never
-    changed once made but for what `live` and `allocations` keep of themselves, which any thread may
-    make (the same)."""
+    changed once made but for what `live`, `allocations` and `use` keep of themselves, which any thread
+    may make (the same)."""
 
     def __init__(self, seq: int, gone: int, states: dict[str, str], placed: LiveSlices,
                  held: dict[str, tuple[Allocation, ...]] | None = None,
