@@ -70,6 +70,13 @@ def test_unknown_policy_lists_the_known_ones() -> None:
     assert "unknown policy 'best'" in out.stderr and "drmaestro-na" in out.stderr
 
 
+def test_bench_sim_passes_are_bounded_and_asked_of_the_paper_bench_only() -> None:
+    out = run("bench", "sim", "paper", "--max-iterations", "0")
+    assert out.returncode == 2 and "--max-iterations" in out.stderr and out.stdout == ""
+    out = run("bench", "sim", "large", "--jobs", "10", "--machines", "2", "--max-iterations", "2")
+    assert out.returncode != 0 and "only the paper benchmark takes it" in out.stderr and out.stdout == ""
+
+
 def test_bench_placement_prints_numbers() -> None:
     out = run("bench", "placement", "--machines", "80", "--gpus-per-machine", "4", "--pending", "60",
               "--policy", "drmaestro", "--seed", "2", "--json")

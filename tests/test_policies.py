@@ -116,6 +116,33 @@ def test_on_an_idle_cluster_a_job_waiting_cannot_help_is_placed_at_once() -> Non
         assert decisions.stats["iterations"] == 2  # postponed for its cost, then must be placed
 
 
+def test_a_round_makes_no_more_passes_than_it_is_given_and_the_policy_keeps_its_own() -> None:
+    # Three machines of two GPUs and a pool of two: the passes after the first place a job that lost
+    # the first to contention (j3); given one pass, a round leaves it waiting for contention, as the
+    # next round would see it. The default (three) is the class's and stays so.
+    cluster = make_cluster(machines=3, gpus=2, cpus=12, pools=1, pool_gpus=2)
+    jobs = [make_job("j0", count=2, cpus=8, gpu=1, submit_s=0), make_job("j1", count=2, cpus=2, gpu=2, submit_s=1),
+            make_job("j2", count=2, cpus=8, gpu=1, submit_s=2), make_job("j3", count=1, cpus=2, gpu=1, submit_s=3)]
+    for policy in ("drmaestro", "drmaestro-na", "firmament"):
+        rng = np.random.default_rng(0)
+        full = get_policy(policy).place(cluster, jobs, 10.0, rng)
+        one = get_policy(policy, max_iterations=1).place(cluster, jobs, 10.0, rng)
+        assert full.stats["iterations"] == 3 and one.stats["iterations"] == 1, policy
+        assert "j3" in placed(full) and "j3" not in placed(one), policy
+        assert set(placed(one)) < set(placed(full)), policy
+        assert reason(one, "j3")[0] == Reason.CONTENTION, policy
+        assert get_policy(policy).options.max_iterations == 3  # type: ignore[attr-defined]
+
+
+def test_passes_are_asked_of_the_flow_policies_only_and_at_least_one() -> None:
+    with pytest.raises(ValueError, match=r"only to the flow policies.*not to 'greedy'"):
+        get_policy("greedy", max_iterations=2)
+    with pytest.raises(ValueError, match="max_iterations: 0 is not allowed"):
+        get_policy("drmaestro", max_iterations=0)
+    with pytest.raises(UnknownPolicyError):
+        get_policy("best", max_iterations=2)
+
+
 def test_gang_is_all_or_nothing_and_gives_back_what_it_took() -> None:
     # Two machines with 8 free cpus: a 3-task gang of 8 cpus cannot fit; a 1-task job behind it can.
     cluster = make_cluster(machines=2, gpus=2, cpus=8)

@@ -273,12 +273,17 @@ def bench_sim(
     interval: Annotated[float, typer.Option(min=0.001, help="Seconds between rounds (simulated).")] = 5.0,
     workers: Annotated[int, typer.Option(min=0, help="paper: processes, one policy each (0 = every core, "
                                                      "1 = one after another in this process).")] = 0,
+    max_iterations: Annotated[int | None, typer.Option(
+        min=1, max=10, help="paper: passes a flow policy's round may make (drmaestro, drmaestro-na, firmament; "
+                            "default: their own, 3). An experiment's knob: docs/benchmarks.md.")] = None,
 ) -> None:
     """Simulator benchmarks; prints one JSON object."""
     from disagg.sim.bench import bench_large, bench_paper
 
     if which == "paper":
-        out = bench_paper(seed, interval, workers)
+        out = bench_paper(seed, interval, workers, max_iterations=max_iterations)
+    elif max_iterations is not None:
+        raise fail(f"--max-iterations {max_iterations}: only the paper benchmark takes it, not {which!r}")
     elif which == "large":
         out = bench_large(jobs, machines, seed, interval_s=interval)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,7 +23,14 @@ class DRMaestroPolicy:
     #: W is read off a `WaitingQueue`'s `wait_rounds` for the jobs a round admits (placement/base.py).
     reads_waiting_queue = True
 
-    def __init__(self) -> None:
+    def __init__(self, max_iterations: int | None = None) -> None:
+        """`max_iterations`: how many passes of its phases a round may make (None: the policy's own,
+        `FlowOptions.max_iterations`); fewer is a trade an experiment can measure (docs/benchmarks.md:
+        the later passes cost a third of a simulated run and place what the next round would)."""
+        if max_iterations is not None:
+            if max_iterations < 1:
+                raise ValueError(f"max_iterations: {max_iterations} is not allowed; a round makes at least 1 pass")
+            self.options = replace(self.options, max_iterations=max_iterations)
         self._placer = FlowPlacer(self.options)
 
     def keep_graphs(self) -> list[tuple[str, FlowNetwork, NDArray[np.int64]]]:

@@ -28,10 +28,18 @@ for _factory in (DRMaestroPolicy, DRMaestroNAPolicy, FirmamentPolicy, GreedyPoli
     register(_factory.name, _factory)
 
 
-def get_policy(name: str) -> Policy:
-    """A fresh policy object by name."""
-    try:
+#: The policies that run the multi-phase flow, whose rounds make passes (`max_iterations`).
+FLOW_POLICIES: dict[str, type[DRMaestroPolicy]] = {p.name: p for p in (DRMaestroPolicy, DRMaestroNAPolicy,
+                                                                       FirmamentPolicy)}
+
+
+def get_policy(name: str, max_iterations: int | None = None) -> Policy:
+    """A fresh policy object by name; `max_iterations` (flow policies only): the passes a round may make."""
+    if name not in POLICIES:
+        raise UnknownPolicyError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
+    if max_iterations is None:
         return POLICIES[name]()
-    except KeyError:
-        raise UnknownPolicyError(
-            f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+    if name not in FLOW_POLICIES:
+        raise ValueError(f"max_iterations applies only to the flow policies ({', '.join(FLOW_POLICIES)}), "
+                         f"not to {name!r}")
+    return FLOW_POLICIES[name](max_iterations)

@@ -21,7 +21,7 @@ import psutil
 
 from disagg.bench.machine import machine_speed
 from disagg.model.states import JobState
-from disagg.placement.registry import POLICIES, get_policy
+from disagg.placement.registry import FLOW_POLICIES, POLICIES, get_policy
 from disagg.sim.engine import SimConfig, SimResult, simulate
 from disagg.sim.metrics import summarize
 from disagg.sim.scenarios import get_scenario, paper_cluster
@@ -42,37 +42,42 @@ def split_wall(result: SimResult) -> dict[str, float]:
 PAPER_ORDER = ("firmament", "drmaestro-na", "drmaestro", "random-remote", "fifo", "greedy")
 
 
-def paper_row(name: str, seed: int, interval_s: float, scenario_name: str = "paper-128m-4096j") -> dict[str, Any]:
-    """One policy on a named scenario in this process: the summary row, its wall and CPU seconds."""
+def paper_row(name: str, seed: int, interval_s: float, scenario_name: str = "paper-128m-4096j",
+              max_iterations: int | None = None) -> dict[str, Any]:
+    """One policy on a named scenario in this process: the summary row, its wall and CPU seconds.
+    `max_iterations`: the passes a flow policy's round may make (None: its own; other policies ignore it)."""
     scenario = get_scenario(scenario_name)
     cluster = scenario.cluster()
     subs = scenario.submissions(seed, cluster)
     cpu0 = time.process_time()
-    result = simulate(cluster, subs, get_policy(name), seed, SimConfig(interval_s=interval_s))
+    passes = max_iterations if name in FLOW_POLICIES else None
+    result = simulate(cluster, subs, get_policy(name, passes), seed, SimConfig(interval_s=interval_s))
     cpu_s = time.process_time() - cpu0
     summary = summarize(result, seed)
     return {**{k: summary[k] for k in KEYS}, "cpu_s": round(cpu_s, 2), **split_wall(result)}
 
 
 def bench_paper(seed: int = 1, interval_s: float = 5.0, workers: int = 0,
-                scenario: str = "paper-128m-4096j") -> dict[str, Any]:
+                scenario: str = "paper-128m-4096j", max_iterations: int | None = None) -> dict[str, Any]:
     """All six policies on paper-128m-4096j (or another named scenario, for tests), one seed: one process
     per policy on `workers` cores (0 = every core; 1 = one after another in this process). Rows in
-    registry order."""
+    registry order. `max_iterations`: the flow policies' passes per round (None: their own)."""
     n = workers or default_workers()
     names = [p for p in PAPER_ORDER if p in POLICIES] + [p for p in POLICIES if p not in PAPER_ORDER]
     load0 = os.getloadavg()[0]
     machine = machine_speed()
     t0 = time.perf_counter()
     if n == 1:
-        rows = {name: paper_row(name, seed, interval_s, scenario) for name in names}
+        rows = {name: paper_row(name, seed, interval_s, scenario, max_iterations) for name in names}
     else:
         with ProcessPoolExecutor(max_workers=min(n, len(names))) as pool:
-            futures = {name: pool.submit(paper_row, name, seed, interval_s, scenario) for name in names}
+            futures = {name: pool.submit(paper_row, name, seed, interval_s, scenario, max_iterations)
+                       for name in names}
             rows = {name: fut.result() for name, fut in futures.items()}
     total = time.perf_counter() - t0
     ordered = [rows[name] for name in POLICIES]
     return {"bench": "sim-paper", "scenario": scenario, "seed": seed, "interval_s": interval_s,
+            "max_iterations": max_iterations,
             "workers": min(n, len(names)), "total_wall_s": round(total, 2),
             "total_cpu_s": round(sum(r["cpu_s"] for r in ordered), 2), "target_wall_s": 60,
             "load_avg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}, "machine": machine,
