@@ -28,9 +28,9 @@ for _factory in (DRMaestroPolicy, DRMaestroNAPolicy, FirmamentPolicy, GreedyPoli
     register(_factory.name, _factory)
 
 
-#: The policies that run the multi-phase flow, whose rounds make passes (`max_iterations`).
-FLOW_POLICIES: dict[str, type[DRMaestroPolicy]] = {p.name: p for p in (DRMaestroPolicy, DRMaestroNAPolicy,
-                                                                       FirmamentPolicy)}
+#: The policies that run the multi-phase flow (`FlowPlacer`), whose rounds make passes (`max_iterations`).
+FLOW_POLICIES: dict[str, type[DRMaestroPolicy]] = {
+    name: f for name, f in POLICIES.items() if isinstance(f, type) and issubclass(f, DRMaestroPolicy)}
 
 
 def get_policy(name: str, max_iterations: int | None = None) -> Policy:
