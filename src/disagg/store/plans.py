@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Table, select, update
 from disagg.model import SlicePlacement
 from disagg.model.slices import PlacedDevice, PlacedTask
 from disagg.model.states import Health, JobState, SliceState
-from disagg.placement.commit import over_commit
+from disagg.placement.commit import RoomLedger, over_commit
 from disagg.placement.decisions import Decisions, JobPlacement
 from disagg.store.base import StoreBase
 from disagg.store.jobs import new_id
@@ -117,51 +117,46 @@ class PlanOps(StoreBase):
         return placed
 
 
-class CommitRoom:
-    """The room a commit checks its placements against (`placement.commit.Room`): the inventory less what
-    the live slices hold (`snapshot.LiveUse`, kept with the live set) less what this commit has taken,
-    worked out for the machines and links the placements name, not for all 12,500 (and their every live
-    slice) each commit; the granted devices' problems and the down links as read."""
+class CommitRoom(RoomLedger):
+    """The room a commit checks its placements against: a `RoomLedger` (what it takes is taken as a
+    ledger takes it) whose machines and links are filled in when first asked, from the inventory less
+    what the live slices hold (`snapshot.LiveUse`, kept with the live set): only those the placements
+    name, not all 12,500 (and their every live slice) each commit; the granted devices' problems and
+    the down links as read."""
 
     def __init__(self, inventory: Inventory, use: LiveUse, devices: dict[str, str | None], down: set[str]) -> None:
+        super().__init__({}, {}, devices, {}, down)
         self._size, self._links, self._use = inventory.machine_size, inventory.link_gbps, use
-        self.devices, self.down = devices, down
-        self._took_cpu: dict[str, float] = {}
-        self._took_memory: dict[str, float] = {}
-        self._took_link: dict[str, float] = {}
 
     def cpus_left(self, machine: str) -> float | None:
-        size = self._size.get(machine)
-        if size is None:
-            return None
-        return size[0] - self._use.cpu.get(machine, 0.0) - self._took_cpu.get(machine, 0.0)
+        if machine not in self.cpus:
+            size = self._size.get(machine)
+            if size is None:
+                return None
+            self.cpus[machine] = size[0] - self._use.cpu.get(machine, 0.0)
+            self.memory[machine] = size[1] - self._use.memory.get(machine, 0.0)
+        return self.cpus[machine]
 
     def memory_left(self, machine: str) -> float:
-        return self._size[machine][1] - self._use.memory.get(machine, 0.0) - self._took_memory.get(machine, 0.0)
-
-    def device_problem(self, device_id: str) -> str | None:
-        return self.devices.get(device_id, "is not in the inventory")
+        self.cpus_left(machine)
+        return self.memory[machine]
 
     def link_left(self, link: str) -> float:
-        gbps = self._links.get(link)
-        if gbps is None:
-            return math.inf  # (not metered)
-        return gbps - self._use.links.get(link, 0.0) - self._took_link.get(link, 0.0)
-
-    def link_down(self, link: str) -> bool:
-        return link in self.down
+        if link not in self.bandwidth:
+            gbps = self._links.get(link)
+            if gbps is None:
+                return math.inf  # (not metered: left out of `bandwidth`, as the ledger reads it)
+            self.bandwidth[link] = gbps - self._use.links.get(link, 0.0)
+        return self.bandwidth[link]
 
     def take(self, p: JobPlacement) -> None:
-        """An accepted placement (checked with `over_commit` first): its cpus, memory, devices and the
-        traffic on the metered links of its devices' paths are taken."""
+        """The ledger's take, once what it subtracts from is filled in (`over_commit` asked it already)."""
         for t in p.tasks:
-            self._took_cpu[t.machine] = self._took_cpu.get(t.machine, 0.0) + t.cpus
-            self._took_memory[t.machine] = self._took_memory.get(t.machine, 0.0) + t.memory_gb
+            self.cpus_left(t.machine)
             for g in t.devices:
-                self.devices[g.id] = "is already held"
                 for lk in g.path:
-                    if lk in self._links:
-                        self._took_link[lk] = self._took_link.get(lk, 0.0) + g.network_gbps
+                    self.link_left(lk)
+        super().take(p)
 
 
 def _ledger(conn: Connection, plan: Decisions) -> CommitRoom:
