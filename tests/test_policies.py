@@ -229,6 +229,21 @@ def test_jobs_refused_only_for_jobs_ahead_get_another_look_when_those_wait() -> 
     assert "next" in placed(decisions)
 
 
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na"])
+def test_another_look_does_not_hang_on_the_round_placing_nothing_else(policy: str) -> None:
+    # As above, with a cpu-only job behind them that the first pass places. A round that gave the refused
+    # jobs their look only when its first pass placed nothing (a cheaper round: issue 23's simulator
+    # target is met so) leaves "next" waiting behind "late" for as long as waiting beats placing "late",
+    # in every round where anything else is placed: on a busy cluster, every round.
+    cluster = make_cluster(machines=1, gpus=2)
+    late = make_job("late", gpu=2, slo_s=50, submit_s=0)
+    nxt = make_job("next", gpu=2, slo_s=400, submit_s=1)
+    small = make_job("small", gpu=0, cpus=2, slo_s=None, submit_s=2)
+    decisions = PlacementHarness(cluster, [late, nxt, small], now=10).run(policy)
+    assert reason(decisions, "late")[0] == Reason.POSTPONED
+    assert sorted(placed(decisions)) == ["next", "small"]
+
+
 @pytest.mark.parametrize("policy", ["fifo", "random-remote"])
 def test_first_fit_skips_a_machine_whose_uplink_cannot_carry_the_remote_devices(policy: str) -> None:
     # m0: cpus but a saturated uplink and no free GPUs; m1: cpus and a quiet uplink; m2: GPUs, no cpus.
