@@ -200,3 +200,30 @@ def test_bobs_claim_for_one_gpu_preempts_one_of_alices_jobs_while_carols_blocked
         assert [(p.for_job, p.tenant) for p in decisions.preempted] == [(b1, "alice")], decisions.preempted
     finally:
         svc.close()
+
+
+# -- a job behind a postponed one, in a round that places something else (issue 23) --------------------
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na"])
+def test_a_job_refused_behind_a_postponed_one_runs_in_a_round_that_places_others(tmp_path: Path,
+                                                                               policy: str) -> None:
+    """carol's "late" (all four P100s, an SLO of 50 s for a ~200 s job: waiting beats placing it at W=0)
+    claims at admission what dave's "next" (one P100) needs, and erin's cpu-only job comes behind them.
+    "next" must run in this round, through the live loop's round (window, tenants' order, backfill), not
+    wait until "late" stops being postponed: a round that gave refused jobs another look only when its
+    first pass placed nothing (cheaper: issue 23's simulator target is met so) leaves it queued in every
+    round in which something like erin's job is placed, on a busy cluster every round."""
+    svc = make_service(tmp_path, policy=policy)
+    try:
+        row, created = svc.jobs.submit("carol", {**body("late", ["true"], gpu=4, gpu_model="P100"), "slo_s": 50.0})
+        assert created
+        late = str(row["id"])
+        nxt = _submit(svc, "dave", "next", gpu=1, gpu_model="P100")
+        small = _submit(svc, "erin", "small", gpu=0)
+        _rounds(svc, 1)
+        assert job(svc, small)["state"] == JobState.COMPOSING, job(svc, small)["reason"]
+        assert job(svc, late)["state"] == JobState.QUEUED and "postponed" in (job(svc, late)["reason"] or "")
+        assert job(svc, nxt)["state"] == JobState.COMPOSING, job(svc, nxt)["reason"]
+    finally:
+        svc.close()
