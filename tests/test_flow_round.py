@@ -11,9 +11,14 @@ from disagg.profiles import RODINIA
 from tests.builders import make_job
 
 
-def _classes(slos: list[float]):  # type: ignore[no-untyped-def]
+def _classes(slos: list[float], as_given: bool = False):  # type: ignore[no-untyped-def]
+    """The classes of jobs of one shape with these SLOs; `as_given`: with τ the SLO itself, where a job's
+    own is never below its best time (`cost.goal_s`)."""
     cache = _RoundJobCache()
     jobs = [FlowPlacer._job_state(make_job(f"j{i}", gpu=4, slo_s=s), i, cache) for i, s in enumerate(slos)]
+    if as_given:
+        for js, s in zip(jobs, slos, strict=True):
+            js.tau = s
     return classify(jobs)
 
 
@@ -28,13 +33,16 @@ def test_a_shape_is_priced_for_its_first_class_whose_goal_is_met_not_for_its_loo
 
 
 def test_a_class_whose_goal_no_placement_meets_does_not_price_its_shape() -> None:
-    """... unless no placement meets its goal (a tenant's τ of a millisecond): then the next class that
-    is met does; when none is, the loosest."""
+    """... unless no placement meets its goal (a τ below the job's local time): then the next class that
+    is met does; when none is, the loosest. A job's own SLO never makes such a goal: a tenant's SLO of a
+    millisecond is read as the job's local time (`cost.goal_s`), which its first class then meets."""
     base = RODINIA["nw"].base_s
+    cls = _classes([0.001, base * 1.5, base * 2.0], as_given=True)
+    assert shape_representative(cls, cls.shapes[0]) == 1
+    cls = _classes([0.001, 0.01, 0.002], as_given=True)
+    assert shape_representative(cls, cls.shapes[0]) == 1
     cls = _classes([0.001, base * 1.5, base * 2.0])
-    assert shape_representative(cls, cls.shapes[0]) == 1
-    cls = _classes([0.001, 0.01, 0.002])
-    assert shape_representative(cls, cls.shapes[0]) == 1
+    assert shape_representative(cls, cls.shapes[0]) == 0
 
 
 def test_bench_placement_sets_the_round_against_a_bare_solve_of_a_firmament_graph() -> None:
@@ -194,7 +202,7 @@ def test_classes_are_numbered_as_they_first_appear_each_with_its_first_job() -> 
     """`classify` hashes each job's key once (the place of its class's first job): interleaved classes
     still number in order of first appearance, each represented by its first job, and every job of a
     class gets its number."""
-    slos = [30.0, 60.0, 30.0, 90.0, 60.0, 30.0, 90.0, 120.0]
+    slos = [230.0, 260.0, 230.0, 290.0, 260.0, 230.0, 290.0, 320.0]  # (above nw's 200 s: each its own goal)
     cls = _classes(slos)
     first: dict[float, int] = {}
     for i, s in enumerate(slos):
@@ -282,19 +290,23 @@ def test_a_model_allowing_every_machine_answers_one_read_only_array_a_round() ->
 
 
 def test_a_job_states_goal_is_its_slo_clamped_as_clamp_goal_clamps_it() -> None:
-    """`_job_states` clamps τ with comparisons in place of `clamp_goal`'s min and max: the same value, and
-    of the same type, at the bounds, beyond them, for ints, infinities and NaN."""
+    """`_job_states` clamps τ with comparisons in place of `clamp_goal`'s min and max, and raises a goal
+    below a known image's local time to it, as `goal_s` does: the same value, and of the same type, at the
+    bounds, beyond them, for ints, infinities and NaN; for an unknown image (no local time: the SLO as
+    clamped) and a known one (nw, 200 s)."""
     import math
 
-    from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_goal
+    from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_goal, goal_s, profile_of
 
     slos = [TAU_MIN_S, TAU_MAX_S, TAU_MIN_S / 2, TAU_MAX_S * 2, 1e-12, 0.0, -5.0, 7, int(TAU_MAX_S) + 1,
-            math.inf, -math.inf, float("nan"), 123.456]
-    states = FlowPlacer._job_states([make_job(f"j{i}", slo_s=s) for i, s in enumerate(slos)], range(len(slos)),
-                                    _RoundJobCache())
-    for js, s in zip(states, slos, strict=True):
-        want = clamp_goal(s)
-        assert repr(js.tau) == repr(want) and type(js.tau) is type(want), s
+            math.inf, -math.inf, float("nan"), 123.456, 200, 200.5]
+    for image in ("tests/unknown", "rodinia/nw"):
+        jobs = [make_job(f"j{i}", image, slo_s=s) for i, s in enumerate(slos)]
+        states = FlowPlacer._job_states(jobs, range(len(slos)), _RoundJobCache())
+        for js, job, s in zip(states, jobs, slos, strict=True):
+            want = goal_s(job, profile_of(job))
+            assert repr(js.tau) == repr(want) and type(js.tau) is type(want), (image, s)
+            assert want == (clamp_goal(s) if image == "tests/unknown" else max(clamp_goal(s), 200.0)), (image, s)
 
 
 def test_a_job_states_written_out_init_starts_every_other_field_as_declared() -> None:

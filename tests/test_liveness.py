@@ -232,3 +232,33 @@ def test_a_stream_of_small_jobs_starves_a_big_one_until_its_reservation_holds(po
 
 def test_fifo_never_starves_its_head() -> None:
     assert starving_run("fifo", None) == 2  # as soon as the two running jobs end: nothing passes it
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na"])
+def test_a_head_that_declines_what_is_free_reserves_none_of_it(policy: str) -> None:
+    """A head left waiting because waiting cost less than its placement, with that placement free, does
+    not reserve it: holding it against younger jobs cannot help a job that declined it, and keeps it
+    from every other tenant for as long as its own cost says wait (`backfill.declined`). Its job needs
+    both GPUs of the pool, remote, at 3.7x its local time; a younger 1-GPU job takes one of them.
+    Once the GPUs are busy, the head starves for room and its reservation holds as before."""
+    from dataclasses import replace
+
+    from disagg.placement import Reason
+    from disagg.profiles import Profile
+    from tests.builders import make_cluster, make_job
+
+    slow = Profile("slow-remote", 200.0, 0.9, 4.0, 0.0, 1.0, "tests: remote costs 3.7x")
+    cluster = make_cluster(machines=1, gpus=0, pools=1, pool_gpus=2, taken_cpus={"m0": 4})
+    head = replace(make_job("head", "tests/slow-remote", gpu=2, slo_s=200, wait_rounds=10), profile=slow)
+    small = make_job("small", gpu=1, cpus=1, submit_s=1.0, slo_s=1000)
+    done = place_round(get_policy(policy), cluster, [head, small], [], 10.0, np.random.default_rng(1),
+                       starving_after=5)
+    assert done.reservation is None
+    assert [p.job for p in done.decisions.placed] == ["small"]
+    assert {u.job: u.reason for u in done.decisions.unplaced} == {"head": Reason.POSTPONED}
+    # the pool's GPUs busy (one held by a running job): the head now waits for room, and reserves
+    busy = holding(cluster, (Allocation("run", "m0", 1.0, 1.0, ("box0/gpu0",)),))
+    done = place_round(get_policy(policy), busy, [head, small], [], 10.0, np.random.default_rng(1),
+                       starving_after=5)
+    assert done.reservation is not None and done.reservation.job == "head"
+    assert not done.decisions.placed

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from disagg.model import Allocation, Cluster, load_cluster, load_jobs
+from disagg.model import Allocation, Cluster, Job, load_cluster, load_jobs
 from disagg.placement import Reason
 from disagg.placement.registry import POLICIES, UnknownPolicyError, get_policy, register
+from disagg.profiles import Profile
 from tests.builders import devices_at, make_cluster, make_job, make_machine
 from tests.frozen import is_frozen
 from tests.harness import SERVER_CENTRIC, PlacementHarness, placed, reason
@@ -91,11 +92,24 @@ def test_na_prefers_the_quiet_remote_machine() -> None:
     assert all(d.startswith("m2/") for d, _ in devices), devices
 
 
+#: A job whose devices, remote, make it 3.7x slower than with them local (90% of its time moves data,
+#: four times slower over the network): any remote placement misses twice its goal, and so costs more
+#: than waiting at W=0 (Eq. 8 prices waiting at φ = 2τ).
+SLOW_REMOTE = Profile("slow-remote", 200.0, 0.9, 4.0, 0.0, 1.0, "tests: remote costs 3.7x")
+
+
+def _slow_remote(name: str, gpu: int, submit_s: float = 0.0) -> Job:
+    # (an image of its own: a round's jobs of one image share its profile, as the controller's and the
+    # simulator's always do)
+    return replace(make_job(name, "tests/slow-remote", gpu=gpu, slo_s=200, submit_s=submit_s), profile=SLOW_REMOTE)
+
+
 def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
-    # NW takes 200 s locally; an SLO of 50 s makes any placement cost more than waiting at W=0. Something
-    # runs on the machine (4 of its cpus): waiting might help, so W decides.
-    cluster = make_cluster(machines=1, gpus=2, taken_cpus={"m0": 4})
-    job = make_job("late", gpu=1, slo_s=50)
+    # The only GPUs sit in a pool, and remote ones make the job 3.7x slower than its goal: any placement
+    # costs more than waiting at W=0. Something runs on the machine (4 of its cpus): waiting might help,
+    # so W decides.
+    cluster = make_cluster(machines=1, gpus=0, pools=1, pool_gpus=2, taken_cpus={"m0": 4})
+    job = _slow_remote("late", gpu=1)
     first = PlacementHarness(cluster, [job]).run("drmaestro")
     assert reason(first, "late")[0] == Reason.POSTPONED
     rounds = 0
@@ -109,11 +123,17 @@ def test_wait_counter_w_eventually_places_a_job_that_waiting_beat() -> None:
 def test_on_an_idle_cluster_a_job_waiting_cannot_help_is_placed_at_once() -> None:
     # The same job on the same machine with nothing running (issue 14's liveness rule): no placement
     # gets better by waiting, so the flow policies place it in the first round whatever it costs.
-    cluster = make_cluster(machines=1, gpus=2)
-    for policy in ("drmaestro", "drmaestro-na", "firmament"):
-        decisions = PlacementHarness(cluster, [make_job("late", gpu=1, slo_s=50)]).run(policy)
+    cluster = make_cluster(machines=1, gpus=0, pools=1, pool_gpus=2)
+    for policy in ("drmaestro", "drmaestro-na"):
+        decisions = PlacementHarness(cluster, [_slow_remote("late", gpu=1)]).run(policy)
         assert "late" in placed(decisions), policy
         assert decisions.stats["iterations"] == 2  # postponed for its cost, then must be placed
+    # (server-centric, the GPUs sit in the machine, where the job meets its goal: placed at once, as the
+    # job with an SLO below its own local time is, whose goal is read as that time: `cost.goal_s`)
+    cluster = make_cluster(machines=1, gpus=2)
+    for job in (_slow_remote("late", gpu=1), make_job("tight", gpu=1, slo_s=50)):
+        decisions = PlacementHarness(cluster, [job]).run("firmament")
+        assert job.name in placed(decisions) and decisions.stats["iterations"] == 1
 
 
 def test_a_round_makes_no_more_passes_than_it_is_given_and_the_policy_keeps_its_own() -> None:
@@ -219,10 +239,10 @@ def test_random_remote_is_seeded() -> None:
 
 
 def test_jobs_refused_only_for_jobs_ahead_get_another_look_when_those_wait() -> None:
-    # "late" comes first and claims both GPUs at admission, but waiting beats placing it (SLO 50 s
-    # for a 200 s job); "next" was refused only for "late", so it must be placed in the same round.
-    cluster = make_cluster(machines=1, gpus=2)
-    late = make_job("late", gpu=2, slo_s=50, submit_s=0)
+    # "late" comes first and claims both GPUs at admission, but waiting beats placing it (remote GPUs
+    # make it miss twice its goal); "next" was refused only for "late", so it must be placed in the same round.
+    cluster = make_cluster(machines=1, gpus=0, pools=1, pool_gpus=2)
+    late = _slow_remote("late", gpu=2)
     nxt = make_job("next", gpu=2, slo_s=400, submit_s=1)
     decisions = PlacementHarness(cluster, [late, nxt], now=10).run("drmaestro")
     assert reason(decisions, "late")[0] == Reason.POSTPONED
@@ -235,8 +255,8 @@ def test_another_look_does_not_hang_on_the_round_placing_nothing_else(policy: st
     # jobs their look only when its first pass placed nothing (a cheaper round: issue 23's simulator
     # target is met so) leaves "next" waiting behind "late" for as long as waiting beats placing "late",
     # in every round where anything else is placed: on a busy cluster, every round.
-    cluster = make_cluster(machines=1, gpus=2)
-    late = make_job("late", gpu=2, slo_s=50, submit_s=0)
+    cluster = make_cluster(machines=1, gpus=0, pools=1, pool_gpus=2)
+    late = _slow_remote("late", gpu=2)
     nxt = make_job("next", gpu=2, slo_s=400, submit_s=1)
     small = make_job("small", gpu=0, cpus=2, slo_s=None, submit_s=2)
     decisions = PlacementHarness(cluster, [late, nxt, small], now=10).run(policy)

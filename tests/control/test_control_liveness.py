@@ -208,15 +208,18 @@ def test_bobs_claim_for_one_gpu_preempts_one_of_alices_jobs_while_carols_blocked
 @pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na"])
 def test_a_job_refused_behind_a_postponed_one_runs_in_a_round_that_places_others(tmp_path: Path,
                                                                                policy: str) -> None:
-    """carol's "late" (all four P100s, an SLO of 50 s for a ~200 s job: waiting beats placing it at W=0)
-    claims at admission what dave's "next" (one P100) needs, and erin's cpu-only job comes behind them.
-    "next" must run in this round, through the live loop's round (window, tenants' order, backfill), not
-    wait until "late" stops being postponed: a round that gave refused jobs another look only when its
-    first pass placed nothing (cheaper: issue 23's simulator target is met so) leaves it queued in every
-    round in which something like erin's job is placed, on a busy cluster every round."""
+    """carol's "late" (all four P100s, remote from every node, the least importance and an SLO the job
+    cannot beat: past its goal a job of importance 10 loses nothing, so waiting, priced at a local
+    placement, beats a remote one at W=0) claims at admission what dave's "next" (one P100) needs, and
+    erin's cpu-only job comes behind them. "next" must run in this round, through the live loop's round
+    (window, tenants' order, backfill), not wait until "late" stops being postponed: a round that gave
+    refused jobs another look only when its first pass placed nothing (cheaper: issue 23's simulator
+    target is met so) leaves it queued in every round in which something like erin's job is placed, on
+    a busy cluster every round."""
     svc = make_service(tmp_path, policy=policy)
     try:
-        row, created = svc.jobs.submit("carol", {**body("late", ["true"], gpu=4, gpu_model="P100"), "slo_s": 50.0})
+        row, created = svc.jobs.submit("carol", {**body("late", ["true"], gpu=4, gpu_model="P100"), "slo_s": 50.0,
+                                                 "importance": 10.0})
         assert created
         late = str(row["id"])
         nxt = _submit(svc, "dave", "next", gpu=1, gpu_model="P100")
@@ -224,6 +227,39 @@ def test_a_job_refused_behind_a_postponed_one_runs_in_a_round_that_places_others
         _rounds(svc, 1)
         assert job(svc, small)["state"] == JobState.COMPOSING, job(svc, small)["reason"]
         assert job(svc, late)["state"] == JobState.QUEUED and "postponed" in (job(svc, late)["reason"] or "")
+        assert job(svc, nxt)["state"] == JobState.COMPOSING, job(svc, nxt)["reason"]
+    finally:
+        svc.close()
+
+
+# -- an SLO no placement can meet: the job is not postponed for thousands of rounds ------------------
+
+
+@pytest.mark.parametrize("policy", ["drmaestro", "drmaestro-na"])
+def test_an_slo_below_the_jobs_own_run_time_does_not_hold_the_gpus_from_other_tenants(tmp_path: Path,
+                                                                                   policy: str) -> None:
+    """The attack: carol asks three of the four P100s with an SLO of one second (the least the API takes)
+    for a job whose image runs for minutes. Read as it is, no placement can meet that goal, so Eq. 8
+    prefers waiting until W outgrows the miss (some 2,000 rounds: half an hour of the live loop at its
+    idle pace); once the job has starved past the bound it is the head, and its reservation holds its
+    three P100s against every younger job: dave's one-GPU job, behind it, waited for as long as it did,
+    while all four GPUs sat idle. A goal below the job's own best time is read as that time (the job
+    can do no better, and waiting cannot help it): carol's job is placed while the GPUs are free, and
+    the fourth stays open to dave."""
+    svc = make_service(tmp_path, policy=policy, starvation_rounds=3)
+    try:
+        busy = _submit(svc, "erin", "busy", gpu=0)  # (something runs: the idle-cluster rule does not apply)
+        _rounds(svc, 1)
+        assert job(svc, busy)["state"] == JobState.COMPOSING
+        row, created = svc.jobs.submit("carol", {**body("greedy", ["true"], gpu=3, gpu_model="P100"),
+                                                 "slo_s": 1.0})
+        assert created
+        greedy = str(row["id"])
+        _rounds(svc, 5)
+        carol = job(svc, greedy)
+        assert carol["state"] == JobState.COMPOSING, carol["reason"]
+        nxt = _submit(svc, "dave", "next", gpu=1, gpu_model="P100")
+        _rounds(svc, 1)
         assert job(svc, nxt)["state"] == JobState.COMPOSING, job(svc, nxt)["reason"]
     finally:
         svc.close()

@@ -26,7 +26,9 @@ Only a job that starves for the cluster's sake is a head: one the policy left wa
 cluster has no room for it now. A job held back by its own tenant's quota or limit (`Reason.QUOTA`,
 `OWN_LIMITS`) is not starving — room would not help it — and never reserves anything, however long its W
 (a job on hold is not in the queue at all): else it would keep from every other tenant what it could not
-take itself (issue 21).
+take itself (issue 21). Nor does a head that waits by its own choice (its placement cost more than
+waiting: `BY_CHOICE`) reserve a target that is free now: it declined what the reservation would hold
+(`declined`).
 
 Pure: the policy is pure, and so is this. `rng` is the round's; the reservation draws from a child of
 it so that pass 1 sees the stream it saw before backfill existed.
@@ -42,6 +44,7 @@ import numpy as np
 from disagg.model import Allocation, Cluster, Job
 from disagg.model.tenancy import Holder
 from disagg.placement.base import Clock, Policy, no_clock
+from disagg.placement.commit import RoomLedger, over_commit
 from disagg.placement.decisions import Decisions, JobPlacement, Reason, Unplaced
 
 #: The job name a reservation's allocations carry (what `FreeState` sees as running there).
@@ -49,6 +52,9 @@ RESERVED = "reserved-for-"
 #: Why a job waits that room on the cluster would not cure: it is held back by its own tenant. Such a
 #: job is never the head: it reserves nothing.
 OWN_LIMITS = frozenset({Reason.QUOTA})
+#: Why a job waits when it had a placement and the policy chose waiting (its cost): such a head does not
+#: reserve a target that is free now (`declined`).
+BY_CHOICE = frozenset({Reason.POSTPONED, Reason.SLO_AT_RISK})
 
 
 @dataclass(frozen=True)
@@ -129,11 +135,23 @@ def place_round(policy: Policy, snapshot: Cluster, window: Sequence[Job], extra:
             return Round(_merge(policy.name, first, younger_first, ()))
     child = np.random.default_rng(rng.integers(2**63))
     target = reservation(policy, snapshot, head, now, child, clock)
+    if target is not None and declined(first.unplaced, head.name, target, holding_placed(snapshot, first.placed,
+                                                                                          jobs, now)):
+        target = None
     reserved = as_allocations([target], RESERVED) if target else ()
     backfill = [*younger, *extra]
     second = policy.place(holding_placed(snapshot, first.placed, jobs, now, reserved), backfill, now, rng, clock)
     return Round(_merge(policy.name, first, second, tuple(j.name for j in extra), head.name if target else None),
                  head.name, target, tuple(j.name for j in backfill))
+
+
+def declined(unplaced: Sequence[Unplaced], head: str, target: JobPlacement, after: Cluster) -> bool:
+    """Whether the head waits by its own choice for what its reservation would hold: the policy left it
+    waiting because waiting cost less (`BY_CHOICE`) while its reservation's target is free now (`after`:
+    the snapshot with the pass's placements held). Holding that against younger jobs cannot help it —
+    it declined it this round — and only keeps it from everyone else."""
+    reason = next((u.reason for u in unplaced if u.job == head), None)
+    return reason in BY_CHOICE and over_commit(target, RoomLedger.of(after)) is None
 
 
 def starving_head(window: Sequence[Job], unplaced: Sequence[Unplaced]) -> Job | None:

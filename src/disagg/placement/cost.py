@@ -161,9 +161,18 @@ def age_bonus(order: ArrayLike, n: int) -> NDArray[np.int64]:
 
 
 def goal_s(job: Job, profile: Profile) -> float:
-    """τ: the job's SLO, or 1.5× its profile's local time, or 1 s for an unknown image (neutral)."""
+    """τ: the job's SLO, or 1.5× its profile's local time, or 1 s for an unknown image (neutral).
+
+    An SLO below the job's own best time (a known profile's local time, alone on an idle cluster) is
+    read as that time. Taken as given, no placement meets it and every one misses by the same
+    hopeless margin, so Eq. 8 prefers waiting until W outgrows the miss — some 10,000 rounds for an
+    SLO of a millisecond — while waiting cannot help the job at all; and a job left waiting that
+    long becomes the starving head whose reservation holds what it asked for against every other
+    tenant (docs/design-decisions.md, "No job waits forever")."""
     if job.slo_s is not None:
-        return clamp_goal(job.slo_s)
+        tau = clamp_goal(job.slo_s)
+        best = expected_s(profile, 0.0, 0.0) if profile.known else tau
+        return clamp_goal(best) if tau < best else tau
     if profile.known:
         return 1.5 * profile.base_s
     return 1.0

@@ -19,7 +19,7 @@ from typing import TypeVar, overload
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest
 from disagg.placement import phase_device, phase_one
 from disagg.placement.base import Clock, FairTerms, WaitingQueue, collector_paused, current_jobs, no_clock
-from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_importance, phi, profile_of
+from disagg.placement.cost import TAU_MAX_S, TAU_MIN_S, clamp_goal, clamp_importance, phi, profile_of
 from disagg.placement.cost_models import get_cost_model, local_capacity
 from disagg.placement.decisions import (
     Decisions,
@@ -572,6 +572,8 @@ class FlowPlacer:
             # are mostly each its own, so a memo of them missed.)
             tau = (default_tau if slo is None else TAU_MAX_S if slo != slo else TAU_MIN_S if slo < TAU_MIN_S
                    else TAU_MAX_S if slo > TAU_MAX_S else slo)
+            if phi_known is not None and tau < phi_known:  # (below its own best time: read as it, `goal_s`)
+                tau = clamp_goal(phi_known)
             gbps = job.network_gbps
             t = job.tasks
             # Requests repeat across a queue: their device and model parts are worked out once per round.
