@@ -4,6 +4,7 @@ what is drawn from the seed and what each invariant means: `disagg.bench.chaos` 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,25 @@ def test_a_seed_draws_the_same_schedule(tmp_path: Path) -> None:
     assert {"submit", "fail-device", "repair-device", "kill", "cancel"} <= kinds
     fails = [a for a in one if a.kind == "fail-device"]
     assert all(any(r.kind == "repair-device" and r.target == f.target and r.at > f.at for r in one) for f in fails)
+
+
+def test_a_share_of_the_submissions_set_slos_drawn_apart_from_everything_else(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tenants' SLOs: one second (no placement meets it: the job's image runs 200 s locally), the local
+    time, half again; from a stream of their own, so a seed draws every other action as it did before."""
+    from disagg.bench import chaos_plan
+
+    opts = ChaosOptions(seconds=600, seed=11)
+    args = (["iobox0/gpu0", "iobox1/nvme0"], ["up:node0"], tmp_path / "e")
+    with_slo = make_schedule(opts, *args)
+    slos = [a.body["slo_s"] for a in with_slo if a.body and "slo_s" in a.body]
+    submissions = [a for a in with_slo if a.kind == "submit"]
+    assert 0.15 * len(submissions) < len(slos) < 0.45 * len(submissions)
+    assert set(slos) == {1.0, 200.0, 300.0}
+    monkeypatch.setattr(chaos_plan, "SLO_SHARE", 0.0)
+    without = make_schedule(opts, *args)
+    strip = [replace(a, body={k: v for k, v in a.body.items() if k != "slo_s"}) if a.body else a for a in with_slo]
+    assert strip == without
 
 
 def test_fits_sees_free_reachable_devices_room_and_the_own_quota() -> None:

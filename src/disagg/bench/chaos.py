@@ -4,7 +4,8 @@ A real controller (`ForkedServer`, as `disagg bench crash` starts it: a forked `
 SQLite store in a temporary directory, the emulated testbed sped up by `latency_scale`) gets tenants
 with quotas and borrowing (`chaos_plan.TENANT_KINDS`). For `seconds`, the actions that
 `chaos_plan.make_schedule` drew from the seed run at their offsets: the tenants submit short jobs
-(CPU only, GPUs, NVMe, gangs; now and then one above the tenant's limit), devices and links fail and
+(CPU only, GPUs, NVMe, gangs; now and then one above the tenant's limit; three in ten with an SLO, one
+in three of those an SLO of a second that no placement meets), devices and links fail and
 are repaired through the admin API, the controller is killed with SIGKILL and restarted on the same
 store and state directory, and composing jobs are cancelled. Twice a second the soak samples the
 queue, the devices, the links and the tenants. Then everything is repaired and the queue drains
@@ -456,6 +457,7 @@ def _result(soak: _Soak, states: dict[str, int], world: dict[str, Any], elapsed:
         "benchmark": "chaos", "seed": opts.seed, "seconds": opts.seconds, "tenants": opts.tenants, "rate": opts.rate,
         "latency_scale": opts.latency_scale, "max_wait_rounds": opts.max_wait_rounds,
         "jobs": {"submitted": c["submitted"], "accepted": len(accepted), "refused_over_limit": c["refused_over_limit"],
+                 "with_slo": sum(1 for a in soak.jobs.values() if a.body and "slo_s" in a.body),
                  **{str(s): states.get(s, 0) for s in _ENDED},
                  "not_ended": sum(n for s, n in states.items() if s not in _ENDED),
                  "lost": sum(1 for v in soak.violations if v["invariant"] == "lost"), "ran_twice": world["ran_twice"]},

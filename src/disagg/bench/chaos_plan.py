@@ -30,6 +30,13 @@ TENANT_KINDS: tuple[dict[str, Any], ...] = (
 DEVICE_KINDS = ("gpu", "nvme")
 #: Share of a limited tenant's submissions that ask for more than its limit (refused with 422 is right).
 OVER_LIMIT_SHARE = 0.05
+#: The image every job of the soak names (its commands sleep a second at most; the placement prices
+#: it by its profile: 200 s locally).
+IMAGE = "rodinia/nw"
+#: Share of the submissions that set an SLO, and the SLOs they draw: one second (the least the API takes,
+#: far below the image's local time: a goal no placement meets), the local time itself and half again.
+SLO_SHARE = 0.3
+SLO_FACTORS = (None, 1.0, 1.5)
 
 
 @dataclass(frozen=True)
@@ -124,8 +131,22 @@ def _shape(rng: random.Random) -> dict[str, Any]:
     return tasks
 
 
-def _submission(rng: random.Random, at: float, i: int, tenants: Sequence[Mapping[str, Any]], events: Path) -> Action:
-    """The i-th submission: a tenant, a shape within its limit (or, now and then, just above it)."""
+def _slo(rng: random.Random) -> float | None:
+    """A submission's SLO (`SLO_SHARE` of them), or None. `rng` is a stream of its own, so that adding
+    SLOs left every other action a seed draws as it was."""
+    if rng.random() >= SLO_SHARE:
+        return None
+    from disagg.api.schemas import SLO_MIN_S
+    from disagg.profiles import lookup
+
+    factor = rng.choice(SLO_FACTORS)
+    return SLO_MIN_S if factor is None else round(factor * lookup(IMAGE).base_s, 3)
+
+
+def _submission(rng: random.Random, at: float, i: int, tenants: Sequence[Mapping[str, Any]], events: Path,
+                slo_s: float | None = None) -> Action:
+    """The i-th submission: a tenant, a shape within its limit (or, now and then, just above it), and
+    `slo_s` (None: no SLO)."""
     spec = rng.choice(tenants)
     limit = limits(spec)
     tasks = _shape(rng)
@@ -137,9 +158,23 @@ def _submission(rng: random.Random, at: float, i: int, tenants: Sequence[Mapping
         tasks = {"count": 1, "cpus": 1.0, "memory_gb": 1.0}
     from disagg.bench.crash import marked_command
 
-    body = {"name": f"chaos-{i}", "image": "rodinia/nw", "max_retries": 10, "tasks": tasks,
-            "command": marked_command(events, rng.choice((0.2, 0.5, 1.0)))}
+    body: dict[str, Any] = {"name": f"chaos-{i}", "image": IMAGE, "max_retries": 10, "tasks": tasks,
+                            "command": marked_command(events, rng.choice((0.2, 0.5, 1.0)))}
+    if slo_s is not None:
+        body["slo_s"] = slo_s
     return Action(at, "submit", str(spec["name"]), body, f"chaos-{rng.getrandbits(96):024x}", over_limit=over)
+
+
+def _background(tenants: Sequence[Mapping[str, Any]], events: Path, seconds: float) -> Action:
+    """A CPU-only job that runs through the whole fault phase, from a tenant without limits (the last
+    when none is): the cluster is never idle, so no round may place a job only because nothing else runs
+    (the liveness rule's idle case), and a job that waits by its cost waits as it would on a busy cluster."""
+    from disagg.bench.crash import marked_command
+
+    spec = next((t for t in tenants if not limits(t)), tenants[-1])
+    body = {"name": "chaos-background", "image": IMAGE, "max_retries": 10,
+            "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0}, "command": marked_command(events, round(seconds, 3))}
+    return Action(0.0, "submit", str(spec["name"]), body, "chaos-background")
 
 
 def _faults(rng: random.Random, opts: ChaosOptions, what: str, targets: Sequence[str], every_s: float
@@ -162,9 +197,11 @@ def make_schedule(opts: ChaosOptions, devices: Sequence[str], links: Sequence[st
                   ) -> list[Action]:
     """Every action of the soak, in time order, from `opts.seed` alone."""
     rng = random.Random(opts.seed)
+    slos = random.Random(f"slo-{opts.seed}")
     tenants = tenant_specs(opts.tenants)
-    actions = [_submission(rng, t, i, tenants, events)
+    actions = [_submission(rng, t, i, tenants, events, _slo(slos))
                for i, t in enumerate(_arrivals(rng, 1.0 / opts.rate, opts.seconds))]
+    actions.append(_background(tenants, events, opts.seconds))
     actions += _faults(rng, opts, "device", devices, opts.device_fault_every_s)
     actions += _faults(rng, opts, "link", links, opts.link_fault_every_s)
     actions += [Action(t, "kill") for t in _arrivals(rng, opts.kill_every_s, opts.seconds)]
