@@ -121,6 +121,18 @@ def test_na_marks_what_it_places_knowing_it_misses_the_slo() -> None:
     assert decisions.to_json()["placed"][0]["slo_at_risk"] == p.slo_at_risk
 
 
+def test_a_reason_names_the_slo_the_tenant_wrote_and_what_it_is_read_as() -> None:
+    # nw runs 200 s locally; an SLO of 100 s is read as 200 s (`cost.goal_s`): a remote GPU on idle links
+    # (208.5 s) misses that by the path alone, so NA places it and says so, naming both numbers.
+    snapshot = cluster([("m0", "r0", 8, 10, {})], [("p0", "r0", 40, gpus(1))])
+    decisions = PlacementHarness(snapshot, [job("j", "rodinia/nw", 1, 4, {"gpu": 1}, slo_s=100)]).run("drmaestro-na")
+    (p,) = decisions.placed
+    assert p.slo_at_risk is not None
+    assert "over its SLO (100 s, below its local time: read as 200 s)" in p.slo_at_risk, p.slo_at_risk
+    decisions = PlacementHarness(snapshot, [job("j", "rodinia/nw", 1, 4, {"gpu": 1}, slo_s=205)]).run("drmaestro-na")
+    assert "over its SLO (205 s)" in str(decisions.placed[0].slo_at_risk)
+
+
 def test_na_still_postpones_when_only_running_jobs_traffic_makes_it_miss() -> None:
     # Running jobs load both machines' uplinks: a remote GPU (208.5 s on idle links, SLO 213 s) would
     # miss the SLO now, not once they end: NA waits; plain DRMaestro places it.

@@ -636,7 +636,7 @@ class FlowPlacer:
                    f"{100 * (worst - js.tau) / js.tau:.0f}% of it (docs/design-decisions.md, \"No job waits forever\")")
         else:
             why = "no placement meets it even with no other traffic on its links, so waiting cannot help"
-        return f"expected {worst:g} s, over its SLO ({js.tau:g} s): {why}"
+        return f"expected {worst:g} s, over its SLO ({js.goal()}): {why}"
 
     def _remote_task(self, state: FreeState, js: RoundJob, ti: int, machine: str,
                      grants: tuple[DeviceGrant, ...]) -> TaskPlacement:

@@ -130,6 +130,14 @@ class RoundJob:
         self.failure = None
         self.held_failure = None
 
+    def goal(self) -> str:
+        """τ as a reason says it: where the job's SLO is below its local time (`cost.goal_s` then reads
+        it as that time), both, so that "over its SLO" does not name a number the tenant never wrote."""
+        slo = self.job.slo_s
+        if self.profile.known and slo is not None and slo < self.tau:
+            return f"{slo:g} s, below its local time: read as {self.tau:g} s"
+        return f"{self.tau:g} s"
+
     def fail(self, state: FreeState, reason: Reason, message: str) -> None:
         self.fail_as(state, (reason, message))
 

@@ -359,7 +359,7 @@ def grant(state: FreeState, js: RoundJob, ti: int, kind: str, own: int,
     if why == "slo":
         js.fail(state, Reason.SLO_AT_RISK, (
             f"remote {kind} for {js.job.name}/{ti} on {locations[own]} would miss the SLO "
-            f"({js.tau:g} s) once this round's traffic is on the links, by more than waiting costs at "
+            f"({js.goal()}) once this round's traffic is on the links, by more than waiting costs at "
             f"W={js.wait_rounds}; postponed"))
     elif why == "bandwidth":
         js.fail(state, Reason.NO_BANDWIDTH, (
@@ -525,7 +525,7 @@ def explain(state: FreeState, phase: DevicePhase, i: int, js: RoundJob) -> None:
     if remote.slo_blocked[i] and best >= u_cost:
         js.fail(state, Reason.SLO_AT_RISK, (
             f"needs {want} {kind} for a task on {where} ({local} free there); remote ones would miss "
-            f"the SLO ({js.tau:g} s) under the current network load by more than waiting costs at "
+            f"the SLO ({js.goal()}) under the current network load by more than waiting costs at "
             f"W={js.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
         return
     reach = state.reachable(kind, own, js.gbps, js.job.tasks.models.get(kind))

@@ -1430,7 +1430,7 @@ def explain(state: FreeState, js: RoundJob, best: int, u_cost: int, costs: CostM
         js.fail(state, *costs.why_no_machine(state, js))
     elif best >= u_cost > unheld:
         js.fail(state, Reason.SLO_AT_RISK, (
-            f"its placements would miss the SLO ({js.tau:g} s) under the current network load by more than "
+            f"its placements would miss the SLO ({js.goal()}) under the current network load by more than "
             f"waiting costs at W={js.wait_rounds} (cost {best / SCALE:.3f} ≥ {u_cost / SCALE:.3f}); postponed"))
     elif best >= u_cost:
         js.fail(state, Reason.POSTPONED, f"waiting costs less than its best placement (cost {best / SCALE:.3f} ≥ "
