@@ -20,6 +20,7 @@ from disagg.model import Allocation, Cluster, Device, Job, Machine, Pool, TaskRe
 from disagg.placement.backfill import as_allocations, holding, place_round
 from disagg.placement.decisions import JobPlacement
 from disagg.placement.registry import POLICIES, get_policy
+from disagg.profiles import RODINIA
 from tests.harness import SERVER_CENTRIC
 from tests.invariants import check_decisions
 from tests.oracle import fits_idle
@@ -262,3 +263,24 @@ def test_a_head_that_declines_what_is_free_reserves_none_of_it(policy: str) -> N
                        starving_after=5)
     assert done.reservation is not None and done.reservation.job == "head"
     assert not done.decisions.placed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(image=st.sampled_from(sorted(RODINIA)),
+       share=st.floats(0.0, 0.999), gpus=st.integers(1, 2))
+def test_an_slo_below_the_local_time_never_postpones_a_job_whose_best_placement_is_free(image: str, share: float,
+                                                                                      gpus: int) -> None:
+    """Any Rodinia image, any SLO from 1 s up to just below its local time, on a busy machine (something
+    runs there) with the GPUs it asks free on it: every flow policy places it in the first round. Read as
+    given, the goal made Eq. 8 prefer waiting until W outgrew the miss (`cost.goal_s`)."""
+    from disagg.placement import Reason
+    from tests.builders import make_cluster, make_job
+
+    slo = max(1.0, share * RODINIA[image].base_s)
+    cluster = make_cluster(machines=1, gpus=2, taken_cpus={"m0": 4})
+    job = make_job("tight", f"rodinia/{image}", gpu=gpus, slo_s=slo)
+    for policy in ("drmaestro", "drmaestro-na", "firmament"):
+        decisions = get_policy(policy).place(cluster, [job], 0.0, np.random.default_rng(0))
+        waiting = {u.job: u.reason for u in decisions.unplaced}
+        assert [p.job for p in decisions.placed] == ["tight"], (policy, slo, waiting)
+        assert Reason.POSTPONED not in waiting.values()
