@@ -135,12 +135,12 @@ def place_round(policy: Policy, snapshot: Cluster, window: Sequence[Job], extra:
             return Round(_merge(policy.name, first, younger_first, ()))
     child = np.random.default_rng(rng.integers(2**63))
     target = reservation(policy, snapshot, head, now, child, clock)
-    if target is not None and declined(first.unplaced, head.name, target, holding_placed(snapshot, first.placed,
-                                                                                          jobs, now)):
+    after = holding_placed(snapshot, first.placed, jobs, now)
+    if target is not None and declined(first.unplaced, head.name, target, after):
         target = None
     reserved = as_allocations([target], RESERVED) if target else ()
     backfill = [*younger, *extra]
-    second = policy.place(holding_placed(snapshot, first.placed, jobs, now, reserved), backfill, now, rng, clock)
+    second = policy.place(holding(after, reserved), backfill, now, rng, clock)
     return Round(_merge(policy.name, first, second, tuple(j.name for j in extra), head.name if target else None),
                  head.name, target, tuple(j.name for j in backfill))
 
