@@ -58,6 +58,12 @@ def test_a_tiny_run_places_what_it_accepted(batch: int, monkeypatch: pytest.Monk
     assert 0 <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
     assert r["rounds"]["with_drain"] >= r["rounds"]["during_submissions"] > 0 and r["rounds"]["mean_round_s"] > 0
     assert isinstance(r["target_met"], bool) and r["target_met"] is False  # 40 jobs/s is not 1,000
+    # both processes of the server, each read at start-up, after the submissions and after the drain
+    mem = r["memory_mb"]
+    assert set(mem) == {"api", "loop"}
+    for row in mem.values():
+        assert min(row["after_startup"], row["after_submissions"], row["after_drain"]) > 0
+        assert row["peak"] >= max(row["after_startup"], row["after_submissions"], row["after_drain"])
 
 
 @pytest.mark.parametrize(("args", "named"), [
@@ -117,3 +123,17 @@ def test_a_metrics_page_that_is_not_200_is_reported_with_the_servers_log(tmp_pat
            "disagg_placement_round_seconds_sum 1.5\n"
     monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, text=text))
     assert controller._round_metrics("http://127.0.0.1:1", tmp_path) == {"count": 3.0, "sum": 1.5}
+
+
+def test_memory_is_read_per_process_and_its_peak_kept() -> None:
+    import os
+
+    from disagg.bench.controller import memory_over, process_memory
+
+    mine = process_memory(os.getpid())
+    assert mine is not None and 0 < mine["rss"] <= mine["peak"]
+    assert process_memory(2**22 + 7) is None  # no such process
+    out = memory_over({"after_startup": {"api": {"rss": 100.0, "peak": 120.0}, "loop": {"rss": 90.0, "peak": 95.0}},
+                       "after_drain": {"api": {"rss": 110.0, "peak": 125.0}, "loop": None}})
+    assert out == {"api": {"after_startup": 100.0, "after_drain": 110.0, "peak": 125.0},
+                   "loop": {"after_startup": 90.0, "after_drain": None, "peak": 95.0}}

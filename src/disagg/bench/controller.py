@@ -250,6 +250,53 @@ def summarize(sent: dict[str, float], placed_at: dict[str, float], wall0: float,
     }
 
 
+def process_memory(pid: int) -> dict[str, float] | None:
+    """A process's resident memory now and at its peak (`VmRSS`, `VmHWM` of /proc/<pid>/status), MB;
+    None when it is gone or /proc does not say."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if k in ("VmRSS", "VmHWM")}
+    if len(kb) != 2:
+        return None
+    return {"rss": round(kb["VmRSS"] / 1024, 1), "peak": round(kb["VmHWM"] / 1024, 1)}
+
+
+def server_processes(pid: int) -> dict[str, int]:
+    """The API process (`pid`, the `disagg serve` started) and its scheduling loop, the child forked from
+    it (`control.split`: the same command line; the tasks' runners are the loop's children, not its)."""
+    out = {"api": pid}
+    try:
+        own = Path(f"/proc/{pid}/cmdline").read_bytes()
+        # (each thread's children: /proc lists a child under the thread that forked it)
+        children = {int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()}
+        for child in sorted(children):
+            if Path(f"/proc/{child}/cmdline").read_bytes() == own:
+                out["loop"] = child
+    except OSError:
+        pass
+    return out
+
+
+def memory_over(samples: dict[str, dict[str, dict[str, float] | None]]) -> dict[str, dict[str, float | None]]:
+    """Per process, its resident MB at each sample (in order: after start-up, after the submissions,
+    after the drain) and its peak by the last: a loop whose memory grows with the jobs it has seen (a
+    leak) shows as a rise from sample to sample that a run of twice the jobs doubles."""
+    out: dict[str, dict[str, float | None]] = {}
+    for when, found in samples.items():
+        for name, mem in found.items():
+            row = out.setdefault(name, {})
+            row[when] = None if mem is None else mem["rss"]
+            if mem is not None:
+                row["peak"] = max(mem["peak"], row.get("peak") or 0.0)
+    return out
+
+
+def _memory(processes: dict[str, int]) -> dict[str, dict[str, float] | None]:
+    return {name: process_memory(pid) for name, pid in processes.items()}
+
+
 def _ended(store: Any) -> int:
     """The jobs in a final state now (the store was fresh: every one of them is the run's). Placement is
     half of the way to a job's end: the slice workers compose its slice, run its task and tear the slice
@@ -288,13 +335,17 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
     proc = _start_server(root, port)
     try:
         startup_s = time.monotonic() - t_start
+        processes = server_processes(proc.pid)
+        memory = {"after_startup": _memory(processes)}
         rounds0, load0 = _round_metrics(url, root), os.getloadavg()
         subs, wall0, wall1 = _submit(url, token, opts, progress)
         ended = _ended(store)  # (what the slice workers ran to an end meanwhile: read at once)
         rounds1 = _round_metrics(url, root)
         load1 = os.getloadavg()
+        memory["after_submissions"] = _memory(processes)
         _drain(store, subs.sent, opts, progress)
         rounds2 = _round_metrics(url, root)
+        memory["after_drain"] = _memory(processes)
         placed_at = store.first_placed_at()  # when each job was placed and committed
         by_state = store.counts()["jobs"]
     finally:
@@ -316,6 +367,7 @@ def _measure(opts: ControllerOptions, root: Path, db: str, progress: Progress) -
                    "mean_round_s": round((rounds1["sum"] - rounds0["sum"]) / n, 4) if n else None,
                    "mean_round_s_with_drain": round((rounds2["sum"] - rounds0["sum"]) / n_all, 4) if n_all else None},
         "jobs_by_state": by_state,
+        "memory_mb": memory_over(memory),
         "loadavg": {"before": [round(v, 2) for v in load0], "after_submissions": [round(v, 2) for v in load1]},
     }
 
