@@ -266,12 +266,12 @@ def process_memory(pid: int) -> dict[str, float] | None:
 def server_processes(pid: int) -> dict[str, int]:
     """The API process (`pid`, the `disagg serve` started) and its scheduling loop, the child forked from
     it (`control.split`: the same command line; the tasks' runners are the loop's children, not its)."""
+    from disagg.engines.local import child_pids
+
     out = {"api": pid}
     try:
         own = Path(f"/proc/{pid}/cmdline").read_bytes()
-        # (each thread's children: /proc lists a child under the thread that forked it)
-        children = {int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()}
-        for child in sorted(children):
+        for child in child_pids(pid):
             if Path(f"/proc/{child}/cmdline").read_bytes() == own:
                 out["loop"] = child
     except OSError:

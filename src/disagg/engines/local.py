@@ -339,7 +339,7 @@ class LocalEngine(Engine):
         pid = self._runner(self._dir(handle))
         if pid is None:
             return False
-        for child in _commands(_children(pid)):
+        for child in _commands(child_pids(pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(child, sig)
         return True
@@ -448,7 +448,7 @@ def check_disks(isolation: Isolation, jobs_dir: Path, sandboxed: bool) -> None:
                      "or accept the risk with allow_jobs_on_store_disk: true")
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """The processes whose parent is `pid` (from /proc: its `children` list, else every process's stat)."""
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -476,7 +476,7 @@ def _commands(pids: list[int]) -> list[int]:
                     break
             except OSError:
                 break
-            kids = _children(below)
+            kids = child_pids(below)
             if not kids:
                 break
             below = kids[0]
