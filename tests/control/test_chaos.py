@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from control_helpers import TEST_CGROUP  # noqa: F401 - sets the session's cgroup parent for the forked server
 
-from disagg.bench.chaos import run_chaos
+from disagg.bench.chaos import MOVING_S, DrainEnd, ended_since, run_chaos, unended_detail
 from disagg.bench.chaos_plan import ChaosOptions, Free, fits, make_schedule, rerun_violations
 from disagg.cli.serve import serve_main
 
@@ -38,10 +38,11 @@ def test_the_soak_did_what_it_was_told(soak: dict[str, Any]) -> None:
     assert soak["faults"]["devices"] >= 3 and soak["faults"]["links"] >= 2
     assert soak["restarts"] >= 1 and soak["cancels"] >= 3
     assert soak["replay"].startswith("disagg bench chaos --seconds 75 --seed 3 ")
+    assert soak["replay"].endswith(" --drain-s 120") and soak["drain"]["settled"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("invariant", ["lost", "leaked", "reservation"])
+@pytest.mark.parametrize("invariant", ["lost", "leaked", "reservation", "drained"])
 def test_an_invariant_of_the_soak(soak: dict[str, Any], invariant: str) -> None:
     _holds(soak, invariant)
 
@@ -128,3 +129,33 @@ def test_the_command_refuses_two_lengths() -> None:
     out = subprocess.run([sys.executable, "-m", "disagg.cli", "bench", "chaos", "--minutes", "1", "--seconds", "5"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--minutes and --seconds" in out.stderr
+
+
+def test_the_replay_names_every_knob_the_verdict_reads() -> None:
+    """A soak that failed for want of drain time must replay with that drain time (seed 22 at 5 jobs/s
+    on 12 tenants drains in ~250 s: it passes with `--drain-s 600`, and failed with the default 180)."""
+    opts = ChaosOptions(seconds=180, seed=22, tenants=12, rate=5.0, latency_scale=0.05, drain_s=600.0)
+    assert opts.replay() == ("disagg bench chaos --seconds 180 --seed 22 --tenants 12 --rate 5 "
+                             "--latency-scale 0.05 --max-wait-rounds 10 --drain-s 600")
+
+
+def test_jobs_ended_in_the_drains_last_seconds() -> None:
+    history = [(0.0, 10), (20.0, 30), (40.0, 55), (60.0, 70)]
+    assert ended_since(history, 60.0) == 70 - 55  # the window starts at 30 s: the sample at 40 s
+    assert ended_since(history, 60.0, window=45.0) == 70 - 30
+    assert ended_since(history, 60.0, window=100.0) == 70 - 10  # a drain shorter than the window: all of it
+    assert ended_since([(0.0, 5), (59.0, 5), (60.0, 5)], 60.0) == 0  # nothing ended: stopped moving
+    assert ended_since([], 60.0) == 0
+
+
+def test_a_drain_out_of_time_calls_jobs_stuck_only_when_nothing_ended_lately() -> None:
+    """Seed 22 at 5 jobs/s with the default drain: 53 jobs were called stuck ("the queue drained and it
+    did not end") and three slices leaked, while the queue was still moving; given 600 s, every one ended."""
+    assert unended_detail(DrainEnd(True, 40.0, 1, 0)) == "the queue drained and it did not end"
+    moving = DrainEnd(False, 180.0, 53, 41)
+    assert moving.moving and unended_detail(moving) is None
+    stopped = DrainEnd(False, 180.0, 53, 0)
+    assert not stopped.moving
+    assert unended_detail(stopped) == f"the drain ran out after 180 s and no job ended in its last {MOVING_S:g} s"
+    assert moving.as_dict() == {"settled": False, "seconds": 180.0, "live_at_end": 53,
+                                f"ended_in_last_{MOVING_S:g}_s": 41}

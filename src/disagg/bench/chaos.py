@@ -28,7 +28,11 @@ Invariants (each violation names its invariant and what was seen):
                   and room it fits, within its tenant's own quota, are free and reachable at every sample
                   (jobs younger than a job that starves for the cluster's sake are left out: its
                   reservation may rightly hold what is free);
-  - healthz:      while a job is stuck so, `/healthz` says `degraded`.
+  - healthz:      while a job is stuck so, `/healthz` says `degraded`;
+  - drained:      the queue drains within `drain_s`. When it does not but jobs still end (some ended in
+                  the drain's last `MOVING_S`), the cluster serves slower than the soak submits: that is
+                  this one violation, and the jobs and slices still live are not called stuck or leaked
+                  (`ended` and `leaked` judge them only after a drain, or a drain that stopped moving).
 """
 
 from __future__ import annotations
@@ -85,6 +89,49 @@ STARVATION_ROUNDS = 30
 #: As root, the Unix user every tenant's jobs run as (one that no other session removes).
 SHARED_USER = "nobody"
 _ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+#: Seconds at the end of a drain that ran out in which a job that ended says the queue was still moving.
+MOVING_S = 30.0
+
+
+@dataclass(frozen=True)
+class DrainEnd:
+    """How the drain ended: `settled` (nothing live, or what waits fit nothing for 5 s) or out of time
+    after `seconds`, with `live` jobs not ended and `ended_recently` of them ended in its last `MOVING_S`."""
+
+    settled: bool
+    seconds: float
+    live: int
+    ended_recently: int
+
+    @property
+    def moving(self) -> bool:
+        """Out of time while jobs still ended: the soak submitted faster than the cluster serves, which
+        says nothing yet of the jobs still live."""
+        return not self.settled and self.ended_recently > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"settled": self.settled, "seconds": round(self.seconds, 1), "live_at_end": self.live,
+                f"ended_in_last_{MOVING_S:g}_s": self.ended_recently}
+
+
+def ended_since(history: list[tuple[float, int]], now: float, window: float = MOVING_S) -> int:
+    """How many jobs ended in the `window` seconds before `now`, from (time, jobs ended by then) samples
+    in time order (the drain's polls): the last count less the one of the first sample in the window (the
+    first sample of all when the drain is shorter)."""
+    if not history:
+        return 0
+    start = next((n for t, n in history if t >= now - window), history[-1][1])
+    return history[-1][1] - start
+
+
+def unended_detail(drain: DrainEnd) -> str | None:
+    """What a job still live at the end is said to show, by how the drain ended; None when the drain ran
+    out while jobs still ended (`DrainEnd.moving`: the one `drained` violation says it)."""
+    if drain.settled:
+        return "the queue drained and it did not end"
+    if drain.moving:
+        return None
+    return f"the drain ran out after {drain.seconds:g} s and no job ended in its last {MOVING_S:g} s"
 
 
 @dataclass
@@ -296,9 +343,10 @@ def _fault_phase(soak: _Soak, schedule: list[Action], progress: Progress | None)
     _every_second(soak, t0 + soak.opts.seconds, progress, t0, soak.opts.seconds, "faults")
 
 
-def _drain(soak: _Soak, schedule: list[Action], progress: Progress | None) -> list[dict[str, Any]]:
+def _drain(soak: _Soak, schedule: list[Action], progress: Progress | None
+           ) -> tuple[list[dict[str, Any]], DrainEnd]:
     """Repair everything, then let the queue drain: until no job is live and what waits fits nothing
-    for 5 s, or `drain_s`. Returns every job as the API shows it then."""
+    for 5 s, or `drain_s`. Returns every job as the API shows it then, and how the drain ended."""
     for action in schedule:
         if action.kind.startswith("fail-"):
             kind = action.kind.split("-")[1]
@@ -306,19 +354,30 @@ def _drain(soak: _Soak, schedule: list[Action], progress: Progress | None) -> li
     soak.flush()
     t0 = time.monotonic()
     quiet_since: float | None = None
+    history: list[tuple[float, int]] = []
     while time.monotonic() - t0 < soak.opts.drain_s:
         _every_second(soak, time.monotonic() + 1.0, progress, t0, soak.opts.drain_s, "drain")
         jobs = every_item(soak.server.url, "/v1/jobs?limit=500", "jobs", soak.headers)
         live = [j for j in jobs if j["state"] not in _ENDED]
+        history.append((time.monotonic(), len(jobs) - len(live)))
         slices = every_item(soak.server.url, "/v1/slices?state=tearing-down&limit=500", "slices", soak.headers)
         settled = not slices and all(j["state"] == JobState.QUEUED and j["id"] not in soak.watch.streaks for j in live)
         quiet_since = (quiet_since or time.monotonic()) if settled else None
         if (not live and not slices) or (quiet_since is not None and time.monotonic() - quiet_since > 5.0):
-            return jobs
-    return every_item(soak.server.url, "/v1/jobs?limit=500", "jobs", soak.headers)
+            return jobs, DrainEnd(True, time.monotonic() - t0, len(live), 0)
+    jobs = every_item(soak.server.url, "/v1/jobs?limit=500", "jobs", soak.headers)
+    live = [j for j in jobs if j["state"] not in _ENDED]
+    now = time.monotonic()
+    history.append((now, len(jobs) - len(live)))
+    drain = DrainEnd(False, now - t0, len(live), ended_since(history, now))
+    if drain.moving:
+        soak.bad("drained", f"the queue did not drain in {soak.opts.drain_s:g} s: {drain.live} jobs still live, "
+                            f"{drain.ended_recently} ended in its last {MOVING_S:g} s (the cluster serves slower "
+                            "than the soak submits); whether those end is not judged: raise --drain-s or lower --rate")
+    return jobs, drain
 
 
-def _check_ends(soak: _Soak, jobs: list[dict[str, Any]]) -> dict[str, int]:
+def _check_ends(soak: _Soak, jobs: list[dict[str, Any]], drain: DrainEnd) -> dict[str, int]:
     """Every accepted job ended as expected; none lost. The jobs per final state."""
     by_id = {j["id"]: j for j in jobs}
     stored = {j.id for j in soak.store.job_summaries()}
@@ -338,14 +397,17 @@ def _check_ends(soak: _Soak, jobs: list[dict[str, Any]]) -> dict[str, int]:
         elif state not in _ENDED:
             over = above(ask(job["tasks"]), soak.limits.get(job["tenant"], {}))
             detail = f"above its tenant's limit in {', '.join(over)}, accepted to wait for ever" if over else \
-                "the queue drained and it did not end"
-            soak.bad("ended", f"job {job_id} ({job['tenant']}, {_shape(job['tasks'])}) is still {state}: "
-                              f"{detail}: {why}")
+                unended_detail(drain)
+            if detail is not None:
+                soak.bad("ended", f"job {job_id} ({job['tenant']}, {_shape(job['tasks'])}) is still {state}: "
+                                  f"{detail}: {why}")
     return dict(states)
 
 
-def _check_world(soak: _Soak, settings: Any, events: Path, jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """With the server killed: devices leaked (store and fabric, as left, not reconciled), runs twice."""
+def _check_world(soak: _Soak, settings: Any, events: Path, jobs: list[dict[str, Any]], drain: DrainEnd
+                 ) -> dict[str, Any]:
+    """With the server killed: devices leaked (store and fabric, as left, not reconciled), runs twice.
+    Slices still live are leaks only after a drain (or one that stopped moving): `DrainEnd.moving`."""
     from disagg.control.service import DEFAULT_CLUSTER
     from disagg.fabric.emulated import OperationLatencies
     from disagg.fabric.registry import DriverOptions, make_driver
@@ -360,7 +422,7 @@ def _check_world(soak: _Soak, settings: Any, events: Path, jobs: list[dict[str, 
         fabric.close()
     for leak in leaks:
         soak.bad("leaked", leak)
-    for sid, record in live.items():
+    for sid, record in ({} if drain.moving else live).items():
         soak.bad("leaked", f"slice {sid} of job {record.job_id} is still {record.state} at the end")
     text = events.read_text() if events.exists() else ""
     completed = [j["id"] for j in jobs if j["state"] == JobState.COMPLETED]
@@ -436,21 +498,22 @@ def run_chaos(serve: Serve, opts: ChaosOptions, progress: Progress | None = None
             soak.server.start()
             soak.server.ready(timeout=60)
             _fault_phase(soak, schedule, progress)
-            jobs = _drain(soak, schedule, progress)
+            jobs, drain = _drain(soak, schedule, progress)
             soak.server.kill()
-            states = _check_ends(soak, jobs)
-            world = _check_world(soak, settings, events, jobs)
+            states = _check_ends(soak, jobs, drain)
+            world = _check_world(soak, settings, events, jobs, drain)
         finally:
             with contextlib.suppress(ProcessLookupError, ChildProcessError):
                 os.killpg(soak.server.pid, signal.SIGKILL)
             soak.store.close()
             forget_jobs_dir(root / "state")
-    return _result(soak, states, world, time.perf_counter() - t_start)
+    return _result(soak, states, world, drain, time.perf_counter() - t_start)
 
 
-def _result(soak: _Soak, states: dict[str, int], world: dict[str, Any], elapsed: float) -> dict[str, Any]:
+def _result(soak: _Soak, states: dict[str, int], world: dict[str, Any], drain: DrainEnd, elapsed: float
+            ) -> dict[str, Any]:
     c, opts = soak.counts, soak.opts
-    invariants = ("ended", "lost", "ran-twice", "leaked", "reservation", "wait", "healthz")
+    invariants = ("ended", "lost", "ran-twice", "leaked", "reservation", "wait", "healthz", "drained")
     failing = {v["invariant"] for v in soak.violations}
     accepted = set(soak.accepted.values())
     return {
@@ -464,7 +527,7 @@ def _result(soak: _Soak, states: dict[str, int], world: dict[str, Any], elapsed:
         "faults": {"devices": c["device_faults"], "links": c["link_faults"]}, "restarts": c["restarts"],
         "cancels": c["cancels"], "cancels_mid_compose": c["cancels_mid_compose"],
         "actions_not_taken": c["actions_not_taken"], "samples": soak.watch.samples,
-        "longest_wait_with_free_resources": soak.watch.longest,
+        "longest_wait_with_free_resources": soak.watch.longest, "drain": drain.as_dict(),
         "leaked_devices": world["leaked_devices"],
         "invariants": {name: name not in failing for name in invariants},
         "violations": soak.violations, "replay": opts.replay(), "elapsed_s": round(elapsed, 1),

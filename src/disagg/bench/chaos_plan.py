@@ -81,7 +81,7 @@ class ChaosOptions:
         """The command line that replays this soak."""
         return (f"disagg bench chaos --seconds {self.seconds:g} --seed {self.seed} --tenants {self.tenants} "
                 f"--rate {self.rate:g} --latency-scale {self.latency_scale:g} "
-                f"--max-wait-rounds {self.max_wait_rounds}")
+                f"--max-wait-rounds {self.max_wait_rounds} --drain-s {self.drain_s:g}")
 
 
 def tenant_specs(n: int) -> list[dict[str, Any]]:
