@@ -139,3 +139,45 @@ def test_a_trace_of_short_runs_of_a_profiled_image_does_not_wait_for_its_profile
     summary = summarize(result, 1)
     assert summary["completed"] == 40
     assert summary["mean_wait_s"] < 10.0, summary["mean_wait_s"]  # two rounds of 5 s at most, on average
+
+
+def test_a_csv_saved_by_a_spreadsheet_reads_as_csv(tmp_path: Path) -> None:
+    """A byte-order mark first and CRLF line ends (Excel's "CSV UTF-8"): read as our CSV, not taken for a
+    PAI table because the first column's name began with the mark."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(("\ufeff" + HEADER + "a1,0,rodinia/nw,1,2,8,1,0,,,\n").replace("\n", "\r\n").encode())
+    [sub] = read_trace(path)
+    assert sub.job.name == "a1" and sub.job.tasks.devices == {"gpu": 1}
+
+
+@pytest.mark.parametrize("data", [bytes(range(200, 256)) * 4, "job_id,submit_s\n".encode("utf-16")],
+                         ids=["binary", "utf-16"])
+@pytest.mark.parametrize("name", ["t.csv", "t.json"])
+def test_a_file_that_is_not_utf8_text_is_named_not_a_traceback(tmp_path: Path, data: bytes, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(TraceError, match=r"not UTF-8 text: byte 0x[0-9a-f]{2} at offset \d+.*save the trace as UTF-8"):
+        read_trace(path)
+
+
+def test_a_column_named_twice_is_refused(tmp_path: Path) -> None:
+    """Which of the two cells a row's value came from would be the reader's guess."""
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_s,duration_s,submit_s\nx,0,10,5\n")
+    with pytest.raises(TraceError, match=r"column 'submit_s'.*may appear once; it is columns 2, 4"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize(("name", "text", "why"), [
+    ("t.csv", "", "the file is empty"),
+    ("t.csv", "job_id,submit_s,duration_s\n", "read as csv: a header and no rows"),
+    ("t.csv", "j1,t1,1,Waiting,,,100,8,100,V100\n", "read as pai: no row with both a start_time and an end_time"),
+    ("t.json", "[]", "read as philly: no job with an attempt that started and ended"),
+], ids=["empty", "header-only", "pai-never-ran", "philly-empty-list"])
+def test_a_trace_without_a_job_is_an_error_not_an_empty_run(tmp_path: Path, name: str, text: str, why: str) -> None:
+    """A run of nothing printed a table of zeros and exited 0: most likely the wrong file."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert info.value.problems == [f"no job to simulate ({why})"]

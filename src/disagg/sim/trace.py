@@ -144,11 +144,15 @@ def read_csv_trace(path: str | Path) -> list[Submission]:
     header = [h.strip() for h in rows[0][1]]
     missing = [c for c in ("job_id", "submit_s") if c not in header]
     unknown = [h for h in header if h not in CSV_COLUMNS]
-    if missing or unknown:
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if missing or unknown or twice:
         if missing:
             problems.note(f"line 1: header lacks required column(s) {', '.join(missing)}")
         for h in unknown:
             problems.add(1, h, h, f"unknown column; allowed: {', '.join(CSV_COLUMNS)}")
+        for h in twice:
+            places = ", ".join(str(i + 1) for i, c in enumerate(header) if c == h)
+            problems.add(1, h, h, f"a column may appear once; it is columns {places}")
         problems.check()
     out: list[Submission] = []
     seen: dict[str, int] = {}
@@ -208,10 +212,21 @@ def _csv_row(problems: _Problems, line: int, row: dict[str, str], seen: dict[str
                 tenant)
 
 
+#: How trace files are read: UTF-8, with or without the byte-order mark that spreadsheets write first.
+_ENCODING = "utf-8-sig"
+
+
+def _not_text(p: Path, exc: UnicodeDecodeError) -> TraceError:
+    """A file that is not UTF-8 text (binary, UTF-16, Latin-1): named with the byte and where it stands."""
+    byte = exc.object[exc.start:exc.start + 1].hex()
+    return TraceError(str(p), [f"not UTF-8 text: byte 0x{byte} at offset {exc.start} ({exc.reason}); "
+                               "save the trace as UTF-8"])
+
+
 def _read_rows(p: Path, problems: _Problems) -> list[tuple[int, list[str]]]:
     """Non-blank CSV rows with their 1-based line numbers."""
     try:
-        with p.open(newline="") as fh:
+        with p.open(newline="", encoding=_ENCODING) as fh:
             reader = csv.reader(fh)
             rows: list[tuple[int, list[str]]] = []
             for cells in reader:
@@ -220,7 +235,9 @@ def _read_rows(p: Path, problems: _Problems) -> list[tuple[int, list[str]]]:
             return rows
     except OSError as exc:
         raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise _not_text(p, exc) from exc
+    except csv.Error as exc:
         raise TraceError(str(p), [f"not a valid CSV file: {exc}"]) from exc
 
 
@@ -320,9 +337,11 @@ def read_philly_trace(path: str | Path) -> list[Submission]:
     p = Path(path)
     problems = _Problems(str(p))
     try:
-        text = p.read_text()
+        text = p.read_text(encoding=_ENCODING)
     except OSError as exc:
         raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise _not_text(p, exc) from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -400,10 +419,14 @@ def detect_format(path: str | Path) -> TraceFormat:
     if p.suffix.lower() == ".json":
         return "philly"
     try:
-        with p.open(newline="") as fh:
+        with p.open(newline="", encoding=_ENCODING) as fh:
             first = next(csv.reader(fh), [])
     except OSError as exc:
         raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise _not_text(p, exc) from exc
+    except csv.Error as exc:
+        raise TraceError(str(p), [f"not a valid CSV file: {exc}"]) from exc
     return "csv" if "job_id" in [c.strip() for c in first] else "pai"
 
 
@@ -416,4 +439,16 @@ def read_trace(path: str | Path, fmt: str | None = None) -> list[Submission]:
     if chosen not in readers:
         known = ", ".join(TRACE_FORMATS)
         raise TraceError(str(path), [f"format {chosen!r} is not known; known formats: {known}"])
-    return readers[chosen](path)
+    subs = readers[chosen](path)
+    if not subs:
+        why = "the file is empty" if Path(path).stat().st_size == 0 else f"read as {chosen}: {_NO_JOBS[chosen]}"
+        raise TraceError(str(path), [f"no job to simulate ({why})"])
+    return subs
+
+
+#: Why a trace of each format may hold no job: what its reader keeps.
+_NO_JOBS = {
+    "csv": "a header and no rows",
+    "pai": "no row with both a start_time and an end_time",
+    "philly": "no job with an attempt that started and ended",
+}
