@@ -107,6 +107,51 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
         load_cluster(badjson)
 
 
+@pytest.mark.parametrize(("name", "text", "pattern"), [
+    ("c.yaml", "machines:\n  - {name: m0, cpus: 4, memory_gb: 8, cpus: 400}\n",
+     r"c\.yaml:2:39: not valid YAML: while constructing a mapping \(from line 2, column 5\), found key 'cpus' "
+     r"twice \(first on line 2\)"),
+    ("c.yaml", "machines:\n  - {name: m0, cpus: 4, memory_gb: 8}\nmachines:\n  - {name: m1, cpus: 4, memory_gb: 8}\n",
+     r"c\.yaml:3:1: .*found key 'machines' twice \(first on line 1\)"),
+    ("c.json", '{"machines": [{"name": "m0", "cpus": 4, "memory_gb": 8, "cpus": 400}]}',
+     r"c\.json: not valid JSON: found key 'cpus' twice in one object"),
+], ids=["yaml-field", "yaml-top-level", "json-field"])
+def test_a_key_named_twice_is_refused_not_silently_the_last(tmp_path: Path, name: str, text: str,
+                                                           pattern: str) -> None:
+    """YAML and JSON keep the last of two equal keys: a machine spelt `cpus: 4, …, cpus: 400` had 400
+    cpus, and a second `machines:` list replaced the first, without a word."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SpecError, match=pattern):
+        load_cluster(path)
+
+
+def test_a_merge_may_still_be_overridden(tmp_path: Path) -> None:
+    """`<<` brings keys in to be overridden: that is not a key named twice."""
+    from disagg.model.spec import load_yaml
+
+    assert load_yaml("a: &a {cpus: 4, memory_gb: 8}\nb: {<<: *a, cpus: 8}\n")["b"] == {"cpus": 8, "memory_gb": 8}
+
+
+@pytest.mark.parametrize("data", [bytes(range(250, 256)) * 20, "machines: []\n".encode("utf-16")],
+                         ids=["binary", "utf-16"])
+def test_a_spec_that_is_not_utf8_text_is_named_not_a_traceback(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    with pytest.raises(SpecError, match=r"c\.yaml: not UTF-8 text: byte 0x[0-9a-f]{2} at offset 0"):
+        load_cluster(path)
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    import json
+
+    for name, text in (("c.yaml", "machines:\n  - {name: m0, cpus: 4, memory_gb: 8}\n"),
+                       ("c.json", json.dumps({"machines": [{"name": "m0", "cpus": 4, "memory_gb": 8}]}))):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+        assert [m.name for m in load_cluster(path).machines] == ["m0"]
+
+
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"], ids=["empty", "blank", "comment"])
 def test_an_empty_file_says_it_is_empty(tmp_path: Path, text: str) -> None:
     empty = tmp_path / "jobs.yaml"

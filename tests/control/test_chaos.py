@@ -42,7 +42,7 @@ def test_the_soak_did_what_it_was_told(soak: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("invariant", ["lost", "leaked", "reservation", "drained"])
+@pytest.mark.parametrize("invariant", ["lost", "leaked", "reservation", "drains"])
 def test_an_invariant_of_the_soak(soak: dict[str, Any], invariant: str) -> None:
     _holds(soak, invariant)
 

@@ -248,6 +248,14 @@ def test_a_crafted_cursor_is_a_4xx_naming_the_cursor(served: tuple[Service, Test
         r = client.get(path, headers=root, params={"cursor": _cursor(key)})
         assert r.status_code in ((422,) if key in bad else (200, 422)), (path, key, r.status_code, r.text[:300])
         assert r.status_code == 200 or ("cursor" in r.text and "Traceback" not in r.text)
+    # Nested lists: 5,000 (6.7 KB) would pass the JSON parser's recursion limit (a RecursionError); the
+    # cursor's 512 characters hold at most 384, which the parser takes and the check refuses.
+    import base64
+
+    for depth in (384, 5000):
+        deep = base64.urlsafe_b64encode(b"[" * depth).decode()
+        r = client.get(path, headers=root, params={"cursor": deep})
+        assert r.status_code == 422 and "cursor" in r.text, (path, depth, r.status_code, r.text[:300])
 
 
 def test_logout_ends_the_dashboard_session_and_checks_origin(served: tuple[Service, TestClient]) -> None:

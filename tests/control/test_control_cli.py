@@ -189,6 +189,19 @@ def test_serve_refuses_a_bad_loop_nice_from_the_config_file(tmp_path: Path) -> N
     assert r.exit_code == 2 and "loop_nice: 'fast' is not allowed" in r.output
 
 
+@pytest.mark.parametrize(("text", "pattern"), [
+    (b"loop_nice: 5\nloop_nice: 19\n", "found key 'loop_nice' twice"),
+    (b"\xff\xfe\x00l", "not UTF-8 text: byte 0xff at offset 0"),
+], ids=["key-twice", "not-utf8"])
+def test_a_config_file_with_a_key_twice_or_not_text_is_refused(tmp_path: Path, text: bytes, pattern: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_bytes(text)
+    with pytest.raises(SpecError, match=pattern):
+        load_config(cfg, {})
+    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--config", str(cfg)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
 def test_serve_answers_a_cluster_spec_the_loop_process_refuses_with_exit_2(tmp_path: Path) -> None:
     spec = tmp_path / "cluster.yaml"
     spec.write_text("machines: [{name: m0, rack: r0, cpus: -1, memory_gb: 1, uplink_gbps: 10}]\n")

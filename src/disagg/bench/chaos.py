@@ -29,7 +29,7 @@ Invariants (each violation names its invariant and what was seen):
                   (jobs younger than a job that starves for the cluster's sake are left out: its
                   reservation may rightly hold what is free);
   - healthz:      while a job is stuck so, `/healthz` says `degraded`;
-  - drained:      the queue drains within `drain_s`. When it does not but jobs still end (some ended in
+  - drains:       the queue drains within `drain_s`. When it does not but jobs still end (some ended in
                   the drain's last `MOVING_S`), the cluster serves slower than the soak submits: that is
                   this one violation, and the jobs and slices still live are not called stuck or leaked
                   (`ended` and `leaked` judge them only after a drain, or a drain that stopped moving).
@@ -126,7 +126,7 @@ def ended_since(history: list[tuple[float, int]], now: float, window: float = MO
 
 def unended_detail(drain: DrainEnd) -> str | None:
     """What a job still live at the end is said to show, by how the drain ended; None when the drain ran
-    out while jobs still ended (`DrainEnd.moving`: the one `drained` violation says it)."""
+    out while jobs still ended (`DrainEnd.moving`: the one `drains` violation says it)."""
     if drain.settled:
         return "the queue drained and it did not end"
     if drain.moving:
@@ -371,7 +371,7 @@ def _drain(soak: _Soak, schedule: list[Action], progress: Progress | None
     history.append((now, len(jobs) - len(live)))
     drain = DrainEnd(False, now - t0, len(live), ended_since(history, now))
     if drain.moving:
-        soak.bad("drained", f"the queue did not drain in {soak.opts.drain_s:g} s: {drain.live} jobs still live, "
+        soak.bad("drains", f"the queue did not drain in {soak.opts.drain_s:g} s: {drain.live} jobs still live, "
                             f"{drain.ended_recently} ended in its last {MOVING_S:g} s (the cluster serves slower "
                             "than the soak submits); whether those end is not judged: raise --drain-s or lower --rate")
     return jobs, drain
@@ -513,7 +513,7 @@ def run_chaos(serve: Serve, opts: ChaosOptions, progress: Progress | None = None
 def _result(soak: _Soak, states: dict[str, int], world: dict[str, Any], drain: DrainEnd, elapsed: float
             ) -> dict[str, Any]:
     c, opts = soak.counts, soak.opts
-    invariants = ("ended", "lost", "ran-twice", "leaked", "reservation", "wait", "healthz", "drained")
+    invariants = ("ended", "lost", "ran-twice", "leaked", "reservation", "wait", "healthz", "drains")
     failing = {v["invariant"] for v in soak.violations}
     accepted = set(soak.accepted.values())
     return {

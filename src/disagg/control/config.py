@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from disagg.model import SpecError
+from disagg.model.spec import load_yaml, read_text
 from disagg.model.tenants import Tenants, load_tenants, parse_tenants
 from disagg.profiles.learn import EXPLORE
 from disagg.store import DEFAULT_URL, normalize_url
@@ -241,9 +242,10 @@ def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = 
 
 
 def _from_file(file: str | Path) -> dict[str, Any]:
+    text = read_text(Path(file))
     try:
-        data = yaml.safe_load(Path(file).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = load_yaml(text) or {}
+    except yaml.YAMLError as exc:
         raise SpecError(str(file), [f"cannot read the config file: {exc}"]) from None
     if not isinstance(data, dict):
         raise SpecError(str(file), [f"(top level): expected a mapping with keys {', '.join(Config.model_fields)}"])
@@ -259,7 +261,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
             continue
         if info.annotation is not None and ("dict" in str(info.annotation) or "list" in str(info.annotation)):
             try:
-                out[name] = yaml.safe_load(raw)
+                out[name] = load_yaml(raw)
             except yaml.YAMLError as exc:
                 raise SpecError(ENV_PREFIX + name.upper(), [f"not YAML/JSON: {exc}"]) from None
         else:
