@@ -122,3 +122,68 @@ def test_the_command_starts_without_the_store() -> None:
     code = "import sys, disagg.cli; print(sorted(m for m in ('sqlalchemy', 'disagg.store') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- numbers that are not finite, paths that are not URLs: a clear refusal, exit 2, never a traceback ----------
+
+
+def _refused(out: subprocess.CompletedProcess[str], words: str) -> None:
+    assert out.returncode == 2, (out.returncode, out.stderr[-600:])
+    assert words in out.stderr and "Traceback" not in out.stderr, out.stderr[-600:]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--cpus", "nan"], "tasks.cpus: value nan is not allowed: must be a finite number"),
+    (["--memory-gb", "inf"], "tasks.memory_gb: value inf is not allowed"),
+    (["--slo-s", "inf"], "slo_s: value inf is not allowed"),
+    (["--importance", "nan"], "importance: value nan is not allowed"),
+], ids=["cpus-nan", "memory-inf", "slo-inf", "importance-nan"])
+def test_submit_refuses_a_number_json_cannot_carry_before_it_calls(args: list[str], words: str) -> None:
+    """The encoder's `ValueError: Out of range float values are not JSON compliant` was a traceback, exit 1.
+    (No controller listens at port 9: the refusal comes before any call.)"""
+    out = run("submit", "x", *args, "--url", "http://127.0.0.1:9", "--token", "t", "--", "true")
+    _refused(out, words)
+
+
+def test_a_job_id_with_a_control_character_is_refused_not_a_traceback() -> None:
+    out = run("cancel", "j-\x01", "--url", "http://127.0.0.1:9", "--token", "t")
+    _refused(out, "not a path the API can have: /v1/jobs/j-\\x01/cancel")
+
+
+def test_not_finite_names_the_first_field_json_cannot_carry() -> None:
+    from disagg.cli.common import not_finite
+
+    assert not_finite({"name": "x", "tasks": {"cpus": 1.0, "memory_gb": 2}, "command": ["a"]}) is None
+    assert not_finite(None) is None
+    field, value = not_finite({"tasks": {"cpus": float("nan")}}) or ("", 0.0)
+    assert field == "tasks.cpus" and value != value  # NaN
+    assert not_finite({"jobs": [{"slo_s": 5.0}, {"slo_s": float("-inf")}]}) == ("jobs.1.slo_s", float("-inf"))
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--interval", "nan"], "--interval: value nan is not allowed: must be a finite number > 0 seconds"),
+    (["--interval", "inf"], "--interval: value inf is not allowed"),
+    (["--mtbf", "nan"], "--mtbf/--mttr: values nan/600 are not allowed"),
+    (["--mtbf", "100", "--mttr", "inf"], "--mtbf/--mttr: values 100/inf are not allowed"),
+], ids=["interval-nan", "interval-inf", "mtbf-nan", "mttr-inf"])
+def test_simulate_refuses_times_that_are_not_finite(args: list[str], words: str) -> None:
+    """`--interval nan` was a traceback, `--interval inf` a run that ended after its first round, `--mtbf nan`
+    and `--mttr nan` runs that never ended."""
+    _refused(run("simulate", "--scenario", "paper-4m-128j", "--policies", "greedy", *args), words)
+
+
+def test_place_refuses_a_now_that_is_not_finite() -> None:
+    out = run("place", "--cluster", "examples/drmaestro-testbed.yaml", "--jobs", "examples/drmaestro-jobs.yaml",
+              "--now", "nan")
+    _refused(out, "--now: value nan is not allowed: must be a finite number of seconds")
+
+
+def test_the_simulators_own_settings_refuse_times_that_are_not_finite() -> None:
+    from disagg.sim.engine import FailureModel, SimConfig
+
+    for bad in (float("nan"), float("inf"), 0.0):
+        with pytest.raises(ValueError, match=r"interval_s: value .* must be a finite number > 0 seconds"):
+            SimConfig(interval_s=bad)
+        with pytest.raises(ValueError, match="mttr_s"):
+            FailureModel(100.0, bad)
+    assert SimConfig(interval_s=2.5).interval_s == 2.5

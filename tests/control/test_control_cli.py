@@ -202,6 +202,15 @@ def test_a_config_file_with_a_key_twice_or_not_text_is_refused(tmp_path: Path, t
     assert r.exit_code == 2 and "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_settings_refuse_numbers_that_are_not_finite(value: str) -> None:
+    """`serve --tick-s inf` passed the settings (`gt=0`) and came up with a loop that never ticks."""
+    with pytest.raises(SpecError, match=r"tick_s: .* is not allowed \(Input should be (a finite number|greater)"):
+        load_config(None, {"DISAGG_TICK_S": value})
+    with pytest.raises(SpecError, match="round_gap_s"):
+        load_config(None, {}, round_gap_s=float(value))
+
+
 def test_serve_answers_a_cluster_spec_the_loop_process_refuses_with_exit_2(tmp_path: Path) -> None:
     spec = tmp_path / "cluster.yaml"
     spec.write_text("machines: [{name: m0, rack: r0, cpus: -1, memory_gb: 1, uplink_gbps: 10}]\n")

@@ -25,10 +25,10 @@ def invoke(*args: str) -> tuple[int, str]:
         (["--scenario", "paper-9m-1j"], "known scenarios: paper-4m-128j, paper-4m-512j, paper-16m-512j"),
         (["--scenario", "paper-4m-128j", "--policies", "drmaestro,magic"], "known policies: drmaestro"),
         (["--scenario", "paper-4m-128j", "--seeds", "1,x"], "'x' is not an integer"),
-        (["--scenario", "paper-4m-128j", "--interval", "0"], "must be > 0"),
+        (["--scenario", "paper-4m-128j", "--interval", "0"], "must be a finite number > 0"),
         ([], "give --scenario NAME"),
         (["--scenario", "paper-4m-128j,paper-4m-512j"], "need --sweep"),
-        (["--scenario", "paper-4m-128j", "--mtbf", "-5"], "both must be > 0"),
+        (["--scenario", "paper-4m-128j", "--mtbf", "-5"], "both must be finite numbers > 0"),
     ],
     ids=["scenario", "policy", "seed", "interval", "nothing", "two-scenarios", "mtbf"],
 )

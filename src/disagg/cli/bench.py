@@ -270,7 +270,7 @@ def bench_sim(
     jobs: Annotated[int, typer.Option(min=1, help="large: jobs in the synthetic trace.")] = 100_000,
     machines: Annotated[int, typer.Option(min=1, help="large: machines.")] = 1000,
     seed: Annotated[int, typer.Option()] = 1,
-    interval: Annotated[float, typer.Option(min=0.001, help="Seconds between rounds (simulated).")] = 5.0,
+    interval: Annotated[float, typer.Option(min=0.001, max=86_400, help="Seconds between rounds (simulated).")] = 5.0,
     workers: Annotated[int, typer.Option(min=0, help="paper: processes, one policy each (0 = every core, "
                                                      "1 = one after another in this process).")] = 0,
     max_iterations: Annotated[int | None, typer.Option(

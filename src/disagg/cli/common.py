@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -75,9 +76,14 @@ def call_api(method: str, url: str, path: str, token: str | None, headers: dict[
 
     if not token:
         raise fail("no token: pass --token or set DISAGG_TOKEN (disagg token create prints one)")
+    where = not_finite(kwargs.get("json"))
+    if where is not None:
+        raise fail(f"{where[0]}: value {where[1]!r} is not allowed: must be a finite number")
     try:
         r = _client(url.startswith("https://")).request(
             method, url.rstrip("/") + path, headers={"Authorization": f"Bearer {token}", **(headers or {})}, **kwargs)
+    except httpx.InvalidURL as exc:
+        raise fail(f"not a path the API can have: {escape_controls(path)}: {exc}") from None
     except httpx.HTTPError as exc:
         raise fail(f"cannot reach the controller at {url}: {exc}", EXIT_FAILED) from None
     if r.status_code >= 400:
@@ -88,6 +94,19 @@ def call_api(method: str, url: str, path: str, token: str | None, headers: dict[
         raise fail(f"{r.status_code}: {escape_controls(str(detail))}",
                    EXIT_BAD_INPUT if r.status_code < 500 else EXIT_FAILED)
     return r.json() if r.content else None
+
+
+def not_finite(body: Any, where: str = "") -> tuple[str, float] | None:
+    """The first number of a request body that JSON cannot carry (NaN, ±infinity: `--cpus nan` was a
+    traceback from the encoder), as (its field, dotted, and its value); None when there is none."""
+    if isinstance(body, float) and not math.isfinite(body):
+        return where or "(body)", body
+    items = body.items() if isinstance(body, dict) else enumerate(body) if isinstance(body, list | tuple) else ()
+    for key, value in items:
+        found = not_finite(value, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 @functools.cache

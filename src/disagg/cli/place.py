@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,8 @@ def place(
     from disagg.placement.registry import UnknownPolicyError, get_policy
     from disagg.profiles.catalog import with_profiles
 
+    if not math.isfinite(now):
+        raise fail(f"--now: value {now!r} is not allowed: must be a finite number of seconds")
     try:
         chosen = get_policy(policy)
     except UnknownPolicyError as exc:

@@ -6,6 +6,7 @@ the policies and NumPy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,8 +88,9 @@ def trace_source(cluster: Path, trace: Path, fmt: str | None) -> TraceSource:
 def failure_model(mtbf: float | None, mttr: float) -> FailureModel | None:
     if mtbf is None:
         return None
-    if mtbf <= 0 or mttr <= 0:
-        raise BadInput(f"--mtbf/--mttr: values {mtbf:g}/{mttr:g} are not allowed: both must be > 0 seconds")
+    if not (0 < mtbf < math.inf and 0 < mttr < math.inf):
+        raise BadInput(f"--mtbf/--mttr: values {mtbf:g}/{mttr:g} are not allowed: both must be finite numbers "
+                       "> 0 seconds")
     return FailureModel(mtbf, mttr)
 
 
@@ -113,8 +115,8 @@ def build_specs(
 ) -> list[RunSpec]:
     """Validate every input and return the runs to do; raises BadInput or SpecError."""
     spec, fairness = parse_tenants_option(tenants)
-    if interval <= 0:
-        raise BadInput(f"--interval: value {interval:g} is not allowed: must be > 0 seconds")
+    if not 0 < interval < math.inf:
+        raise BadInput(f"--interval: value {interval:g} is not allowed: must be a finite number > 0 seconds")
     if starvation_rounds is not None and starvation_rounds < 1:
         raise BadInput(f"--starvation-rounds: value {starvation_rounds} is not allowed: must be >= 1 round")
     names = parse_policies(policies)

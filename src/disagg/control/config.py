@@ -32,7 +32,7 @@ ENV_PREFIX = "DISAGG_"
 class Config(BaseModel):
     """Everything `disagg serve` can be told. Frozen: one object, read by every part of the controller."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     host: str = Field(default="127.0.0.1", description="Address the API listens on.")
     port: int = Field(default=8080, ge=0, le=65535, description="Port the API listens on (0: any free port).")

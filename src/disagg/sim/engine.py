@@ -76,6 +76,10 @@ class FailureModel:
     mtbf_s: float
     mttr_s: float
 
+    def __post_init__(self) -> None:
+        for name in ("mtbf_s", "mttr_s"):
+            _positive_finite(name, getattr(self, name))
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
@@ -104,6 +108,16 @@ class SimConfig:
     profiles: ProfileTable | None = None
     #: With learning: remote observations before an image is placed by its pessimistic profile.
     explore: int = EXPLORE
+
+    def __post_init__(self) -> None:
+        _positive_finite("interval_s", self.interval_s)
+
+
+def _positive_finite(name: str, value: float) -> None:
+    """A time the loop steps by or draws from: NaN stopped nothing (a run of NaN times, or one that never
+    ended), infinity ended a run after its first round."""
+    if not 0.0 < value < math.inf:
+        raise ValueError(f"{name}: value {value!r} is not allowed: must be a finite number > 0 seconds")
 
 
 # -- events --------------------------------------------------------------------------------------------
