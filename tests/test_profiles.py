@@ -68,6 +68,17 @@ def test_an_image_given_twice_or_a_missing_field_is_refused() -> None:
         parse_profiles([1, 2], "t")
 
 
+def test_an_alias_that_is_the_image_itself_is_no_conflict_with_itself() -> None:
+    """`x/trainer` beside `acme/trainer` normalises to `trainer`, the entry's own image: it was refused as
+    "image 'trainer' is already given by profiles[0]", about profiles[0] itself. Another entry's still is."""
+    own = {"profiles": [dict(GOOD["profiles"][0], aliases=["x/trainer", "ACME/Trainer:3"])]}
+    assert set(parse_profiles(own, "t")) == {"trainer"}
+    other = {"profiles": [GOOD["profiles"][0], dict(GOOD["profiles"][0], image="acme/etl", aliases=["x/trainer"])]}
+    with pytest.raises(SpecError, match=r"profiles\[1\] \(image 'acme/etl'\): image 'trainer' is already given by "
+                                        r"profiles\[0\]"):
+        parse_profiles(other, "t")
+
+
 def test_the_shipped_rodinia_set_is_such_a_file_with_its_aliases() -> None:
     assert sorted(RODINIA) == ["b+tree", "backprop", "gaussian", "hotspot", "lavamd", "nw", "pathfinder", "srad"]
     assert lookup("rodinia/needleman-wunsch") is RODINIA["nw"]

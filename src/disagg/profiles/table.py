@@ -124,6 +124,8 @@ def parse_profiles(data: Any, source: str) -> dict[str, Profile]:
         for name in (profile.name, *(normalize_image(a) for a in entry.aliases)):
             if not name:
                 problems.append(f"{_entry_name(data, i)}: image or alias {name!r} names no image")
+            elif owner.get(name) == i:
+                continue  # an alias that names the entry's own image once normalised (`x/b` beside `a/b`)
             elif name in owner:
                 problems.append(f"{_entry_name(data, i)}: image {name!r} is already given by "
                                 f"{_entry_name(data, owner[name])} (an image has one profile)")
