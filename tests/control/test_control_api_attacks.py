@@ -258,6 +258,26 @@ def test_a_crafted_cursor_is_a_4xx_naming_the_cursor(served: tuple[Service, Test
         assert r.status_code == 422 and "cursor" in r.text, (path, depth, r.status_code, r.text[:300])
 
 
+@pytest.mark.parametrize(("method", "path", "body", "field"), [
+    ("POST", "/v1/jobs", '{"name": "x", "command": ["true"], "tasks": {"cpus": NaN}}', "tasks.cpus"),
+    ("POST", "/v1/jobs", '{"name": "x", "command": ["true"], "slo_s": Infinity}', "slo_s"),
+    ("POST", "/v1/job-batches", '{"jobs": [{"name": "x", "command": ["true"], "importance": NaN}]}',
+     "jobs.0.importance"),
+    ("PUT", "/v1/tenants/zed", '{"weight": NaN}', "weight"),
+    ("PUT", "/v1/tenants/zed", '{"quota": {"gpu": -Infinity}}', "quota.gpu"),
+], ids=["cpus-nan", "slo-inf", "batch-importance-nan", "weight-nan", "quota-minus-inf"])
+def test_nan_and_infinity_in_a_body_are_named_as_not_finite(served: tuple[Service, TestClient], method: str,
+                                                           path: str, body: str, field: str) -> None:
+    """Python's JSON parser takes `NaN` and `Infinity`: they were refused by the field's bounds, whose words
+    ("less than or equal to 1024" for a NaN) named no bound the value had crossed."""
+    svc, client = served
+    root = {"Authorization": f"Bearer {svc.store.create_token('root', admin=True)}",
+            "Content-Type": "application/json"}
+    r = client.request(method, path, headers=root, content=body)
+    assert r.status_code == 422, r.text[:300]
+    assert f"{field}: Input should be a finite number" in r.json()["detail"], r.text[:300]
+
+
 def test_logout_ends_the_dashboard_session_and_checks_origin(served: tuple[Service, TestClient]) -> None:
     """Logout invalidated nothing (the cookie was the token itself, still good after sign-out) and took a
     cross-site form post."""

@@ -15,7 +15,7 @@ from disagg.model.jobs import MAX_BATCH
 from disagg.model.spec import TasksSpec
 from disagg.model.tenants import Limits
 
-_IN = ConfigDict(extra="forbid", strict=True)
+_IN = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 _OUT = ConfigDict(extra="forbid")
 
 #: Text without NUL (PostgreSQL and exec() refuse it).
@@ -59,6 +59,7 @@ class JobIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {
@@ -162,7 +163,8 @@ def _next() -> Any:
 class JobBatchIn(BaseModel):
     """POST /v1/job-batches: several jobs stored together, all or none (as Slurm's job arrays)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"jobs": [
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False,
+                              json_schema_extra={"examples": [{"jobs": [
         {"name": "sweep-0", "image": "rodinia/nw", "command": ["true"], "tasks": {"count": 1, "cpus": 1, "gpu": 1}},
         {"name": "sweep-1", "image": "rodinia/nw", "command": ["true"], "tasks": {"count": 1, "cpus": 1, "gpu": 1}},
     ]}]})
@@ -446,7 +448,7 @@ class TenantIn(BaseModel):
     """PUT /v1/tenants/{name}: the tenant's entry of the tenants spec (its name is in the path)."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True,
+        extra="forbid", strict=True, allow_inf_nan=False,
         json_schema_extra={"examples": [{"weight": 2, "cohort": "research", "quota": {"gpu": 8, "cpus": 64},
                                          "borrow": {"gpu": 8}}]})
     weight: float = Field(default=1.0, gt=0, le=1_000_000)

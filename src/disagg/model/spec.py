@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: Strict types, as the API's (`disagg.api.schemas`): `true` is not a number and `"2"` is not a count, so a
 #: spec file and a request body refuse the same values.
-_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _whole_number(value: object) -> object:

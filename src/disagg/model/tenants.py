@@ -70,7 +70,7 @@ def tenant_name_clash(name: str, existing: Iterable[str]) -> str | None:
 
 
 #: As strict as the API (and the cluster and jobs specs): no bool for a number, no string for a number.
-_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 #: The largest limit of any resource: far above any cluster, and small enough that a quota plus its
