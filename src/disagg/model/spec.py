@@ -23,7 +23,7 @@ from disagg.model.cluster import (
     Pool,
     device_id,
 )
-from disagg.model.errors import SpecError
+from disagg.model.errors import SpecError, not_utf8
 from disagg.model.jobs import Job, TaskRequest
 from disagg.model.states import DEVICE_FAILED, DEVICE_HEALTHY, DeviceHealth
 
@@ -267,8 +267,7 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise SpecError(str(path), [f"cannot read file: {exc.strerror}"]) from exc
     except UnicodeDecodeError as exc:
-        byte = exc.object[exc.start:exc.start + 1].hex()
-        raise SpecError(str(path), [f"not UTF-8 text: byte 0x{byte} at offset {exc.start} ({exc.reason})"]) from None
+        raise SpecError(str(path), [not_utf8(exc)]) from None
 
 
 def read_document(path: str | Path) -> Any:

@@ -28,13 +28,15 @@ import csv
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from disagg.model import Job, SpecError, TaskRequest
+from disagg.model.errors import not_utf8
 from disagg.model.tenancy import DEFAULT_TENANT
 from disagg.model.tenants import tenant_name_problem
 from disagg.profiles import lookup
@@ -216,29 +218,29 @@ def _csv_row(problems: _Problems, line: int, row: dict[str, str], seen: dict[str
 _ENCODING = "utf-8-sig"
 
 
-def _not_text(p: Path, exc: UnicodeDecodeError) -> TraceError:
-    """A file that is not UTF-8 text (binary, UTF-16, Latin-1): named with the byte and where it stands."""
-    byte = exc.object[exc.start:exc.start + 1].hex()
-    return TraceError(str(p), [f"not UTF-8 text: byte 0x{byte} at offset {exc.start} ({exc.reason}); "
-                               "save the trace as UTF-8"])
+@contextmanager
+def _reading(p: Path) -> Iterator[None]:
+    """Around a read of the trace `p`: a file that cannot be read, is not UTF-8 text or not CSV is a
+    `TraceError` naming it (the errors arise as the text is decoded, inside the read)."""
+    try:
+        yield
+    except OSError as exc:
+        raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(str(p), [f"{not_utf8(exc)}; save the trace as UTF-8"]) from exc
+    except csv.Error as exc:
+        raise TraceError(str(p), [f"not a valid CSV file: {exc}"]) from exc
 
 
 def _read_rows(p: Path, problems: _Problems) -> list[tuple[int, list[str]]]:
     """Non-blank CSV rows with their 1-based line numbers."""
-    try:
-        with p.open(newline="", encoding=_ENCODING) as fh:
-            reader = csv.reader(fh)
-            rows: list[tuple[int, list[str]]] = []
-            for cells in reader:
-                if cells and any(c.strip() for c in cells):
-                    rows.append((reader.line_num, cells))
-            return rows
-    except OSError as exc:
-        raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
-    except UnicodeDecodeError as exc:
-        raise _not_text(p, exc) from exc
-    except csv.Error as exc:
-        raise TraceError(str(p), [f"not a valid CSV file: {exc}"]) from exc
+    with _reading(p), p.open(newline="", encoding=_ENCODING) as fh:
+        reader = csv.reader(fh)
+        rows: list[tuple[int, list[str]]] = []
+        for cells in reader:
+            if cells and any(c.strip() for c in cells):
+                rows.append((reader.line_num, cells))
+        return rows
 
 
 def _safe_name(raw: str) -> str:
@@ -336,12 +338,8 @@ def read_philly_trace(path: str | Path) -> list[Submission]:
     """Microsoft Philly `cluster_job_log` (module docstring). Jobs that never ran are skipped."""
     p = Path(path)
     problems = _Problems(str(p))
-    try:
+    with _reading(p):
         text = p.read_text(encoding=_ENCODING)
-    except OSError as exc:
-        raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
-    except UnicodeDecodeError as exc:
-        raise _not_text(p, exc) from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -418,15 +416,8 @@ def detect_format(path: str | Path) -> TraceFormat:
     p = Path(path)
     if p.suffix.lower() == ".json":
         return "philly"
-    try:
-        with p.open(newline="", encoding=_ENCODING) as fh:
-            first = next(csv.reader(fh), [])
-    except OSError as exc:
-        raise TraceError(str(p), [f"cannot read file: {exc.strerror}"]) from exc
-    except UnicodeDecodeError as exc:
-        raise _not_text(p, exc) from exc
-    except csv.Error as exc:
-        raise TraceError(str(p), [f"not a valid CSV file: {exc}"]) from exc
+    with _reading(p), p.open(newline="", encoding=_ENCODING) as fh:
+        first = next(csv.reader(fh), [])
     return "csv" if "job_id" in [c.strip() for c in first] else "pai"
 
 
