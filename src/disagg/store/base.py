@@ -110,6 +110,35 @@ def store_errors(url: str) -> Iterator[None]:
         raise StoreError(f"cannot use the store at {url!r}: {exc.__class__.__name__}: {exc}") from exc
 
 
+@contextmanager
+def _foreign_keys_deferred(conn: Connection, dialect: str) -> Iterator[None]:
+    """SQLite changes a table's columns by copying it into a new table and dropping the old one
+    (Alembic's batch mode); with foreign keys enforced, dropping `jobs` while `slices` rows point at it
+    fails, so a store that held jobs could not be upgraded past revision 0004. The check is off for the
+    migration (the pragma is a no-op inside a transaction, so it is set before one begins, on the DBAPI
+    connection that SQLAlchemy would otherwise wrap in one) and `_check_foreign_keys` runs before the commit."""
+    if dialect != "sqlite":
+        yield
+        return
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    raw.execute("PRAGMA foreign_keys=OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys=ON")
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    """After a migration with SQLite's foreign keys off: refuse to commit one that left a row pointing at no
+    row (the migration rolls back, and the store stays at its revision)."""
+    dangling = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if dangling:
+        where = ", ".join(f"{table} row {rowid} → {parent}" for table, rowid, parent, _ in dangling[:5])
+        raise StoreError(f"the migration would leave {len(dangling)} rows pointing at none: {where}; "
+                         "the store is left at its revision")
+
+
 #: What a request meets when the database, not the request, is at fault for now: a server that is down or
 #: restarting, a connection it ended (its idle-in-transaction timeout), a lock not had in time, a pool with no
 #: free connection. The API answers these 503 with Retry-After (`disagg.api.errors`): trying again may work.
@@ -190,19 +219,20 @@ class StoreBase:
         self.fenced_count = 0
 
     # --- lifecycle -------------------------------------------------------------------------
-    def migrate(self) -> None:
-        """Bring the schema to the newest revision (Alembic). Safe to call on every start. StoreError when
-        the database cannot be reached or written."""
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to the newest revision (Alembic; `revision`: to that one, for the tests that
+        upgrade a store written by an older disagg). Safe to call on every start. StoreError when the
+        database cannot be reached or written, or an upgrade would leave a row pointing at none."""
         with store_errors(self.url):
-            self._migrate()
+            self._migrate(revision)
 
-    def _migrate(self) -> None:
+    def _migrate(self, revision: str) -> None:
         from alembic import command
         from alembic.config import Config
 
         cfg = Config()
         cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-        with self.engine.begin() as conn:
+        with self.engine.connect() as conn, _foreign_keys_deferred(conn, self.dialect), conn.begin():
             if self.dialect == "postgresql":  # replicas starting at once: one migrates, the others wait for it
                 # Alembic loads each revision's script between its statements: on a busy host that gap passed
                 # the session's idle-in-transaction timeout (a CI run) and the server ended the migration.
@@ -210,7 +240,9 @@ class StoreBase:
                 conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("disagg-migrate")})
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, revision)
+            if self.dialect == "sqlite":
+                _check_foreign_keys(conn)
 
     def close(self) -> None:
         self.engine.dispose()
