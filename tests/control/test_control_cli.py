@@ -218,6 +218,27 @@ def test_serve_answers_a_cluster_spec_the_loop_process_refuses_with_exit_2(tmp_p
     assert r.exit_code == 2 and "cpus" in r.output
 
 
+@pytest.mark.parametrize("one_process", [False, True])
+def test_serve_on_a_store_it_cannot_use_says_why_and_exits_1(tmp_path: Path, one_process: bool) -> None:
+    """A store a newer disagg migrated (the package rolled back), or one that cannot be reached: the
+    store's own words, exit 1, no traceback (it was Alembic's "Can't locate revision" in a traceback, and
+    "the loop process exited while starting (its error is in the log)")."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    store = Store(db)
+    store.migrate()
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'i99_from_the_future'")
+    store.close()
+    extra = ["--one-process"] if one_process else []
+    r = runner.invoke(app, ["serve", "--db", db, "--state-dir", str(tmp_path / "state"), *extra])
+    assert r.exit_code == 1, r.output
+    assert "schema revision 'i99_from_the_future', which disagg" in r.output
+    assert "a newer disagg has upgraded it" in r.output and "Traceback" not in r.output
+    gone = runner.invoke(app, ["serve", "--db", "postgresql://nobody@127.0.0.1:1/none",
+                               "--state-dir", str(tmp_path / "state2"), *extra])
+    assert gone.exit_code == 1 and "cannot use the store at" in gone.output and "Traceback" not in gone.output
+
+
 def test_the_configuration_table_lists_every_setting_with_its_variable() -> None:
     """docs/configuration.md is the one table of settings: a row per Config field, with its variable."""
     from disagg.control.config import Config

@@ -86,3 +86,16 @@ def test_an_upgrade_that_would_leave_a_row_pointing_at_none_is_refused_and_chang
     assert _revision(store) == "0002"  # every revision's change rolled back with it
     assert _counts(url) == before
     store.close()
+
+
+def test_a_store_a_newer_disagg_migrated_is_refused_naming_its_revision(tmp_path: Path) -> None:
+    url = _old_store(tmp_path / "disagg.db")
+    store = Store(url)
+    store.migrate()
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'i99_later'")
+    with pytest.raises(StoreError, match="schema revision 'i99_later', which disagg .* does not know: a newer "
+                                         r"disagg has upgraded it.*restore a backup taken before the upgrade"):
+        store.migrate()
+    assert _revision(store) == "i99_later"
+    store.close()

@@ -24,8 +24,11 @@ from disagg.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, fail
 from disagg.model import SpecError  # (light: the package loads its spec readers on first use)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from disagg.control.config import Config
     from disagg.control.service import Service
+    from disagg.control.split import Failed
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -162,6 +165,7 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
     from disagg.control.split import LoopStartError, keep_startup_heap, start_loop_process
     from disagg.engines.local_runner import CONTROLLER_OOM_SCORE_ADJ, oom_score_adj
     from disagg.placement.registry import UnknownPolicyError
+    from disagg.store import StoreError
 
     if os.geteuid() == 0:
         oom_score_adj(CONTROLLER_OOM_SCORE_ADJ)  # the OOM killer takes any job's task before the controller
@@ -178,6 +182,8 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
         return service, 0, -1, service.reconciled.summary()
     except (SpecError, UnknownPolicyError) as exc:
         raise fail(str(exc)) from None
+    except StoreError as exc:  # one process: the store, as the loop process says it
+        raise fail(str(exc), EXIT_FAILED) from None
     except LoopStartError as exc:  # the loop process could not start; it said why
         raise fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_FAILED) from None
 
@@ -306,13 +312,14 @@ def _say_left_running(service: Service) -> None:
         "%s queued wait for it", count(live, "job"), count(queued, "job"))
 
 
-def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
+def _run_loop(settings: Config, ready: Callable[[str], None], failed: Failed, wake_fd: int) -> None:
     """The loop process of a split `disagg serve`: open (migrate, reconcile), then loop until stopped."""
     import threading
 
     from disagg.control.service import open_service
     from disagg.control.split import STATUS_FILE, Publisher, forward_wakes
     from disagg.placement.registry import UnknownPolicyError
+    from disagg.store import StoreError
 
     told: list[str] = []
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)  # a standby logs while it waits
@@ -327,6 +334,11 @@ def _run_loop(settings: Config, ready: Any, failed: Any, wake_fd: int) -> None:
         if told:
             raise  # the API serves already: the loop process ends, and the API with it
         failed(str(exc))
+        return
+    except StoreError as exc:  # the store cannot be reached, or is not one this disagg can migrate: it says why
+        if told:
+            raise
+        failed(str(exc), bad_input=False)
         return
     _exit_on_step_down(service)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it

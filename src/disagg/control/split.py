@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 STATUS_FILE = "loop-status.json"
 
@@ -37,6 +37,15 @@ class LoopStartError(RuntimeError):
     def __init__(self, message: str, bad_input: bool) -> None:
         super().__init__(message)
         self.bad_input = bad_input
+
+
+class Failed(Protocol):
+    """How the loop process says it could not start: `bad_input`, it refused the settings (exit 2); else
+    something it needs could not be had (the store, exit 1)."""
+
+    def __call__(self, message: str, bad_input: bool = True) -> None: ...
+
+
 PUBLISH_EVERY_S = 0.5
 
 
@@ -101,7 +110,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def start_loop_process(
-    run_loop: Callable[[Callable[[str], None], Callable[[str], None], int], None],
+    run_loop: Callable[[Callable[[str], None], Failed, int], None],
 ) -> tuple[int, int, str]:
     """Fork the loop process; returns (its pid, the write end of its wake pipe, its ready note).
 
@@ -128,8 +137,8 @@ def start_loop_process(
                 os.write(ready_w, ("ok " + note).encode())
                 os.close(ready_w)
 
-            def failed(message: str) -> None:
-                os.write(ready_w, ("error " + message).encode())
+            def failed(message: str, bad_input: bool = True) -> None:
+                os.write(ready_w, (("error " if bad_input else "unavailable ") + message).encode())
                 os.close(ready_w)
 
             run_loop(ready, failed, wake_r)
@@ -153,6 +162,8 @@ def start_loop_process(
             os.waitpid(pid, 0)
         if answer.startswith("error "):
             raise LoopStartError(answer.removeprefix("error "), bad_input=True)
+        if answer.startswith("unavailable "):
+            raise LoopStartError(answer.removeprefix("unavailable "), bad_input=False)
         raise LoopStartError("the loop process exited while starting (its error is in the log)", bad_input=False)
     os.set_blocking(wake_w, False)
     return pid, wake_w, answer.removeprefix("ok ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import sqlite3
 import threading
 import time
@@ -17,12 +18,15 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, select, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
 
 DEFAULT_URL = "sqlite:///disagg.db"
 #: How long a SQLite statement waits for another connection's lock before it fails.
@@ -129,6 +133,20 @@ def _foreign_keys_deferred(conn: Connection, dialect: str) -> Iterator[None]:
         raw.execute("PRAGMA foreign_keys=ON")
 
 
+def _refuse_unknown_revision(conn: Connection, script: ScriptDirectory, url: str) -> None:
+    """A store that a newer disagg has migrated (the package rolled back after an upgrade) is at a revision
+    this one has no script for: say so, and what to do, instead of Alembic's "Can't locate revision"."""
+    from alembic.migration import MigrationContext
+
+    from disagg import __version__
+
+    current = MigrationContext.configure(conn).get_current_revision()
+    if current is not None and current not in {r.revision for r in script.walk_revisions()}:
+        raise StoreError(f"the store at {url!r} is at schema revision {current!r}, which disagg {__version__} "
+                         "does not know: a newer disagg has upgraded it. Run that version on it, or restore "
+                         "a backup taken before the upgrade (disagg restore)")
+
+
 def _check_foreign_keys(conn: Connection) -> None:
     """After a migration with SQLite's foreign keys off: refuse to commit one that left a row pointing at no
     row (the migration rolls back, and the store stays at its revision)."""
@@ -227,8 +245,12 @@ class StoreBase:
             self._migrate(revision)
 
     def _migrate(self, revision: str) -> None:
+        # Alembic names each of its plugins as it loads (seven lines at INFO in the server's log at every
+        # start); which revisions ran ("Running upgrade …") stays said
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
         from alembic import command
         from alembic.config import Config
+        from alembic.script import ScriptDirectory
 
         cfg = Config()
         cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
@@ -240,6 +262,7 @@ class StoreBase:
                 conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key("disagg-migrate")})
             cfg.attributes["connection"] = conn
+            _refuse_unknown_revision(conn, ScriptDirectory.from_config(cfg), self.url)
             command.upgrade(cfg, revision)
             if self.dialect == "sqlite":
                 _check_foreign_keys(conn)
