@@ -3,7 +3,8 @@
 `data/store-0002.sql` is a real store, dumped (`sqlite3 .dump`) from the controller of commit ec3c91e^
 (schema revision 0002) after it had run on the FlowOS-RM testbed: 8 jobs (completed, running and
 queued), their slices, steps and events, an admin token, and the inventory, and then was killed with
-kill -9. The migrations of every revision since run on it here, as `disagg serve` runs them on start.
+kill -9. The migrations of every revision since run on it here, as `disagg serve` runs them on start;
+on PostgreSQL, the same rows in a database that the migrations brought to revision 0002.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import MetaData, create_engine, func, select, text
 
 from disagg.model.states import JobState
 from disagg.store import Store
@@ -33,11 +34,32 @@ def _old_store(path: Path, extra_sql: str = "") -> str:
     return f"sqlite:///{path}"
 
 
+def _old_postgres(url: str, tmp_path: Path) -> str:
+    """A PostgreSQL database at revision 0002 holding the dump's rows, copied table by table (parents
+    first) from the SQLite store."""
+    Store(url).migrate("0002")
+    source = create_engine(_old_store(tmp_path / "source.db"))
+    target = create_engine(url)
+    tables = MetaData()
+    tables.reflect(source)
+    with source.connect() as read, target.begin() as write:
+        for table in tables.sorted_tables:
+            if table.name != "alembic_version":
+                rows = [dict(r._mapping) for r in read.execute(select(table))]
+                if rows:
+                    write.execute(table.insert(), rows)
+    source.dispose()
+    target.dispose()
+    return url
+
+
 def _counts(url: str) -> dict[str, int]:
-    path = url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as conn:
-        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
-    conn.close()
+    engine = create_engine(url)
+    tables = MetaData()
+    tables.reflect(engine, only=TABLES)
+    with engine.connect() as conn:
+        counts = {t: conn.execute(select(func.count()).select_from(tables.tables[t])).scalar_one() for t in TABLES}
+    engine.dispose()
     return counts
 
 
@@ -46,20 +68,30 @@ def _revision(store: Store) -> str:
         return str(conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one())
 
 
-def test_a_store_with_jobs_in_it_upgrades_from_revision_0002_and_keeps_every_row(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store of revision 0002, on each kind of database."""
+    if request.param == "sqlite":
+        return _old_store(tmp_path / "disagg.db")
+    server = request.getfixturevalue("pg_server")
+    return _old_postgres(server.create_database("up_" + tmp_path.name[-20:].lower().replace("-", "_")), tmp_path)
+
+
+def test_a_store_with_jobs_in_it_upgrades_from_revision_0002_and_keeps_every_row(old_store: str) -> None:
     """Revision 0004 rebuilds `jobs` (SQLite changes columns by copying the table): with foreign keys
     enforced, dropping the old `jobs` failed while `slices` pointed at it, and `disagg serve` could not
     start on a store that had ever run a job ("FOREIGN KEY constraint failed", DROP TABLE jobs)."""
-    url = _old_store(tmp_path / "disagg.db")
+    url = old_store
     before = _counts(url)
     assert before["jobs"] == 8 and before["slices"] == 4 and before["events"] == 27  # the dump is what it says
     store = Store(url)
     store.migrate()
     assert _revision(store) == "i23_slice_changes"
     assert _counts(url) == before  # no row lost, none made up
-    with store.engine.connect() as conn:
-        assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
-        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1  # enforced again afterwards
+    if url.startswith("sqlite"):
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1  # enforced again afterwards
     states = Counter(s.state for s in store.job_summaries())
     assert states == {JobState.COMPLETED: 1, JobState.RUNNING: 3, JobState.QUEUED: 4}
     queued = store.queued_jobs(window=100)  # the old rows' requests read as today's jobs
