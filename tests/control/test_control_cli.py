@@ -239,6 +239,36 @@ def test_serve_on_a_store_it_cannot_use_says_why_and_exits_1(tmp_path: Path, one
     assert gone.exit_code == 1 and "cannot use the store at" in gone.output and "Traceback" not in gone.output
 
 
+def test_serve_refuses_a_cluster_spec_that_takes_a_device_a_job_holds_with_exit_2(tmp_path: Path) -> None:
+    """The operator takes two GPUs out of the spec while a job holds one of them: the start is refused,
+    naming the device and the job, and the store keeps them (docs/controller.md, "Changing the cluster")."""
+    from disagg.control.service import DEFAULT_CLUSTER
+    from disagg.model import load_cluster
+    from disagg.store.models import JobRow, SliceRow
+
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    store = Store(db)
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    task = {"task": "j-1/0", "machine": "node0", "cpus": 1, "memory_gb": 1,
+            "devices": [{"id": "iobox0/gpu3", "network_gbps": 1.0}]}
+    with store.write() as s:
+        s.add(JobRow(id="j-1", seq=1, tenant="a", name="n", image="i", command=["true"], tasks={"count": 1},
+                     slo_s=None, importance=1.0, max_retries=2, state="running", reason=None, reason_code=None,
+                     wait_rounds=0, attempts=1, exit_code=None, slice_id="s-1", submitted_at=0.0,
+                     updated_at=0.0, idempotency_key=None, request_hash=None))
+        s.flush()
+        s.add(SliceRow(id="s-1", job_id="j-1", attempt=1, state="running", outcome=None, detail=None,
+                       placement={"machines": [], "tasks": [task]}, handle=None, created_at=0.0, updated_at=0.0))
+    store.close()
+    spec = tmp_path / "fewer-gpus.yaml"
+    spec.write_text(DEFAULT_CLUSTER.read_text().replace("{model: P100, count: 4}", "{model: P100, count: 2}"))
+    r = runner.invoke(app, ["serve", "--db", db, "--cluster", str(spec), "--state-dir", str(tmp_path / "st")])
+    assert r.exit_code == 2, r.output
+    assert "device iobox0/gpu3 is removed, but j-1 holds it" in r.output
+    assert "iobox0/gpu3" in {d.id for d in Store(db).cluster().devices}
+
+
 def test_the_configuration_table_lists_every_setting_with_its_variable() -> None:
     """docs/configuration.md is the one table of settings: a row per Config field, with its variable."""
     from disagg.control.config import Config

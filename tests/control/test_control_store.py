@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from disagg.control.service import DEFAULT_CLUSTER
-from disagg.model import Allocation, Cluster, Machine, SlicePlacement, load_cluster
+from disagg.model import Allocation, Cluster, Machine, SlicePlacement, SpecError, load_cluster
 from disagg.model.states import LIVE_SLICE_STATES
 from disagg.placement.commit import EPS
 from disagg.placement.decisions import Decisions
@@ -487,3 +488,92 @@ def test_a_whole_read_of_the_live_slices_keeps_only_the_live_ones_placements(tmp
         assert set(cache._placed) == {"s-1100"}
     finally:
         store.close()
+
+
+def _edited(tmp_path: Path, name: str, text: str) -> Cluster:
+    spec = tmp_path / name
+    spec.write_text(text)
+    return load_cluster(spec)
+
+
+def test_the_inventory_follows_an_edited_cluster_spec_and_keeps_health_and_drains(db_url: str,
+                                                                                  tmp_path: Path) -> None:
+    """The operator retires node3, gives node0 twice the cpus, adds node9, takes two NVMe drives out and
+    halves the rack's uplink, then restarts: the store had kept node3 (placed on) and node0's old size
+    (only missing rows were added). Every change is taken; the devices that stay keep their health and
+    drain flag; the kept snapshot (an earlier read cached it) is the one a fresh read gives."""
+    store = Store(db_url)
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    with store.write() as s:
+        failed, drained = s.get(DeviceRow, "iobox0/gpu1"), s.get(DeviceRow, "iobox1/nvme0")
+        assert failed is not None and drained is not None
+        failed.health, drained.drained = "failed", True
+        s.add(_job("j-1"))
+        s.flush()
+        s.add(SliceRow(id="s-1", job_id="j-1", attempt=1, state="running", outcome=None, detail=None,
+                       placement=_placed("j-1/0", "node0", "iobox0/gpu3"), handle=None, created_at=0.0,
+                       updated_at=0.0))
+    _same_snapshot(store)  # read and kept
+    text = (DEFAULT_CLUSTER.read_text()
+            .replace("{name: node0, rack: r0, cpus: 10,", "{name: node0, rack: r0, cpus: 20,")
+            .replace("  - {name: node3, rack: r0, cpus: 10, memory_gb: 128, uplink_gbps: 40}\n",
+                     "  - {name: node9, rack: r0, cpus: 8, memory_gb: 64, uplink_gbps: 25}\n")
+            .replace("{model: SSD750, count: 4}", "{model: SSD750, count: 2}")
+            .replace("network: {rack_uplink_gbps: 40}", "network: {rack_uplink_gbps: 20}"))
+    change = store.sync_inventory(_edited(tmp_path, "edited.yaml", text))
+    assert change.machines == (["node9"], ["node0"], ["node3"])
+    assert change.devices == ([], [], ["iobox1/nvme2", "iobox1/nvme3"])
+    assert "1 machine removed (node3)" in change.summary() and "2 devices removed" in change.summary()
+    cluster = store.cluster()
+    assert [(m.name, m.cpus) for m in cluster.machines] == [("node0", 20), ("node1", 10), ("node2", 10), ("node9", 8)]
+    assert {d.id for d in cluster.devices} == {d.id for d in load_cluster(DEFAULT_CLUSTER).devices} - {
+        "iobox1/nvme2", "iobox1/nvme3"}
+    states = {d.id: d.health for d in cluster.devices}
+    assert states["iobox0/gpu1"] == "failed" and states["iobox1/nvme0"] == "drained"
+    assert cluster.rack_uplink_gbps == 20
+    assert [a.machine for a in cluster.allocations] == ["node0"]  # the live slice is untouched
+    _same_snapshot(store)
+    again = store.sync_inventory(_edited(tmp_path, "edited.yaml", text))
+    assert again.summary() == "" and not again.rewrote  # the same spec again: nothing to do
+    store.close()
+
+
+def test_a_spec_that_takes_what_a_live_slice_holds_is_refused_and_changes_nothing(db_url: str,
+                                                                                 tmp_path: Path) -> None:
+    store = Store(db_url)
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    with store.write() as s:
+        s.add(_job("j-1"))
+        s.flush()
+        s.add(SliceRow(id="s-1", job_id="j-1", attempt=1, state="running", outcome=None, detail=None,
+                       placement=_placed("j-1/0", "node3", "iobox0/gpu3"), handle=None, created_at=0.0,
+                       updated_at=0.0))
+    before = store.cluster()
+    base = DEFAULT_CLUSTER.read_text()
+    takes = {
+        "gpu3 gone": (base.replace("{model: P100, count: 4}", "{model: P100, count: 2}"),
+                      "device iobox0/gpu3 is removed, but j-1 holds it"),
+        "node3 gone": (base.replace("  - {name: node3, rack: r0, cpus: 10, memory_gb: 128, uplink_gbps: 40}\n", ""),
+                       "machine node3 is removed, but j-1 runs on it"),
+        "node3 too small": (base.replace("{name: node3, rack: r0, cpus: 10, memory_gb: 128",
+                                         "{name: node3, rack: r0, cpus: 10, memory_gb: 1"),
+                            "machine node3 would have 10 cpus and 1 GB, but j-1 holds 1 cpus and 2 GB on it"),
+    }
+    for name, (text, words) in takes.items():
+        with pytest.raises(SpecError, match=re.escape(words)):
+            store.sync_inventory(_edited(tmp_path, "taking.yaml", text + "\n"))
+        after = store.cluster()
+        for field in ("machines", "pools", "devices", "rack_uplink_gbps"):
+            assert getattr(after, field) == getattr(before, field), (name, field)
+    grown = base.replace("{name: node3, rack: r0, cpus: 10, memory_gb: 128", "{name: node3, rack: r0, cpus: 16, "
+                         "memory_gb: 256")  # more than it holds: taken, the slice runs on
+    assert store.sync_inventory(_edited(tmp_path, "grown.yaml", grown)).machines == ([], ["node3"], [])
+    with store.write() as s:
+        row = s.get(SliceRow, "s-1")
+        assert row is not None
+        row.state = "done"  # the job has ended: node3 and gpu3 may go
+    gone = store.sync_inventory(_edited(tmp_path, "gone.yaml", takes["node3 gone"][0]))
+    assert gone.machines[2] == ["node3"]
+    store.close()

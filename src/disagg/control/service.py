@@ -107,13 +107,15 @@ def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadersh
     open the fabric and the engine, reconcile, and assemble the service."""
     api_only = leadership is None
     state = config.resolved_state_dir()
-    if not api_only:
-        store.sync_inventory(cluster)
-    store.restrict_files()
-    latencies = OperationLatencies().scaled(config.latency_scale)
-    fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))
-    engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
     try:
+        if not api_only:
+            change = store.sync_inventory(cluster).summary()  # refused (SpecError): the lease goes, below
+            if change:
+                log.info("inventory as the cluster spec says: %s", change)
+        store.restrict_files()
+        latencies = OperationLatencies().scaled(config.latency_scale)
+        fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))
+        engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
         epoch = leadership.epoch if leadership is not None else None
         report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state, epoch)
     except BaseException:

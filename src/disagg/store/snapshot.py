@@ -412,8 +412,9 @@ def _snapshot_health(stored: str, drained: bool, reachable: bool) -> DeviceHealt
 
 @dataclass(frozen=True)
 class Inventory:
-    """The snapshot's part that only grows: machines, pools and devices as if all were healthy, read
-    once per `version` (the rows' counts and last positions: the store adds rows, never rewrites them)."""
+    """The snapshot's part that changes only with the cluster spec: machines, pools and devices as if all
+    were healthy, read once per `version` (the rows' counts and last positions: a sync that adds rows
+    numbers them past the last, one that rewrites or removes rows renumbers every row past it)."""
 
     version: tuple[int, ...]
     machines: tuple[Machine, ...]
@@ -432,9 +433,10 @@ class Inventory:
 
 
 def inventory_version(conn: Connection) -> tuple[int, ...]:
-    """Rows are only ever added to the inventory (`Store.sync_inventory`): their counts and last positions
-    change with each addition. One statement of five subqueries, each alone so that SQLite answers it from
-    an index (`max(position)` beside `count()` in one SELECT scans every row: 4 ms at 52,500 devices)."""
+    """The inventory changes only by `Store.sync_inventory`, and its counts and last positions change with
+    each of its changes (`disagg.store.inventory`). One statement of five subqueries, each alone so that
+    SQLite answers it from an index (`max(position)` beside `count()` in one SELECT scans every row: 4 ms
+    at 52,500 devices)."""
     m, d = _machines.c, _devices.c
     parts = (select(func.count()).select_from(_machines), select(func.coalesce(func.max(m.position), -1)),
              select(func.count()).select_from(_devices), select(func.coalesce(func.max(d.position), -1)),
