@@ -28,7 +28,7 @@ from disagg.control.tenants import SubmitLimits, TenantDirectory
 from disagg.engines.base import Engine, LogPage
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
-from disagg.model.states import RunState
+from disagg.model.states import JobReason, RunState
 from disagg.store import DuplicateKey, IdempotencyConflict, Store, job_dict, new_job_row
 from disagg.store.batch import GroupInsert
 
@@ -342,6 +342,20 @@ class JobService:
         return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
 
 
+def fail_never_fitting(store: Store) -> dict[str, str]:
+    """After a start with an edited cluster spec took devices or machines away: fail the queued jobs that
+    can never fit the cluster as it now is, in the words a submission of them is refused with (reason
+    `never-fits`), rather than leave them waiting with a reason that says room may come ("2 free, 2 left
+    after the jobs ahead of it"). Job → why, for those failed; jobs that only wait for room stay."""
+    cluster = store.cluster()
+    why: dict[str, str] = {}
+    for job in store.queued_jobs(sum(store.queued_counts().values())):
+        reason = never_fits(job, cluster)
+        if reason:
+            why[job.name] = f"the job can never fit on this cluster as its spec now is: {reason}"
+    return {j: why[j] for j in store.fail_queued(why, JobReason.NEVER_FITS)}
+
+
 def _task_request(tasks: dict[str, Any]) -> TaskRequest:
     return TaskRequest(
         int(tasks["count"]), float(tasks["cpus"]), float(tasks["memory_gb"]),
@@ -364,4 +378,4 @@ def _digest(request: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull", "batch_key"]
+__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull", "batch_key", "fail_never_fitting"]

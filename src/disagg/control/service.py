@@ -14,7 +14,7 @@ from typing import Any
 
 from disagg.control.config import Config
 from disagg.control.gc import collect
-from disagg.control.jobs import JobService
+from disagg.control.jobs import JobService, fail_never_fitting
 from disagg.control.leadership import Leadership, LeaseCollector, replica_name
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
@@ -102,6 +102,19 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
         return _opened(config, cluster, store, leadership)
 
 
+def _follow_spec(store: Store, cluster: Cluster) -> None:
+    """Make the inventory the spec's (refused with SpecError: the lease goes, in `_opened`) and, where that
+    took something away, fail the queued jobs that can never fit any more."""
+    change = store.sync_inventory(cluster)
+    if change.summary():
+        log.info("inventory as the cluster spec says: %s", change.summary())
+    if change.rewrote:
+        failed = fail_never_fitting(store)
+        if failed:
+            log.warning("failed %d queued jobs that can never fit the cluster as its spec now is: %s",
+                        len(failed), ", ".join(sorted(failed)[:10]) + (", …" if len(failed) > 10 else ""))
+
+
 def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadership | None) -> Service:
     """`open_service` once the store is open (and, but for an API process, led): sync the inventory,
     open the fabric and the engine, reconcile, and assemble the service."""
@@ -109,9 +122,7 @@ def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadersh
     state = config.resolved_state_dir()
     try:
         if not api_only:
-            change = store.sync_inventory(cluster).summary()  # refused (SpecError): the lease goes, below
-            if change:
-                log.info("inventory as the cluster spec says: %s", change)
+            _follow_spec(store, cluster)
         store.restrict_files()
         latencies = OperationLatencies().scaled(config.latency_scale)
         fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))

@@ -118,6 +118,7 @@ class JobReason(StrEnum):
     REFUSED = "refused"                      # the engine would not run it (no Unix user it may run as)
     UNPLACEABLE = "unplaceable"              # planning it made a scheduling round fail: set aside
     OVER_LIMIT = "over-limit"                # its request is above what its tenant may ever hold (a lowered limit)
+    NEVER_FITS = "never-fits"                # its request is above what the cluster has in all (the spec shrank)
     HELD = "held"                            # an admin holds it out of placement (`disagg hold`)
 
 

@@ -19,7 +19,15 @@ from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
 from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
-from disagg.store.lifecycle import CHUNK, JobMove, job_events, move_job, move_jobs, move_slice, new_jobs, note_jobs
+from disagg.store.lifecycle import (
+    CHUNK,
+    fail_queued,
+    job_events,
+    move_job,
+    move_slice,
+    new_jobs,
+    note_jobs,
+)
 from disagg.store.models import EventRow, JobRow, SliceRow, StepRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -240,10 +248,15 @@ class JobOps(StoreBase):
 
     def set_aside(self, job_ids: list[str], why: str) -> list[str]:
         """Fail queued jobs that a scheduling round cannot plan (reason `unplaceable`, with `why`); those moved."""
-        moves = [JobMove(j, JobState.FAILED, why, (JobState.QUEUED,),
-                         {"reason": why, "reason_code": JobReason.UNPLACEABLE}) for j in job_ids]
+        return self.fail_queued(dict.fromkeys(job_ids, why), JobReason.UNPLACEABLE)
+
+    def fail_queued(self, why: dict[str, str], code: JobReason) -> list[str]:
+        """Fail queued jobs that can never run (job → why, the reason `code`); those moved (a job placed or
+        cancelled since is left alone)."""
+        if not why:
+            return []
         with self.write_core(urgent=True) as conn:
-            return [j for j, _ in move_jobs(conn, moves, time.time())]
+            return fail_queued(conn, why, code, time.time())
 
     def note_jobs(self, notes: dict[str, str]) -> None:
         """Record, on each job, something that happened to it without moving it (job → why): an event."""

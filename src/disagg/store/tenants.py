@@ -21,7 +21,7 @@ from disagg.model.tenancy import Holder
 from disagg.placement.usage import placement_usage
 from disagg.store.base import StoreBase
 from disagg.store.jobs import model_job
-from disagg.store.lifecycle import JobMove, move_jobs, note_job
+from disagg.store.lifecycle import fail_queued, note_job
 from disagg.store.models import (
     DeviceRow,
     JobRow,
@@ -171,12 +171,10 @@ class TenantOps(StoreBase):
     def fail_beyond_limit(self, why: dict[str, str]) -> list[str]:
         """Fail queued jobs whose request is above what their tenant may ever hold (job → why, reason
         `over-limit`); those moved (a job placed or cancelled since is left alone)."""
-        moves = [JobMove(j, JobState.FAILED, w, (JobState.QUEUED,), {"reason": w, "reason_code": JobReason.OVER_LIMIT})
-                 for j, w in why.items()]
-        if not moves:
+        if not why:
             return []
         with self.write_core(urgent=True) as conn:
-            return [j for j, _ in move_jobs(conn, moves, time.time())]
+            return fail_queued(conn, why, JobReason.OVER_LIMIT, time.time())
 
     # --- decayed usage --------------------------------------------------------------------------
     def load_usage(self) -> dict[str, dict[str, float]]:

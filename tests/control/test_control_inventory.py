@@ -1,0 +1,54 @@
+"""A start with an edited cluster spec (docs/controller.md, "Changing the cluster"): the queued jobs the
+cluster can no longer ever hold are failed in the words a submission of them is refused with, and only
+those (the inventory's own changes are tested in test_control_store.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from disagg.control.service import DEFAULT_CLUSTER, _follow_spec
+from disagg.model import load_cluster
+from disagg.model.states import JobReason, JobState
+from disagg.store import Store, new_job_row
+from disagg.store.lifecycle import new_jobs
+
+
+def _queue(store: Store, name: str, gpus: int, model: str | None) -> str:
+    tasks = {"count": 1, "cpus": 1.0, "memory_gb": 1.0, "gpu": gpus, "gpu_model": model}
+    row = new_job_row("acme", {"name": name, "image": "i", "command": ["true"], "tasks": tasks}, None, None, 0.0)
+    with store.write_core() as conn:
+        new_jobs(conn, [row])
+    return str(row["id"])
+
+
+def _spec(tmp_path: Path, p100: int) -> Path:
+    spec = tmp_path / f"p100-{p100}.yaml"
+    spec.write_text(DEFAULT_CLUSTER.read_text().replace("{model: P100, count: 4}", f"{{model: P100, count: {p100}}}"))
+    return spec
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_queued_jobs_the_edited_cluster_can_never_hold_are_failed_and_only_those(
+        kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    url = (f"sqlite:///{tmp_path / 'd.db'}" if kind == "sqlite"
+           else request.getfixturevalue("pg_server").create_database("inv_" + tmp_path.name[-12:].lower()))
+    store = Store(url)
+    store.migrate()
+    _follow_spec(store, load_cluster(DEFAULT_CLUSTER))
+    four = _queue(store, "four", 4, "P100")
+    three_any = _queue(store, "three-any", 3, None)  # 2 P100 and the P40 still make 3
+    one = _queue(store, "one", 1, "P100")
+    _follow_spec(store, load_cluster(_spec(tmp_path, 4)))  # nothing taken away: nothing looked at
+    assert {s.id: s.state for s in store.job_summaries()} == dict.fromkeys((four, three_any, one), JobState.QUEUED)
+    _follow_spec(store, load_cluster(_spec(tmp_path, 2)))
+    states = {s.id: s for s in store.job_summaries()}
+    assert states[four].state == JobState.FAILED
+    assert states[four].reason == ("the job can never fit on this cluster as its spec now is: needs 4 gpu of model "
+                                   "P100 in all; the cluster has 2")
+    assert states[three_any].state == states[one].state == JobState.QUEUED
+    with store.read_core() as conn:
+        code = conn.exec_driver_sql(f"SELECT reason_code FROM jobs WHERE id = '{four}'").scalar_one()
+    assert code == JobReason.NEVER_FITS
+    store.close()
