@@ -200,3 +200,23 @@ def test_an_image_with_no_finished_run_is_cautious_once_its_remote_runs_in_fligh
     events = client.get(f"/v1/jobs/{tight}/events", headers=auth(token)).json()["events"]
     assert any("no task of which has finished yet" in (e["why"] or "") for e in events), events
     svc.jobs.cancel(flying)
+
+
+def test_jobs_that_name_no_image_teach_no_profile(learning: tuple[Service, TestClient, str]) -> None:
+    """A job that names no image is of image `unknown`, the CLI's and the API's default: every such job, whatever
+    it runs, was one image to learn, and a few sleeps taught the controller that remote devices slow
+    "unknown" 6.9x (15x after one more), which the network-aware policy then held against every job
+    without an image. Their runs are looked at and kept, but teach nothing."""
+    svc, client, token = learning
+    ids = [_submit(svc, {**_body(f"anon-{i}", 1), "image": "unknown"}) for i in range(4)]
+    for i in ids:
+        wait_state(svc, i, ("completed",), timeout=60)
+
+    def looked_at() -> int:
+        with svc.store.read_core() as conn:
+            return int(conn.exec_driver_sql(
+                "SELECT count(*) FROM profile_observations WHERE image = 'unknown'").scalar_one())
+
+    wait_for(lambda: looked_at() >= 4, 30, "the four runs to be looked at")
+    assert svc.store.observations_of("unknown") == []  # none usable
+    assert client.get("/v1/profiles/unknown", headers=auth(token)).status_code == 404

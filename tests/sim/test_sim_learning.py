@@ -247,3 +247,28 @@ def test_the_simulated_fabric_measures_what_each_image_really_draws(tmp_path: Pa
     for image, est in measured.items():
         assert est.drawn_gbps == pytest.approx(truth[image].network_gbps)
         assert est.profile(pessimistic=True).network_gbps == pytest.approx(truth[image].network_gbps)
+
+
+def test_jobs_that_name_no_image_are_neutral_and_teach_nothing() -> None:
+    """`unknown` is the default of a job (or a trace row) that names no image, not an image: the controller
+    learns nothing from such jobs and places them by the neutral profile, and so does the simulator."""
+    from dataclasses import replace
+
+    from disagg.model import Job, TaskRequest
+    from disagg.profiles import NEUTRAL
+
+    knowledge = knowledge_for("learned", None, None, explore=1)
+    anon = Job(name="a", image="unknown", tasks=TaskRequest(1, 1.0, 1.0, {"gpu": 1}, {}))
+    for _ in range(5):  # remote runs 4x slower than local ones: an image's worth of evidence
+        knowledge.observe("unknown", Observation(40.0, 1.0, 0.3))
+        knowledge.observe("unknown", Observation(10.0, 0.0, 0.0))
+    knowledge.in_flight = {"unknown": 50}
+    (seen,) = knowledge.apply([anon], {"unknown": 50})  # many in flight: no cold bound either
+    assert seen.profile is NEUTRAL
+    assert knowledge.report() == {"knowledge": "learned", "images": {}}
+    named = replace(anon, image="acme/trainer")
+    for _ in range(5):
+        knowledge.observe("acme/trainer", Observation(40.0, 1.0, 0.3))
+        knowledge.observe("acme/trainer", Observation(10.0, 0.0, 0.0))
+    (learned,) = knowledge.apply([named])
+    assert learned.profile is not None and learned.profile.known and learned.profile.name == "trainer"

@@ -23,7 +23,7 @@ from typing import Any
 from disagg.control.config import Config
 from disagg.model import Job
 from disagg.model.spec import load_profiles
-from disagg.profiles import SHIPPED, Profile, lookup, normalize_image
+from disagg.profiles import NEUTRAL, SHIPPED, Profile, lookup, normalize_image
 from disagg.profiles.learn import Estimate, Observation, cold_bound, exploring, fit, remote_slowdown, typical
 from disagg.profiles.observe import observation
 from disagg.profiles.table import ProfileTable, profile_fields, profile_from_fields
@@ -124,8 +124,8 @@ class ProfileKeeper:
             rows = self._rows()
             used = {r["image"] for r in rows if r["data"].get("kind") == "pinned"
                     or (self.config.learn_profiles and r["data"].get("observations", 0) > 0)}
-            flying = in_flight(self.store, self.config, rows,
-                               lambda name: name not in used and not lookup(name, self.base).known)
+            flying = in_flight(self.store, self.config, rows, lambda name: name not in used and name != NEUTRAL.name
+                               and not lookup(name, self.base).known)  # `unknown`: neutral, learned or not
             for row in rows:
                 data = row["data"]
                 cautious = not exploring(int(data.get("remote_observations", 0)), flying.get(row["image"], 0),
@@ -201,7 +201,10 @@ class ProfileKeeper:
             start, end = d["started"], d["ended"]
             mine = [s for s in samples if start is not None and end is not None and start <= s[0] <= end]
             image = normalize_image(d["image"])
-            obs = observation(d["placement"], start, end, mine, caps, estimates.get(image, lookup(image, self.base)))
+            # `unknown` is no image but the default of a job that names none: its jobs have nothing in common
+            # to learn (a few sleeps made remote devices look 15x slower for every such job); kept, unusable
+            obs = None if image == NEUTRAL.name else observation(
+                d["placement"], start, end, mine, caps, estimates.get(image, lookup(image, self.base)))
             rows.append({"slice_id": d["slice_id"], "image": image, "at": now,
                          "run_s": None if obs is None else obs.run_s,
                          "remote_share": 0.0 if obs is None else obs.remote_share,

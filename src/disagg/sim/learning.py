@@ -93,6 +93,8 @@ class Knowledge:
 
     def _learned(self, job: Job) -> Job:
         key = _key(job.image)
+        if key == NEUTRAL.name:  # a job that names no image: neutral, as in the controller (never learned)
+            return replace(job, profile=lookup(job.image, self.table) if self.table is not None else NEUTRAL)
         profile = self.learned.get(key)
         est = self.estimates.get(key)
         if (est is not None and key in self.bounds and key not in self.blinded
@@ -113,9 +115,9 @@ class Knowledge:
 
     def observe(self, image: str, obs: Observation) -> None:
         """A finished job of `image`: refit the image (learning) and record how far the estimate is."""
-        if self.kind != "learned":
-            return
         key = _key(image)
+        if self.kind != "learned" or key == NEUTRAL.name:  # `unknown`: jobs with nothing in common to learn
+            return
         runs = self.observations.setdefault(key, [])
         runs.append(obs)
         self.cold = None
