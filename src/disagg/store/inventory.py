@@ -169,7 +169,7 @@ class InventoryOps(StoreBase):
             for row in d.added:
                 row.update(health=health[row["id"]], drained=False, slice_id=None)
             for row in lk.added:
-                row["up"] = True
+                row.update(up=True)  # a new link starts up
             _apply(s, MachineRow, MachineRow.name, m, nodes, "name")
             _apply(s, DeviceRow, DeviceRow.id, d, devices, "id")
             _apply(s, LinkRow, LinkRow.id, lk, None, "id")
