@@ -577,3 +577,27 @@ def test_a_spec_that_takes_what_a_live_slice_holds_is_refused_and_changes_nothin
     gone = store.sync_inventory(_edited(tmp_path, "gone.yaml", takes["node3 gone"][0]))
     assert gone.machines[2] == ["node3"]
     store.close()
+
+
+def test_a_device_that_is_another_one_under_its_id_takes_the_specs_health_not_the_old_ones(db_url: str,
+                                                                                         tmp_path: Path) -> None:
+    """Device ids are positions in a pool: taking two P100s out of `{P100: 4, P40: 1}` makes the P40
+    `iobox0/gpu2`, whose row had been a drained P100. The P40 must not inherit that drain (nor a failure);
+    the failed P40 at gpu4 is gone with its id; a device that stays what it was keeps its flags."""
+    store = Store(db_url)
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    with store.write() as s:
+        for dev, column, value in (("iobox0/gpu2", "drained", True), ("iobox0/gpu4", "health", "failed"),
+                                   ("iobox0/gpu1", "health", "failed")):
+            row = s.get(DeviceRow, dev)
+            assert row is not None
+            setattr(row, column, value)
+    text = DEFAULT_CLUSTER.read_text().replace("{model: P100, count: 4}", "{model: P100, count: 2}")
+    change = store.sync_inventory(_edited(tmp_path, "fewer.yaml", text))
+    assert change.devices == ([], ["iobox0/gpu2"], ["iobox0/gpu3", "iobox0/gpu4"])
+    assert change.replaced == ["iobox0/gpu2"] and "another device now" in change.summary()
+    devices = {d.id: d for d in store.cluster().devices}
+    assert (devices["iobox0/gpu2"].model, devices["iobox0/gpu2"].health) == ("P40", "healthy")
+    assert devices["iobox0/gpu1"].health == "failed"  # the same P100 as before: its failure stays
+    store.close()

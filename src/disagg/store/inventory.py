@@ -3,10 +3,11 @@
 An operator edits the spec (a machine retired, a node given more memory, a pool's GPUs swapped, a
 spec written anew by `disagg discover`) and restarts. Before, the store only added what it lacked, so
 a removed machine went on being placed on and a changed size was never read. Now `sync_inventory`
-adds, changes and removes rows to match the spec, keeping each device's health and drain flag, with
-one limit: nothing a live slice holds may go away or shrink below what it holds (the machine's cpus
-and memory, the device itself), since a running job cannot be moved by a restart. Such a spec is
-refused, naming each item and its holder, and the store is left as it was.
+adds, changes and removes rows to match the spec, keeping each device's health and drain flag (but for
+a device that is another one under the same id: `_replaced`), with one limit: nothing a live slice holds
+may go away or shrink below what it holds (the machine's cpus and memory, the device itself), since a
+running job cannot be moved by a restart. Such a spec is refused, naming each item and its holder, and
+the store is left as it was.
 
 Rows are rewritten rarely (a start with an edited spec), so a rewrite renumbers every row's
 `position` past the old last one: `snapshot.inventory_version` (the counts and the last positions)
@@ -112,6 +113,8 @@ class InventoryChange:
     machines: tuple[list[str], list[str], list[str]]
     devices: tuple[list[str], list[str], list[str]]
     links: tuple[list[str], list[str], list[str]]
+    #: The changed devices that are another device now (kind, model or place): health and drain the spec's.
+    replaced: list[str] = field(default_factory=list)
 
     @property
     def rewrote(self) -> bool:
@@ -126,6 +129,9 @@ class InventoryChange:
                 if keys:
                     shown = ", ".join(keys[:5]) + (", …" if len(keys) > 5 else "")
                     parts.append(f"{count(len(keys), what)} {verb} ({shown})")
+        if self.replaced:
+            parts.append(f"{count(len(self.replaced), 'device')} another device now, its health and drain flag "
+                         f"the spec's ({', '.join(self.replaced[:5])}{', …' if len(self.replaced) > 5 else ''})")
         return "; ".join(parts)
 
 
@@ -159,22 +165,36 @@ class InventoryOps(StoreBase):
         with self.write() as s:
             conn = s.connection()
             m = diff(_read(conn, MachineRow, "name", _MACHINE_COLUMNS), nodes, "name", _MACHINE_COLUMNS)
-            d = diff(_read(conn, DeviceRow, "id", _DEVICE_COLUMNS), devices, "id", _DEVICE_COLUMNS)
+            stored = _read(conn, DeviceRow, "id", _DEVICE_COLUMNS)
+            d = diff(stored, devices, "id", _DEVICE_COLUMNS)
             lk = diff(_read(conn, LinkRow, "id", ("gbps",)), links, "id", ("gbps",))
             if m.rewrites or d.rewrites:
                 problems = held_conflicts(m, d, live_slices_held(conn)[1])
                 if problems:
                     raise SpecError("cluster spec", [*problems, "end those jobs first (disagg cancel), or keep "
                                                                 "what they hold in the spec as it is"])
-            for row in d.added:
+            replaced = _replaced(stored, d)
+            for row in [*d.added, *(d.changed[k] for k in replaced)]:
                 row.update(health=health[row["id"]], drained=False, slice_id=None)
             for row in lk.added:
                 row.update(up=True)  # a new link starts up
             _apply(s, MachineRow, MachineRow.name, m, nodes, "name")
             _apply(s, DeviceRow, DeviceRow.id, d, devices, "id")
             _apply(s, LinkRow, LinkRow.id, lk, None, "id")
-        return InventoryChange(*((
-            [r[k] for r in t.added], list(t.changed), t.removed) for t, k in ((m, "name"), (d, "id"), (lk, "id"))))
+        return InventoryChange(_keys(m, "name"), _keys(d, "id"), _keys(lk, "id"), replaced)
+
+
+def _keys(change: Diff, key: str) -> tuple[list[str], list[str], list[str]]:
+    return [r[key] for r in change.added], list(change.changed), change.removed
+
+
+def _replaced(stored: Mapping[str, tuple[Any, ...]], devices: Diff) -> list[str]:
+    """The changed devices that are another device under the same id: another kind, model or place. A spec
+    numbers a pool's devices by position (`iobox0/gpu2` is its third GPU), so taking two P100s out of
+    `{P100: 4, P40: 1}` makes the P40 `gpu2`: it must not inherit the P100's health and drain flag (a
+    failed P40 would look healthy, a drained P100's flag would hold the P40 back); it gets the spec's."""
+    return [k for k, row in devices.changed.items()
+            if stored[k][:3] != (row["kind"], row["model"], row["location"])]
 
 
 def _read(conn: Connection, model: Any, key: str, columns: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
