@@ -601,3 +601,19 @@ def test_a_device_that_is_another_one_under_its_id_takes_the_specs_health_not_th
     assert (devices["iobox0/gpu2"].model, devices["iobox0/gpu2"].health) == ("P40", "healthy")
     assert devices["iobox0/gpu1"].health == "failed"  # the same P100 as before: its failure stays
     store.close()
+
+
+def test_a_spec_that_changes_only_a_links_bandwidth_is_seen_by_a_kept_snapshot(db_url: str, tmp_path: Path) -> None:
+    """The inventory's version counts rows and their last positions, and links have no position: a spec
+    that only halves the rack's uplink renumbers the machines, or a reader that kept the inventory (this
+    process's, a replica's) would go on placing by the old bandwidth."""
+    store = Store(db_url)
+    store.migrate()
+    store.sync_inventory(load_cluster(DEFAULT_CLUSTER))
+    assert store.cluster().rack_uplink_gbps == 40  # read and kept
+    text = DEFAULT_CLUSTER.read_text().replace("network: {rack_uplink_gbps: 40}", "network: {rack_uplink_gbps: 20}")
+    change = store.sync_inventory(_edited(tmp_path, "slower.yaml", text))
+    assert change.links == ([], ["rack:r0"], []) and change.machines == ([], [], [])
+    assert store.cluster().rack_uplink_gbps == 20
+    _same_snapshot(store)
+    store.close()

@@ -178,9 +178,10 @@ class InventoryOps(StoreBase):
                 row.update(health=health[row["id"]], drained=False, slice_id=None)
             for row in lk.added:
                 row.update(up=True)  # a new link starts up
-            _apply(s, MachineRow, MachineRow.name, m, nodes, "name")
-            _apply(s, DeviceRow, DeviceRow.id, d, devices, "id")
-            _apply(s, LinkRow, LinkRow.id, lk, None, "id")
+            # a link's bandwidth is no row the version counts: its change renumbers the machines
+            _apply(s, MachineRow, MachineRow.name, m, nodes, "name", renumber=m.rewrites or lk.rewrites)
+            _apply(s, DeviceRow, DeviceRow.id, d, devices, "id", renumber=d.rewrites)
+            _apply(s, LinkRow, LinkRow.id, lk, None, "id", renumber=False)
         return InventoryChange(_keys(m, "name"), _keys(d, "id"), _keys(lk, "id"), replaced)
 
 
@@ -203,10 +204,10 @@ def _read(conn: Connection, model: Any, key: str, columns: tuple[str, ...]) -> d
 
 
 def _apply(s: Session, model: Any, key_column: Any, change: Diff, order: list[dict[str, Any]] | None,
-           key: str) -> None:
+           key: str, renumber: bool) -> None:
     """Delete, update and insert as `change` says. Machines and devices (`order`: the spec's rows) are
-    numbered in the spec's order: from 0 on the first sync; past the last stored position after a
-    rewrite, so that the inventory's version moves; added rows alone go after the last one."""
+    numbered in the spec's order: from 0 on the first sync; past the last stored position where
+    `renumber` (a rewrite), so that the inventory's version moves; added rows alone go after the last one."""
     if change.removed:
         s.execute(delete(model).where(key_column.in_(change.removed)))
     for k, row in change.changed.items():
@@ -220,6 +221,6 @@ def _apply(s: Session, model: Any, key_column: Any, change: Diff, order: list[di
     position = {row[key]: start + i for i, row in enumerate(order)}
     if change.added:
         s.execute(insert(model), [{**row, "position": position[row[key]]} for row in change.added])
-    if change.rewrites:
+    if renumber:
         added = {row[key] for row in change.added}
         s.execute(update(model), [{key: k, "position": p} for k, p in position.items() if k not in added])
