@@ -520,9 +520,11 @@ def test_the_inventory_follows_an_edited_cluster_spec_and_keeps_health_and_drain
             .replace("  - {name: node3, rack: r0, cpus: 10, memory_gb: 128, uplink_gbps: 40}\n",
                      "  - {name: node9, rack: r0, cpus: 8, memory_gb: 64, uplink_gbps: 25}\n")
             .replace("{model: SSD750, count: 4}", "{model: SSD750, count: 2}")
-            .replace("network: {rack_uplink_gbps: 40}", "network: {rack_uplink_gbps: 20}"))
+            .replace("network: {rack_uplink_gbps: 40}", "network: {rack_uplink_gbps: 20}")
+            .replace("{name: iobox1, rack: r0, uplink_gbps: 40", "{name: iobox1, rack: r0, uplink_gbps: 25"))
     change = store.sync_inventory(_edited(tmp_path, "edited.yaml", text))
-    assert change.machines == (["node9"], ["node0"], ["node3"])
+    assert change.machines == (["node9"], ["node0"], ["node3"]) and change.pools == ([], ["iobox1"], [])
+    assert "1 pool changed (iobox1)" in change.summary()
     assert change.devices == ([], [], ["iobox1/nvme2", "iobox1/nvme3"])
     assert "1 machine removed (node3)" in change.summary() and "2 devices removed" in change.summary()
     cluster = store.cluster()

@@ -17,7 +17,7 @@ then tells every reader, in this process or a replica's, that the kept inventory
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,18 +113,19 @@ class InventoryChange:
     machines: tuple[list[str], list[str], list[str]]
     devices: tuple[list[str], list[str], list[str]]
     links: tuple[list[str], list[str], list[str]]
+    pools: tuple[list[str], list[str], list[str]] = ([], [], [])
     #: The changed devices that are another device now (kind, model or place): health and drain the spec's.
     replaced: list[str] = field(default_factory=list)
 
     @property
     def rewrote(self) -> bool:
-        return any(t[1] or t[2] for t in (self.machines, self.devices, self.links))
+        return any(t[1] or t[2] for t in (self.machines, self.pools, self.devices, self.links))
 
     def summary(self) -> str:
         """One line for the log: what changed, a few names of each (empty: nothing did)."""
         parts = []
-        for what, (added, changed, removed) in (("machine", self.machines), ("device", self.devices),
-                                                ("link", self.links)):
+        for what, (added, changed, removed) in (("machine", self.machines), ("pool", self.pools),
+                                                ("device", self.devices), ("link", self.links)):
             for verb, keys in (("added", added), ("changed", changed), ("removed", removed)):
                 if keys:
                     shown = ", ".join(keys[:5]) + (", …" if len(keys) > 5 else "")
@@ -164,7 +165,10 @@ class InventoryOps(StoreBase):
         health = {d.id: _stored_health(d.health) for d in cluster.devices}
         with self.write() as s:
             conn = s.connection()
-            m = diff(_read(conn, MachineRow, "name", _MACHINE_COLUMNS), nodes, "name", _MACHINE_COLUMNS)
+            stored_nodes = _read(conn, MachineRow, "name", _MACHINE_COLUMNS)
+            m = diff(stored_nodes, nodes, "name", _MACHINE_COLUMNS)
+            kinds = {name: row[0] for name, row in stored_nodes.items()}  # machine | pool (_MACHINE_COLUMNS[0])
+            kinds.update((row["name"], row["kind"]) for row in nodes)
             stored = _read(conn, DeviceRow, "id", _DEVICE_COLUMNS)
             d = diff(stored, devices, "id", _DEVICE_COLUMNS)
             lk = diff(_read(conn, LinkRow, "id", ("gbps",)), links, "id", ("gbps",))
@@ -182,11 +186,14 @@ class InventoryOps(StoreBase):
             _apply(s, MachineRow, MachineRow.name, m, nodes, "name", renumber=m.rewrites or lk.rewrites)
             _apply(s, DeviceRow, DeviceRow.id, d, devices, "id", renumber=d.rewrites)
             _apply(s, LinkRow, LinkRow.id, lk, None, "id", renumber=False)
-        return InventoryChange(_keys(m, "name"), _keys(d, "id"), _keys(lk, "id"), replaced)
+        return InventoryChange(_keys(m, "name", lambda n: kinds[n] == "machine"), _keys(d, "id"), _keys(lk, "id"),
+                               _keys(m, "name", lambda n: kinds[n] == "pool"), replaced)
 
 
-def _keys(change: Diff, key: str) -> tuple[list[str], list[str], list[str]]:
-    return [r[key] for r in change.added], list(change.changed), change.removed
+def _keys(change: Diff, key: str, which: Callable[[str], bool] = lambda _: True
+          ) -> tuple[list[str], list[str], list[str]]:
+    return ([r[key] for r in change.added if which(r[key])], [k for k in change.changed if which(k)],
+            [k for k in change.removed if which(k)])
 
 
 def _replaced(stored: Mapping[str, tuple[Any, ...]], devices: Diff) -> list[str]:
