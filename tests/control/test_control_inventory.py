@@ -1,6 +1,7 @@
-"""A start with an edited cluster spec (docs/controller.md, "Changing the cluster"): the queued jobs the
-cluster can no longer ever hold are failed in the words a submission of them is refused with, and only
-those (the inventory's own changes are tested in test_control_store.py)."""
+"""A start with an edited cluster spec (docs/controller.md, "Changing the cluster"): taking things out of
+the inventory needs the operator's word; the queued jobs the cluster can no longer ever hold are held in
+the words a submission of them is refused with, and only those, and released by a start whose spec can
+hold them again (the inventory's own changes are tested in test_control_store.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from disagg.control.service import DEFAULT_CLUSTER, _follow_spec
-from disagg.model import load_cluster
+from disagg.model import SpecError, load_cluster
 from disagg.model.states import JobReason, JobState
 from disagg.store import Store, new_job_row
 from disagg.store.lifecycle import new_jobs
@@ -30,25 +31,35 @@ def _spec(tmp_path: Path, p100: int) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_queued_jobs_the_edited_cluster_can_never_hold_are_failed_and_only_those(
+def test_queued_jobs_the_edited_cluster_can_never_hold_are_held_and_given_back(
         kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     url = (f"sqlite:///{tmp_path / 'd.db'}" if kind == "sqlite"
            else request.getfixturevalue("pg_server").create_database("inv_" + tmp_path.name[-12:].lower()))
     store = Store(url)
     store.migrate()
-    _follow_spec(store, load_cluster(DEFAULT_CLUSTER))
+    _follow_spec(store, load_cluster(DEFAULT_CLUSTER), accept_removals=False)
     four = _queue(store, "four", 4, "P100")
     three_any = _queue(store, "three-any", 3, None)  # 2 P100 and the P40 still make 3
     one = _queue(store, "one", 1, "P100")
-    _follow_spec(store, load_cluster(_spec(tmp_path, 4)))  # nothing taken away: nothing looked at
+    _follow_spec(store, load_cluster(_spec(tmp_path, 4)), accept_removals=False)  # nothing changed
     assert {s.id: s.state for s in store.job_summaries()} == dict.fromkeys((four, three_any, one), JobState.QUEUED)
-    _follow_spec(store, load_cluster(_spec(tmp_path, 2)))
+    before = store.cluster()
+    with pytest.raises(SpecError, match=r"it takes 2 devices \(iobox0/gpu3, iobox0/gpu4\) out of the inventory: "
+                                        r"a spec of another cluster, or a start without its --cluster\? Start with "
+                                        r"--accept-inventory-removals"):
+        _follow_spec(store, load_cluster(_spec(tmp_path, 2)), accept_removals=False)
+    assert store.cluster().devices == before.devices
+    assert {s.id: s.state for s in store.job_summaries()}[four] == JobState.QUEUED
+    _follow_spec(store, load_cluster(_spec(tmp_path, 2)), accept_removals=True)
     states = {s.id: s for s in store.job_summaries()}
-    assert states[four].state == JobState.FAILED
-    assert states[four].reason == ("the job can never fit on this cluster as its spec now is: needs 4 gpu of model "
-                                   "P100 in all; the cluster has 2")
+    assert states[four].state == JobState.HELD
+    assert states[four].reason == ("held: the job can never fit on this cluster as its spec now is: needs 4 gpu of "
+                                   "model P100 in all; the cluster has 2 (released when a start's spec can hold "
+                                   "it; disagg cancel ends it)")
     assert states[three_any].state == states[one].state == JobState.QUEUED
     with store.read_core() as conn:
         code = conn.exec_driver_sql(f"SELECT reason_code FROM jobs WHERE id = '{four}'").scalar_one()
     assert code == JobReason.NEVER_FITS
+    _follow_spec(store, load_cluster(_spec(tmp_path, 4)), accept_removals=False)  # the GPUs back: so is the job
+    assert {s.id: s.state for s in store.job_summaries()}[four] == JobState.QUEUED
     store.close()

@@ -55,6 +55,9 @@ AllowSameUser = Annotated[bool | None, typer.Option(
 AcceptStateLoss = Annotated[bool | None, typer.Option(
     "--accept-state-loss",
     help="Start although the state directory knows more than the store (a lost WAL); stops what it cannot place.")]
+AcceptInventoryRemovals = Annotated[bool | None, typer.Option(
+    "--accept-inventory-removals",
+    help="Take out of the inventory what the cluster spec no longer lists (else such a start is refused).")]
 ReplicaName = Annotated[str | None, typer.Option(
     help="This replica's name among the replicas of one controller on PostgreSQL (default: host:port).")]
 ConfigFile = Annotated[str | None, typer.Option(
@@ -75,6 +78,7 @@ def serve(
     api_process: ApiProcess = None,
     allow_same_user: AllowSameUser = None,
     accept_state_loss: AcceptStateLoss = None,
+    accept_inventory_removals: AcceptInventoryRemovals = None,
     replica_name: ReplicaName = None,
     config: ConfigFile = None,
 ) -> None:
@@ -85,7 +89,7 @@ def serve(
     settings = _settings(config, host=host, port=port, db=db, cluster=cluster, state_dir=state_dir, policy=policy,
                          latency_scale=latency_scale, tick_s=tick_s, round_gap_s=round_gap_s, api_process=api_process,
                          allow_same_user=allow_same_user, accept_state_loss=accept_state_loss,
-                         replica_name=replica_name)
+                         accept_inventory_removals=accept_inventory_removals, replica_name=replica_name)
     _single_controller(settings)
     service, loop_pid, wake_fd, note = _open(settings)
     sock = _listen(service, settings, loop_pid)

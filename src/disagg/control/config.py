@@ -145,6 +145,9 @@ class Config(BaseModel):
                                description="Ended jobs' rows and files are removed this long after they ended.")
     accept_state_loss: bool = Field(
         default=False, description="Start although the state directory knows more than the store (lost WAL).")
+    accept_inventory_removals: bool = Field(
+        default=False, description="Take out of the inventory the machines, pools and devices the cluster spec "
+                                   "no longer lists (without it such a start is refused, naming them).")
     # --- the HTTP server ---
     metrics_public: bool = Field(default=False, description="Serve /metrics without a token (for a scraper).")
     http_header_timeout_s: float = Field(default=10.0, gt=0, le=3600,

@@ -342,18 +342,23 @@ class JobService:
         return next(lk for lk in self.store.links_view() if lk["id"] == link_id)
 
 
-def fail_never_fitting(store: Store) -> dict[str, str]:
-    """After a start with an edited cluster spec took devices or machines away: fail the queued jobs that
-    can never fit the cluster as it now is, in the words a submission of them is refused with (reason
-    `never-fits`), rather than leave them waiting with a reason that says room may come ("2 free, 2 left
-    after the jobs ahead of it"). Job → why, for those failed; jobs that only wait for room stay."""
+def hold_never_fitting(store: Store) -> tuple[dict[str, str], list[str]]:
+    """After a start whose cluster spec changed the inventory: hold the queued jobs that can never fit the
+    cluster as it now is (reason `never-fits`, in the words a submission of them is refused with), rather
+    than leave them waiting with a reason that says room may come ("2 free, 2 left after the jobs ahead of
+    it"); and put back in the queue those held so before that fit again. Held, not failed: a spec edited
+    by mistake loses no job, and the start with the right one gives them back. (Job → why of those held,
+    those released.)"""
     cluster = store.cluster()
+    released = store.release_jobs([j.name for j in store.held_for(JobReason.NEVER_FITS) if never_fits(j, cluster)
+                                   is None], "released: the cluster as its spec now is can hold it")
     why: dict[str, str] = {}
     for job in store.queued_jobs(sum(store.queued_counts().values())):
         reason = never_fits(job, cluster)
         if reason:
-            why[job.name] = f"the job can never fit on this cluster as its spec now is: {reason}"
-    return {j: why[j] for j in store.fail_queued(why, JobReason.NEVER_FITS)}
+            why[job.name] = (f"held: the job can never fit on this cluster as its spec now is: {reason} (released "
+                             "when a start's spec can hold it; disagg cancel ends it)")
+    return {j: why[j] for j in store.hold_jobs(why, JobReason.NEVER_FITS)}, released
 
 
 def _task_request(tasks: dict[str, Any]) -> TaskRequest:
@@ -378,4 +383,4 @@ def _digest(request: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull", "batch_key", "fail_never_fitting"]
+__all__ = ["JobRejected", "JobService", "QueueCounts", "QueueFull", "batch_key", "hold_never_fitting"]

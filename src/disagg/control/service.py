@@ -14,7 +14,7 @@ from typing import Any
 
 from disagg.control.config import Config
 from disagg.control.gc import collect
-from disagg.control.jobs import JobService, fail_never_fitting
+from disagg.control.jobs import JobService, hold_never_fitting
 from disagg.control.leadership import Leadership, LeaseCollector, replica_name
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
@@ -102,17 +102,19 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
         return _opened(config, cluster, store, leadership)
 
 
-def _follow_spec(store: Store, cluster: Cluster) -> None:
-    """Make the inventory the spec's (refused with SpecError: the lease goes, in `_opened`) and, where that
-    took something away, fail the queued jobs that can never fit any more."""
-    change = store.sync_inventory(cluster)
-    if change.summary():
-        log.info("inventory as the cluster spec says: %s", change.summary())
-    if change.rewrote:
-        failed = fail_never_fitting(store)
-        if failed:
-            log.warning("failed %d queued jobs that can never fit the cluster as its spec now is: %s",
-                        len(failed), ", ".join(sorted(failed)[:10]) + (", …" if len(failed) > 10 else ""))
+def _follow_spec(store: Store, cluster: Cluster, accept_removals: bool) -> None:
+    """Make the inventory the spec's (refused with SpecError: the lease goes, in `_opened`), then hold the
+    queued jobs it can no longer ever hold and release those held so that it can hold again."""
+    change = store.sync_inventory(cluster, accept_removals)
+    if not change.summary():
+        return
+    log.info("inventory as the cluster spec says: %s", change.summary())
+    held, released = hold_never_fitting(store)
+    if held:
+        log.warning("held %d queued jobs that can never fit the cluster as its spec now is: %s", len(held),
+                    ", ".join(sorted(held)[:10]) + (", …" if len(held) > 10 else ""))
+    if released:
+        log.info("released %d jobs held until the cluster could hold them", len(released))
 
 
 def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadership | None) -> Service:
@@ -122,7 +124,7 @@ def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadersh
     state = config.resolved_state_dir()
     try:
         if not api_only:
-            _follow_spec(store, cluster)
+            _follow_spec(store, cluster, config.accept_inventory_removals)
         store.restrict_files()
         latencies = OperationLatencies().scaled(config.latency_scale)
         fabric = make_driver(config.fabric_driver, DriverOptions(cluster, state, latencies, config.fabric_options))

@@ -102,6 +102,20 @@ def held_conflicts(machines: Diff, devices: Diff, held: Iterable[Allocation]) ->
     return problems
 
 
+def _removals(nodes: list[str], devices: list[str], kinds: Mapping[str, str]) -> str:
+    """Why a start that takes things out of the inventory waits for the operator's word: a spec for another
+    cluster, or a start that forgot its `--cluster` (the FlowOS-RM testbed, by default), would take out
+    every machine and hold every queued job; naming them, and the option that takes them out."""
+    parts = []
+    for what, keys in (("machine", [n for n in nodes if kinds[n] == "machine"]),
+                       ("pool", [n for n in nodes if kinds[n] == "pool"]), ("device", devices)):
+        if keys:
+            parts.append(f"{count(len(keys), what)} ({', '.join(keys[:5])}{', …' if len(keys) > 5 else ''})")
+    return (f"it takes {' and '.join(parts)} out of the inventory: a spec of another cluster, or a start without "
+            "its --cluster? Start with --accept-inventory-removals (DISAGG_ACCEPT_INVENTORY_REMOVALS=true) to take "
+            "them out; nothing was changed")
+
+
 def _by(jobs: set[str]) -> str:
     return ", ".join(sorted(jobs))
 
@@ -155,7 +169,7 @@ def _stored_health(health: str) -> Health:
 class InventoryOps(StoreBase):
     """The inventory as the cluster spec says it is."""
 
-    def sync_inventory(self, cluster: Cluster) -> InventoryChange:
+    def sync_inventory(self, cluster: Cluster, accept_removals: bool = True) -> InventoryChange:
         """Make the stored machines, pools, devices and links the spec's; keep health and drain flags.
 
         SpecError, changing nothing, where the spec would remove or shrink what a live slice holds. Rows
@@ -177,6 +191,8 @@ class InventoryOps(StoreBase):
                 if problems:
                     raise SpecError("cluster spec", [*problems, "end those jobs first (disagg cancel), or keep "
                                                                 "what they hold in the spec as it is"])
+            if (m.removed or d.removed) and not accept_removals:
+                raise SpecError("cluster spec", [_removals(m.removed, d.removed, kinds)])
             replaced = _replaced(stored, d)
             for row in [*d.added, *(d.changed[k] for k in replaced)]:
                 row.update(health=health[row["id"]], drained=False, slice_id=None)
