@@ -535,3 +535,18 @@ def test_a_last_readmission_left_for_when_read_decides_as_one_made_at_once(polic
 
     simulate(cluster, scenario.submissions(1, cluster), Both(), 1, SimConfig(interval_s=5.0))  # type: ignore[arg-type]
     assert counted["rounds"] > 20 and counted["later"] > 0
+
+
+def test_a_job_submitted_after_ten_million_seconds_is_simulated_and_a_run_cut_short_counts_every_job() -> None:
+    """`max_time_s` was a fixed 10⁷ s (116 days): a longer trace (Helios spans six months) lost its later
+    jobs from every result, with "done 1/1" for a trace of two. It now runs until 10⁷ s after the last
+    submission; and a run stopped by its limit still counts the jobs it never submitted, as not completed."""
+    cluster = parse_cluster(STARVED)
+    late = simulate(cluster, [nw_job("early"), nw_job("late", submit=2e7)], get_policy("drmaestro"), seed=1)
+    assert summarize(late, 1)["jobs"] == summarize(late, 1)["completed"] == 2
+    assert {r.name: r.finish_s > 2e7 for r in late.records} == {"early": False, "late": True}
+    cut = simulate(cluster, [nw_job("early"), nw_job("late", submit=2e7)], get_policy("drmaestro"), seed=1,
+                   config=SimConfig(max_time_s=1e6))
+    assert (summarize(cut, 1)["jobs"], summarize(cut, 1)["completed"]) == (2, 1)
+    with pytest.raises(ValueError, match="max_time_s: value nan is not allowed"):
+        SimConfig(max_time_s=float("nan"))

@@ -181,3 +181,17 @@ def test_a_trace_without_a_job_is_an_error_not_an_empty_run(tmp_path: Path, name
     with pytest.raises(TraceError) as info:
         read_trace(path)
     assert info.value.problems == [f"no job to simulate ({why})"]
+
+
+@pytest.mark.parametrize("column", ["submit_s", "duration_s", "slo_s"])
+def test_a_time_past_ten_billion_seconds_is_refused_naming_the_bound(tmp_path: Path, column: str) -> None:
+    """At 10¹⁸ s a job's 10 s of run time vanished in rounding: it "finished" as it arrived, and the results
+    were nonsense that looked like numbers. 10¹⁰ s (317 years) is still read."""
+    row = {"job_id": "x", "submit_s": "0", "duration_s": "10", "slo_s": "20"}
+    path = tmp_path / "t.csv"
+    path.write_text(",".join(row) + "\n" + ",".join({**row, column: "1e18"}.values()) + "\n")
+    with pytest.raises(TraceError, match=rf"line 2, column '{column}': value '1e18' is not allowed: must be a "
+                                         r"number [>=]+ 0 and <= 1e\+10"):
+        read_trace(path)
+    path.write_text(",".join(row) + "\n" + ",".join({**row, column: "1e10"}.values()) + "\n")
+    assert len(read_trace(path)) == 1

@@ -83,7 +83,9 @@ class FailureModel:
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """How the loop runs. `max_time_s` and `stall_rounds` stop a run that cannot finish.
+    """How the loop runs. `max_time_s` and `stall_rounds` stop a run that cannot finish; `max_time_s` None:
+    `AFTER_LAST_SUBMIT_S` after the workload's last submission (a fixed 10⁷ s cut a six-month trace short,
+    its later jobs in no result at all).
 
     `tenants`: a tenants spec: every round then has a tenancy, and the policy runs with quotas, fair
     share and preemption around it (`placement.fairness`); preempted jobs stop `grace_s` after the
@@ -92,7 +94,7 @@ class SimConfig:
 
     interval_s: float = 5.0
     failures: FailureModel | None = None
-    max_time_s: float = 10_000_000.0
+    max_time_s: float | None = None
     stall_rounds: int = 2000
     tenants: Tenants | None = None
     report_tenants: bool = False
@@ -111,6 +113,12 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         _positive_finite("interval_s", self.interval_s)
+        if self.max_time_s is not None:
+            _positive_finite("max_time_s", self.max_time_s)
+
+
+#: How long a run may go on after its workload's last submission (`SimConfig.max_time_s` None): 10⁷ s.
+AFTER_LAST_SUBMIT_S = 10_000_000.0
 
 
 def _positive_finite(name: str, value: float) -> None:
@@ -168,6 +176,9 @@ class Simulation(Replanning):
         self.conflicts = 0
         self.round_pending = False
         self.to_finish = sum(1 for s in self.subs if not s.warmup) or len(self.subs)
+        last = max((s.job.submit_s for s in self.subs), default=0.0)
+        self.max_time_s = self.config.max_time_s if self.config.max_time_s is not None else (
+            max(last, 0.0) + AFTER_LAST_SUBMIT_S)
         self.finished_counted = 0
         self.idle_rounds = 0
         self.stalled = False
@@ -214,7 +225,7 @@ class Simulation(Replanning):
         k = self.kernel
         while self.finished_counted < self.to_finish:
             item = k.pop()
-            if item is None or item.time > self.config.max_time_s or self.stalled:
+            if item is None or item.time > self.max_time_s or self.stalled:
                 break
             ev = item.event
             if isinstance(ev, JobFinished):
@@ -231,8 +242,8 @@ class Simulation(Replanning):
                 self._preempted(ev.name)
             if self.progress is not None and k.popped % 500 == 0:
                 self.progress(self.finished_counted / self.to_finish)
-        for name in self.queue:  # never started: keep a record so "completed" < "jobs"
-            self._record_for(self.queued_sub[name])
+        for sub in self.subs:  # never started, or never even submitted (a run cut short): "completed" < "jobs"
+            self._record_for(sub)
         return SimResult(
             policy=self.policy.name, records=list(self.records.values()), latencies_s=self.latencies,
             gpu_times=self.gpu_times, gpu_in_use=self.gpu_in_use, total_gpus=self.state.total_gpus,

@@ -90,9 +90,15 @@ class _Problems:
             raise TraceError(self.source, self.items)
 
 
+#: The largest time a trace may give (submit_s, duration_s, slo_s): 10¹⁰ s, some 317 years, where a double
+#: still keeps microseconds. At 10¹⁸ s a job's 10 s of run time vanished in rounding (it "finished" as it
+#: arrived) and the results were nonsense that looked like numbers.
+TIME_MAX_S = 1e10
+
+
 def _number(
     problems: _Problems, line: int, column: str, raw: str, default: float | None, *,
-    minimum: float = 0.0, strict: bool = False, integer: bool = False,
+    minimum: float = 0.0, strict: bool = False, integer: bool = False, maximum: float = math.inf,
 ) -> float | None:
     """Parse one numeric cell; an empty cell gives `default`. Records a problem and returns None if bad."""
     text = raw.strip()
@@ -101,7 +107,7 @@ def _number(
             problems.add(line, column, raw, "required, cannot be empty")
         return default
     kind = "an integer" if integer else "a number"
-    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    bound = (f"> {minimum:g}" if strict else f">= {minimum:g}") + (f" and <= {maximum:g}" if maximum < math.inf else "")
     try:
         value = float(text)
     except ValueError:
@@ -110,7 +116,7 @@ def _number(
     if not math.isfinite(value) or (integer and value != int(value)):
         problems.add(line, column, raw, f"must be {kind} {bound}")
         return None
-    if value < minimum or (strict and value == minimum):
+    if value < minimum or (strict and value == minimum) or value > maximum:
         problems.add(line, column, raw, f"must be {kind} {bound}")
         return None
     return value
@@ -182,7 +188,7 @@ def _csv_row(problems: _Problems, line: int, row: dict[str, str], seen: dict[str
     else:
         seen[name] = line
     image = row.get("image", "").strip() or "unknown"
-    submit = _number(problems, line, "submit_s", row.get("submit_s", ""), None)
+    submit = _number(problems, line, "submit_s", row.get("submit_s", ""), None, maximum=TIME_MAX_S)
     tasks = _number(problems, line, "tasks", row.get("tasks", ""), 1, minimum=1, integer=True)
     cpus = _number(problems, line, "cpus", row.get("cpus", ""), 1.0, strict=True)
     memory = _number(problems, line, "memory_gb", row.get("memory_gb", ""), 1.0, strict=True)
@@ -196,9 +202,10 @@ def _csv_row(problems: _Problems, line: int, row: dict[str, str], seen: dict[str
                      f"required for image {image!r}, which has no profile (known: rodinia applications)")
         duration: float | None = None
     else:
-        duration = _number(problems, line, "duration_s", raw_duration, default_duration, strict=True)
+        duration = _number(problems, line, "duration_s", raw_duration, default_duration, strict=True,
+                           maximum=TIME_MAX_S)
     slo_raw = row.get("slo_s", "")
-    slo = _number(problems, line, "slo_s", slo_raw, None, strict=True) if slo_raw.strip() else None
+    slo = _number(problems, line, "slo_s", slo_raw, None, strict=True, maximum=TIME_MAX_S) if slo_raw.strip() else None
     importance = _number(problems, line, "importance", row.get("importance", ""), 1.0, minimum=1.0)
     if importance is not None and importance > 10.0:
         problems.add(line, "importance", row.get("importance", ""), "must be between 1 and 10")
