@@ -248,15 +248,8 @@ class JobOps(StoreBase):
 
     def set_aside(self, job_ids: list[str], why: str) -> list[str]:
         """Fail queued jobs that a scheduling round cannot plan (reason `unplaceable`, with `why`); those moved."""
-        return self.fail_queued(dict.fromkeys(job_ids, why), JobReason.UNPLACEABLE)
-
-    def fail_queued(self, why: dict[str, str], code: JobReason) -> list[str]:
-        """Fail queued jobs that can never run (job → why, the reason `code`); those moved (a job placed or
-        cancelled since is left alone)."""
-        if not why:
-            return []
         with self.write_core(urgent=True) as conn:
-            return fail_queued(conn, why, code, time.time())
+            return fail_queued(conn, dict.fromkeys(job_ids, why), JobReason.UNPLACEABLE, time.time())
 
     def note_jobs(self, notes: dict[str, str]) -> None:
         """Record, on each job, something that happened to it without moving it (job → why): an event."""
