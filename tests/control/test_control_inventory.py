@@ -63,3 +63,28 @@ def test_queued_jobs_the_edited_cluster_can_never_hold_are_held_and_given_back(
     _follow_spec(store, load_cluster(_spec(tmp_path, 4)), accept_removals=False)  # the GPUs back: so is the job
     assert {s.id: s.state for s in store.job_summaries()}[four] == JobState.QUEUED
     store.close()
+
+
+def test_a_submission_is_checked_against_the_inventory_as_it_now_is(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API checked submissions against the cluster it read at its own start: after another replica's
+    start with a spec of more GPUs, a job for them was refused ("can never fit") until this API restarted."""
+    from control_helpers import make_service
+
+    import disagg.control.jobs as jobs_module
+    from disagg.control.jobs import JobRejected
+
+    monkeypatch.setattr(jobs_module, "INVENTORY_RECHECK_S", 0.0)
+    svc = make_service(tmp_path, cluster=str(_spec(tmp_path, 4)))
+    try:
+        body = {"name": "six", "image": "i", "command": ["true"],
+                "tasks": {"count": 1, "cpus": 1, "memory_gb": 1, "gpu": 6, "gpu_model": "P100"}}
+        with pytest.raises(JobRejected, match="needs 6 gpu of model P100 in all; the cluster has 4"):
+            svc.jobs.submit("acme", body)
+        other = Store(svc.config.db)  # another replica's start, with two more P100s
+        _follow_spec(other, load_cluster(_spec(tmp_path, 6)), accept_removals=False)
+        other.close()
+        created, _ = svc.jobs.submit("acme", body)
+        assert created["state"] == JobState.QUEUED
+    finally:
+        svc.close()

@@ -31,8 +31,12 @@ from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
 from disagg.model.states import JobReason, RunState
 from disagg.store import DuplicateKey, IdempotencyConflict, Store, job_dict, new_job_row
 from disagg.store.batch import GroupInsert
+from disagg.store.snapshot import Inventory
 
 log = logging.getLogger(__name__)
+
+#: How often a submission's check asks whether the inventory changed (one small read), seconds.
+INVENTORY_RECHECK_S = 1.0
 #: An admin's action on a device or a link, as the server's log says it.
 _DONE = {"fail": "marked failed", "repair": "repaired", "drain": "marked drained"}
 
@@ -91,7 +95,9 @@ class JobService:
         self.config = config
         self.wake = wake
         self.round_info = round_info
-        self._cluster: Cluster = store.cluster()
+        #: The cluster a submission is checked against, with the inventory it was read with and when that
+        #: was last compared with the store's (`_capacity`).
+        self._cluster: tuple[Inventory, Cluster, float] = (store.inventory(), store.cluster(), time.monotonic())
         self._jobs: GroupInsert = store.submissions()
         self.queued = QueueCounts(store)
         self.limits = SubmitLimits(TenantDirectory(store, config))
@@ -222,12 +228,25 @@ class JobService:
         self.queued.admit(tenant, self.config.max_queued_per_tenant)
         return new_job_row(tenant, request, key, digest, time.time())
 
+    def _capacity(self) -> Cluster:
+        """The cluster as the store's inventory now is, compared at most every INVENTORY_RECHECK_S: a start
+        with an edited spec changes it, and an API that kept the one it began with (a standby replica's)
+        refused jobs the new machines could run and took ones the cluster no longer could."""
+        inventory, cluster, at = self._cluster
+        now = time.monotonic()
+        if now - at >= INVENTORY_RECHECK_S:
+            latest = self.store.inventory()
+            if latest is not inventory:
+                cluster = self.store.cluster()
+            self._cluster = (latest, cluster, now)
+        return cluster
+
     def _check(self, tenant: str, request: dict[str, Any]) -> None:
         """JobRejected when the job can never fit on this cluster, or above what its tenant may ever hold
         (`placement.quota.beyond_limit`: the 422 names the tenant, the resource, the limit and the ask)."""
         probe = Job(name="probe", image=request["image"], tasks=_task_request(request["tasks"]), tenant=tenant,
                     preemptible=request.get("preemptible", True) is not False)
-        why = never_fits(probe, self._cluster)
+        why = never_fits(probe, self._capacity())
         if why:
             raise JobRejected("tasks", f"the job can never fit on this cluster: {why}")
         why = self.limits.problem(tenant, probe)

@@ -526,6 +526,11 @@ class SnapshotOps(StoreBase):
         with self.read_core() as conn:
             return read_cluster(conn)
 
+    def inventory(self) -> Inventory:
+        """The inventory as kept: the same object until the cluster spec changes it (one version read)."""
+        with self.read_core() as conn:
+            return current_inventory(conn)
+
 
 __all__ = ["Inventory", "PlacementCache", "SnapshotOps", "current_inventory", "down_links", "holder",
            "live_allocations", "live_placements", "live_slices_held", "live_slices_placed", "read_cluster",
