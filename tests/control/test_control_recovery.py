@@ -104,6 +104,30 @@ def test_a_deleted_wal_makes_the_restart_refuse_and_kill_nothing(tmp_path: Path)
         pass
 
 
+def test_a_start_with_another_state_directory_refuses_instead_of_running_jobs_twice(tmp_path: Path) -> None:
+    """`--state-dir` changed between two starts on one host, a job running: the new state directory had no
+    record of it, so the start re-queued it ("job lost on the engine") and ran it again beside the first run,
+    which went on. Now the start is refused, naming the slice, and runs nothing; the old directory adopts it."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    server = Server(tmp_path, db, OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        long = c.submit(["sleep", "60"])
+        c.wait(long, "running")
+        slice_id = c.get(long).json()["slice"]
+        pid = _runner_pid(tmp_path, slice_id)
+        time.sleep(1.2)  # the mark
+    said = refused(Server(tmp_path, db, [*OPTIONS, "--state-dir", str(tmp_path / "elsewhere")]))
+    assert f"the store has 1 live slices that the state directory {tmp_path / 'elsewhere'} knows nothing of " \
+           f"({slice_id})" in said and "--accept-state-loss" in said
+    assert _alive(pid) and not (tmp_path / "elsewhere" / "tasks" / slice_id).exists()  # nothing run again
+    with running(server):  # the state directory that ran it: adopted, as after any restart
+        assert c.get(long).json()["state"] == "running" and c.get(long).json()["slice"] == slice_id
+        assert _alive(pid)
+        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
+        wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -9,7 +9,9 @@ account for. So before reconciling, `state_loss` names every disagreement:
   - the store is another one than the state directory's (its id differs);
   - the store has gone back (it holds fewer changes than the state directory saw it hold);
   - the engine has jobs of slices the store does not know at all;
-  - the fabric has attachments that no live slice of the store holds.
+  - the fabric has attachments that no live slice of the store holds;
+  - the state directory is new (no mark) while the store has live slices: another state directory ran
+    them (`_run_elsewhere`).
 The controller then refuses to start (`StateLossError`) unless the operator accepts the loss
 (`--accept-state-loss`): then reconciling goes on as after any crash, and the mark starts anew.
 """
@@ -57,7 +59,7 @@ def read_mark(state_dir: Path) -> dict[str, object] | None:
 
 
 def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Path) -> list[str]:
-    """What the state directory knows that the store does not (empty: they agree)."""
+    """Where the state directory and the store disagree (empty: they agree)."""
     problems: list[str] = []
     sid, events = store.progress()
     mark = read_mark(state_dir)
@@ -69,6 +71,8 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
         elif seen > events:
             problems.append(f"the store has gone back: it holds {events} changes, the state directory saw {seen} "
                             "(a lost or truncated WAL, or an old backup)")
+    elif events > 0:
+        problems += _run_elsewhere(store, engine, state_dir)
     unknown = unknown_handles(store, engine)
     if unknown:
         problems.append(f"the engine has jobs of {len(unknown)} slices the store does not know: {_some(unknown)}")
@@ -77,6 +81,22 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
     if stray:
         problems.append(f"the fabric has {len(stray)} attachments no live slice holds: {_some(stray)}")
     return problems
+
+
+def _run_elsewhere(store: Store, engine: Engine, state_dir: Path) -> list[str]:
+    """A state directory with no mark under a store that has run: the store's live slices were composed and
+    run by the controller of another state directory (`--state-dir` changed, or a restore on another
+    host), whose tasks may still run. Started anyway, this one finds no such job on its engine, re-queues
+    them, and runs them a second time beside the first (seen: a `--state-dir` change on one host)."""
+    recorded = set(engine.recorded_handles())
+    elsewhere = [r.id for r in store.live_slices() if (r.handle or r.id) not in recorded]
+    if not elsewhere:
+        return []
+    return [f"the store has {len(elsewhere)} live slices that the state directory {state_dir} knows nothing of "
+            f"({_some(elsewhere)}): the state directory that composed and ran them is another (the old "
+            "--state-dir, or another host), and their tasks may still run there. Start with that state "
+            "directory; if it and its tasks are gone (a restore on a new host), the loss is accepted with "
+            "--accept-state-loss and the jobs run again"]
 
 
 def unknown_handles(store: Store, engine: Engine) -> list[str]:
