@@ -292,3 +292,18 @@ def test_settings_come_from_defaults_then_file_then_environment_then_options(tmp
         load_config(None, {"DISAGG_WORKERS": "many"})
     with pytest.raises(SpecError, match="loop_nice: 40 is not allowed"):
         load_config(None, {}, loop_nice=40)
+
+
+@pytest.mark.parametrize(("option", "value", "words"), [
+    ("--db", "mysql://x/y", "db: 'mysql://x/y' is not allowed (must be sqlite:///path/to/file.db or postgresql://"),
+    ("--db", "sqlite:////nonexistent/dir/x.db", "the directory '/nonexistent/dir' does not exist: make it first"),
+    ("--state-dir", "/proc/no-such-dir", "state_dir: cannot make '/proc/no-such-dir' the state directory"),
+], ids=["mysql", "sqlite-no-directory", "state-dir-unmakeable"])
+def test_serve_names_a_store_or_state_directory_it_cannot_use_with_exit_2(tmp_path: Path, option: str, value: str,
+                                                                         words: str) -> None:
+    """Each was a traceback: `No module named 'MySQLdb'`, a FileNotFoundError for the lock file, one for
+    the state directory's mkdir (the last in the loop process, "its error is in the log")."""
+    base = ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir", str(tmp_path / "st")]
+    r = runner.invoke(app, [*base, option, value])
+    assert r.exit_code == 2, r.output
+    assert words in r.output and "Traceback" not in r.output

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from disagg.model import SpecError
 from disagg.model.spec import load_yaml, read_text
@@ -165,6 +165,21 @@ class Config(BaseModel):
     http_max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824,
                                      description="Bytes of a request's body (more: 413, before it is read).")
 
+    @field_validator("db")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        """A store disagg can open: SQLite in a directory that exists, or PostgreSQL (a MySQL URL was a
+        `No module named 'MySQLdb'` traceback, a SQLite file in a missing directory a FileNotFoundError)."""
+        url = normalize_url(value)
+        scheme = url.split(":", 1)[0].split("+", 1)[0]
+        if scheme not in ("sqlite", "postgresql") or "://" not in url:
+            raise ValueError("must be sqlite:///path/to/file.db or postgresql://user@host/dbname")
+        if scheme == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            folder = Path(url[len("sqlite:///"):]).absolute().parent
+            if not folder.is_dir():
+                raise ValueError(f"the directory {str(folder)!r} does not exist: make it first")
+        return value
+
     def resolved_state_dir(self) -> Path:
         """Where the fabric's state and the jobs' files live: beside an SQLite file, else ./disagg.d."""
         if self.state_dir:
@@ -277,7 +292,8 @@ def _problem(error: Any, values: Mapping[str, Any]) -> str:
     if error.get("type") == "extra_forbidden":
         return f"{field}: unknown setting; allowed: {', '.join(Config.model_fields)}"
     top = str(error.get("loc", ("",))[0])
-    return f"{field}: {values.get(top)!r} is not allowed ({error.get('msg', 'invalid')})"
+    why = str(error.get("msg", "invalid")).removeprefix("Value error, ")  # a validator's own words, as they are
+    return f"{field}: {values.get(top)!r} is not allowed ({why})"
 
 
 __all__ = ["ENV_PREFIX", "Config", "load_config"]

@@ -27,7 +27,7 @@ from disagg.engines.registry import EngineOptions, make_engine
 from disagg.fabric.base import FabricDriver, FabricError
 from disagg.fabric.emulated import OperationLatencies
 from disagg.fabric.registry import DriverOptions, make_driver
-from disagg.model import Cluster, load_cluster
+from disagg.model import Cluster, SpecError, load_cluster
 from disagg.placement.base import collector_paused
 from disagg.store import Store
 
@@ -91,15 +91,26 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
     """
     with collector_paused():
         cluster = load_cluster(config.cluster or DEFAULT_CLUSTER)
-        state = config.resolved_state_dir()
-        state.mkdir(parents=True, exist_ok=True, mode=0o700)
-        state.chmod(0o700)  # the fabric's state, the jobs' records and logs: the controller's alone
+        _state_dir(config)
         store = Store(config.db)
         if not api_only:
             store.migrate()
     leadership = None if api_only else _lead(config, store, waiting)
     with collector_paused():
         return _opened(config, cluster, store, leadership)
+
+
+def _state_dir(config: Config) -> Path:
+    """The state directory, made if missing and the controller's alone (0700: the fabric's state, the jobs'
+    records and logs); SpecError naming it where it cannot be made (a FileNotFoundError traceback before)."""
+    state = config.resolved_state_dir()
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        state.chmod(0o700)
+    except OSError as exc:
+        raise SpecError("settings", [f"state_dir: cannot make {str(state)!r} the state directory: "
+                                     f"{exc.strerror or exc}"]) from None
+    return state
 
 
 def _follow_spec(store: Store, cluster: Cluster, accept_removals: bool) -> None:
