@@ -71,7 +71,7 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
         elif seen > events:
             problems.append(f"the store has gone back: it holds {events} changes, the state directory saw {seen} "
                             "(a lost or truncated WAL, or an old backup)")
-    elif events > 0:
+    elif events > 0 and engine.records_in_state_dir:
         problems += _run_elsewhere(store, engine, state_dir)
     unknown = unknown_handles(store, engine)
     if unknown:

@@ -157,6 +157,11 @@ class Engine(ABC):
         not know tells a lost store). Engines whose records live elsewhere (Slurm's) have none here."""
         return []
 
+    #: Whether every job this engine runs is recorded in the controller's state directory from its
+    #: prepare-task on (`recorded_handles`): then a state directory that knows none of a store's live
+    #: slices is another controller's (`control.recovery`), not a new one's.
+    records_in_state_dir: bool = False
+
     def orphans(self, live: Collection[str]) -> list[str]:
         """Handles of jobs this engine may still run (running, pending or held) that no live slice
         accounts for (`live`: the live slices' handles); reconciliation cancels them. Engines that keep

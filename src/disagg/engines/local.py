@@ -122,6 +122,7 @@ class LocalEngine(Engine):
     """Runs jobs as local processes. `latencies` emulate the node operations (boot, hand-over)."""
 
     name = "local"
+    records_in_state_dir = True
 
     def __init__(self, root: str | Path, latencies: OperationLatencies | None = None,
                  isolation: Isolation | None = None) -> None:
