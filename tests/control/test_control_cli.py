@@ -307,3 +307,25 @@ def test_serve_names_a_store_or_state_directory_it_cannot_use_with_exit_2(tmp_pa
     r = runner.invoke(app, [*base, option, value])
     assert r.exit_code == 2, r.output
     assert words in r.output and "Traceback" not in r.output
+
+
+def test_a_config_files_relative_paths_are_relative_to_the_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service starts in `/`: `cluster: cluster.yaml` beside /etc/disagg/disagg.yaml was looked for as
+    /cluster.yaml ("cannot read file"), after `db: sqlite:///disagg.db` had made /disagg.db.lock. Options and
+    variables stay relative to the working directory, as a shell's are."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    cfg = etc / "disagg.yaml"
+    cfg.write_text("cluster: cluster.yaml\ndb: sqlite:///disagg.db\nstate_dir: state\ntenants: tenants.yaml\n"
+                   "job_shared_dirs: [shared, /abs/shared]\nprofiles: /abs/profiles.yaml\n")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    c = load_config(str(cfg))
+    assert (c.cluster, c.state_dir, c.tenants) == (str(etc / "cluster.yaml"), str(etc / "state"),
+                                                   str(etc / "tenants.yaml"))
+    assert c.db == f"sqlite:///{etc / 'disagg.db'}" and c.sqlite_path() == etc / "disagg.db"
+    assert c.job_shared_dirs == [str(etc / "shared"), "/abs/shared"] and c.profiles == "/abs/profiles.yaml"
+    flagged = load_config(str(cfg), {"DISAGG_STATE_DIR": "mine"}, cluster="here.yaml")
+    assert (flagged.cluster, flagged.state_dir) == ("here.yaml", "mine")  # the working directory's

@@ -259,6 +259,10 @@ def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = 
         raise SpecError(source, [_problem(e, values) for e in exc.errors()]) from None
 
 
+#: The settings that name files or directories: in a config file, a relative one is relative to the file.
+_PATHS = ("cluster", "state_dir", "slurm_site", "tenants", "profiles", "jobs_dir")
+
+
 def _from_file(file: str | Path) -> dict[str, Any]:
     text = read_text(Path(file))
     try:
@@ -267,7 +271,29 @@ def _from_file(file: str | Path) -> dict[str, Any]:
         raise SpecError(str(file), [f"cannot read the config file: {exc}"]) from None
     if not isinstance(data, dict):
         raise SpecError(str(file), [f"(top level): expected a mapping with keys {', '.join(Config.model_fields)}"])
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    return _beside(Path(file).absolute().parent, {str(k).replace("-", "_"): v for k, v in data.items()})
+
+
+def _beside(folder: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """A config file's relative paths, made relative to the file's own directory (a service's working
+    directory is `/`: `cluster: cluster.yaml` beside /etc/disagg/disagg.yaml was looked for as
+    /cluster.yaml, and `db: sqlite:///disagg.db` made /disagg.db). Options and variables stay relative to
+    the working directory, as a shell's are."""
+    def at(path: str) -> str:
+        return path if Path(path).is_absolute() else str(folder / path)
+
+    out = dict(values)
+    for name in _PATHS:
+        if isinstance(out.get(name), str) and out[name]:
+            out[name] = at(out[name])
+    if isinstance(out.get("job_shared_dirs"), list):
+        out["job_shared_dirs"] = [at(d) if isinstance(d, str) else d for d in out["job_shared_dirs"]]
+    db = out.get("db")
+    if isinstance(db, str) and db:
+        url = normalize_url(db)
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            out["db"] = "sqlite:///" + at(url[len("sqlite:///"):])
+    return out
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
