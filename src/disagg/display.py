@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 
@@ -44,3 +45,9 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     if n == 0:
         return f"no {many}"
     return f"{n} {noun if n == 1 else many}"
+
+
+def few(names: Sequence[str], shown: int = 5) -> str:
+    """`a, b, c, …`: the first `shown` of some names, and an ellipsis where there are more (a log line or a
+    message that names what it counts without listing thousands)."""
+    return ", ".join(names[:shown]) + (", …" if len(names) > shown else "")

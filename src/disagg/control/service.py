@@ -22,6 +22,7 @@ from disagg.control.reconcile import ReconcileReport, reconcile
 from disagg.control.recovery import StateLossError, StoreMark, state_loss, unknown_handles
 from disagg.control.split import LoopLink
 from disagg.control.tenants import TenantCollector, TenantDirectory
+from disagg.display import few
 from disagg.engines.base import Engine
 from disagg.engines.registry import EngineOptions, make_engine
 from disagg.fabric.base import FabricDriver, FabricError
@@ -123,7 +124,7 @@ def _follow_spec(store: Store, cluster: Cluster, accept_removals: bool) -> None:
     held, released = hold_never_fitting(store)
     if held:
         log.warning("held %d queued jobs that can never fit the cluster as its spec now is: %s", len(held),
-                    ", ".join(sorted(held)[:10]) + (", …" if len(held) > 10 else ""))
+                    few(sorted(held), 10))
     if released:
         log.info("released %d jobs held until the cluster could hold them", len(released))
 

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from disagg.display import count
+from disagg.display import count, few
 from disagg.model import Allocation, Cluster, SpecError
 from disagg.model.states import Health
 from disagg.placement.commit import EPS
@@ -110,7 +110,7 @@ def _removals(nodes: list[str], devices: list[str], kinds: Mapping[str, str]) ->
     for what, keys in (("machine", [n for n in nodes if kinds[n] == "machine"]),
                        ("pool", [n for n in nodes if kinds[n] == "pool"]), ("device", devices)):
         if keys:
-            parts.append(f"{count(len(keys), what)} ({', '.join(keys[:5])}{', …' if len(keys) > 5 else ''})")
+            parts.append(f"{count(len(keys), what)} ({few(keys)})")
     return (f"it takes {' and '.join(parts)} out of the inventory: a spec of another cluster, or a start without "
             "its --cluster? Start with --accept-inventory-removals (DISAGG_ACCEPT_INVENTORY_REMOVALS=true) to take "
             "them out; nothing was changed")
@@ -142,11 +142,10 @@ class InventoryChange:
                                                 ("device", self.devices), ("link", self.links)):
             for verb, keys in (("added", added), ("changed", changed), ("removed", removed)):
                 if keys:
-                    shown = ", ".join(keys[:5]) + (", …" if len(keys) > 5 else "")
-                    parts.append(f"{count(len(keys), what)} {verb} ({shown})")
+                    parts.append(f"{count(len(keys), what)} {verb} ({few(keys)})")
         if self.replaced:
             parts.append(f"{count(len(self.replaced), 'device')} another device now, its health and drain flag "
-                         f"the spec's ({', '.join(self.replaced[:5])}{', …' if len(self.replaced) > 5 else ''})")
+                         f"the spec's ({few(self.replaced)})")
         return "; ".join(parts)
 
 
