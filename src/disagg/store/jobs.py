@@ -21,9 +21,9 @@ from disagg.store.base import StoreBase
 from disagg.store.batch import GroupInsert
 from disagg.store.lifecycle import (
     CHUNK,
-    fail_queued,
     job_events,
     move_job,
+    move_queued,
     move_slice,
     new_jobs,
     note_jobs,
@@ -249,7 +249,8 @@ class JobOps(StoreBase):
     def set_aside(self, job_ids: list[str], why: str) -> list[str]:
         """Fail queued jobs that a scheduling round cannot plan (reason `unplaceable`, with `why`); those moved."""
         with self.write_core(urgent=True) as conn:
-            return fail_queued(conn, dict.fromkeys(job_ids, why), JobReason.UNPLACEABLE, time.time())
+            return move_queued(conn, JobState.FAILED, dict.fromkeys(job_ids, why), JobReason.UNPLACEABLE,
+                               time.time())
 
     def note_jobs(self, notes: dict[str, str]) -> None:
         """Record, on each job, something that happened to it without moving it (job → why): an event."""

@@ -121,12 +121,11 @@ def move_jobs(conn: Connection, moves: Iterable[JobMove], now: float) -> list[tu
     return made
 
 
-
-def fail_queued(conn: Connection, why: dict[str, str], code: JobReason, now: float) -> list[str]:
-    """Fail queued jobs that can never run (job → why, reason `code`: unplaceable, over-limit, never-fits);
-    those moved (a job placed or cancelled since is left alone)."""
-    moves = [JobMove(j, JobState.FAILED, w, (JobState.QUEUED,), {"reason": w, "reason_code": code})
-             for j, w in why.items()]
+def move_queued(conn: Connection, to: JobState, why: dict[str, str], code: JobReason, now: float) -> list[str]:
+    """Move queued jobs the controller itself sets aside to `to` (failed: unplaceable, over-limit; held:
+    never-fits), each with its why and the reason `code`; those moved (a job placed or cancelled since is
+    left alone)."""
+    moves = [JobMove(j, to, w, (JobState.QUEUED,), {"reason": w, "reason_code": code}) for j, w in why.items()]
     return [j for j, _ in move_jobs(conn, moves, now)]
 
 
@@ -382,6 +381,6 @@ def job_events(conn: Connection, job_id: str, after: int | None = None, limit: i
     ]
 
 
-__all__ = ["WHY_MAX", "JobMove", "fail_queued", "hold_devices", "hold_devices_of", "job_events", "leader_epoch",
-           "move_job", "move_jobs", "move_slice", "new_jobs", "new_slices", "note_job", "note_jobs", "release_devices",
-           "release_orphans", "set_drain", "set_health", "set_links", "thing_events"]
+__all__ = ["WHY_MAX", "JobMove", "hold_devices", "hold_devices_of", "job_events", "leader_epoch", "move_job",
+           "move_jobs", "move_queued", "move_slice", "new_jobs", "new_slices", "note_job", "note_jobs",
+           "release_devices", "release_orphans", "set_drain", "set_health", "set_links", "thing_events"]

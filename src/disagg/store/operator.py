@@ -31,7 +31,7 @@ from disagg.model.states import (
 )
 from disagg.store.base import StoreBase
 from disagg.store.jobs import model_job
-from disagg.store.lifecycle import JobMove, move_job, move_jobs, move_slice
+from disagg.store.lifecycle import JobMove, move_job, move_jobs, move_queued, move_slice
 from disagg.store.models import EventRow, JobRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
@@ -64,27 +64,25 @@ class OperatorOps(StoreBase):
     def hold_jobs(self, why: dict[str, str], code: JobReason) -> list[str]:
         """Hold queued jobs out of placement as `hold_job` does, for the controller's own reason (job → why,
         reason `code`); those moved (a job placed or cancelled since is left alone)."""
-        moves = [JobMove(j, JobState.HELD, w, (JobState.QUEUED,), {"reason": w, "reason_code": code})
-                 for j, w in why.items()]
-        return self._moves(moves)
+        if not why:
+            return []
+        with self.write_core(urgent=True) as conn:
+            return move_queued(conn, JobState.HELD, why, code, time.time())
 
     def release_jobs(self, job_ids: Iterable[str], why: str) -> list[str]:
         """Put held jobs back in the queue (`release_job` for the controller); those moved."""
         moves = [JobMove(j, JobState.QUEUED, why, RELEASABLE, {"reason": None, "reason_code": JobReason.NEW})
                  for j in job_ids]
-        return self._moves(moves)
+        if not moves:
+            return []
+        with self.write_core(urgent=True) as conn:
+            return [j for j, _ in move_jobs(conn, moves, time.time())]
 
     def held_for(self, code: JobReason) -> list[Job]:
         """The held jobs whose reason is `code`, as the policies see jobs."""
         query = select(_jobs).where(_jobs.c.state == JobState.HELD, _jobs.c.reason_code == code)
         with self.read_core() as conn:
             return [model_job(r) for r in conn.execute(query)]
-
-    def _moves(self, moves: list[JobMove]) -> list[str]:
-        if not moves:
-            return []
-        with self.write_core(urgent=True) as conn:
-            return [j for j, _ in move_jobs(conn, moves, time.time())]
 
     def _move(self, job_id: str, action: str, to: JobState, expect: tuple[JobState, ...], why: str,
               **values: Any) -> str | None:

@@ -21,7 +21,7 @@ from disagg.model.tenancy import Holder
 from disagg.placement.usage import placement_usage
 from disagg.store.base import StoreBase
 from disagg.store.jobs import model_job
-from disagg.store.lifecycle import fail_queued, note_job
+from disagg.store.lifecycle import move_queued, note_job
 from disagg.store.models import (
     DeviceRow,
     JobRow,
@@ -174,7 +174,7 @@ class TenantOps(StoreBase):
         if not why:
             return []
         with self.write_core(urgent=True) as conn:
-            return fail_queued(conn, why, JobReason.OVER_LIMIT, time.time())
+            return move_queued(conn, JobState.FAILED, why, JobReason.OVER_LIMIT, time.time())
 
     # --- decayed usage --------------------------------------------------------------------------
     def load_usage(self) -> dict[str, dict[str, float]]:
