@@ -174,8 +174,9 @@ class Config(BaseModel):
         scheme = url.split(":", 1)[0].split("+", 1)[0]
         if scheme not in ("sqlite", "postgresql") or "://" not in url:
             raise ValueError("must be sqlite:///path/to/file.db or postgresql://user@host/dbname")
-        if scheme == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            folder = Path(url[len("sqlite:///"):]).absolute().parent
+        file = _sqlite_file(url)
+        if file is not None:
+            folder = Path(file).absolute().parent
             if not folder.is_dir():
                 raise ValueError(f"the directory {str(folder)!r} does not exist: make it first")
         return value
@@ -185,8 +186,9 @@ class Config(BaseModel):
         if self.state_dir:
             return Path(self.state_dir)
         url = normalize_url(self.db)
-        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            return Path(url[len("sqlite:///"):] + ".d")
+        file = _sqlite_file(url)
+        if file is not None:
+            return Path(file + ".d")
         return Path("disagg.d")
 
     @property
@@ -213,10 +215,8 @@ class Config(BaseModel):
 
     def sqlite_path(self) -> Path | None:
         """The store's file, for SQLite (None: PostgreSQL, or in memory)."""
-        url = normalize_url(self.db)
-        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            return Path(url[len("sqlite:///"):]).absolute()
-        return None
+        file = _sqlite_file(normalize_url(self.db))
+        return None if file is None else Path(file).absolute()
 
     def store_dir(self) -> Path:
         """Where the store writes on this host: the SQLite file's directory, else the state directory."""
@@ -259,6 +259,13 @@ def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = 
         raise SpecError(source, [_problem(e, values) for e in exc.errors()]) from None
 
 
+def _sqlite_file(url: str) -> str | None:
+    """The file of a (normalized) SQLite store URL, as written; None for PostgreSQL or an in-memory store."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return url[len("sqlite:///"):]
+    return None
+
+
 #: The settings that name files or directories: in a config file, a relative one is relative to the file.
 _PATHS = ("cluster", "state_dir", "slurm_site", "tenants", "profiles", "jobs_dir")
 
@@ -290,9 +297,9 @@ def _beside(folder: Path, values: dict[str, Any]) -> dict[str, Any]:
         out["job_shared_dirs"] = [at(d) if isinstance(d, str) else d for d in out["job_shared_dirs"]]
     db = out.get("db")
     if isinstance(db, str) and db:
-        url = normalize_url(db)
-        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            out["db"] = "sqlite:///" + at(url[len("sqlite:///"):])
+        file = _sqlite_file(normalize_url(db))
+        if file is not None:
+            out["db"] = "sqlite:///" + at(file)
     return out
 
 
