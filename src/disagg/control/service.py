@@ -101,7 +101,7 @@ def open_service(config: Config, api_only: bool = False, waiting: Callable[[str]
         return _opened(config, cluster, store, leadership)
 
 
-def _state_dir(config: Config) -> Path:
+def _state_dir(config: Config) -> None:
     """The state directory, made if missing and the controller's alone (0700: the fabric's state, the jobs'
     records and logs); SpecError naming it where it cannot be made (a FileNotFoundError traceback before)."""
     state = config.resolved_state_dir()
@@ -111,7 +111,6 @@ def _state_dir(config: Config) -> Path:
     except OSError as exc:
         raise SpecError("settings", [f"state_dir: cannot make {str(state)!r} the state directory: "
                                      f"{exc.strerror or exc}"]) from None
-    return state
 
 
 def _follow_spec(store: Store, cluster: Cluster, accept_removals: bool) -> None:
