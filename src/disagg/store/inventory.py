@@ -127,7 +127,7 @@ class InventoryChange:
     machines: tuple[list[str], list[str], list[str]]
     devices: tuple[list[str], list[str], list[str]]
     links: tuple[list[str], list[str], list[str]]
-    pools: tuple[list[str], list[str], list[str]] = ([], [], [])
+    pools: tuple[list[str], list[str], list[str]]
     #: The changed devices that are another device now (kind, model or place): health and drain the spec's.
     replaced: list[str] = field(default_factory=list)
 
