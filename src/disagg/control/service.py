@@ -116,10 +116,10 @@ def _state_dir(config: Config) -> None:
 def _follow_spec(store: Store, cluster: Cluster, accept_removals: bool) -> None:
     """Make the inventory the spec's (refused with SpecError: the lease goes, in `_opened`), then hold the
     queued jobs it can no longer ever hold and release those held so that it can hold again."""
-    change = store.sync_inventory(cluster, accept_removals)
-    if not change.summary():
+    said = store.sync_inventory(cluster, accept_removals).summary()
+    if not said:
         return
-    log.info("inventory as the cluster spec says: %s", change.summary())
+    log.info("inventory as the cluster spec says: %s", said)
     held, released = hold_never_fitting(store)
     if held:
         log.warning("held %d queued jobs that can never fit the cluster as its spec now is: %s", len(held),
