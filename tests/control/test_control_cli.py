@@ -309,6 +309,20 @@ def test_serve_names_a_store_or_state_directory_it_cannot_use_with_exit_2(tmp_pa
     assert words in r.output and "Traceback" not in r.output
 
 
+def test_serve_names_a_slurm_site_that_cannot_serve_with_exit_2(tmp_path: Path) -> None:
+    """A site.json without the network namespace and bridge that slice nodes join was a traceback in the loop
+    process ("the loop process exited while starting (its error is in the log)")."""
+    from disagg.engines.slurm_site import SlurmSite
+
+    (tmp_path / "slurm").mkdir()
+    site = SlurmSite(root=tmp_path / "slurm", conf=tmp_path / "slurm" / "slurm.conf").save()
+    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir", str(tmp_path / "st")],
+                      env={"DISAGG_ENGINE": "slurm", "DISAGG_SLURM_SITE": str(site)})
+    assert r.exit_code == 2, r.output
+    assert f"slurm_site: '{site}': slurm site has no network namespace and bridge for dynamic nodes (fields " \
+           "netns, bridge)" in r.output and "Traceback" not in r.output and "in the log" not in r.output
+
+
 def test_a_config_files_relative_paths_are_relative_to_the_file(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A service starts in `/`: `cluster: cluster.yaml` beside /etc/disagg/disagg.yaml was looked for as

@@ -128,6 +128,41 @@ def test_a_start_with_another_state_directory_refuses_instead_of_running_jobs_tw
         wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
 
 
+def test_a_start_on_another_engine_refuses_instead_of_running_jobs_twice(tmp_path: Path) -> None:
+    """`--engine` changed between two starts while a job ran (local, then Slurm): the new engine had no such
+    job, so reconciling re-queued it and ran it again there while the local run went on. Now the start is
+    refused before the engine is asked anything, naming the slice and both engines; the local engine then
+    adopts it. (The Slurm site is never reached: the refusal comes first.)"""
+    from disagg.engines.slurm_site import SlurmSite
+
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    server = Server(tmp_path, db, OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        long = c.submit(["sleep", "60"])
+        c.wait(long, "running")
+        slice_id = c.get(long).json()["slice"]
+        pid = _runner_pid(tmp_path, slice_id)
+        time.sleep(1.2)  # the mark
+    site = SlurmSite(root=tmp_path / "slurm", conf=tmp_path / "slurm" / "slurm.conf", netns="none", bridge="none")
+    site.root.mkdir()
+    slurm = tmp_path / "slurm.yaml"  # the engine is a setting of the config file (or DISAGG_ENGINE)
+    slurm.write_text(f"engine: slurm\nslurm_site: {site.save()}\n")
+    said = refused(Server(tmp_path, db, [*OPTIONS, "--config", str(slurm)]))
+    assert f"the store's 1 live slices ({slice_id}) run on engine 'local', and this start uses engine 'slurm'" \
+        in said and "--accept-state-loss" in said
+    assert _alive(pid)
+    with running(server):  # the engine that runs it: adopted, and the start names its engine in the mark
+        assert c.get(long).json()["state"] == "running" and c.get(long).json()["slice"] == slice_id
+        assert json.loads((tmp_path / "state" / "store-mark.json").read_text())["engine"] == "local"
+        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
+        wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+        wait_for(lambda: c.get(long).json()["state"] == "cancelled", what="the job to be cancelled")
+        time.sleep(1.2)  # the mark
+    with running(Server(tmp_path, db, [*OPTIONS, "--config", str(slurm)])):
+        pass  # nothing live: switching engines is a plain start
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -157,3 +157,47 @@ def test_kill_9_mid_composition_runs_the_job_exactly_once(
     serve.kill()
     fabric = EmulatedFabric(tmp_path / "state" / "fabric.db", load_cluster(tmp_path / "cluster.yaml"))
     assert fabric.attachments() == []
+
+
+def test_a_start_on_the_local_engine_refuses_while_slurm_runs_the_jobs(
+    serve: Serve, slurm_cluster: SlurmCluster, tmp_path: Path, drop_dir: Path
+) -> None:
+    """`engine: slurm` changed to `local` between two starts while a job ran under Slurm: the local engine
+    found no such job and re-queued it, and it ran a second time as a local process while Slurm's run went
+    on. Now the start is refused (exit 2), naming the slice and both engines; Slurm's job is untouched, and
+    the Slurm start that follows adopts it."""
+    engine = SlurmEngine(slurm_cluster.site)
+    runs = drop_dir / "twice"
+    token = serve.start()
+    assert token
+    headers = {"Authorization": f"Bearer {token}"}
+    r = httpx.post(serve.url + "/v1/jobs", headers=headers, json={
+        "name": "long", "command": ["bash", "-c", f"echo run >> {runs}; sleep 120"],
+        "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0, "gpu": 1}})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+
+    def job() -> dict[str, object]:
+        out: dict[str, object] = httpx.get(f"{serve.url}/v1/jobs/{job_id}", headers=headers).json()
+        return out
+
+    wait(lambda: job()["state"] == "running" and runs.exists(), "the job to run under Slurm", 60)
+    slice_id = job()["slice"]
+    time.sleep(1.2)  # the loop writes the store's mark at most every second
+    serve.kill()
+    settings = yaml.safe_load(serve.config.read_text())
+    local = tmp_path / "local.yaml"
+    local.write_text(yaml.safe_dump({**settings, "engine": "local", "slurm_site": None}))
+    done = subprocess.run([sys.executable, "-m", "disagg.cli", "serve", "--config", str(local)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"live slices ({slice_id}) run on engine 'slurm', and this start uses engine 'local'" in done.stderr
+    time.sleep(1.0)
+    assert runs.read_text().split() == ["run"]      # nothing ran a second time
+    mine = [j for j in engine._squeue() if is_disagg_job(j) and f"job={job_id} " in str(j.get("comment"))]
+    assert [j.get("job_state") for j in mine] == ["RUNNING"]
+    serve.start()                                   # the engine that runs it adopts it
+    assert job()["state"] == "running" and job()["slice"] == slice_id
+    assert httpx.post(f"{serve.url}/v1/jobs/{job_id}/cancel", headers=headers).status_code == 202
+    wait(lambda: job()["state"] == "cancelled", "the job to be cancelled", 60)
+    wait(lambda: not engine.joined_machines(), "the slice node to leave", 40)

@@ -11,7 +11,8 @@ account for. So before reconciling, `state_loss` names every disagreement:
   - the engine has jobs of slices the store does not know at all;
   - the fabric has attachments that no live slice of the store holds;
   - the state directory is new (no mark) while the store has live slices: another state directory ran
-    them (`_run_elsewhere`).
+    them (`_run_elsewhere`);
+  - another engine ran the store's live slices (`_other_engine`): this one cannot see their jobs.
 The controller then refuses to start (`StateLossError`) unless the operator accepts the loss
 (`--accept-state-loss`): then reconciling goes on as after any crash, and the mark starts anew.
 """
@@ -73,6 +74,8 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
                             "(a lost or truncated WAL, or an old backup)")
     elif events > 0 and engine.records_in_state_dir:
         problems += _run_elsewhere(store, engine, state_dir)
+    if mark is not None:
+        problems += _other_engine(store, engine, str(mark.get("engine", "")))
     unknown = unknown_handles(store, engine)
     if unknown:
         problems.append(f"the engine has jobs of {len(unknown)} slices the store does not know: {_some(unknown)}")
@@ -99,6 +102,22 @@ def _run_elsewhere(store: Store, engine: Engine, state_dir: Path) -> list[str]:
             "--accept-state-loss and the jobs run again"]
 
 
+def _other_engine(store: Store, engine: Engine, ran: str) -> list[str]:
+    """The store's live slices were run by another engine (`--engine` changed between two starts, local
+    and Slurm): this one finds none of their jobs, so reconciling would re-queue them and run each again
+    beside its first run, which goes on under the engine that started it. `ran` is the engine the mark
+    names (empty in a mark older than the field: nothing is known then)."""
+    if not ran or ran == engine.name:
+        return []
+    live = [r.id for r in store.live_slices()]
+    if not live:
+        return []
+    return [f"the store's {len(live)} live slices ({_some(live)}) run on engine {ran!r}, and this start uses "
+            f"engine {engine.name!r}, which cannot see or stop their jobs: start with engine {ran!r} until they "
+            f"have ended (or cancel them there), then switch; if they are gone, the loss is accepted with "
+            "--accept-state-loss and the jobs run again"]
+
+
 def unknown_handles(store: Store, engine: Engine) -> list[str]:
     """The jobs the engine records in the state directory whose slices the store does not know at all."""
     handles = engine.recorded_handles()
@@ -109,8 +128,10 @@ class StoreMark:
     """The loop's end: write the store's mark into the state directory when it changed, at most every
     MARK_EVERY_S (one cheap query)."""
 
-    def __init__(self, store: Store, state_dir: Path) -> None:
+    def __init__(self, store: Store, state_dir: Path, engine: str) -> None:
+        """`engine`: the name of the engine that runs the store's slices from this start on."""
         self.store = store
+        self.engine = engine
         self.path = state_dir / MARK_FILE
         self._last = 0.0
         self._written: tuple[str, int] | None = None
@@ -126,7 +147,7 @@ class StoreMark:
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"store_id": progress[0], "events": progress[1], "at": time.time()}, f)
+            json.dump({"store_id": progress[0], "events": progress[1], "engine": self.engine, "at": time.time()}, f)
         os.replace(tmp, self.path)
         self._written = progress
 

@@ -152,7 +152,7 @@ def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadersh
     controller = Controller(store, fabric, engine, config, metrics)
     if leadership is not None:
         controller.lead(leadership)
-        controller.mark = StoreMark(store, state)
+        controller.mark = StoreMark(store, state, engine.name)
         controller.mark()
         controller.collect = lambda: log.info(collect(store, engine, config.retention_s).summary())
     jobs = JobService(store, engine, controller.health, metrics, config, controller.wake, controller.round_info)
@@ -209,7 +209,7 @@ def _recover(config: Config, store: Store, fabric: FabricDriver, engine: Engine,
     if problems:  # the loss is accepted: what the store does not know goes, and the mark starts anew
         for handle in unknown_handles(store, engine):
             engine.forget(handle)
-        StoreMark(store, state)(force=True)
+        StoreMark(store, state, engine.name)(force=True)
     return report
 
 

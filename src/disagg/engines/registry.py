@@ -50,7 +50,7 @@ def _local(opts: EngineOptions) -> Engine:
 
 def _slurm(opts: EngineOptions) -> Engine:
     from disagg.engines.slurm import SlurmEngine
-    from disagg.engines.slurm_site import SlurmSite
+    from disagg.engines.slurm_site import SlurmError, SlurmSite
 
     if not opts.slurm_site:
         raise UnknownEngineError("slurm_site: required with engine 'slurm' (the path of a Slurm site.json)")
@@ -65,6 +65,8 @@ def _slurm(opts: EngineOptions) -> Engine:
         return SlurmEngine(site, isolation=opts.isolation)  # tenants' users, as with the local engine
     except ValueError as exc:
         raise UnknownEngineError(str(exc)) from None
+    except SlurmError as exc:  # a site that cannot serve (no bridge for slice nodes, …)
+        raise UnknownEngineError(f"slurm_site: {opts.slurm_site!r}: {exc}") from None
 
 
 ENGINES: dict[str, Callable[[EngineOptions], Engine]] = {"local": _local, "slurm": _slurm}
