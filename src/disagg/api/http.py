@@ -27,9 +27,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import struct
+import threading
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -310,7 +313,24 @@ def serve_http(app: FastAPI, settings: Config, sock: socket.socket) -> None:
         log_level="warning",
         access_log=False,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.should_exit = True  # before uvicorn's own handler is in place: it stops at once once started
+
+    # uvicorn shuts down on SIGTERM, then puts back the handler it found and raises the signal again. Found
+    # SIG_DFL, that killed the process there: the caller's shutdown (stop the loop process, which PDEATHSIG
+    # then SIGKILLed mid-round instead; give up the lease; say what is left running) never ran, and a replica
+    # that stepped down ended by the signal instead of its exit code 3. The handler it finds now takes the
+    # repeated signal as said already, and the caller's shutdown runs.
+    if threading.current_thread() is not threading.main_thread():  # no signals there (uvicorn sets none)
+        server.run(sockets=[sock])
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 __all__ = ["GuardedProtocol", "HttpLimits", "guarded_protocol", "refusal", "serve_http"]

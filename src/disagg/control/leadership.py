@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from disagg.model import SpecError
 from disagg.store import Store
+from disagg.store.base import StoreError, store_words
 from disagg.store.lease import Role
 from disagg.store.ports import ApiPort
 
@@ -126,8 +127,9 @@ class Leadership:
             try:
                 epoch = self.store.acquire_lease(self.name, self.lease_s, force=self.single)
             except Exception as exc:  # the store out of reach for a moment, a connection the server ended
-                if self.single:
-                    raise
+                if self.single:  # nobody else can hold it: the store cannot be written (its disk is full, …)
+                    raise StoreError(f"cannot take the lease of the store at {self.store.url!r}: "
+                                     f"{store_words(exc, self.store.url)}") from exc
                 log.warning("replica %s: a look at the lease failed (%s); looking again", self.name, exc)
                 epoch = None
             if epoch is not None:
@@ -159,6 +161,7 @@ class Leadership:
     def _renew_loop(self) -> None:
         epoch = self.epoch
         assert epoch is not None
+        failed = ""  # the last renewal's error, for the step-down's words
         while not self._stop.wait(RENEW_S if time.monotonic() + RENEW_S < self.valid_until else 0.1):
             if self._lost.is_set():
                 return
@@ -167,15 +170,18 @@ class Leadership:
                 ours = self.store.renew_lease(self.name, epoch, self.lease_s)
             except Exception as exc:  # the store is out of reach: retry until the lease would lapse
                 ours = None
-                log.warning("lease renewal failed: %s", exc)
+                failed = store_words(exc, self.store.url)
+                log.warning("lease renewal failed: %s", failed)
             if ours:
+                failed = ""
                 self.valid_until = sent + self.lease_s - MARGIN_S
                 self._heartbeat(Role.LEADER)
             elif ours is False:
                 self.lose(f"the lease of epoch {epoch} was taken by another replica")
                 return
             if time.monotonic() >= self.valid_until:
-                self.lose(f"the lease of epoch {epoch} lapsed: no renewal for {self.lease_s:.1f} s")
+                self.lose(f"the lease of epoch {epoch} lapsed: no renewal for {self.lease_s:.1f} s"
+                          + (f" (the store: {failed})" if failed else ""))
                 return
 
     # --- acting, losing, giving back -------------------------------------------------------------

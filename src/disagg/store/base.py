@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -111,7 +112,19 @@ def store_errors(url: str) -> Iterator[None]:
     try:
         yield
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot use the store at {url!r}: {exc.__class__.__name__}: {exc}") from exc
+        raise StoreError(f"cannot use the store at {url!r}: {store_words(exc, url)}") from exc
+
+
+def store_words(exc: BaseException, url: str) -> str:
+    """What the database said, in its own words (not SQLAlchemy's wrapping and its link), and, where SQLite
+    says its disk is full, how much its filesystem has left: the operator's next step is there."""
+    words = str(getattr(exc, "orig", None) or exc).strip() or type(exc).__name__
+    if "disk is full" in words and url.startswith("sqlite:///"):
+        folder = Path(url.removeprefix("sqlite:///")).parent
+        with contextlib.suppress(OSError):
+            st = os.statvfs(folder)
+            words += f" ({st.f_bavail * st.f_frsize // 2**20} MiB free on {folder})"
+    return words
 
 
 @contextmanager

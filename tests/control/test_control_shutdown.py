@@ -1,0 +1,177 @@
+"""How `disagg serve` ends, as a supervisor sees it: the real command in a process of its own.
+
+- SIGTERM (systemd's stop, docker's, Kubernetes'): uvicorn put back the default handler and raised the
+  signal again once it had shut down, which killed the process there. Its shutdown never ran: the loop
+  process died by PDEATHSIG's SIGKILL in the middle of its round, the lease was never given up (a standby
+  waited for it to lapse), nothing was said of the jobs left running, and the exit was "killed by SIGTERM".
+- The store's disk full: the leader cannot renew its lease and steps down. It said only "no renewal for
+  3.0 s" and ended by the same signal instead of its exit code 3; a start on the full disk was a traceback
+  ("its error is in the log"). Both now say what the store said and what is free, and the start after
+  the disk has room adopts the job that ran on meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from control_helpers import SAME_USER, wait_for
+
+from disagg.store.pgtemp import free_port
+
+
+class Serve:
+    """`python -m disagg.cli serve` with the store and the state directory in `root`."""
+
+    def __init__(self, root: Path, jobs: Path) -> None:
+        self.root, self.port = root, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [sys.executable, "-m", "disagg.cli", "serve", "--port", str(self.port),
+                     "--db", f"sqlite:///{root / 'd.db'}", "--state-dir", str(root / "state"),
+                     "--latency-scale", "0.002", "--tick-s", "0.02",
+                     *(["--allow-same-user"] if SAME_USER else [])]
+        self.env = {**os.environ, "DISAGG_JOBS_DIR": str(jobs), "DISAGG_ALLOW_JOBS_ON_STORE_DISK": "true",
+                    "DISAGG_MIN_FREE_DISK_MB": "1"}
+        self.log = root.parent / f"serve-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=out, env=self.env, start_new_session=True)
+        return self.proc
+
+    def ready(self) -> None:
+        def up() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+            return False
+        wait_for(up, timeout=60, what="disagg serve to answer")
+
+    def token(self) -> str:
+        return (self.root / "state" / "admin-token").read_text().strip()
+
+    def submit(self, command: list[str]) -> str:
+        r = httpx.post(self.url + "/v1/jobs", headers={"Authorization": f"Bearer {self.token()}"}, timeout=10,
+                       json={"name": "long", "command": command, "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0}})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def job(self, job_id: str) -> dict[str, object]:
+        r = httpx.get(f"{self.url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {self.token()}"}, timeout=10)
+        out: dict[str, object] = r.json()
+        return out
+
+    def lease_released(self) -> bool:
+        with contextlib.closing(sqlite3.connect(self.root / "d.db")) as db:
+            return bool(db.execute("SELECT released FROM controller_lease WHERE id = 1").fetchone()[0])
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def jobs_dir() -> Iterator[Path]:
+    jobs = Path(tempfile.mkdtemp(prefix="disagg-stop-jobs-", dir="/var/tmp"))
+    jobs.chmod(0o755)
+    yield jobs
+    shutil.rmtree(jobs, ignore_errors=True)
+
+
+def _runner_alive(jobs: Path) -> bool:
+    """Whether a `sleep` of the test's jobs still runs (its working directory is under `jobs`)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(jobs)) and \
+                    Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
+                return True
+    return False
+
+
+def test_sigterm_stops_the_server_gracefully_and_leaves_the_jobs_running(tmp_path: Path, jobs_dir: Path) -> None:
+    root = tmp_path / "one"
+    root.mkdir()
+    serve = Serve(root, jobs_dir)
+    proc = serve.start()
+    try:
+        serve.ready()
+        job = serve.submit(["sleep", "60"])
+        wait_for(lambda: serve.job(job)["state"] == "running", timeout=60, what="the job to run")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, serve.log.read_text()[-3000:]  # not -15: killed by the signal
+        log = serve.log.read_text()
+        assert "stopping: 1 job composing or running left running, by design" in log
+        assert serve.lease_released()  # given up: a standby would take over at once
+        assert _runner_alive(jobs_dir)
+        serve.start()  # the next start adopts it
+        serve.ready()
+        assert serve.job(job)["state"] == "running"
+        r = httpx.post(f"{serve.url}/v1/jobs/{job}/cancel", headers={"Authorization": f"Bearer {serve.token()}"})
+        assert r.status_code == 202
+        wait_for(lambda: serve.job(job)["state"] == "cancelled", timeout=30, what="the job to be cancelled")
+    finally:
+        serve.kill()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 48 MiB tmpfs (root only: mount)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 2**20)
+    return filler
+
+
+def test_a_full_store_disk_stops_the_leader_with_its_reason_and_the_start_after_room_adopts(
+        small_disk: Path, jobs_dir: Path) -> None:
+    serve = Serve(small_disk, jobs_dir)
+    proc = serve.start()
+    try:
+        serve.ready()
+        job = serve.submit(["sleep", "120"])
+        wait_for(lambda: serve.job(job)["state"] == "running", timeout=60, what="the job to run")
+        filler = _fill(small_disk)
+        assert proc.wait(timeout=60) == 3, serve.log.read_text()[-3000:]  # stepped down: the supervisor restarts
+        log = serve.log.read_text()
+        assert "steps down: the lease of epoch 1 lapsed: no renewal for 3.0 s (the store: database or disk is " \
+               f"full (0 MiB free on {small_disk}))" in log
+        assert _runner_alive(jobs_dir)  # the job runs on meanwhile
+        again = serve.start()  # the supervisor's restart, the disk still full
+        assert again.wait(timeout=60) == 1
+        said = serve.log.read_text()[len(log):]
+        assert f"error: cannot take the lease of the store at 'sqlite:///{small_disk / 'd.db'}': database or " \
+               f"disk is full (0 MiB free on {small_disk})" in said and "Traceback" not in said, said
+        filler.unlink()  # room again: the next restart adopts the job
+        serve.start()
+        serve.ready()
+        assert serve.job(job)["state"] == "running"
+        r = httpx.post(f"{serve.url}/v1/jobs/{job}/cancel", headers={"Authorization": f"Bearer {serve.token()}"})
+        assert r.status_code == 202
+        wait_for(lambda: serve.job(job)["state"] == "cancelled", timeout=30, what="the job to be cancelled")
+    finally:
+        serve.kill()
