@@ -206,8 +206,10 @@ def test_a_standby_waits_while_the_lease_is_held(pg_stores: tuple[Store, Store])
 
 def test_two_replicas_on_postgresql_fail_over_without_losing_or_repeating_a_job(
         pg_server: TempPostgres, tmp_path: Path) -> None:
-    """Real `disagg serve` replicas: the leader is killed (kill -9) or paused past its lease (SIGSTOP, then
-    SIGCONT: it must be fenced and step down); jobs keep flowing, each completes exactly once."""
+    """Real `disagg serve` replicas: the leader is killed (kill -9), paused past its lease (SIGSTOP, then
+    SIGCONT: it must be fenced and step down), or stopped with SIGTERM (it must exit 0, having given up the
+    lease: it was killed by the signal, its lease left to lapse); jobs keep flowing, each completes exactly
+    once."""
     from disagg.bench.failover import run_failover_trials
     from disagg.cli.serve import serve_main
 
@@ -218,7 +220,8 @@ def test_two_replicas_on_postgresql_fail_over_without_losing_or_repeating_a_job(
     assert result["jobs"]["completed"] == result["jobs"]["accepted"] > 0
     assert result["fenced_writes"]["accepted"] == 0
     assert result["takeovers"] == 4
-    assert {t["how"] for t in result["trials_detail"]} == {"kill", "stop"}
+    assert {t["how"] for t in result["trials_detail"]} == {"kill", "stop", "term"}
+    assert [t["exit_code"] for t in result["trials_detail"] if t["how"] == "term"] == [0]
 
 
 

@@ -3,12 +3,14 @@
 Two or three real `disagg serve` replicas share a throw-away PostgreSQL store and one state directory
 (the local engine: replicas on one host). A client submits a steady stream of short jobs, each to a
 live replica (any replica takes submissions), retrying with its Idempotency-Key until one answers
-201. At random moments the leader is
-  - killed (SIGKILL to its process group: the API and the loop process at once), or
+201. At random moments the leader, in turn, is
+  - killed (SIGKILL to its process group: the API and the loop process at once);
   - stopped (SIGSTOP) for longer than the lease, then resumed (SIGCONT): by then another replica
     leads, so the old leader's next write is fenced and it must step down (it exits; here, as under a
-    supervisor, it is started again as a standby).
-Takeover time: from the kill (or the stop) to the moment the new leader committed its first round
+    supervisor, it is started again as a standby);
+  - terminated (SIGTERM, what `systemctl stop` sends: a rolling restart): it must exit 0 having given up
+    the lease, so that a standby takes over at its next look, not after the lease lapses.
+Takeover time: from the kill (the stop, the SIGTERM) to the moment the new leader committed its first round
 (`first_round_at` of the lease, the database's clock, on the same host as this process's clock).
 
 At the end every accepted job must have completed exactly once (the tasks log their start and end),
@@ -45,6 +47,8 @@ from disagg.bench.crash import (
 from disagg.model.states import DeviceState, JobState
 
 _ENDED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+#: The leader's failures, in turn.
+_HOW = ("kill", "stop", "term")
 
 
 class Replica(ForkedServer):
@@ -55,6 +59,7 @@ class Replica(ForkedServer):
     def __init__(self, root: Path, db: str, name: str, options: list[str], serve: Serve) -> None:
         super().__init__(root, db, ["--replica-name", name, *options], serve)
         self.name = name
+        self.exit_code: int | None = None  # how the last run ended (-N: killed by signal N)
 
     def start(self) -> None:
         import subprocess
@@ -74,11 +79,12 @@ class Replica(ForkedServer):
         if not self.pid:
             return False
         try:
-            done, _ = os.waitpid(self.pid, os.WNOHANG)
+            done, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:  # reaped already
-            done = self.pid
+            done, status = self.pid, -1
         if done:
             self.pid = 0
+            self.exit_code = os.waitstatus_to_exitcode(status) if status >= 0 else None
         return bool(self.pid)
 
     def kill(self) -> None:
@@ -188,10 +194,16 @@ def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random,
     since = time.time()
     if how == "kill":
         leader.kill()
+    elif how == "term":
+        os.kill(leader.pid, signal.SIGTERM)
     else:
         os.killpg(leader.pid, signal.SIGSTOP)
     took, new_epoch = _takeover([r for r in replicas if r is not leader], headers, epoch, since)
-    stepped_down = None
+    stepped_down = exit_code = None
+    if how == "term":
+        exit_code = leader.exit_code if leader.wait_exit(30.0) else "still running"
+        if exit_code == "still running":
+            leader.kill()
     if how == "stop":
         time.sleep(max(0.0, since + lease_s + 0.5 - time.time()))  # paused longer than the lease
         os.killpg(leader.pid, signal.SIGCONT)
@@ -201,7 +213,8 @@ def _trial(replicas: list[Replica], headers: dict[str, str], rng: random.Random,
     leader.start()
     leader.ready(90.0)
     return {"how": how, "takeover_s": round(took, 3), "from_epoch": epoch, "to_epoch": new_epoch,
-            "old_leader": leader.name, "stepped_down": stepped_down, "restarted_before": restarted}
+            "old_leader": leader.name, "stepped_down": stepped_down, "exit_code": exit_code,
+            "restarted_before": restarted}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -252,7 +265,7 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
         try:
             for t in range(trials):
                 try:
-                    results.append(_trial(group, headers, rng, "kill" if t % 2 == 0 else "stop", lease_s))
+                    results.append(_trial(group, headers, rng, _HOW[t % len(_HOW)], lease_s))
                 except RuntimeError as exc:  # no takeover, a replica that does not come back: say it, stop
                     violations.append(f"trial {t}: {exc}; the replicas' log: {root / 'server.log'}")
                     break
@@ -273,7 +286,7 @@ def _run_trials(root: Path, group: list[Replica], headers: dict[str, str], rng: 
 
 def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, replicas: int = 2, seed: int = 7,
                         scale: float = 0.01, lease_s: float = 3.0, on_trial: Any = None) -> dict[str, Any]:
-    """`trials` leader failures (kill -9 and SIGSTOP alternately, at random moments) among `replicas`
+    """`trials` leader failures (kill -9, SIGSTOP and SIGTERM in turn, at random moments) among `replicas`
     replicas on the PostgreSQL store `db` (empty); what was measured and found."""
     from disagg.control.config import load_config
     from disagg.control.service import open_service
@@ -332,6 +345,9 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
     stops = [r for r in results if r["how"] == "stop"]
     violations += [f"trial {i}: the paused leader did not step down" for i, r in enumerate(results)
                    if r["how"] == "stop" and not r["stepped_down"]]
+    terms = [r for r in results if r["how"] == "term"]
+    violations += [f"trial {i}: the leader stopped with SIGTERM ended {r['exit_code']}, not 0"
+                   for i, r in enumerate(results) if r["how"] == "term" and r["exit_code"] != 0]
     if stale:
         violations.append(f"{stale} fenced writes were accepted")
     return {
@@ -339,7 +355,8 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         "lease_s": lease_s, "takeovers": len(results),
         "takeover_s": {"p50": _percentile(times, 0.5), "p99": _percentile(times, 0.99), "max": max(times, default=0.0),
                        "kill_max": max((r["takeover_s"] for r in results if r["how"] == "kill"), default=0.0),
-                       "stop_max": max((r["takeover_s"] for r in stops), default=0.0)},
+                       "stop_max": max((r["takeover_s"] for r in stops), default=0.0),
+                       "term_max": max((r["takeover_s"] for r in terms), default=0.0)},
         "jobs": {"accepted": len(ids), str(JobState.COMPLETED): completed,
                  "lost": sum(1 for i in ids if states.get(i) not in _ENDED),
                  str(JobState.FAILED): sum(1 for i in ids if states.get(i) == JobState.FAILED),
