@@ -4,6 +4,9 @@
   signal again once it had shut down, which killed the process there. Its shutdown never ran: the loop
   process died by PDEATHSIG's SIGKILL in the middle of its round, the lease was never given up (a standby
   waited for it to lapse), nothing was said of the jobs left running, and the exit was "killed by SIGTERM".
+- The state directory's disk full (the store elsewhere, with room): every round failed, /healthz said `ok`,
+  and the log took four tracebacks a second. Now /healthz names that filesystem, submissions get 503, and
+  the log says the failure once, then counts it every 30 s.
 - The store's disk full: the leader cannot renew its lease and steps down. It said only "no renewal for
   3.0 s" and ended by the same signal instead of its exit code 3; a start on the full disk was a traceback
   ("its error is in the log"). Both now say what the store said and what is free, and the start after
@@ -20,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,3 +179,58 @@ def test_a_full_store_disk_stops_the_leader_with_its_reason_and_the_start_after_
         wait_for(lambda: serve.job(job)["state"] == "cancelled", timeout=30, what="the job to be cancelled")
     finally:
         serve.kill()
+
+
+def test_a_full_state_directory_degrades_health_refuses_submissions_and_the_log_says_it_once(
+        tmp_path: Path, jobs_dir: Path) -> None:
+    """The store on a disk with room, the state directory on a full one: every round failed (the loop could
+    write neither the fabric's records, nor the mark, nor what it publishes), four tracebacks a second in
+    the log, while /healthz said `ok` and submissions were taken, to wait in `composing`."""
+    root = tmp_path / "one"
+    root.mkdir()
+    state = root / "state"
+    state.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(state)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    serve = Serve(root, jobs_dir)
+    serve.start()
+    try:
+        serve.ready()
+        job = serve.submit(["true"])
+        wait_for(lambda: serve.job(job)["state"] == "completed", timeout=60, what="a job before the disk fills")
+        filler = _fill(state)
+        wait_for(lambda: httpx.get(serve.url + "/healthz", timeout=5).json()["status"] == "degraded", timeout=10,
+                 what="/healthz to say degraded")
+        health = httpx.get(serve.url + "/healthz", timeout=5).json()
+        assert f"low disk: 0 MiB free on the state directory's filesystem ({state})" in health["cause"], health
+        r = httpx.post(serve.url + "/v1/jobs", headers={"Authorization": f"Bearer {serve.token()}"}, timeout=10,
+                       json={"name": "late", "command": ["true"], "tasks": {"count": 1, "cpus": 1.0, "memory_gb": 1.0}})
+        assert r.status_code == 503 and "state directory's filesystem" in r.json()["detail"], r.text
+        time.sleep(5)  # some twenty rounds, each failing to write there
+        log = serve.log.read_text()
+        assert log.count("controller round failed") == 1 and log.count("Traceback") <= 2, log[-3000:]
+        filler.unlink()
+        wait_for(lambda: "controller rounds succeed again" in serve.log.read_text(), timeout=30,
+                 what="the rounds to succeed again")
+        again = serve.submit(["true"])
+        wait_for(lambda: serve.job(again)["state"] == "completed", timeout=60, what="a job once there is room")
+    finally:
+        serve.kill()
+        subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_an_api_judges_only_its_own_loops_silence() -> None:
+    """A leading loop process publishes after every round; its API says `degraded` when that stops for
+    STALE_S. What another replica's loop published into the shared state directory, or a loop that never
+    published (a standby's), says nothing of this one."""
+    from disagg.control.split import STALE_S, LoopLink
+
+    link = LoopLink(-1, Path("/nonexistent/loop-status.json"), loop_pid=4242)
+    now = 1_000_000.0
+    assert link.silence({"pid": 4242, "at": now - 1}, now) is None
+    said = link.silence({"pid": 4242, "at": now - STALE_S - 5}, now)
+    assert said is not None and said.startswith(f"the loop process 4242 has published nothing for {STALE_S + 5:.0f} s")
+    assert link.silence({"pid": 777, "at": now - 3600}, now) is None  # another replica's loop
+    assert link.silence({}, now) is None
+    assert LoopLink(-1, Path("/x"), loop_pid=0).silence({"pid": 0, "at": 0.0}, now) is None

@@ -185,7 +185,8 @@ def bench_chaos(
 
 @bench_app.command("failover")
 def bench_failover(
-    trials: Annotated[int, typer.Option(min=1, max=10_000, help="Leader failures (kill -9, SIGSTOP and SIGTERM in turn).")] = 50,
+    trials: Annotated[int, typer.Option(min=1, max=10_000,
+                                        help="Leader failures (kill -9, SIGSTOP, SIGTERM in turn).")] = 50,
     replicas: Annotated[int, typer.Option(min=2, max=5, help="Replicas of the controller.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of the failure moments and the jobs.")] = 7,
     scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,

@@ -282,7 +282,7 @@ def _run(service: Service, settings: Config, loop_pid: int, wake_fd: int, sock: 
     stopping = threading.Event()
     ended: dict[str, int] = {}
     if loop_pid:
-        service.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE))
+        service.attach_loop(LoopLink(wake_fd, settings.resolved_state_dir() / STATUS_FILE, loop_pid))
         watch_loop_process(loop_pid, stopping, ended)
     else:
         service.controller.start()

@@ -101,7 +101,9 @@ class JobService:
         self._jobs: GroupInsert = store.submissions()
         self.queued = QueueCounts(store)
         self.limits = SubmitLimits(TenantDirectory(store, config))
-        self.disk = DiskWatch(config.store_dir(), int(config.min_free_disk_mb * 2**20))
+        self.disk = DiskWatch({"the store's filesystem": config.store_dir(),
+                               "the state directory's filesystem": config.resolved_state_dir().absolute()},
+                              int(config.min_free_disk_mb * 2**20))
 
     def close(self) -> None:
         self._jobs.close()

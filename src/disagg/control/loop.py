@@ -76,6 +76,42 @@ DEGRADED_S = 60.0
 SNAPSHOT_READS = 3
 
 
+
+class FailureLog:
+    """The log's lines for failed rounds: the first of a kind with its traceback, then one line every
+    REPEAT_EVERY_S counting the same failure, and one when rounds succeed again. A cause that lasts (the
+    state directory's disk full) failed every round, four tracebacks a second, and buried the rest."""
+
+    REPEAT_EVERY_S = 30.0
+    #: Rounds that succeed for this long end a failure (a cause that fails only the rounds that write a
+    #: file, once a second, lets the ones between succeed).
+    OVER_AFTER_S = 10.0
+
+    def __init__(self) -> None:
+        self.kind = ""  # the failure being repeated ("" while rounds succeed)
+        self.count = 0  # failed rounds since the last line
+        self.said_at = 0.0
+        self.last_at = 0.0  # the last failed round
+
+    def failed(self, exc: BaseException) -> None:
+        kind = f"{type(exc).__name__}: {exc}"
+        now = self.last_at = time.monotonic()
+        if kind != self.kind:
+            self.kind, self.count, self.said_at = kind, 0, now
+            log.exception("controller round failed")
+        elif now - self.said_at >= self.REPEAT_EVERY_S:
+            self.count += 1
+            log.error("controller rounds keep failing: %d more in %.0f s, each with %s", self.count,
+                      now - self.said_at, kind[:300])
+            self.count, self.said_at = 0, now
+        else:
+            self.count += 1
+
+    def ok(self) -> None:
+        if self.kind and time.monotonic() - self.last_at >= self.OVER_AFTER_S:
+            log.info("controller rounds succeed again (they failed with %s)", self.kind[:300])
+            self.kind, self.count = "", 0
+
 class Controller:
     """The scheduling loop: store + fabric + engine + policy, driven by one thread."""
 
@@ -114,6 +150,7 @@ class Controller:
         self.collect: Callable[[], None] | None = None  # retention: removes what ended long ago
         self._next_collect = time.monotonic() + 10.0
         self.trouble: dict[str, Any] | None = None  # the last failed round: its cause and when
+        self.failures = FailureLog()  # what the log says of failed rounds
         self._conflicts: dict[str, str] = {}  # the last round's commit conflicts: job → why
         self._repeating: set[str] = set()  # jobs whose conflict repeats, round after round
         self.leadership: Leadership | None = None  # replicas: the lease this loop runs under
@@ -159,8 +196,10 @@ class Controller:
                 self.housekeeping()
                 self._first_round_done()
             except Exception as exc:  # the loop must survive a bad round; the next one retries
-                log.exception("controller round failed")
+                self.failures.failed(exc)
                 self.round_failed(f"a round failed: {type(exc).__name__}: {exc}")
+            else:
+                self.failures.ok()
             self._wake.wait(self.config.tick_s)
             # rounds are at least tick_s apart, however many submissions wake the loop meanwhile
             self._stop.wait(max(0.0, started + self.config.tick_s - time.monotonic()))

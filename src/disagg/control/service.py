@@ -7,6 +7,7 @@ run the same code path as a user does.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,11 @@ class Service:
 
 
 def _last_round(link: LoopLink) -> dict[str, Any]:
-    info = link.status().get("last_round")
-    return info if isinstance(info, dict) else {}
+    status = link.status()
+    info = status.get("last_round")
+    info = info if isinstance(info, dict) else {}
+    silence = link.silence(status, time.time())
+    return {**info, "trouble": {"cause": silence, "at": status.get("at")}} if silence else info
 
 
 def open_service(config: Config, api_only: bool = False, waiting: Callable[[str], None] | None = None) -> Service:

@@ -47,14 +47,17 @@ class Failed(Protocol):
 
 
 PUBLISH_EVERY_S = 0.5
+#: A leading loop that has published nothing for this long is in trouble (its rounds, or its disk).
+STALE_S = 15.0
 
 
 class LoopLink:
     """The API process's end: wake the loop, read what it last published."""
 
-    def __init__(self, wake_fd: int, status_path: Path) -> None:
+    def __init__(self, wake_fd: int, status_path: Path, loop_pid: int = 0) -> None:
         self.wake_fd = wake_fd
         self.status_path = status_path
+        self.loop_pid = loop_pid  # this API's loop process: only what it published is judged for staleness
 
     def wake(self) -> None:
         with contextlib.suppress(BlockingIOError, BrokenPipeError, OSError):
@@ -66,6 +69,18 @@ class LoopLink:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
+
+    def silence(self, status: dict[str, Any], now: float) -> str | None:
+        """Why this API's own loop process, which published before, has published nothing for STALE_S: it
+        publishes after every round, so its rounds fail before that or it cannot write the file. Another
+        replica's loop's file (the state directory is shared) says nothing of this one."""
+        at = status.get("at")
+        if not self.loop_pid or status.get("pid") != self.loop_pid or not isinstance(at, int | float):
+            return None
+        if now - at < STALE_S:
+            return None
+        return (f"the loop process {self.loop_pid} has published nothing for {now - at:.0f} s: its rounds fail "
+                f"or it cannot write {self.status_path} (the log says which)")
 
 
 class Publisher:
@@ -83,7 +98,8 @@ class Publisher:
             return
         self._last = now
         tmp = self.status_path.with_suffix(".tmp")
-        body = {"metrics": self.render().decode(), "last_round": self.last_round(), "pid": os.getpid()}
+        body = {"metrics": self.render().decode(), "last_round": self.last_round(), "pid": os.getpid(),
+                "at": time.time()}
         tmp.write_text(json.dumps(body))
         os.replace(tmp, self.status_path)
 
