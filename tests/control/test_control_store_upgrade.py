@@ -19,6 +19,7 @@ from sqlalchemy import MetaData, create_engine, func, select, text
 from disagg.model.states import JobState
 from disagg.store import Store
 from disagg.store.base import StoreError
+from disagg.store.pgtemp import TempPostgres
 
 DUMP = Path(__file__).parent / "data" / "store-0002.sql"
 TABLES = ("jobs", "slices", "slice_steps", "events", "tokens", "machines", "devices", "links")
@@ -131,3 +132,34 @@ def test_a_store_a_newer_disagg_migrated_is_refused_naming_its_revision(tmp_path
         store.migrate()
     assert _revision(store) == "i99_later"
     store.close()
+
+
+def test_an_upgrade_under_running_replicas_is_refused_until_they_stop(pg_server: TempPostgres) -> None:
+    """PostgreSQL replicas of an older disagg running while a new one starts (a rolling upgrade): the new
+    one migrated the schema under them, and they read and wrote on with code that did not know it. Now
+    the upgrade is refused, naming them, until each has stopped: a clean stop says so, a kill is past
+    REPLICA_RECENT_S."""
+    from disagg.store.lease import Role
+
+    url = pg_server.create_database("upgrade_replicas")
+    old = Store(url)
+    old.migrate("i23_positions")  # the revision before the newest
+    old.replica_seen("r0", "http://10.0.0.1:8080", Role.LEADER, 1)
+    old.replica_seen("r1", "http://10.0.0.2:8080", Role.STANDBY, None)
+    new = Store(url)
+    with pytest.raises(StoreError, match=r"at schema revision 'i23_positions', and this disagg would upgrade it to "
+                                         r"'i23_slice_changes' while replicas run on it: r0 \(leader, seen \d\.\d s "
+                                         r"ago\), r1 \(standby, seen \d\.\d s ago\)\. .*stop every replica"):
+        new.migrate()
+    assert _revision(new) == "i23_positions"
+    old.replica_seen("r0", "http://10.0.0.1:8080", Role.STOPPED, 1)  # r0 stopped cleanly
+    with pytest.raises(StoreError, match=r"while replicas run on it: r1 \(standby"):
+        new.migrate()
+    with old.engine.begin() as conn:  # r1 was killed: its row ages past the window
+        conn.exec_driver_sql("UPDATE replicas SET last_seen = last_seen - 60 WHERE name = 'r1'")
+    new.migrate()
+    assert _revision(new) == "i23_slice_changes"
+    old.replica_seen("r2", "http://10.0.0.3:8080", Role.STANDBY, None)  # a replica of this version
+    new.migrate()  # nothing to upgrade: replicas of the same schema start beside each other
+    old.close()
+    new.close()

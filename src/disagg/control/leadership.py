@@ -220,7 +220,8 @@ class Leadership:
             self._lost.set()
             with contextlib.suppress(Exception):
                 self.store.release_lease(self.name, self.epoch)
-                self.store.replica_seen(self.name, self.address, Role.STANDBY, self.epoch)
+        with contextlib.suppress(Exception):  # no longer on the store: an upgrade need not wait for it
+            self.store.replica_seen(self.name, self.address, Role.STOPPED, self.epoch)
 
 
 

@@ -33,10 +33,12 @@ from disagg.store.models import LeaseRow, ReplicaRow
 
 
 class Role(StrEnum):
-    """What a replica is now: the leader runs the loop; a standby serves the API and watches the lease."""
+    """What a replica is now: the leader runs the loop; a standby serves the API and watches the lease; a
+    stopped one has ended cleanly."""
 
     LEADER = "leader"
     STANDBY = "standby"
+    STOPPED = "stopped"  # a clean stop said so: no longer runs on the store (an upgrade may go ahead)
 
 
 class FencedWrite(RuntimeError):
