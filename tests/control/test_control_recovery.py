@@ -163,6 +163,26 @@ def test_a_start_on_another_engine_refuses_instead_of_running_jobs_twice(tmp_pat
         pass  # nothing live: switching engines is a plain start
 
 
+def test_a_restore_while_the_controller_runs_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """`disagg restore` on the store of a running `disagg serve` replaced it under the server: a running job
+    and every job since the backup vanished from the listings while the job's processes ran on."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    backup = tmp_path / "backup.db"
+    server = Server(tmp_path, db, OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        assert runner.invoke(app, ["backup", str(backup), "--db", db]).exit_code == 0
+        long = c.submit(["sleep", "60"])
+        c.wait(long, "running")
+        r = runner.invoke(app, ["restore", str(backup), "--db", db])
+        assert r.exit_code == 1 and f"a disagg serve runs on the store {db}: stop it first" in r.output, r.output
+        assert c.get(long).json()["state"] == "running"
+        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
+        c.wait(long, "cancelled")
+    r = runner.invoke(app, ["restore", str(backup), "--db", db])  # stopped: the restore goes ahead
+    assert r.exit_code == 0, r.output
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -163,3 +163,21 @@ def test_an_upgrade_under_running_replicas_is_refused_until_they_stop(pg_server:
     new.migrate()  # nothing to upgrade: replicas of the same schema start beside each other
     old.close()
     new.close()
+
+
+def test_a_restore_while_replicas_run_is_refused(pg_server: TempPostgres, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from disagg.cli import app
+    from disagg.store.lease import Role
+
+    url = pg_server.create_database("restore_replicas")
+    store = Store(url)
+    store.migrate()
+    store.replica_seen("r0", "http://10.0.0.1:8080", Role.LEADER, 1)
+    r = CliRunner().invoke(app, ["restore", str(tmp_path / "any.dump"), "--db", url])
+    assert r.exit_code == 1 and "replicas run on the store" in r.output and "r0 (leader, seen" in r.output, r.output
+    store.replica_seen("r0", "http://10.0.0.1:8080", Role.STOPPED, 1)
+    r = CliRunner().invoke(app, ["restore", str(tmp_path / "any.dump"), "--db", url])
+    assert r.exit_code == 1 and "no backup at" in r.output, r.output  # past the check: the file is missing
+    store.close()

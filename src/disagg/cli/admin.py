@@ -14,6 +14,7 @@ Each reads the same settings as `disagg serve` (`--config`/DISAGG_CONFIG, DISAGG
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -101,11 +102,50 @@ def restore(
     from disagg.store.backup import restore_store
 
     settings = _settings(config, db=db)
+    lock = _stopped(settings.db)
     try:
         restore_store(settings.db, source)
     except StoreError as exc:
         raise fail(str(exc), EXIT_FAILED) from None
+    finally:
+        if lock is not None:
+            os.close(lock)
     sys.stdout.write(f"restored {settings.db} from {source}\n")
+
+
+def _stopped(url: str) -> int | None:
+    """Refuse (exit 1) while a controller runs on the store: a restore under it replaced the store that a
+    running `disagg serve` went on writing, and its running jobs vanished from every listing while their
+    processes ran on. SQLite: the lock file `serve` holds is taken for the restore's length (its fd, to
+    close); PostgreSQL: no replica may have been seen lately (a clean stop says so at once)."""
+    from sqlalchemy import inspect
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from disagg.control.leadership import SingleControllerError, lock_sqlite
+    from disagg.store import Store
+    from disagg.store.lease import running_replicas
+
+    try:
+        lock = lock_sqlite(url, wait_s=0.0)
+    except SingleControllerError:
+        raise fail(f"a disagg serve runs on the store {url}: stop it first (a restore replaces the store under "
+                   "it)", EXIT_FAILED) from None
+    if lock is not None:
+        return lock
+    store = Store(url)
+    running: list[str] = []
+    try:
+        with store.engine.connect() as conn:
+            if inspect(conn).has_table("replicas"):
+                running = running_replicas(conn, store.dialect)
+    except SQLAlchemyError:  # the database cannot be read: pg_restore says why, in its words
+        pass
+    finally:
+        store.close()
+    if running:
+        raise fail(f"replicas run on the store {url}: {', '.join(running)}; stop every one first (a restore "
+                   "replaces the store under them)", EXIT_FAILED)
+    return None
 
 
 def register(app: typer.Typer) -> None:

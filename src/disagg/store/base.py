@@ -146,11 +146,6 @@ def _foreign_keys_deferred(conn: Connection, dialect: str) -> Iterator[None]:
         raw.execute("PRAGMA foreign_keys=ON")
 
 
-#: A replica seen this recently (the database's clock) may still run: twice the default lease, and six
-#: heartbeats (a live replica writes its row every second).
-REPLICA_RECENT_S = 6.0
-
-
 def _refuse_upgrade_under_replicas(conn: Connection, script: ScriptDirectory, revision: str, url: str) -> None:
     """An upgrade while replicas of an older disagg run on the store (a rolling upgrade, a forgotten standby)
     changes the schema under code that does not know it, which reads and writes on. Refused, naming them,
@@ -158,21 +153,17 @@ def _refuse_upgrade_under_replicas(conn: Connection, script: ScriptDirectory, re
     from alembic.migration import MigrationContext
     from sqlalchemy import inspect
 
-    from disagg.store.lease import Role, db_now
+    from disagg.store.lease import running_replicas
 
     current = MigrationContext.configure(conn).get_current_revision()
     target = script.get_current_head() if revision == "head" else revision
     if current is None or current == target or not inspect(conn).has_table("replicas"):
         return
-    rows = conn.execute(text(
-        f"SELECT name, role, {db_now('postgresql')} - last_seen FROM replicas WHERE role <> :stopped "
-        f"AND last_seen > {db_now('postgresql')} - :recent ORDER BY name"),
-        {"stopped": str(Role.STOPPED), "recent": REPLICA_RECENT_S}).all()
-    if rows:
-        running = ", ".join(f"{name} ({role}, seen {float(ago):.1f} s ago)" for name, role, ago in rows)
+    running = running_replicas(conn, "postgresql")
+    if running:
         raise StoreError(f"the store at {url!r} is at schema revision {current!r}, and this disagg would upgrade "
-                         f"it to {target!r} while replicas run on it: {running}. An upgrade changes the schema "
-                         "under them: stop every replica, then start this version (docs/controller.md, "
+                         f"it to {target!r} while replicas run on it: {', '.join(running)}. An upgrade changes the "
+                         "schema under them: stop every replica, then start this version (docs/controller.md, "
                          "\"Upgrading disagg\")")
 
 

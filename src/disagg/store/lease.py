@@ -89,6 +89,22 @@ def db_now(dialect: str) -> str:
     return "((julianday('now') - 2440587.5) * 86400.0)"
 
 
+#: A replica seen this recently (the database's clock) may still run: twice the default lease, and six
+#: heartbeats (a live replica writes its row every second).
+REPLICA_RECENT_S = 6.0
+
+
+def running_replicas(conn: Connection, dialect: str) -> list[str]:
+    """The replicas that may still run on the store: seen within REPLICA_RECENT_S and not stopped cleanly;
+    each as "name (role, seen N s ago)". What an upgrade or a restore must not change the store under."""
+    now = db_now(dialect)
+    rows = conn.execute(text(
+        f"SELECT name, role, {now} - last_seen FROM replicas WHERE role <> :stopped "
+        f"AND last_seen > {now} - :recent ORDER BY name"),
+        {"stopped": str(Role.STOPPED), "recent": REPLICA_RECENT_S}).all()
+    return [f"{name} ({role}, seen {float(ago):.1f} s ago)" for name, role, ago in rows]
+
+
 _COLUMNS = ("holder, epoch, expires_at, acquired_at, renewed_at, first_round_at, released, fenced_writes, "
             "failovers")
 
