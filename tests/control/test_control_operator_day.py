@@ -152,6 +152,40 @@ def test_cancel_with_grace_sends_sigterm_and_waits_like_a_preemption(served: tup
     assert bad.returncode == 2 and "--signal: 'STOP' is not allowed" in bad.stderr
 
 
+def test_an_id_is_one_part_of_the_path_and_an_empty_one_is_refused(served: tuple[Server, str]) -> None:
+    """The CLI put ids into its URLs as they were typed: `cancel '../devices/iobox0/gpu3/drain#'` drained a
+    device (exit 0, "job iobox0/gpu3 is drained"), `profiles _ unpin 'x/../../tokens/2#'` revoked a token,
+    and `jobs ''` was a traceback."""
+    out = cli(served, "cancel", "../devices/iobox0/gpu3/drain#")
+    assert out.returncode == 2 and "job: '../devices/iobox0/gpu3/drain#' is not allowed: a job id has no '/'" \
+        in out.stderr, out.stderr
+    srv, token = served
+    devices = httpx.get(f"{srv.url}/v1/devices", headers=h(token), params={"limit": 500}, timeout=10).json()
+    assert not next(d for d in devices["devices"] if d["id"] == "iobox0/gpu3")["drained"]
+    for args in (("jobs", ""), ("slices", ""), ("tenants", "show", ""), ("logs", ".."), ("hold", ".")):
+        out = cli(served, *args)
+        assert out.returncode == 2 and "is not allowed: give one" in out.stderr and "Traceback" not in out.stderr, \
+            (args, out.stderr)
+    out = cli(served, "devices", "drain", "iobox0/gpu3")  # a device id has its '/': it still reaches it
+    assert out.returncode == 0 and "device iobox0/gpu3 is drained" in out.stdout, out.stderr
+    assert cli(served, "devices", "repair", "iobox0/gpu3").returncode == 0
+
+
+def test_the_profiles_subcommands_are_reachable(served: tuple[Server, str]) -> None:
+    """`disagg profiles [IMAGE]` took `export`, `pin` and `unpin` for images: none of them could be run."""
+    out = cli(served, "profiles", "pin", "acme/probe:1", "--base-s", "10", "--transfer-share", "0.3",
+              "--remote-factor", "2", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["used"] == "pinned", out.stderr
+    out = cli(served, "profiles", "show", "acme/probe:1", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["image"] == "probe", out.stderr
+    out = cli(served, "profiles", "export")
+    assert out.returncode == 0 and "- image: probe\n  base_s: 10.0" in out.stdout, out.stderr
+    out = cli(served, "profiles", "unpin", "acme/probe:1")
+    assert out.returncode == 0 and "unpinned acme/probe:1" in out.stdout, out.stderr
+    out = cli(served, "profiles", "show", "acme/probe:1")
+    assert out.returncode == 2 and "no profile for image" in out.stderr
+
+
 def test_faults_and_shutdown_leave_lines_in_the_servers_log(tmp_path: Path) -> None:
     srv = started(tmp_path)
     try:

@@ -66,6 +66,20 @@ def json_rows(data: dict[str, object]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
+def segment(value: str, what: str, slashes: bool = False) -> str:
+    """`value` (an id, a name, an image the user typed) as one part of an API path: percent-encoded whole,
+    `/` included, so that it is never more than one part. Unescaped, `cancel '../devices/iobox0/gpu0/drain#'`
+    drained a device and `jobs ''` was a traceback. "", "." and ".." name nothing, and only device ids and
+    images have a `/` (`slashes`): exit 2."""
+    from urllib.parse import quote
+
+    if value in ("", ".", ".."):
+        raise fail(f"{what}: {value!r} is not allowed: give one (the list commands show them)")
+    if "/" in value and not slashes:
+        raise fail(f"{what}: {escape_controls(repr(value))} is not allowed: a {what} id has no '/'")
+    return quote(value, safe="")
+
+
 def call_api(method: str, url: str, path: str, token: str | None, headers: dict[str, str] | None = None,
              **kwargs: Any) -> Any:
     """One request to the controller's API; its JSON answer, or `fail()` with the API's `detail`.

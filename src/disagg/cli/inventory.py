@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, get_all, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, get_all, print_json, segment
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock
 
@@ -66,7 +66,7 @@ def slices(
     if slice_id is None:
         _listing(url, token, shown, "slices", _SLICE_COLS, _SLICE_ROWS, params={"state": state} if state else None)
         return
-    one = call_api("GET", url, f"/v1/slices/{slice_id}", token)
+    one = call_api("GET", url, f"/v1/slices/{segment(slice_id, 'slice')}", token)
     if shown == "json":
         print_json(one)
         return
@@ -125,7 +125,7 @@ def devices(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_
 
 def _act(url: str, token: str | None, as_json: bool, kind: str, item: str, action: str) -> None:
     """POST /v1/<kind>s/<item>/<action>; prints the item as it is now."""
-    out = call_api("POST", url, f"/v1/{kind}s/{item}/{action}", token)
+    out = call_api("POST", url, f"/v1/{kind}s/{segment(item, kind, slashes=kind == 'device')}/{action}", token)
     if as_json:
         print_json(out)
     else:

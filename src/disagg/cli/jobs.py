@@ -28,6 +28,7 @@ from disagg.cli.common import (
     fail,
     get_all,
     print_json,
+    segment,
 )
 from disagg.cli.tables import Col, console, make_table
 from disagg.display import clock, duration
@@ -153,7 +154,7 @@ def jobs(
     """List your jobs (all jobs with an admin token), or show one with its placement and reason."""
     as_json = as_json or output == "json"
     if job_id is not None:
-        job = call_api("GET", url, f"/v1/jobs/{job_id}", token)
+        job = call_api("GET", url, f"/v1/jobs/{segment(job_id, 'job')}", token)
         if as_json:
             print_json(job)
         else:
@@ -190,7 +191,7 @@ def logs(
     if as_json:
         print_json({"job": job_id, "slice": last.get("slice"), "logs": "".join(text), "size": last.get("size", 0)})
     if follow:
-        code = exit_code_of(call_api("GET", url, f"/v1/jobs/{job_id}", token))
+        code = exit_code_of(call_api("GET", url, f"/v1/jobs/{segment(job_id, 'job')}", token))
         if code:
             raise typer.Exit(code)
 
@@ -211,10 +212,11 @@ def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterat
     ends: a job not started yet is waited for (as `kubectl logs -f`), and a re-queued job's new attempt
     starts again from its beginning, after a line that says so."""
     offset, attempt = 0, None
+    path = f"/v1/jobs/{segment(job_id, 'job')}/logs"
     while True:
-        page = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token, params={"offset": offset, "limit": 2**20})
+        page = call_api("GET", url, path, token, params={"offset": offset, "limit": 2**20})
         if attempt is not None and page["slice"] != attempt:
-            page = call_api("GET", url, f"/v1/jobs/{job_id}/logs", token, params={"offset": 0, "limit": 2**20})
+            page = call_api("GET", url, path, token, params={"offset": 0, "limit": 2**20})
             yield {**page, "logs": f"--- a new attempt, on slice {page['slice']} ---\n" + page["logs"]}
         else:
             yield page
@@ -228,7 +230,7 @@ def _log_pages(job_id: str, follow: bool, url: str, token: str | None) -> Iterat
 
 def _ended(url: str, job_id: str, token: str | None) -> bool:
     """Whether the job has reached a final state (a complete attempt may be followed by another one)."""
-    return JobState(call_api("GET", url, f"/v1/jobs/{job_id}", token)["state"]).final
+    return JobState(call_api("GET", url, f"/v1/jobs/{segment(job_id, 'job')}", token)["state"]).final
 
 
 def cancel(
@@ -248,7 +250,7 @@ def cancel(
     if name not in CANCEL_SIGNALS:
         raise fail(f"--signal: {sig!r} is not allowed; use one of {', '.join(CANCEL_SIGNALS)}")
     params = {"grace_s": grace, "signal": name} if grace > 0 else None
-    job = call_api("POST", url, f"/v1/jobs/{job_id}/cancel", token, params=params)
+    job = call_api("POST", url, f"/v1/jobs/{segment(job_id, 'job')}/cancel", token, params=params)
     if as_json:
         print_json(job)
     elif job["state"] == JobState.RUNNING and grace > 0:
@@ -268,7 +270,7 @@ def events(
     as_json: AsJson = False,
 ) -> None:
     """A job's history: each transition of the job and of its slices, with why."""
-    data = call_api("GET", url, f"/v1/jobs/{job_id}/events", token)
+    data = call_api("GET", url, f"/v1/jobs/{segment(job_id, 'job')}/events", token)
     if as_json:
         print_json(data)
         return
@@ -279,7 +281,7 @@ def events(
 
 
 def _act(action: str, job_id: str, url: str, token: str | None, as_json: bool) -> None:
-    job = call_api("POST", url, f"/v1/jobs/{job_id}/{action}", token)
+    job = call_api("POST", url, f"/v1/jobs/{segment(job_id, 'job')}/{action}", token)
     if as_json:
         print_json(job)
     else:

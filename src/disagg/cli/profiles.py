@@ -1,11 +1,11 @@
-"""`disagg profiles [IMAGE | export | pin | unpin]`: what the controller knows of each image.
+"""`disagg profiles [show IMAGE | export | pin | unpin]`: what the controller knows of each image.
 
 `disagg profiles` is GET /v1/profiles as a table: per image the profile the policies use (`used`: the
 table's entry, the learned estimate, an admin's pin, or neutral), its remote slowdown φ(r=1, load 0.5)
 / φ(local) with the pessimistic bound the policies place by while unsure, how many completed tasks
-(with remote devices) it rests on, and its source. `disagg profiles IMAGE` shows one image, every
-field. `disagg profiles export > table.yaml` writes the profiles in use as a table that `--profiles`
-(and `serve`'s `profiles:`) read back. `pin` / `unpin` are an admin's PUT / DELETE.
+(with remote devices) it rests on, and its source. One image, every field: `disagg profiles show IMAGE`.
+`disagg profiles export > table.yaml` writes the profiles in use as a table that `--profiles` (and
+`serve`'s `profiles:`) read back. `pin` / `unpin` are an admin's PUT / DELETE.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, get_all, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, get_all, print_json, segment
 from disagg.cli.tables import Col, console, make_table
 
 profiles_app = typer.Typer(help="Image profiles: the table's, learned from completed tasks, pinned (admin).",
@@ -58,18 +58,12 @@ def _table(views: list[dict[str, Any]], wide: bool) -> Any:
 
 
 @profiles_app.callback()
-def profiles(ctx: typer.Context, image: Annotated[str | None, typer.Argument(help=(
-        "One image (e.g. acme/trainer:2), every field; none: every image."))] = None,
-        url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False, output: Output = "table") -> None:
-    """List what the controller knows of each image: the profile used, the learned estimate, its certainty."""
+def profiles(ctx: typer.Context, url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False,
+             output: Output = "table") -> None:
+    """List what the controller knows of each image: the profile used, the learned estimate, its certainty.
+    (One image is `show IMAGE`: an optional image here took the subcommands' names for images, so that
+    `export`, `pin` and `unpin` could not be reached.)"""
     if ctx.invoked_subcommand is not None:
-        return
-    if image is not None:
-        data = call_api("GET", url, f"/v1/profiles/{image}", token)
-        if as_json or output == "json":
-            print_json(data)
-            return
-        console().print(_table([data], True))
         return
     found = get_all(url, "/v1/profiles", token, "profiles")
     if as_json or output == "json":
@@ -79,6 +73,17 @@ def profiles(ctx: typer.Context, image: Annotated[str | None, typer.Argument(hel
         console().print("no profiles: no table entry and no completed task yet")
         return
     console().print(_table(found, output == "wide"))
+
+
+@profiles_app.command("show")
+def profiles_show(image: Annotated[str, typer.Argument(help="The image (e.g. acme/trainer:2).")],
+                  url: Url = DEFAULT_API, token: Token = None, as_json: AsJson = False) -> None:
+    """One image, every field."""
+    data = call_api("GET", url, f"/v1/profiles/{segment(image, 'image', slashes=True)}", token)
+    if as_json:
+        print_json(data)
+        return
+    console().print(_table([data], True))
 
 
 @profiles_app.command("export")
@@ -110,7 +115,7 @@ def profiles_pin(
     """Admin: pin an image's profile (learning never replaces it)."""
     body = {"base_s": base_s, "transfer_share": transfer_share, "remote_factor": remote_factor,
             "load_sensitivity": load_sensitivity, "network_gbps": network_gbps, "source": source}
-    data = call_api("PUT", url, f"/v1/profiles/{image}", token, json=body)
+    data = call_api("PUT", url, f"/v1/profiles/{segment(image, 'image', slashes=True)}", token, json=body)
     if as_json:
         print_json(data)
         return
@@ -121,7 +126,7 @@ def profiles_pin(
 def profiles_unpin(image: Annotated[str, typer.Argument(help="The image.")], url: Url = DEFAULT_API,
                    token: Token = None) -> None:
     """Admin: drop an image's pin."""
-    call_api("DELETE", url, f"/v1/profiles/{image}", token)
+    call_api("DELETE", url, f"/v1/profiles/{segment(image, 'image', slashes=True)}", token)
     console().print(f"unpinned {image}")
 
 

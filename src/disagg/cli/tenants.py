@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, fail, print_json
+from disagg.cli.common import DEFAULT_API, AsJson, Output, Token, Url, call_api, fail, print_json, segment
 from disagg.cli.tables import Col, console, make_table
 from disagg.model.states import JobState
 
@@ -99,7 +99,7 @@ def tenants_show(
     output: Output = "wide",
 ) -> None:
     """One tenant, with every column (a tenant's token shows only itself)."""
-    data = call_api("GET", url, f"/v1/tenants/{name}", token)
+    data = call_api("GET", url, f"/v1/tenants/{segment(name, 'tenant')}", token)
     if as_json or output == "json":
         print_json(data)
         return
@@ -125,7 +125,7 @@ def tenants_set(
         body["cohort"] = cohort
     if unix_user is not None:
         body["unix_user"] = unix_user
-    data = call_api("PUT", url, f"/v1/tenants/{name}", token, json=body)
+    data = call_api("PUT", url, f"/v1/tenants/{segment(name, 'tenant')}", token, json=body)
     if as_json:
         print_json(data)
         return

@@ -18,7 +18,19 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from disagg.cli.common import DEFAULT_API, EXIT_FAILED, AsJson, Output, Token, Url, call_api, fail, get_all, print_json
+from disagg.cli.common import (
+    DEFAULT_API,
+    EXIT_FAILED,
+    AsJson,
+    Output,
+    Token,
+    Url,
+    call_api,
+    fail,
+    get_all,
+    print_json,
+    segment,
+)
 from disagg.cli.tables import Col, console, make_table
 
 token_app = typer.Typer(help="Bearer tokens of the controller.", no_args_is_help=True)
@@ -104,7 +116,7 @@ def token_revoke(
     token: Token = None,
 ) -> None:
     """Revoke a token (admin): it answers 401 from now on (within a second everywhere)."""
-    call_api("DELETE", url, f"/v1/tokens/{token_id}", token)
+    call_api("DELETE", url, f"/v1/tokens/{segment(str(token_id), 'token')}", token)
     Console().print(f"token {token_id} revoked")
 
 
