@@ -147,7 +147,7 @@ def test_submit_refuses_a_number_json_cannot_carry_before_it_calls(args: list[st
 
 def test_a_job_id_with_a_control_character_is_refused_not_a_traceback() -> None:
     out = run("cancel", "j-\x01", "--url", "http://127.0.0.1:9", "--token", "t")
-    _refused(out, "not a path the API can have: /v1/jobs/j-\\x01/cancel")
+    _refused(out, "job: 'j-\\x01' is not allowed: it has control characters")
 
 
 def test_not_finite_names_the_first_field_json_cannot_carry() -> None:

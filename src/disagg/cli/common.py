@@ -69,14 +69,16 @@ def json_rows(data: dict[str, object]) -> str:
 def segment(value: str, what: str, slashes: bool = False) -> str:
     """`value` (an id, a name, an image the user typed) as one part of an API path: percent-encoded whole,
     `/` included, so that it is never more than one part. Unescaped, `cancel '../devices/iobox0/gpu0/drain#'`
-    drained a device and `jobs ''` was a traceback. "", "." and ".." name nothing, and only device ids and
-    images have a `/` (`slashes`): exit 2."""
+    drained a device and `jobs ''` was a traceback. "", "." and ".." name nothing, only device ids and
+    images have a `/` (`slashes`), and none has a control character: exit 2."""
     from urllib.parse import quote
 
     if value in ("", ".", ".."):
         raise fail(f"{what}: {value!r} is not allowed: give one (the list commands show them)")
     if "/" in value and not slashes:
         raise fail(f"{what}: {escape_controls(repr(value))} is not allowed: a {what} id has no '/'")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise fail(f"{what}: {escape_controls(repr(value))} is not allowed: it has control characters")
     return quote(value, safe="")
 
 
