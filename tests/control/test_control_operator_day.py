@@ -217,6 +217,30 @@ def test_tenants_entitled_share_is_the_same_for_the_tenant_and_the_admin(api: Cl
     assert all(t["unix_user"] for t in every.values())  # who the jobs run as, never blank
 
 
+def test_who_a_tenants_jobs_run_as_is_the_config_s_and_the_api_says_it_as_the_engine_does(tmp_path: Path) -> None:
+    """PUT /v1/tenants took `unix_user` (`root` too), stored it and showed it, while the engines resolved users
+    from the config's spec alone: jobs ran as someone else than the API said. And the API named the default
+    user without the controller's prefix (`disagg-t3` for jobs that ran as `disagg-0325-t3`)."""
+    from control_helpers import make_service
+
+    from disagg.api import create_app
+
+    svc = make_service(tmp_path, unix_user_prefix="dq-")
+    try:
+        admin = h(svc.store.create_token("admin", admin=True))
+        with TestClient(create_app(svc.jobs)) as client:
+            for user in ("root", "nobody"):
+                r = client.put("/v1/tenants/t3", headers=admin, json={"unix_user": user})
+                assert r.status_code == 422 and r.json()["problems"][0]["field"] == "unix_user", r.text
+                assert "an API admin does not choose the host's users" in r.json()["detail"]
+            assert client.put("/v1/tenants/t3", headers=admin, json={"weight": 2}).status_code == 200
+            every = {t["name"]: t for t in client.get("/v1/tenants", headers=admin).json()["tenants"]}
+        if os.geteuid() == 0:  # as root each tenant has a user of its own: the one the engine resolves
+            assert every["t3"]["unix_user"] == svc.engine.accounts.user_of("t3") == "dq-t3"  # type: ignore[attr-defined]
+    finally:
+        svc.close()
+
+
 def test_the_tenants_table_says_what_its_columns_mean_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
     from disagg.cli.tables import console as table_console
     from disagg.cli.tenants import LEGEND, _table

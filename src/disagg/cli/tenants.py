@@ -113,7 +113,6 @@ def tenants_set(
     borrow: Annotated[str | None, typer.Option(help="Borrowing limit above the quota, e.g. gpu=8.")] = None,
     weight: Annotated[float, typer.Option(min=0.000001, help="Weight for fair share.")] = 1.0,
     cohort: Annotated[str | None, typer.Option(help="The cohort it borrows from and lends to.")] = None,
-    unix_user: Annotated[str | None, typer.Option("--unix-user", help="The Unix user its jobs run as.")] = None,
     url: Url = DEFAULT_API,
     token: Token = None,
     as_json: AsJson = False,
@@ -123,8 +122,6 @@ def tenants_set(
                             "borrow": parse_limits("--borrow", borrow)}
     if cohort is not None:
         body["cohort"] = cohort
-    if unix_user is not None:
-        body["unix_user"] = unix_user
     data = call_api("PUT", url, f"/v1/tenants/{segment(name, 'tenant')}", token, json=body)
     if as_json:
         print_json(data)

@@ -195,16 +195,21 @@ class Config(BaseModel):
     def log_cap_bytes(self) -> int:
         return int(self.log_cap_mb * 2**20)
 
+    def user_prefix(self) -> str:
+        """The prefix of the tenants' default Unix users: `unix_user_prefix`, else this controller's own."""
+        from disagg.engines.accounts import controller_prefix
+
+        return self.unix_user_prefix or controller_prefix(self.resolved_state_dir())
+
     def isolation(self) -> Isolation:
         """The local engine's isolation settings (users, working directories, cgroups, log cap)."""
-        from disagg.engines.accounts import controller_prefix
         from disagg.engines.local import Isolation
 
         store = self.sqlite_path()
         return Isolation(
             self.tenants_spec(), self.allow_same_user, Path(self.jobs_dir) if self.jobs_dir else None,
             self.log_cap_bytes, self.cgroup_parent, self.task_pids_max,
-            self.unix_user_prefix or controller_prefix(self.resolved_state_dir()), sandbox=self.sandbox,
+            self.user_prefix(), sandbox=self.sandbox,
             allow_no_sandbox=self.allow_no_sandbox,
             hide_files=tuple(Path(f"{store}{end}") for end in ("", "-wal", "-shm", "-journal")) if store else (),
             shared_dirs=tuple(Path(p) for p in self.job_shared_dirs if Path(p).is_dir()),  # gone: nothing to bind

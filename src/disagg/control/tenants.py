@@ -88,7 +88,7 @@ class TenantDirectory:
 
         if os.geteuid() != 0 and self.config.allow_same_user:
             return pwd.getpwuid(os.geteuid()).pw_name
-        return tenant.unix_user or default_unix_user(tenant.name)
+        return tenant.unix_user or default_unix_user(tenant.name, self.config.user_prefix())
 
 
 def _view(t: Tenant, held: Mapping[str, float], decayed: Mapping[str, float], counts: Mapping[str, int],
