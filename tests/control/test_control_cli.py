@@ -343,3 +343,71 @@ def test_a_config_files_relative_paths_are_relative_to_the_file(tmp_path: Path,
     assert c.job_shared_dirs == [str(etc / "shared"), "/abs/shared"] and c.profiles == "/abs/profiles.yaml"
     flagged = load_config(str(cfg), {"DISAGG_STATE_DIR": "mine"}, cluster="here.yaml")
     assert (flagged.cluster, flagged.state_dir) == ("here.yaml", "mine")  # the working directory's
+
+
+def _a_store(tmp_path: Path) -> str:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    Store(db).migrate()
+    return db
+
+
+@pytest.mark.parametrize(("target", "words"), [
+    ("/proc/x", "TARGET: cannot make /proc/x: No such file or directory"),
+    ("{tmp}/d.db/x", "Not a directory"),
+    ("{tmp}/nodir/x.db", "cannot make {tmp}/nodir/x.db: No such file or directory"),
+    ("{tmp}", "{tmp} exists (a directory)"),
+    ("/dev/null", "/dev/null exists (a device or other special file)"),
+], ids=["proc", "under-a-file", "no-directory", "a-directory", "dev-null"])
+def test_a_backup_to_a_path_it_cannot_make_is_refused_with_exit_2(tmp_path: Path, target: str, words: str) -> None:
+    """Each was a traceback (FileNotFoundError, FileExistsError), or a directory made silently for a typo."""
+    db = _a_store(tmp_path)
+    r = runner.invoke(app, ["backup", target.format(tmp=tmp_path), "--db", db])
+    assert r.exit_code == 2 and words.format(tmp=tmp_path) in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_a_backup_or_gc_of_a_store_that_is_not_there_makes_none(tmp_path: Path) -> None:
+    """A refused `backup --db sqlite:///missing.db` left an empty database file there; `gc --state-dir` made
+    the directory it was given (a typo'd one), or was a traceback for a file."""
+    missing = tmp_path / "missing.db"
+    r = runner.invoke(app, ["backup", str(tmp_path / "b.db"), "--db", f"sqlite:///{missing}"])
+    assert r.exit_code == 2 and f"there is no file {missing}" in r.output and not missing.exists(), r.output
+    db = _a_store(tmp_path)
+    for state, words in ((tmp_path / "typo", "is not a directory a controller made"),
+                         (tmp_path / "d.db", "is not a directory a controller made")):
+        r = runner.invoke(app, ["gc", "--db", db, "--state-dir", str(state)])
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "typo").exists()
+
+
+def test_outputs_are_checked_before_the_work_and_a_seed_is_a_valid_one(tmp_path: Path) -> None:
+    """`simulate --json /proc/x/y.json` and `--plots <a file>` were tracebacks after the whole run;
+    `place --dump-graphs /proc/x` one after the round; `place --seed -1` numpy's ValueError."""
+    examples = Path(__file__).parents[2] / "examples"
+    spec = ["--cluster", str(examples / "flowos-testbed.yaml"), "--jobs", str(examples / "flowos-jobs.yaml")]
+    (tmp_path / "afile").write_text("")
+    cases = [
+        (["simulate", "--scenario", "paper-4m-128j", "--policies", "fifo", "--json", "/proc/x/y.json"],
+         "--json: the directory /proc/x does not exist"),
+        (["simulate", "--scenario", "paper-4m-128j", "--policies", "fifo", "--json", str(tmp_path)],
+         f"--json: {tmp_path} is a directory"),
+        (["simulate", "--scenario", "paper-4m-128j", "--policies", "fifo", "--plots", str(tmp_path / "afile")],
+         f"--plots: cannot make the directory {tmp_path / 'afile'}"),
+        (["place", *spec, "--dump-graphs", "/proc/x"], "--dump-graphs: cannot make the directory /proc/x"),
+        (["place", *spec, "--seed", "-1"], "--seed"),
+    ]
+    for args, words in cases:
+        started = time.monotonic()
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, (args, r.output)
+        assert "results written" not in r.output and time.monotonic() - started < 20
+
+
+def test_an_error_shows_brackets_as_they_are(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rich took `[a-z_]` in an API's message for markup and printed `pattern '^{0,31}$'`."""
+    import typer
+
+    from disagg.cli.common import fail
+
+    assert isinstance(fail("unix_user: must match pattern '^[a-z_][a-z0-9_-]{0,31}$'"), typer.Exit)
+    assert "pattern '^[a-z_][a-z0-9_-]{0,31}$'" in capsys.readouterr().err

@@ -59,7 +59,9 @@ def gc(
     settings = _settings(config, db=db, state_dir=state_dir, retention_s=older_than_s)
     try:
         done = collect_now(settings)
-    except (StoreError, SpecError) as exc:
+    except SpecError as exc:
+        raise fail(str(exc)) from None
+    except StoreError as exc:
         raise fail(str(exc), EXIT_FAILED) from None
     sys.stdout.write(json.dumps({"jobs": done.jobs, "slices": done.slices, "tokens": done.tokens,
                                  "retention_s": settings.retention_s}) + "\n")
@@ -76,6 +78,11 @@ def backup(
     from disagg.store.backup import BackupExists
 
     settings = _settings(config, db=db)
+    if not str(target).strip() or target == Path("."):
+        raise fail("TARGET: a path to a new file is required")
+    file = settings.sqlite_path()
+    if file is not None and not file.is_file():  # opening it would make an empty database there
+        raise fail(f"--db: {settings.db} is not a disagg store: there is no file {file}")
     try:
         store = Store(settings.db)
         try:

@@ -39,7 +39,7 @@ def bench_placement(
     gpus_per_machine: Annotated[int, typer.Option(min=0, max=64)] = 4,
     pending: Annotated[int, typer.Option(min=0, max=1_000_000)] = 1000,
     policy: Annotated[str, typer.Option()] = "drmaestro",
-    seed: Annotated[int, typer.Option()] = 1,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1)] = 1,
     repeat: Annotated[int, typer.Option(min=1, max=100, help="Run the round N times; report the fastest.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (always JSON; kept for scripts).")] = True,
     tenants: Annotated[int, typer.Option(min=0, max=10_000, help=(
@@ -108,7 +108,7 @@ def bench_api(
 @bench_app.command("crash")
 def bench_crash(
     trials: Annotated[int, typer.Option(min=1, max=100_000, help="How many times to kill -9 the controller.")] = 200,
-    seed: Annotated[int, typer.Option(help="Seed of the kill moments and the jobs.")] = 5,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the kill moments and the jobs.")] = 5,
     scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,
     backend: Annotated[
         list[str], typer.Option(help="sqlite and/or postgres (a throw-away server; repeat the option).")
@@ -145,7 +145,7 @@ def bench_chaos(
                        ] = None,
     seconds: Annotated[float | None, typer.Option(min=1, max=86_400, help="The same in seconds (short runs).")
                        ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of every action of the soak (replays it).")] = 1,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of every action of the soak (replays it).")] = 1,
     tenants: Annotated[int, typer.Option(min=1, max=26, help="Tenants (quotas, a cohort, borrowing).")] = 4,
     rate: Annotated[float, typer.Option(min=0.01, max=20, help="Submissions per second.")] = 0.5,
     latency_scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")
@@ -188,7 +188,7 @@ def bench_failover(
     trials: Annotated[int, typer.Option(min=1, max=10_000,
                                         help="Leader failures (kill -9, SIGSTOP, SIGTERM in turn).")] = 50,
     replicas: Annotated[int, typer.Option(min=2, max=5, help="Replicas of the controller.")] = 2,
-    seed: Annotated[int, typer.Option(help="Seed of the failure moments and the jobs.")] = 7,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the failure moments and the jobs.")] = 7,
     scale: Annotated[float, typer.Option(min=0.001, max=1.0, help="Scale of the testbed's latencies.")] = 0.01,
 ) -> None:
     """Replicas on a throw-away PostgreSQL; the leader killed or paused past its lease (JSON out; exit 1 on
@@ -270,7 +270,7 @@ def bench_sim(
                                               "(100,000 jobs on 1,000 machines).")] = "paper",
     jobs: Annotated[int, typer.Option(min=1, help="large: jobs in the synthetic trace.")] = 100_000,
     machines: Annotated[int, typer.Option(min=1, help="large: machines.")] = 1000,
-    seed: Annotated[int, typer.Option()] = 1,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1)] = 1,
     interval: Annotated[float, typer.Option(min=0.001, max=86_400, help="Seconds between rounds (simulated).")] = 5.0,
     workers: Annotated[int, typer.Option(min=0, help="paper: processes, one policy each (0 = every core, "
                                                      "1 = one after another in this process).")] = 0,

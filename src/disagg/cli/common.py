@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -40,8 +41,34 @@ PAGE_SIZE_MAX = 500
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print an error to stderr and return the Exit to raise: `raise fail("--x: ...") from None`."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # the message is the API's or the store's words, taken as they are: "[a-z_]" in a pattern is not markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def output_dir(path: Path, option: str) -> None:
+    """Check, before any work, that `path` is (or can be made) a directory this user may write into: a
+    bad `--plots` or `--dump-graphs` was a traceback after the whole run. Exit 2 naming the option."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"{option}: cannot make the directory {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise fail(f"{option}: cannot write into {path}: permission denied")
+
+
+def output_file(path: Path, option: str) -> None:
+    """Check, before any work, that `path` can be written as a file: its directory exists and may be written,
+    and it is not a directory. Exit 2 naming the option."""
+    folder = path.parent
+    if path.is_dir():
+        raise fail(f"{option}: {path} is a directory: give a file's path")
+    if not folder.is_dir():
+        raise fail(f"{option}: the directory {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise fail(f"{option}: cannot write {path}: permission denied")
 
 
 def print_json(data: Any) -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from disagg.cli.common import err, fail, json_rows
+from disagg.cli.common import err, fail, json_rows, output_dir
 from disagg.cli.tables import console as table_console
 
 #: The policy `disagg place` uses unless told: the controller's (`Config.policy`), so a dry run shows what
@@ -34,7 +34,7 @@ def place(
     now: Annotated[float, typer.Option(help=(
         "The time of the round, seconds (every listed job is queued; the longest waiting, now − submit_s, goes "
         "first)."))] = 0.0,
-    seed: Annotated[int, typer.Option(help="Seed of the policy's randomness.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the policy's randomness.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     dump_graphs: Annotated[Path | None, typer.Option(help="Write each solved flow network (JSON, DOT) here.")] = None,
     profiles: Annotated[Path | None, typer.Option(help=(
@@ -66,6 +66,7 @@ def place(
         if keep is None:
             raise fail(f"--dump-graphs: policy {policy!r} builds no flow network (flow policies: drmaestro, "
                        f"drmaestro-na, firmament)")
+        output_dir(dump_graphs, "--dump-graphs")
         graphs = keep()
     decisions = chosen.place(snapshot, queue, now, np.random.default_rng(seed), clock=time.perf_counter)
     if graphs is not None and dump_graphs is not None:

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from disagg.cli.common import fail
+from disagg.cli.common import fail, output_dir, output_file
 from disagg.sim.scenarios import SCENARIOS
 
 DEFAULT_POLICIES = "drmaestro,drmaestro-na,firmament,greedy,random-remote,fifo"
@@ -82,6 +82,10 @@ def simulate(
         specs = with_knowledge(specs, truth, profiles, learn, knowledge, explore)
     except (BadInput, SpecError) as exc:
         raise fail(str(exc)) from None
+    if json_path is not None:
+        output_file(json_path, "--json")
+    if plots is not None:
+        output_dir(plots, "--plots")
     outputs = execute(specs, sweep, ray, workers, console)
     for table in tables(outputs):
         print_table(table, console)  # too wide for the terminal: several tables, numbers whole

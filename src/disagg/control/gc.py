@@ -70,11 +70,15 @@ def collect_now(config: Config) -> Collected:
     from disagg.engines.registry import EngineOptions, make_engine
     from disagg.fabric.emulated import OperationLatencies
 
+    file, state = config.sqlite_path(), config.resolved_state_dir()
+    if file is not None and not file.is_file():  # opening it would make an empty database there
+        raise SpecError("--db", [f"{config.db} is not a disagg store: there is no file {file}"])
+    if not state.is_dir():  # the controller's, made at its start: gc makes none (a typo would be made)
+        raise SpecError("--state-dir", [f"{state} is not a directory a controller made"])
     store = Store(config.db)
     try:
         if not store.has_schema():
             raise SpecError("--db", [f"{config.db} is not a disagg store"])
-        state = config.resolved_state_dir()
         engine = make_engine(config.engine, EngineOptions(state, OperationLatencies().scaled(0.0), config.slurm_site,
                                                           config.isolation()))
         try:

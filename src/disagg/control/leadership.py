@@ -86,7 +86,11 @@ def lock_sqlite(url: str, wait_s: float = LOCK_WAIT_S) -> int | None:
     if not path or path == ":memory:":
         return None
     lock = Path(path + ".lock")
-    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError as exc:  # /proc, a read-only filesystem, a file where the directory should be
+        raise SpecError("db", [f"cannot make the lock file {lock} beside the SQLite file: "
+                               f"{exc.strerror or exc}"]) from None
     end = time.monotonic() + wait_s
     while True:
         try:

@@ -68,7 +68,6 @@ class BackupOps(StoreBase):
         written through that descriptor only: SQLite's backup goes to a private (0700) directory first,
         pg_dump to the descriptor as its stdout."""
         db = sqlite_file(self.url)
-        target.parent.mkdir(parents=True, exist_ok=True)
         fd = _create_new(target)
         try:
             with os.fdopen(fd, "wb") as out:
@@ -95,9 +94,13 @@ def _create_new(target: Path) -> int:
     try:
         return os.open(target, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_WRONLY | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        what = "a symbolic link" if target.is_symlink() else "a file" if target.is_file() else "something"
+        what = ("a symbolic link" if target.is_symlink() else "a file" if target.is_file()
+                else "a directory" if target.is_dir() else "a device or other special file")
         raise BackupExists(f"{target} exists ({what}): a backup is written to a new path only, never over a "
                            "file or through a link; choose a path that does not exist") from None
+    except OSError as exc:  # no such directory (it is not made: a typo'd path would be), not writable, /proc
+        raise BackupExists(f"cannot make {target}: {exc.strerror or exc}; choose a new path in a directory "
+                           "that exists and this user may write") from None
 
 
 def restore_store(url: str, source: Path) -> None:
