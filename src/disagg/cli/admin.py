@@ -109,6 +109,8 @@ def restore(
     from disagg.store.backup import restore_store
 
     settings = _settings(config, db=db)
+    if not source.is_file():
+        raise fail(f"SOURCE: no backup at {source}: give the file `disagg backup` wrote")
     lock = _stopped(settings.db)
     try:
         restore_store(settings.db, source)
