@@ -98,7 +98,7 @@ def _forget_jobs() -> None:
     between a run and its replay, and Hypothesis stops with FlakyStrategyDefinition (seen in CI)."""
     for job in _SERVICE.store.job_summaries():
         _SERVICE.store.cancel_job(job.id)
-        _SERVICE.store.delete_job(job.id)
+        _SERVICE.store.delete_jobs([job.id])
 
 
 class ApiWorkflow(schema.include(path_regex=r"^/v1/jobs").as_state_machine()):  # type: ignore[misc]

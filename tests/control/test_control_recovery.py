@@ -183,6 +183,37 @@ def test_a_restore_while_the_controller_runs_is_refused_and_changes_nothing(tmp_
     assert r.exit_code == 0, r.output
 
 
+def test_a_tenant_removing_its_ended_job_leaks_nothing_and_the_restart_is_a_plain_one(tmp_path: Path) -> None:
+    """A job ends before its slice does. DELETE of it while the slice tore down removed the rows that the
+    teardown then wrote to (a foreign key): its GPU stayed attached to a slice the store no longer had, every
+    other job's placement on it was a conflict, and the next start was refused. DELETE of a job whose slice
+    was done left the engine's files of it, and the next start was refused ("the engine has jobs of 1 slices
+    the store does not know"). Retention (`gc --older-than-s 0`) did the same as the first."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    slow = ["--latency-scale", "0.5", "--tick-s", "0.02", "--round-gap-s", "0.02"]  # detach: 1 s
+    server = Server(tmp_path, db, slow)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        job = c.submit(["true"], gpu=1)
+        wait_for(lambda: c.get(job).json()["state"] == "completed", timeout=60, what="the job to complete")
+        r = httpx.delete(f"{server.url}/v1/jobs/{job}", headers=c.h, timeout=10)
+        assert r.status_code == 409 and "is still tearing down" in r.json()["detail"], r.text
+        assert runner.invoke(app, ["gc", "--db", db, "--state-dir", str(tmp_path / "state"),
+                                   "--older-than-s", "0"]).output.startswith('{"jobs": 0,')
+        slice_id = c.get(job).json()["slice"]
+        wait_for(lambda: httpx.get(f"{server.url}/v1/slices/{slice_id}", headers=c.h, timeout=10).json()["state"]
+                 == "done", timeout=30, what="the slice to be done")
+        assert httpx.delete(f"{server.url}/v1/jobs/{job}", headers=c.h, timeout=10).status_code == 204
+        assert not (tmp_path / "state" / "tasks" / slice_id).exists()  # its files went with it
+        devices = httpx.get(f"{server.url}/v1/devices", headers=c.h, params={"limit": 500}, timeout=10).json()
+        assert all(d["state"] == "free" for d in devices["devices"]), devices
+        time.sleep(1.2)  # the mark
+    with running(Server(tmp_path, db, slow)) as restarted:  # a plain start: nothing was lost
+        c = Client(restarted, admin_token(tmp_path))
+        again = c.submit(["true"], gpu=1)
+        wait_for(lambda: c.get(again).json()["state"] == "completed", timeout=60, what="a job after the restart")
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")

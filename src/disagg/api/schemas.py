@@ -445,7 +445,9 @@ class LimitsIn(Limits):
 
 
 class TenantIn(BaseModel):
-    """PUT /v1/tenants/{name}: the tenant's entry of the tenants spec (its name is in the path)."""
+    """PUT /v1/tenants/{name}: the tenant's entry of the tenants spec (its name is in the path). Not its
+    `unix_user`: who a tenant's jobs run as is the host operator's choice, in the controller's config, not
+    an API admin's (the field was taken, stored and shown, and the engines ran the jobs as the config said)."""
 
     model_config = ConfigDict(
         extra="forbid", strict=True, allow_inf_nan=False,
@@ -453,7 +455,6 @@ class TenantIn(BaseModel):
                                          "borrow": {"gpu": 8}}]})
     weight: float = Field(default=1.0, gt=0, le=1_000_000)
     cohort: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]*$")] | None = None
-    unix_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] | None = None
     quota: LimitsIn = LimitsIn()
     borrow: LimitsIn = LimitsIn()
 

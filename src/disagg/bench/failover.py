@@ -343,11 +343,7 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
                                    if states.get(i) != JobState.COMPLETED]
     times = [r["takeover_s"] for r in results]
     stops = [r for r in results if r["how"] == "stop"]
-    violations += [f"trial {i}: the paused leader did not step down" for i, r in enumerate(results)
-                   if r["how"] == "stop" and not r["stepped_down"]]
-    terms = [r for r in results if r["how"] == "term"]
-    violations += [f"trial {i}: the leader stopped with SIGTERM ended {r['exit_code']}, not 0"
-                   for i, r in enumerate(results) if r["how"] == "term" and r["exit_code"] != 0]
+    violations += _trial_violations(results)
     if stale:
         violations.append(f"{stale} fenced writes were accepted")
     return {
@@ -356,7 +352,7 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         "takeover_s": {"p50": _percentile(times, 0.5), "p99": _percentile(times, 0.99), "max": max(times, default=0.0),
                        "kill_max": max((r["takeover_s"] for r in results if r["how"] == "kill"), default=0.0),
                        "stop_max": max((r["takeover_s"] for r in stops), default=0.0),
-                       "term_max": max((r["takeover_s"] for r in terms), default=0.0)},
+                       "term_max": max((r["takeover_s"] for r in results if r["how"] == "term"), default=0.0)},
         "jobs": {"accepted": len(ids), str(JobState.COMPLETED): completed,
                  "lost": sum(1 for i in ids if states.get(i) not in _ENDED),
                  str(JobState.FAILED): sum(1 for i in ids if states.get(i) == JobState.FAILED),
@@ -368,6 +364,14 @@ def run_failover_trials(root: Path, serve: Serve, db: str, trials: int = 50, rep
         "trials_detail": results,
         "violations": violations, "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _trial_violations(results: list[dict[str, Any]]) -> list[str]:
+    """A paused leader that did not step down; a leader stopped with SIGTERM that did not exit 0."""
+    return ([f"trial {i}: the paused leader did not step down" for i, r in enumerate(results)
+             if r["how"] == "stop" and not r["stepped_down"]]
+            + [f"trial {i}: the leader stopped with SIGTERM ended {r['exit_code']}, not 0"
+               for i, r in enumerate(results) if r["how"] == "term" and r["exit_code"] != 0])
 
 
 def run_failover_bench(serve: Serve, trials: int = 50, replicas: int = 2, seed: int = 7, scale: float = 0.01,

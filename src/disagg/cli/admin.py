@@ -127,12 +127,8 @@ def _stopped(url: str) -> int | None:
     running `disagg serve` went on writing, and its running jobs vanished from every listing while their
     processes ran on. SQLite: the lock file `serve` holds is taken for the restore's length (its fd, to
     close); PostgreSQL: no replica may have been seen lately (a clean stop says so at once)."""
-    from sqlalchemy import inspect
-    from sqlalchemy.exc import SQLAlchemyError
-
     from disagg.control.leadership import SingleControllerError, lock_sqlite
     from disagg.store import Store
-    from disagg.store.lease import running_replicas
 
     try:
         lock = lock_sqlite(url, wait_s=0.0)
@@ -142,13 +138,8 @@ def _stopped(url: str) -> int | None:
     if lock is not None:
         return lock
     store = Store(url)
-    running: list[str] = []
     try:
-        with store.engine.connect() as conn:
-            if inspect(conn).has_table("replicas"):
-                running = running_replicas(conn, store.dialect)
-    except SQLAlchemyError:  # the database cannot be read: pg_restore says why, in its words
-        pass
+        running = store.live_replicas()
     finally:
         store.close()
     if running:

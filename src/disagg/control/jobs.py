@@ -28,8 +28,8 @@ from disagg.control.tenants import SubmitLimits, TenantDirectory
 from disagg.engines.base import Engine, LogPage
 from disagg.fabric.base import FaultInjection
 from disagg.model import DEVICE_KINDS, Cluster, Job, TaskRequest, never_fits
-from disagg.model.states import JobReason, RunState
-from disagg.store import DuplicateKey, IdempotencyConflict, Store, job_dict, new_job_row
+from disagg.model.states import JobReason, JobState, RunState
+from disagg.store import DuplicateKey, IdempotencyConflict, JobLive, Store, job_dict, new_job_row
 from disagg.store.batch import GroupInsert
 from disagg.store.snapshot import Inventory
 
@@ -256,6 +256,24 @@ class JobService:
             raise JobRejected("tasks", f"the job can never fit its tenant's limit: {why}")
 
     # --- a job's life ------------------------------------------------------------------------
+    def delete(self, job_id: str) -> bool:
+        """Remove an ended job's record once its slices are done: the engine's files of its slices first,
+        then its rows (with retention's event floor), as `control.gc` does, so that a crash in between
+        leaves rows without files, never files the store does not know (a start would take those for a lost
+        store). False: no such job; JobLive: the job, or a slice of it, still lives."""
+        state, live, slices = self.store.removable(job_id)
+        if state is None:
+            return False
+        if not JobState(state).final:
+            raise JobLive(job_id, state)
+        if live is not None:
+            raise JobLive(job_id, f"{state} but its slice {live} is still tearing down (it gives its devices back "
+                                  "first); remove it once the slice is done")
+        for slice_id, handle in slices:
+            self.engine.forget(handle or slice_id)
+        self.store.delete_jobs([job_id])
+        return True
+
     def cancel(self, job_id: str, grace_s: float = 0.0, sig: str = "TERM", tenant: str = "") -> None:
         """Cancel a job: a queued one stops waiting; a live slice is torn down. Safe to repeat.
 

@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, Text, bindparam, cast, delete, func, select
+from sqlalchemy import Connection, Engine, Table, Text, bindparam, cast, func, select
 
 from disagg.model import DEVICE_KINDS, Job, TaskRequest
 from disagg.model.states import ACTIVE_SLICE_STATES, JobReason, JobState, SliceOutcome, SliceState
@@ -28,7 +28,7 @@ from disagg.store.lifecycle import (
     new_jobs,
     note_jobs,
 )
-from disagg.store.models import EventRow, JobRow, SliceRow, StepRow
+from disagg.store.models import JobRow, SliceRow
 
 _jobs: Table = JobRow.__table__  # type: ignore[assignment]
 _slices: Table = SliceRow.__table__  # type: ignore[assignment]
@@ -227,24 +227,6 @@ class JobOps(StoreBase):
                            now, outcome=SliceOutcome.CANCELLED, detail="cancelled by user")
             row = conn.execute(_JOB_BY_ID, {"k_id": job_id}).first()
         return job_dict(row)
-
-    def delete_job(self, job_id: str) -> bool:
-        """Remove an ended job's record: the job, its slices, their step records and its events.
-
-        False when there is no such job; JobLive when it has not ended (a slice may still hold devices).
-        """
-        with self.write_core(urgent=True) as conn:
-            row = conn.execute(_JOB_BY_ID, {"k_id": job_id}).first()
-            if row is None:
-                return False
-            if not JobState(row.state).final:
-                raise JobLive(job_id, row.state)
-            slice_ids = select(_slices.c.id).where(_slices.c.job_id == job_id).scalar_subquery()
-            conn.execute(delete(StepRow).where(StepRow.slice_id.in_(slice_ids)))
-            conn.execute(delete(_slices).where(_slices.c.job_id == job_id))
-            conn.execute(delete(EventRow).where(EventRow.job_id == job_id))
-            conn.execute(delete(_jobs).where(_jobs.c.id == job_id))
-        return True
 
     def set_aside(self, job_ids: list[str], why: str) -> list[str]:
         """Fail queued jobs that a scheduling round cannot plan (reason `unplaceable`, with `why`); those moved."""

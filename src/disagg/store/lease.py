@@ -210,6 +210,20 @@ class LeaseOps:
                                   f"VALUES (:n, :a, :r, :e, {now}, {now})"),
                              {"a": address, "r": str(role), "e": epoch, "n": name})
 
+    def live_replicas(self) -> list[str]:
+        """`running_replicas` of this store: none when it has no replicas table yet (an old or empty store) or
+        cannot be read (then what comes next says why, in its own words)."""
+        from sqlalchemy import inspect
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.read_core() as conn:  # type: ignore[attr-defined]
+                if not inspect(conn).has_table("replicas"):
+                    return []
+                return running_replicas(conn, self.dialect)
+        except SQLAlchemyError:
+            return []
+
     def replicas(self) -> list[dict[str, Any]]:
         """Every replica the store knows, with how long ago it was last seen (the database's clock)."""
         with self.read_core() as conn:  # type: ignore[attr-defined]

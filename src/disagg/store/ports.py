@@ -133,9 +133,6 @@ class ApiPort(Protocol):
     def decompose(self, slice_id: str, why: str = "decomposed by its owner") -> bool:
         ...
 
-    def delete_job(self, job_id: str) -> bool:
-        ...
-
     def device_counts(self, *by: str) -> dict[tuple[str, ...], int]:
         ...
 

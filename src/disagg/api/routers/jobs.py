@@ -202,12 +202,13 @@ def cancel_job(
 @router.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"], responses={
     **_ONE, 409: {"model": S.ErrorOut, "description": "The job has not ended (cancel it first), or the id prefix "
                                                         "matches several of your jobs."}})
-def delete_job(job_id: JobId, who: Who, store: StoreDep) -> Response:
-    """Remove an ended job's record (the job, its slices' records, its history); afterwards it is 404.
-    A job still queued, composing or running answers 409: cancel it first (POST …/cancel)."""
+def delete_job(job_id: JobId, who: Who, store: StoreDep, jobs: Jobs) -> Response:
+    """Remove an ended job's record (the job, its slices' records and files, its history); afterwards it is
+    404. A job still queued, composing or running answers 409: cancel it first (POST …/cancel); so does an
+    ended job whose slice still tears down (a moment: it gives its devices back first)."""
     whole = resolve_job(store, job_id, who)
     try:
-        if not store.delete_job(whole):
+        if not jobs.delete(whole):
             raise ApiError(404, f"no job {job_id!r}")
     except JobLive as exc:
         raise ApiError(409, str(exc), [{"field": "job_id", "message": f"the job is {exc.state}"}]) from None

@@ -55,13 +55,6 @@ def set_tenant(name: TenantName, body: S.TenantIn, who: Admin, jobs: Jobs) -> di
     if problem:
         raise ApiError(422, f"tenant name {problem}", [{"field": "name", "message": problem}])
     directory = TenantDirectory(jobs.store, jobs.config)
-    own = jobs.config.tenants_spec().get(name).unix_user
-    if body.unix_user is not None and body.unix_user != own:
-        # the engines resolve users from the config's spec alone: the value was stored, shown, and ignored
-        why = (f"unix_user: {body.unix_user!r} is not allowed: who a tenant's jobs run as is the controller's "
-               f"tenants spec's (tenants.{name}.unix_user in its config: {own or 'the default user'}), not the "
-               "API's: an API admin does not choose the host's users")
-        raise ApiError(422, why, [{"field": "unix_user", "message": why}])
     entry = body.model_dump(exclude_none=True)
     for part in ("quota", "borrow"):
         entry[part] = {k: v for k, v in entry.get(part, {}).items() if v is not None}
