@@ -411,3 +411,22 @@ def test_an_error_shows_brackets_as_they_are(capsys: pytest.CaptureFixture[str])
 
     assert isinstance(fail("unix_user: must match pattern '^[a-z_][a-z0-9_-]{0,31}$'"), typer.Exit)
     assert "pattern '^[a-z_][a-z0-9_-]{0,31}$'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "value"), [("window", 2**63), ("backfill", 2**63), ("tick_s", 100000.0),
+                                             ("round_gap_s", 3600.0), ("seed", -1)])
+def test_a_setting_that_would_stop_scheduling_is_refused(name: str, value: float) -> None:
+    """A window of 2**63 started, then failed every round (OverflowError in the store's LIMIT); tick_s 100000
+    kept a submitted job waiting for a round a day away; seed -1 was numpy's traceback in the loop process."""
+    with pytest.raises(SpecError, match=rf"{name}: '{value}' is not allowed \(.*\) \(set by DISAGG_{name.upper()}\)"):
+        load_config(None, {f"DISAGG_{name.upper()}": str(value)})
+
+
+def test_a_jobs_dir_that_is_a_file_is_named_with_exit_2(tmp_path: Path) -> None:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(dir="/var/tmp", prefix="disagg-not-a-dir-") as afile:
+        r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir",
+                                str(tmp_path / "st")], env={"DISAGG_JOBS_DIR": afile.name})
+    assert r.exit_code == 2 and f"jobs_dir: cannot make {afile.name} the jobs' directory" in r.output, r.output
+    assert "Traceback" not in r.output and "in the log" not in r.output

@@ -43,10 +43,14 @@ class Config(BaseModel):
     policy: str = Field(default="drmaestro-na", description="Placement policy (`disagg policies`).")
     latency_scale: float = Field(default=1.0, ge=0.0,
                                  description="Scale of the emulated testbed's latencies (1 = seed's).")
-    tick_s: float = Field(default=0.25, gt=0.0, description="Period of the scheduling loop, seconds.")
-    round_gap_s: float = Field(default=0.5, ge=0.0, description="Least time between placement rounds, seconds.")
-    window: int = Field(default=32, ge=1, description="Queued jobs handed to the policy per round (oldest first).")
-    backfill: int = Field(default=64, ge=0, description=(
+    # upper bounds: a setting past them stopped scheduling (a round every 28 hours at tick_s 100000; a window
+    # of 2**63 failed every round with an OverflowError in the store's LIMIT)
+    tick_s: float = Field(default=0.25, gt=0.0, le=10.0, description="Period of the scheduling loop, seconds.")
+    round_gap_s: float = Field(default=0.5, ge=0.0, le=60.0,
+                               description="Least time between placement rounds, seconds.")
+    window: int = Field(default=32, ge=1, le=1_000_000,
+                        description="Queued jobs handed to the policy per round (oldest first).")
+    backfill: int = Field(default=64, ge=0, le=1_000_000, description=(
         "Jobs beyond the window also considered per round: one per distinct request, oldest first, kept off "
         "the head's reservation (0: none)."))
     starvation_rounds: int = Field(default=100, ge=0, description=(
@@ -56,7 +60,7 @@ class Config(BaseModel):
                          description="Re-plans per round after a commit conflict (Nomad's refresh).")
     workers: int = Field(default=16, ge=1, le=1024, description="Slices composed or torn down at once.")
     parallel_steps: bool = Field(default=True, description="Run a slice's independent steps at once.")
-    seed: int = Field(default=0, description="Seed of the policy's randomness.")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seed of the policy's randomness.")
     engine: str = Field(default="local", description="Where tasks run: local or slurm (`disagg.engines.registry`).")
     slurm_site: str | None = Field(default=None, description="With engine slurm: the path of the Slurm site.json.")
     fabric: dict[str, Any] = Field(default_factory=lambda: {"driver": "emulated"},
@@ -252,16 +256,23 @@ def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = 
     Raises SpecError naming the source, the setting, its value and what is allowed.
     """
     values: dict[str, Any] = {}
-    source = "settings"
+    origin: dict[str, str] = {}  # where each value came from, for the message: a variable's bad value was
+    source = "settings"          # blamed on the config file
     if file:
         values.update(_from_file(file))
         source = str(file)
-    values.update(_from_env(env or {}))
-    values.update({k: v for k, v in flags.items() if v is not None})
+        origin.update(dict.fromkeys(values, str(file)))
+    from_env = _from_env(env or {})
+    values.update(from_env)
+    origin.update({k: ENV_PREFIX + k.upper() for k in from_env})
+    given = {k: v for k, v in flags.items() if v is not None}
+    values.update(given)
+    origin.update({k: "--" + k.replace("_", "-") for k in given})
     try:
         return Config(**values)
     except ValidationError as exc:
-        raise SpecError(source, [_problem(e, values) for e in exc.errors()]) from None
+        origin = {k: v for k, v in origin.items() if v != source}  # the file is named already
+        raise SpecError(source, [_problem(e, values, origin) for e in exc.errors()]) from None
 
 
 def _sqlite_file(url: str) -> str | None:
@@ -325,13 +336,14 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def _problem(error: Any, values: Mapping[str, Any]) -> str:
+def _problem(error: Any, values: Mapping[str, Any], origin: Mapping[str, str]) -> str:
     field = ".".join(str(p) for p in error.get("loc", ())) or "(top level)"
     if error.get("type") == "extra_forbidden":
         return f"{field}: unknown setting; allowed: {', '.join(Config.model_fields)}"
     top = str(error.get("loc", ("",))[0])
     why = str(error.get("msg", "invalid")).removeprefix("Value error, ")  # a validator's own words, as they are
-    return f"{field}: {values.get(top)!r} is not allowed ({why})"
+    where = f" (set by {origin[top]})" if top in origin else ""
+    return f"{field}: {values.get(top)!r} is not allowed ({why}){where}"
 
 
 __all__ = ["ENV_PREFIX", "Config", "load_config"]

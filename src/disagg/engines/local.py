@@ -496,6 +496,13 @@ def make_jobs_root(path: Path, state_dir: Path) -> None:
     """Make the root of the jobs' working directories: the controller's, 0711 (every tenant's user can pass
     to its own directory, none can list the others); as root, every directory above it must let them pass.
     ValueError naming the directory otherwise."""
+    try:
+        _jobs_root(path, state_dir)
+    except OSError as exc:  # a file where a directory should be, a read-only filesystem: a traceback before
+        raise ValueError(f"jobs_dir: cannot make {path} the jobs' directory: {exc.strerror or exc}") from None
+
+
+def _jobs_root(path: Path, state_dir: Path) -> None:
     if os.geteuid() != 0:
         _private_dir(path)
         return
