@@ -54,7 +54,7 @@ def test_settings_come_from_file_then_options(tmp_path: Path) -> None:
 
 
 def test_serve_rejects_a_bad_policy_with_exit_2(tmp_path: Path) -> None:
-    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--policy", "nope"])
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--policy", "nope"])
     assert r.exit_code == 2 and "unknown policy 'nope'" in r.output
 
 
@@ -185,7 +185,7 @@ def test_the_api_process_keeps_what_it_opened_out_of_the_collectors_reach() -> N
 def test_serve_refuses_a_bad_loop_nice_from_the_config_file(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("loop_nice: fast\n")
-    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--config", str(cfg)])
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--config", str(cfg)])
     assert r.exit_code == 2 and "loop_nice: 'fast' is not allowed" in r.output
 
 
@@ -198,7 +198,7 @@ def test_a_config_file_with_a_key_twice_or_not_text_is_refused(tmp_path: Path, t
     cfg.write_bytes(text)
     with pytest.raises(SpecError, match=pattern):
         load_config(cfg, {})
-    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--config", str(cfg)])
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--config", str(cfg)])
     assert r.exit_code == 2 and "Traceback" not in r.output
 
 
@@ -214,7 +214,7 @@ def test_settings_refuse_numbers_that_are_not_finite(value: str) -> None:
 def test_serve_answers_a_cluster_spec_the_loop_process_refuses_with_exit_2(tmp_path: Path) -> None:
     spec = tmp_path / "cluster.yaml"
     spec.write_text("machines: [{name: m0, rack: r0, cpus: -1, memory_gb: 1, uplink_gbps: 10}]\n")
-    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--cluster", str(spec)])
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--cluster", str(spec)])
     assert r.exit_code == 2 and "cpus" in r.output
 
 
@@ -230,11 +230,11 @@ def test_serve_on_a_store_it_cannot_use_says_why_and_exits_1(tmp_path: Path, one
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'i99_from_the_future'")
     store.close()
     extra = ["--one-process"] if one_process else []
-    r = runner.invoke(app, ["serve", "--db", db, "--state-dir", str(tmp_path / "state"), *extra])
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", db, "--state-dir", str(tmp_path / "state"), *extra])
     assert r.exit_code == 1, r.output
     assert "schema revision 'i99_from_the_future', which disagg" in r.output
     assert "a newer disagg has upgraded it" in r.output and "Traceback" not in r.output
-    gone = runner.invoke(app, ["serve", "--db", "postgresql://nobody@127.0.0.1:1/none",
+    gone = runner.invoke(app, ["serve", "--port", "0", "--db", "postgresql://nobody@127.0.0.1:1/none",
                                "--state-dir", str(tmp_path / "state2"), *extra])
     assert gone.exit_code == 1 and "cannot use the store at" in gone.output and "Traceback" not in gone.output
 
@@ -263,7 +263,8 @@ def test_serve_refuses_a_cluster_spec_that_takes_a_device_a_job_holds_with_exit_
     store.close()
     spec = tmp_path / "fewer-gpus.yaml"
     spec.write_text(DEFAULT_CLUSTER.read_text().replace("{model: P100, count: 4}", "{model: P100, count: 2}"))
-    r = runner.invoke(app, ["serve", "--db", db, "--cluster", str(spec), "--state-dir", str(tmp_path / "st")])
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", db, "--cluster", str(spec),
+                            "--state-dir", str(tmp_path / "st")])
     assert r.exit_code == 2, r.output
     assert "device iobox0/gpu3 is removed, but j-1 holds it" in r.output
     assert "iobox0/gpu3" in {d.id for d in Store(db).cluster().devices}
@@ -303,7 +304,7 @@ def test_serve_names_a_store_or_state_directory_it_cannot_use_with_exit_2(tmp_pa
                                                                          words: str) -> None:
     """Each was a traceback: `No module named 'MySQLdb'`, a FileNotFoundError for the lock file, one for
     the state directory's mkdir (the last in the loop process, "its error is in the log")."""
-    base = ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir", str(tmp_path / "st")]
+    base = ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir", str(tmp_path / "st")]
     r = runner.invoke(app, [*base, option, value])
     assert r.exit_code == 2, r.output
     assert words in r.output and "Traceback" not in r.output
@@ -316,7 +317,8 @@ def test_serve_names_a_slurm_site_that_cannot_serve_with_exit_2(tmp_path: Path) 
 
     (tmp_path / "slurm").mkdir()
     site = SlurmSite(root=tmp_path / "slurm", conf=tmp_path / "slurm" / "slurm.conf").save()
-    r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir", str(tmp_path / "st")],
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}",
+                            "--state-dir", str(tmp_path / "st")],
                       env={"DISAGG_ENGINE": "slurm", "DISAGG_SLURM_SITE": str(site)})
     assert r.exit_code == 2, r.output
     assert f"slurm_site: '{site}': slurm site has no network namespace and bridge for dynamic nodes (fields " \
@@ -426,7 +428,31 @@ def test_a_jobs_dir_that_is_a_file_is_named_with_exit_2(tmp_path: Path) -> None:
     import tempfile
 
     with tempfile.NamedTemporaryFile(dir="/var/tmp", prefix="disagg-not-a-dir-") as afile:
-        r = runner.invoke(app, ["serve", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir",
+        r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{tmp_path / 'd.db'}", "--state-dir",
                                 str(tmp_path / "st")], env={"DISAGG_JOBS_DIR": afile.name})
     assert r.exit_code == 2 and f"jobs_dir: cannot make {afile.name} the jobs' directory" in r.output, r.output
     assert "Traceback" not in r.output and "in the log" not in r.output
+
+
+def test_a_start_refused_for_its_port_or_a_settings_file_touches_no_store(tmp_path: Path) -> None:
+    """A port in use, or a bad tenants file, stopped the start only after it had migrated the store, synced
+    the inventory to the cluster spec, taken the lease and reconciled: the next start found them changed."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    db, state = tmp_path / "d.db", tmp_path / "st"
+    try:
+        r = runner.invoke(app, ["serve", "--port", port, "--db", f"sqlite:///{db}", "--state-dir", str(state)])
+    finally:
+        taken.close()
+    assert r.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in r.output, r.output
+    assert not db.exists() and not state.exists()
+    (tmp_path / "t.yaml").write_text("tenants:\n  - name: a\n  - name: a\n")
+    db = tmp_path / "e.db"  # (this process still holds the other's lock: serve holds it for its life)
+    r = runner.invoke(app, ["serve", "--port", "0", "--db", f"sqlite:///{db}", "--state-dir", str(state)],
+                      env={"DISAGG_TENANTS": str(tmp_path / "t.yaml")})
+    assert r.exit_code == 2 and "the name 'a' is used more than once" in r.output, r.output
+    assert not db.exists() and not state.exists()

@@ -91,8 +91,9 @@ def serve(
                          allow_same_user=allow_same_user, accept_state_loss=accept_state_loss,
                          accept_inventory_removals=accept_inventory_removals, replica_name=replica_name)
     _single_controller(settings)
-    service, loop_pid, wake_fd, note = _open(settings)
-    sock = _listen(service, settings, loop_pid)
+    _read_before_opening(settings)
+    sock = _listen(settings)  # before the store is touched: a refused start changes nothing
+    service, loop_pid, wake_fd, note = _open(settings, sock)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)  # its own log, whoever forked it
     _announce(service, settings, loop_pid, note, served_url(sock.getsockname(), settings.host))
     _run(service, settings, loop_pid, wake_fd, sock)
@@ -157,7 +158,21 @@ def _exit_on_step_down(service: Service) -> None:
         service.leadership.on_lost = exit_now
 
 
-def _open(settings: Config) -> tuple[Service, int, int, str]:
+def _read_before_opening(settings: Config) -> None:
+    """Read the settings that name files (the tenants spec, the profile table) before the store is opened:
+    a refused start had migrated the store, synced the inventory to a new cluster spec, taken the lease and
+    reconciled before a bad tenants file or profile table stopped it (exit 2), so that the next, mended
+    start found the inventory changed under it."""
+    from disagg.control.profiles import operator_table
+
+    try:
+        settings.tenants_spec()
+        operator_table(settings.profiles)
+    except SpecError as exc:
+        raise fail(str(exc)) from None
+
+
+def _open(settings: Config, sock: socket.socket) -> tuple[Service, int, int, str]:
     """Open the service: (service, the loop process's pid or 0, its wake pipe or -1, what reconciling did).
 
     Split: the loop process opens the store first (migrates, syncs, reconciles), then this process opens
@@ -175,9 +190,11 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
         oom_score_adj(CONTROLLER_OOM_SCORE_ADJ)  # the OOM killer takes any job's task before the controller
     try:
         if settings.api_process:
-            loop_pid, wake_fd, note = start_loop_process(
-                lambda ready, failed, fd: _run_loop(settings, ready, failed, fd)
-            )
+            def loop(ready: Callable[[str], None], failed: Failed, fd: int) -> None:
+                sock.close()  # the API's: the loop process does not listen
+                _run_loop(settings, ready, failed, fd)
+
+            loop_pid, wake_fd, note = start_loop_process(loop)
             service = open_service(settings, api_only=True)
             keep_startup_heap()
             return service, loop_pid, wake_fd, note
@@ -192,9 +209,10 @@ def _open(settings: Config) -> tuple[Service, int, int, str]:
         raise fail(str(exc), EXIT_BAD_INPUT if exc.bad_input else EXIT_FAILED) from None
 
 
-def _listen(service: Service, settings: Config, loop_pid: int) -> socket.socket:
-    """The API's listening socket, bound before the banner so the banner names the real address (with
-    `--port 0`, the port the system chose). A port in use stops everything with exit code 1."""
+def _listen(settings: Config) -> socket.socket:
+    """The API's listening socket, bound first: before the store is opened (a port in use had let the start
+    migrate the store, sync the inventory and reconcile before it stopped) and before the banner, which
+    names the real address (with `--port 0`, the port the system chose). A port in use: exit code 1."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -203,7 +221,6 @@ def _listen(service: Service, settings: Config, loop_pid: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        _stop(service, loop_pid)
         raise fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", EXIT_FAILED) from None
     sock.set_inheritable(True)
     return sock
@@ -217,14 +234,6 @@ def served_url(address: tuple[Any, ...], host: str) -> str:
         return f"http://{socket.gethostname()}:{port} (every interface)"
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
-
-
-def _stop(service: Service, loop_pid: int) -> None:
-    from disagg.control.split import stop_loop_process
-
-    if loop_pid:
-        stop_loop_process(loop_pid)
-    service.close()
 
 
 #: Where the first start writes the admin token, in the state directory.
