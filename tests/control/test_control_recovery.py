@@ -214,6 +214,44 @@ def test_a_tenant_removing_its_ended_job_leaks_nothing_and_the_restart_is_a_plai
         wait_for(lambda: c.get(again).json()["state"] == "completed", timeout=60, what="a job after the restart")
 
 
+def test_a_controller_of_another_store_on_a_state_directory_in_use_is_refused_even_accepting_loss(
+        tmp_path: Path) -> None:
+    """A second `serve` with another store but this state directory was refused as a state loss, whose words
+    end in "start with --accept-state-loss". Followed, that start stopped the running controller's jobs (its
+    orphans, as it saw them), which the first then re-ran, and overwrote the admin token."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    server = Server(tmp_path, db, OPTIONS)
+    with running(server):
+        c = Client(server, admin_token(tmp_path))
+        long = c.submit(["sleep", "60"])
+        c.wait(long, "running")
+        pid = _runner_pid(tmp_path, c.get(long).json()["slice"])
+        token = admin_token(tmp_path)
+        time.sleep(1.2)  # the mark
+        other = f"sqlite:///{tmp_path / 'other.db'}"
+        for extra in ([], ["--accept-state-loss"]):
+            said = refused(Server(tmp_path, other, [*OPTIONS, *extra]))
+            assert "a controller of another store" in said and "runs with the state directory" in said, said
+            assert "start with --accept-state-loss" not in said
+        assert _alive(pid) and admin_token(tmp_path) == token
+        assert c.get(long).json()["state"] == "running" and c.get(long).json()["attempts"] == 1
+        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
+        wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+
+
+def test_a_second_controller_on_a_symlink_to_the_sqlite_file_is_refused(tmp_path: Path) -> None:
+    """The single-controller lock was keyed by the path given: through a symlink a second `serve` took the
+    lease (forced, as SQLite's single controller does) and the first stepped down."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    with running(Server(tmp_path, db, OPTIONS)) as first:
+        other = tmp_path / "b"
+        other.mkdir()
+        (other / "link.db").symlink_to(tmp_path / "d.db")
+        said = refused(Server(other, f"sqlite:///{other / 'link.db'}", OPTIONS))
+        assert "another disagg serve runs on the SQLite file" in said, said
+        assert httpx.get(first.url + "/healthz", timeout=5).json()["role"] == "leader"
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")

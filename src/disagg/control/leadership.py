@@ -85,7 +85,7 @@ def lock_sqlite(url: str, wait_s: float = LOCK_WAIT_S) -> int | None:
     path = url.split(":///", 1)[1] if ":///" in url else ""
     if not path or path == ":memory:":
         return None
-    lock = Path(path + ".lock")
+    lock = Path(os.path.realpath(path) + ".lock")  # a symlink to the file is the same store
     try:
         fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
     except OSError as exc:  # /proc, a read-only filesystem, a file where the directory should be

@@ -19,6 +19,8 @@ The controller then refuses to start (`StateLossError`) unless the operator acce
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -31,10 +33,43 @@ from disagg.store import Store
 
 #: The store's mark in the state directory.
 MARK_FILE = "store-mark.json"
+#: Held (shared) by every leading controller of the state directory for its life: one of another store
+#: that finds it held knows a controller runs on it now.
+IN_USE_FILE = "controller.lock"
 #: How often the loop writes the mark at most, seconds.
 MARK_EVERY_S = 1.0
 #: How many examples a problem names.
 _SHOWN = 5
+
+
+class StateDirInUse(SpecError):
+    """Another store's controller runs with this state directory now: no loss to accept, a mistake to stop.
+    (Its message had been the state loss's, which ends in "start with --accept-state-loss": followed, that
+    start stopped the running controller's jobs, which it re-ran, and overwrote its admin token.)"""
+
+
+def hold(state_dir: Path) -> int:
+    """Hold the state directory's in-use lock (shared: the replicas of one store share the directory) for
+    this process's life; its descriptor."""
+    fd = os.open(state_dir / IN_USE_FILE, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def in_use(state_dir: Path) -> bool:
+    """Whether a controller holds the state directory now (`hold`)."""
+    try:
+        fd = os.open(state_dir / IN_USE_FILE, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return False
 
 
 class StateLossError(SpecError):
@@ -67,6 +102,11 @@ def state_loss(store: Store, fabric: FabricDriver, engine: Engine, state_dir: Pa
     if mark is not None:
         seen_id, seen = str(mark.get("store_id", "")), int(str(mark.get("events", 0)))
         if seen_id and seen_id != sid:
+            if in_use(state_dir):
+                raise StateDirInUse("state directory", [
+                    f"a controller of another store (id {seen_id}) runs with the state directory {state_dir} "
+                    "now: give this one a state directory of its own (--state-dir). Its jobs, its fabric's "
+                    "attachments and its admin token are there: this start would stop or overwrite them"])
             problems.append(f"the state directory {state_dir} belongs to another store (id {seen_id}, which had "
                             f"{seen} changes); this store is {sid or 'new'}")
         elif seen > events:
@@ -152,4 +192,5 @@ class StoreMark:
         self._written = progress
 
 
-__all__ = ["MARK_FILE", "StateLossError", "StoreMark", "read_mark", "state_loss", "unknown_handles"]
+__all__ = ["IN_USE_FILE", "MARK_FILE", "StateDirInUse", "StateLossError", "StoreMark", "hold", "in_use", "read_mark",
+           "state_loss", "unknown_handles"]

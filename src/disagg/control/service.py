@@ -7,6 +7,7 @@ run the same code path as a user does.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from disagg.control.leadership import Leadership, LeaseCollector, replica_name
 from disagg.control.loop import Controller
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.reconcile import ReconcileReport, reconcile
-from disagg.control.recovery import StateLossError, StoreMark, state_loss, unknown_handles
+from disagg.control.recovery import StateLossError, StoreMark, hold, state_loss, unknown_handles
 from disagg.control.split import LoopLink
 from disagg.control.tenants import TenantCollector, TenantDirectory
 from disagg.display import few
@@ -51,6 +52,7 @@ class Service:
     jobs: JobService
     reconciled: ReconcileReport
     leadership: Leadership | None = None  # None: the API process of a split serve (its loop process leads)
+    in_use: int | None = None  # the state directory's in-use lock (`control.recovery.hold`), while this leads
 
     @property
     def settings(self) -> Config:
@@ -70,6 +72,9 @@ class Service:
         self.engine.close()
         self.fabric.close()
         self.store.close()
+        if self.in_use is not None:
+            os.close(self.in_use)
+            self.in_use = None
 
 
 def _last_round(link: LoopLink) -> dict[str, Any]:
@@ -146,6 +151,8 @@ def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadersh
         engine = make_engine(config.engine, EngineOptions(state, latencies, config.slurm_site, config.isolation()))
         epoch = leadership.epoch if leadership is not None else None
         report = ReconcileReport() if api_only else _recover(config, store, fabric, engine, state, epoch)
+        # while this leads: a controller of another store started on the state directory now is refused
+        in_use = None if api_only else hold(state)
     except BaseException:
         if leadership is not None:
             leadership.release()
@@ -160,7 +167,7 @@ def _opened(config: Config, cluster: Cluster, store: Store, leadership: Leadersh
         controller.mark()
         controller.collect = lambda: log.info(collect(store, engine, config.retention_s).summary())
     jobs = JobService(store, engine, controller.health, metrics, config, controller.wake, controller.round_info)
-    return Service(config, store, fabric, engine, controller, jobs, report, leadership)
+    return Service(config, store, fabric, engine, controller, jobs, report, leadership, in_use)
 
 
 def this_replica(config: Config) -> str:
