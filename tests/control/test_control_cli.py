@@ -456,3 +456,15 @@ def test_a_start_refused_for_its_port_or_a_settings_file_touches_no_store(tmp_pa
                       env={"DISAGG_TENANTS": str(tmp_path / "t.yaml")})
     assert r.exit_code == 2 and "the name 'a' is used more than once" in r.output, r.output
     assert not db.exists() and not state.exists()
+
+
+def test_a_file_that_is_no_database_is_named_not_a_traceback(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database\n")
+    db = f"sqlite:///{junk}"
+    (tmp_path / "st").mkdir()
+    for args in (["token", "create", "--tenant", "x", "--db", db], ["backup", str(tmp_path / "b.db"), "--db", db],
+                 ["gc", "--db", db, "--state-dir", str(tmp_path / "st")]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 1 and f"cannot use the store at '{db}': file is not a database" in r.output, (args, r)
+        assert r.exception is None or isinstance(r.exception, SystemExit)

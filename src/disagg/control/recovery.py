@@ -78,7 +78,8 @@ class StateLossError(SpecError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("state directory", [*problems, "if the loss is known and accepted, start with "
                                              "--accept-state-loss (DISAGG_ACCEPT_STATE_LOSS=true): jobs the "
-                                             "store does not know are then stopped"])
+                                             "store does not know are then stopped, and jobs it has as queued "
+                                             "or running run again, even those that had run (or ended) since"])
 
 
 def _some(items: list[str]) -> str:

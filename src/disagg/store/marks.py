@@ -44,8 +44,12 @@ class MarkOps(StoreBase):
             return store_id(conn), max(int(top), int(floor or 0))
 
     def has_schema(self) -> bool:
-        """Whether the database holds a disagg store (its migrations ran), without changing anything."""
-        with self.read_core() as conn:
+        """Whether the database holds a disagg store (its migrations ran), without changing anything. A file
+        that is no database at all (or a server that does not answer) is a StoreError naming it: `gc`,
+        `backup` and `token create --db` on one had been SQLAlchemy's traceback."""
+        from disagg.store.base import store_errors
+
+        with store_errors(self.url), self.read_core() as conn:
             return inspect(conn).has_table("alembic_version")
 
     def slice_ids(self, ids: list[str]) -> set[str]:
