@@ -107,6 +107,16 @@ def _others_running() -> bool:
     return any(Path(f"/proc/{p.name}").exists() for p in others)
 
 
+@pytest.fixture(autouse=True)
+def _umask_as_it_was() -> Iterator[None]:
+    """`disagg serve` run in this process (CliRunner) sets the umask to 077 for the process's life: every
+    later test of the worker then made its files 0600 (a Slurm node record a test reads as 0644 among them)."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_up_users_and_cgroups() -> Iterator[None]:
     """Remove the task cgroups, the jobs' working directories and the tenants' users this session made

@@ -115,6 +115,7 @@ def write_atomic(path: StrPath, content: str | bytes, mode: int = 0o600) -> None
     two writers at once (two cancels of one job) the last one's."""
     tmp = f"{os.fspath(path)}.{os.getpid()}.{_thread.get_ident()}.tmp"  # beside it: the rename stays atomic
     fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, mode)
+    os.fchmod(fd, mode)  # `mode` whatever the umask (`serve` runs under 077: a 0644 record came out 0600)
     with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as f:
         f.write(content)
     os.replace(tmp, path)
