@@ -9,6 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from disagg.model import Cluster, Job, SpecError, load_cluster, load_jobs, never_fits, parse_cluster, parse_jobs
+from disagg.model.tenants import load_tenants
 
 GOOD_CLUSTER = {
     "machines": [{"name": "m0", "rack": "r0", "cpus": 20, "memory_gb": 512, "uplink_gbps": 10,
@@ -156,9 +157,13 @@ def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
 def test_an_empty_file_says_it_is_empty(tmp_path: Path, text: str) -> None:
     empty = tmp_path / "jobs.yaml"
     empty.write_text(text)
-    with pytest.raises(SpecError, match=r"jobs\.yaml: the file is empty") as info:
+    with pytest.raises(SpecError, match=r"jobs\.yaml: the file is empty \(expected a mapping, e\.g\. `jobs:`") as info:
         load_jobs(empty)
     assert "NoneType" not in str(info.value)
+    tenants = tmp_path / "tenants.yaml"  # each kind of file says what it should hold
+    tenants.write_text(text)
+    with pytest.raises(SpecError, match=r"tenants\.yaml: the file is empty \(expected a mapping, e\.g\. `tenants:`\)"):
+        load_tenants(tenants)
 
 
 @pytest.mark.parametrize(("tasks", "pattern"), [

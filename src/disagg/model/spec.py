@@ -270,9 +270,10 @@ def read_text(path: Path) -> str:
         raise SpecError(str(path), [not_utf8(exc)]) from None
 
 
-def read_document(path: str | Path) -> Any:
+def read_document(path: str | Path, expected: str = "`machines:` or `jobs:`") -> Any:
     """Read a YAML or JSON file. A syntax error names the file, its line and column; an empty file
-    (or one of comments only) says it is empty; a key named twice in one mapping is an error."""
+    (or one of comments only) says it is empty, and what it should hold (`expected`); a key named twice in
+    one mapping is an error."""
     p = Path(path)
     text = read_text(p)
     is_json = p.suffix == ".json"
@@ -285,7 +286,7 @@ def read_document(path: str | Path) -> Any:
     except yaml.YAMLError as exc:
         raise SpecError(_yaml_where(p, exc), [f"not valid YAML: {_yaml_problem(exc)}"]) from None
     if data is None:
-        raise SpecError(str(p), ["the file is empty (expected a mapping, e.g. `machines:` or `jobs:`)"])
+        raise SpecError(str(p), [f"the file is empty (expected a mapping, e.g. {expected})"])
     return data
 
 
@@ -476,16 +477,16 @@ def parse_jobs(data: Any, cluster: Cluster | None = None, source: str = "<jobs>"
 
 
 def load_cluster(path: str | Path) -> Cluster:
-    return parse_cluster(read_document(path), str(path))
+    return parse_cluster(read_document(path, "`machines:` and `pools:`"), str(path))
 
 
 def load_jobs(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
-    return parse_jobs(read_document(path), cluster, str(path))
+    return parse_jobs(read_document(path, "`jobs:`"), cluster, str(path))
 
 
 def load_profiles(path: str | Path) -> dict[str, Profile]:
     """A profile table file (`profiles.table`): image → profile; `SpecError` naming the file otherwise."""
     from disagg.profiles.table import parse_profiles  # the profiles package reads model.errors at import
 
-    return parse_profiles(read_document(path), str(path))
+    return parse_profiles(read_document(path, "`profiles:`"), str(path))
 

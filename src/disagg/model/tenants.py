@@ -182,7 +182,7 @@ def parse_tenants(data: Any, source: str = "<tenants>") -> Tenants:
 
 
 def load_tenants(path: str | Path) -> Tenants:
-    return parse_tenants(read_document(path), str(path))
+    return parse_tenants(read_document(path, "`tenants:`"), str(path))
 
 
 def tenant_entry(t: Tenant) -> dict[str, Any]:
