@@ -187,3 +187,13 @@ def test_the_simulators_own_settings_refuse_times_that_are_not_finite() -> None:
         with pytest.raises(ValueError, match="mttr_s"):
             FailureModel(100.0, bad)
     assert SimConfig(interval_s=2.5).interval_s == 2.5
+
+
+def test_a_url_or_a_store_url_that_is_none_is_bad_input() -> None:
+    """`--url notaurl` and `token create --db bogus://x` exited 1, as for a controller that does not answer."""
+    out = run("jobs", "--url", "notaurl", "--token", "t")
+    _refused(out, "--url: 'notaurl' is not allowed")
+    out = run("token", "create", "--tenant", "x", "--db", "bogus://x")
+    _refused(out, "--db: 'bogus://x' is not allowed (must be sqlite:///path/to/file.db or postgresql://")
+    out = run("token", "create", "--tenant", "x", "--db", "sqlite:////tmp")
+    _refused(out, "--db: /tmp is a directory, not a store")

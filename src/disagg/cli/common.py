@@ -127,6 +127,8 @@ def call_api(method: str, url: str, path: str, token: str | None, headers: dict[
             method, url.rstrip("/") + path, headers={"Authorization": f"Bearer {token}", **(headers or {})}, **kwargs)
     except httpx.InvalidURL as exc:
         raise fail(f"not a path the API can have: {escape_controls(path)}: {exc}") from None
+    except httpx.UnsupportedProtocol as exc:  # bad input, not a controller that does not answer (exit 1)
+        raise fail(f"--url: {escape_controls(repr(url))} is not allowed: {exc} (e.g. {DEFAULT_API})") from None
     except httpx.HTTPError as exc:
         raise fail(f"cannot reach the controller at {url}: {exc}", EXIT_FAILED) from None
     if r.status_code >= 400:

@@ -71,7 +71,11 @@ def _create_in_store(db: str, tenant: str, admin: bool, expires_in_s: float | No
     from disagg.store import Store, StoreError
     from disagg.store.backup import sqlite_file
 
+    if not db.startswith(("sqlite:///", "postgresql://", "postgresql+")):
+        raise fail(f"--db: {db!r} is not allowed (must be sqlite:///path/to/file.db or postgresql://user@host/dbname)")
     path = sqlite_file(db)
+    if path is not None and path.is_dir():
+        raise fail(f"--db: {path} is a directory, not a store")
     if path is not None and not path.is_file():
         raise fail(f"--db: no store at {path}; `disagg serve --db {db}` makes one (this command never does)")
     try:
