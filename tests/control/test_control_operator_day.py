@@ -59,6 +59,12 @@ def test_a_body_that_is_not_json_is_a_400_that_says_so(api: Client) -> None:
     r = client.post("/v1/jobs", headers={**h(tok["alice"]), "content-type": "application/json"}, content=b"{nope")
     assert r.status_code == 400
     assert r.json()["detail"].startswith("the body is not valid JSON: ") and r.json()["problems"][0]["field"] == "body"
+    # not UTF-8, or nested past what the reader follows: FastAPI's "There was an error parsing the body", and
+    # no problem named
+    for raw in (b'{"name": "\xff\xfe"}', b"[" * 5000 + b"]" * 5000):
+        r = client.post("/v1/jobs", headers={**h(tok["alice"]), "content-type": "application/json"}, content=raw)
+        assert r.status_code in (400, 422), r.text
+        assert r.json()["problems"] and r.json()["problems"][0]["field"] == "body", r.text
 
 
 # --- against a real `disagg serve` ------------------------------------------------------------------

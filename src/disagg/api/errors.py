@@ -111,9 +111,16 @@ async def _http_error(routes: Sequence[BaseRoute], req: Request, exc: StarletteH
             if match == Match.PARTIAL and isinstance(route, APIRoute):
                 methods |= route.methods or set()
         headers["Allow"] = ", ".join(sorted(methods))
-    return JSONResponse(
-        status_code=exc.status_code, headers=headers, content={"detail": str(exc.detail), "problems": []}
-    )
+    detail, problems = str(exc.detail), []
+    if exc.status_code == 400 and detail == _UNPARSED:  # FastAPI's words for a body json.loads gave up on
+        detail = ("the body is not valid JSON: it is not UTF-8 text, or it nests deeper than the JSON reader "
+                  "follows")
+        problems = [{"field": "body", "message": detail}]
+    return JSONResponse(status_code=exc.status_code, headers=headers, content={"detail": detail, "problems": problems})
+
+
+#: What FastAPI says of a body it could not decode (not UTF-8, nested past the recursion limit).
+_UNPARSED = "There was an error parsing the body"
 
 
 async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
