@@ -418,3 +418,9 @@ def test_the_charts_have_capacity_lines_and_mark_a_fault_and_its_repair(api: Cli
     assert 'id="chart-devices-gpu-in-all"' in page and 'id="chart-devices-gpu"' in page
     assert re.search(r'id="chart-devices-mark-fault-\d+"', page) and re.search(r'id="chart-devices-mark-repair-\d+"',
                                                                                page)
+
+
+def test_an_empty_gpu_model_is_refused_not_dropped(served: tuple[Server, str]) -> None:
+    """`submit --gpu-model ""` was dropped without a word (the job took any model); the API refuses it."""
+    out = cli(served, "submit", "pinned", "--gpus", "1", "--gpu-model", "", "--", "true")
+    assert out.returncode == 2 and "gpu_model" in out.stderr, out.stderr

@@ -70,7 +70,7 @@ def submit(
     """Submit a job: `disagg submit train --gpus 1 -- sh -c 'nvidia-smi'` (`--count 50`: fifty of them)."""
     task: dict[str, Any] = {"count": tasks, "cpus": cpus, "memory_gb": memory_gb, "gpu": gpus, "nvme": nvme,
                             "fpga": fpga, "memory": memory}
-    if gpu_model:
+    if gpu_model is not None:  # "" too: the API says why it is not a model (it was dropped without a word)
         task["gpu_model"] = gpu_model
     body: dict[str, Any] = {
         "name": name,

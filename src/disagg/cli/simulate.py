@@ -40,7 +40,8 @@ def simulate(
     interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds (simulated).")] = 5.0,
     sweep: Annotated[bool, typer.Option(help="Run the policy × seed × scenario grid in parallel.")] = False,
     ray: Annotated[str | None, typer.Option("--ray", help="Run the grid on the Ray cluster at ADDRESS.")] = None,
-    workers: Annotated[int, typer.Option(help="Local worker processes for --sweep (0 = all cores).")] = 0,
+    workers: Annotated[int, typer.Option(min=0, max=1024,
+                                         help="Local worker processes for --sweep (0 = all cores).")] = 0,
     mtbf: Annotated[float | None, typer.Option(
         help="Device failures: mean seconds between failures of each device (default: none).")] = None,
     mttr: Annotated[float, typer.Option(help="Device failures: mean seconds to repair.")] = 600.0,
