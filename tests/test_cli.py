@@ -197,3 +197,9 @@ def test_a_url_or_a_store_url_that_is_none_is_bad_input() -> None:
     _refused(out, "--db: 'bogus://x' is not allowed (must be sqlite:///path/to/file.db or postgresql://")
     out = run("token", "create", "--tenant", "x", "--db", "sqlite:////tmp")
     _refused(out, "--db: /tmp is a directory, not a store")
+
+
+def test_a_quota_that_names_a_resource_twice_is_refused() -> None:
+    """`--quota gpu=1,gpu=2` kept the last value without a word."""
+    out = run("tenants", "set", "t", "--quota", "gpu=1,gpu=2", "--url", "http://127.0.0.1:9", "--token", "t")
+    _refused(out, "--quota: gpu is given twice (1 and 2): give it once")

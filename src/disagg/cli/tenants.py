@@ -40,6 +40,8 @@ def parse_limits(option: str, text: str | None) -> dict[str, float]:
             raise fail(f"{option}: {item.strip()!r}: {value!r} is not a number") from None
         if amount < 0 or amount != amount:
             raise fail(f"{option}: {item.strip()!r}: the amount must be a number >= 0")
+        if name in out:  # the last one had won without a word
+            raise fail(f"{option}: {name} is given twice ({out[name]:g} and {amount:g}): give it once")
         out[name] = amount
     return out
 
