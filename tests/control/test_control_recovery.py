@@ -74,6 +74,21 @@ def refused(server: Server) -> str:
     raise AssertionError("the server started")
 
 
+def _a_long_job(server: Server, root: Path) -> tuple[Client, str, str, int]:
+    """An admin's client, and a `sleep 60` of it running: (the client, the job, its slice, its runner's pid)."""
+    c = Client(server, admin_token(root))
+    long = c.submit(["sleep", "60"])
+    c.wait(long, "running")
+    slice_id = c.get(long).json()["slice"]
+    return c, long, slice_id, _runner_pid(root, slice_id)
+
+
+def _cancel(server: Server, c: Client, job_id: str, pid: int) -> None:
+    """Cancel the job and see its runner stop."""
+    assert httpx.post(f"{server.url}/v1/jobs/{job_id}/cancel", headers=c.h, timeout=10).status_code == 202
+    wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+
+
 def _runner_pid(root: Path, slice_id: str) -> int:
     """The pid of the job's runner, once it has claimed the job (a moment after the job shows running)."""
     started = root / "state" / "tasks" / slice_id / "started"
@@ -111,11 +126,7 @@ def test_a_start_with_another_state_directory_refuses_instead_of_running_jobs_tw
     db = f"sqlite:///{tmp_path / 'd.db'}"
     server = Server(tmp_path, db, OPTIONS)
     with running(server):
-        c = Client(server, admin_token(tmp_path))
-        long = c.submit(["sleep", "60"])
-        c.wait(long, "running")
-        slice_id = c.get(long).json()["slice"]
-        pid = _runner_pid(tmp_path, slice_id)
+        c, long, slice_id, pid = _a_long_job(server, tmp_path)
         time.sleep(1.2)  # the mark
     said = refused(Server(tmp_path, db, [*OPTIONS, "--state-dir", str(tmp_path / "elsewhere")]))
     assert f"the store has 1 live slices that the state directory {tmp_path / 'elsewhere'} knows nothing of " \
@@ -124,8 +135,7 @@ def test_a_start_with_another_state_directory_refuses_instead_of_running_jobs_tw
     with running(server):  # the state directory that ran it: adopted, as after any restart
         assert c.get(long).json()["state"] == "running" and c.get(long).json()["slice"] == slice_id
         assert _alive(pid)
-        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
-        wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+        _cancel(server, c, long, pid)
 
 
 def test_a_start_on_another_engine_refuses_instead_of_running_jobs_twice(tmp_path: Path) -> None:
@@ -138,11 +148,7 @@ def test_a_start_on_another_engine_refuses_instead_of_running_jobs_twice(tmp_pat
     db = f"sqlite:///{tmp_path / 'd.db'}"
     server = Server(tmp_path, db, OPTIONS)
     with running(server):
-        c = Client(server, admin_token(tmp_path))
-        long = c.submit(["sleep", "60"])
-        c.wait(long, "running")
-        slice_id = c.get(long).json()["slice"]
-        pid = _runner_pid(tmp_path, slice_id)
+        c, long, slice_id, pid = _a_long_job(server, tmp_path)
         time.sleep(1.2)  # the mark
     site = SlurmSite(root=tmp_path / "slurm", conf=tmp_path / "slurm" / "slurm.conf", netns="none", bridge="none")
     site.root.mkdir()
@@ -155,8 +161,7 @@ def test_a_start_on_another_engine_refuses_instead_of_running_jobs_twice(tmp_pat
     with running(server):  # the engine that runs it: adopted, and the start names its engine in the mark
         assert c.get(long).json()["state"] == "running" and c.get(long).json()["slice"] == slice_id
         assert json.loads((tmp_path / "state" / "store-mark.json").read_text())["engine"] == "local"
-        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
-        wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+        _cancel(server, c, long, pid)
         wait_for(lambda: c.get(long).json()["state"] == "cancelled", what="the job to be cancelled")
         time.sleep(1.2)  # the mark
     with running(Server(tmp_path, db, [*OPTIONS, "--config", str(slurm)])):
@@ -222,10 +227,7 @@ def test_a_controller_of_another_store_on_a_state_directory_in_use_is_refused_ev
     db = f"sqlite:///{tmp_path / 'd.db'}"
     server = Server(tmp_path, db, OPTIONS)
     with running(server):
-        c = Client(server, admin_token(tmp_path))
-        long = c.submit(["sleep", "60"])
-        c.wait(long, "running")
-        pid = _runner_pid(tmp_path, c.get(long).json()["slice"])
+        c, long, _, pid = _a_long_job(server, tmp_path)
         token = admin_token(tmp_path)
         time.sleep(1.2)  # the mark
         other = f"sqlite:///{tmp_path / 'other.db'}"
@@ -235,8 +237,7 @@ def test_a_controller_of_another_store_on_a_state_directory_in_use_is_refused_ev
             assert "start with --accept-state-loss" not in said
         assert _alive(pid) and admin_token(tmp_path) == token
         assert c.get(long).json()["state"] == "running" and c.get(long).json()["attempts"] == 1
-        assert httpx.post(f"{server.url}/v1/jobs/{long}/cancel", headers=c.h, timeout=10).status_code == 202
-        wait_for(lambda: not _alive(pid), what="the cancelled job to stop")
+        _cancel(server, c, long, pid)
 
 
 def test_a_second_controller_on_a_symlink_to_the_sqlite_file_is_refused(tmp_path: Path) -> None:
@@ -318,6 +319,8 @@ def test_retention_removes_ended_jobs_their_rows_files_and_working_directories(t
         j = submit(svc, "alice", command=["sh", "-c", "echo hi > note"], gpu=0)
         wait_state(svc, j, ("completed",))
         slice_id = job(svc, j)["slice"]
+        # a job ends before its slice does, and retention takes it only then (it waited for neither)
+        wait_for(lambda: svc.store.removable(j)[1] is None, what="the job's slice to be done")
         engine = svc.engine
         assert isinstance(engine, LocalEngine)
         work, state = engine.workdir(slice_id), engine.root / slice_id

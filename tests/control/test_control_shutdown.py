@@ -76,6 +76,15 @@ class Serve:
         out: dict[str, object] = r.json()
         return out
 
+    def adopts_and_cancels(self, job_id: str) -> None:
+        """Start again: the job that ran on meanwhile is adopted as running; then cancel it, and see it end."""
+        self.start()
+        self.ready()
+        assert self.job(job_id)["state"] == "running"
+        r = httpx.post(f"{self.url}/v1/jobs/{job_id}/cancel", headers={"Authorization": f"Bearer {self.token()}"})
+        assert r.status_code == 202
+        wait_for(lambda: self.job(job_id)["state"] == "cancelled", timeout=30, what="the job to be cancelled")
+
     def lease_released(self) -> bool:
         with contextlib.closing(sqlite3.connect(self.root / "d.db")) as db:
             return bool(db.execute("SELECT released FROM controller_lease WHERE id = 1").fetchone()[0])
@@ -119,12 +128,7 @@ def test_sigterm_stops_the_server_gracefully_and_leaves_the_jobs_running(tmp_pat
         assert "stopping: 1 job composing or running left running, by design" in log
         assert serve.lease_released()  # given up: a standby would take over at once
         assert _runner_alive(jobs_dir)
-        serve.start()  # the next start adopts it
-        serve.ready()
-        assert serve.job(job)["state"] == "running"
-        r = httpx.post(f"{serve.url}/v1/jobs/{job}/cancel", headers={"Authorization": f"Bearer {serve.token()}"})
-        assert r.status_code == 202
-        wait_for(lambda: serve.job(job)["state"] == "cancelled", timeout=30, what="the job to be cancelled")
+        serve.adopts_and_cancels(job)  # the next start adopts it
     finally:
         serve.kill()
 
@@ -171,12 +175,7 @@ def test_a_full_store_disk_stops_the_leader_with_its_reason_and_the_start_after_
         assert f"error: cannot take the lease of the store at 'sqlite:///{small_disk / 'd.db'}': database or " \
                f"disk is full (0 MiB free on {small_disk})" in said and "Traceback" not in said, said
         filler.unlink()  # room again: the next restart adopts the job
-        serve.start()
-        serve.ready()
-        assert serve.job(job)["state"] == "running"
-        r = httpx.post(f"{serve.url}/v1/jobs/{job}/cancel", headers={"Authorization": f"Bearer {serve.token()}"})
-        assert r.status_code == 202
-        wait_for(lambda: serve.job(job)["state"] == "cancelled", timeout=30, what="the job to be cancelled")
+        serve.adopts_and_cancels(job)
     finally:
         serve.kill()
 
