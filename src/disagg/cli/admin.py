@@ -80,9 +80,9 @@ def backup(
     settings = _settings(config, db=db)
     if not str(target).strip() or target == Path("."):
         raise fail("TARGET: a path to a new file is required")
-    file = settings.sqlite_path()
-    if file is not None and not file.is_file():  # opening it would make an empty database there
-        raise fail(f"--db: {settings.db} is not a disagg store: there is no file {file}")
+    missing = settings.missing_store()
+    if missing is not None:
+        raise fail(f"--db: {missing}")
     try:
         store = Store(settings.db)
         try:

@@ -29,7 +29,6 @@ from disagg.cli.common import (
     fail,
     get_all,
     print_json,
-    segment,
 )
 from disagg.cli.tables import Col, console, make_table
 
@@ -68,11 +67,13 @@ def token_create(
 
 def _create_in_store(db: str, tenant: str, admin: bool, expires_in_s: float | None) -> dict[str, Any]:
     """A token written straight into the store at `db`, which must exist with disagg's schema."""
+    from disagg.control.config import store_url_problem
     from disagg.store import Store, StoreError
     from disagg.store.backup import sqlite_file
 
-    if not db.startswith(("sqlite:///", "postgresql://", "postgresql+")):
-        raise fail(f"--db: {db!r} is not allowed (must be sqlite:///path/to/file.db or postgresql://user@host/dbname)")
+    problem = store_url_problem(db)
+    if problem is not None:
+        raise fail(f"--db: {db!r} is not allowed ({problem})")
     path = sqlite_file(db)
     if path is not None and path.is_dir():
         raise fail(f"--db: {path} is a directory, not a store")
@@ -120,7 +121,7 @@ def token_revoke(
     token: Token = None,
 ) -> None:
     """Revoke a token (admin): it answers 401 from now on (within a second everywhere)."""
-    call_api("DELETE", url, f"/v1/tokens/{segment(str(token_id), 'token')}", token)
+    call_api("DELETE", url, f"/v1/tokens/{token_id}", token)  # a whole number: one part of the path
     Console().print(f"token {token_id} revoked")
 
 

@@ -172,18 +172,18 @@ class Config(BaseModel):
     @field_validator("db")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        """A store disagg can open: SQLite in a directory that exists, or PostgreSQL (a MySQL URL was a
-        `No module named 'MySQLdb'` traceback, a SQLite file in a missing directory a FileNotFoundError)."""
-        url = normalize_url(value)
-        scheme = url.split(":", 1)[0].split("+", 1)[0]
-        if scheme not in ("sqlite", "postgresql") or "://" not in url:
-            raise ValueError("must be sqlite:///path/to/file.db or postgresql://user@host/dbname")
-        file = _sqlite_file(url)
-        if file is not None:
-            folder = Path(file).absolute().parent
-            if not folder.is_dir():
-                raise ValueError(f"the directory {str(folder)!r} does not exist: make it first")
+        problem = store_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
+
+    def missing_store(self) -> str | None:
+        """Why the store is not there for a command that only uses one (`gc`, `backup`): an SQLite file that
+        does not exist, which opening it would make, empty."""
+        file = self.sqlite_path()
+        if file is None or file.is_file():
+            return None
+        return f"{self.db} is not a disagg store: there is no file {file}"
 
     def resolved_state_dir(self) -> Path:
         """Where the fabric's state and the jobs' files live: beside an SQLite file, else ./disagg.d."""
@@ -273,6 +273,22 @@ def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = 
     except ValidationError as exc:
         origin = {k: v for k, v in origin.items() if v != source}  # the file is named already
         raise SpecError(source, [_problem(e, values, origin) for e in exc.errors()]) from None
+
+
+def store_url_problem(value: str) -> str | None:
+    """Why `value` is not a store disagg can open (None: it is): SQLite in a directory that exists, or
+    PostgreSQL (a MySQL URL was a `No module named 'MySQLdb'` traceback, a SQLite file in a missing directory
+    a FileNotFoundError)."""
+    url = normalize_url(value)
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if scheme not in ("sqlite", "postgresql") or "://" not in url:
+        return "must be sqlite:///path/to/file.db or postgresql://user@host/dbname"
+    file = _sqlite_file(url)
+    if file is not None:
+        folder = Path(file).absolute().parent
+        if not folder.is_dir():
+            return f"the directory {str(folder)!r} does not exist: make it first"
+    return None
 
 
 def _sqlite_file(url: str) -> str | None:

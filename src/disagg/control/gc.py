@@ -70,9 +70,9 @@ def collect_now(config: Config) -> Collected:
     from disagg.engines.registry import EngineOptions, make_engine
     from disagg.fabric.emulated import OperationLatencies
 
-    file, state = config.sqlite_path(), config.resolved_state_dir()
-    if file is not None and not file.is_file():  # opening it would make an empty database there
-        raise SpecError("--db", [f"{config.db} is not a disagg store: there is no file {file}"])
+    missing, state = config.missing_store(), config.resolved_state_dir()
+    if missing is not None:
+        raise SpecError("--db", [missing])
     if not state.is_dir():  # the controller's, made at its start: gc makes none (a typo would be made)
         raise SpecError("--state-dir", [f"{state} is not a directory a controller made"])
     store = Store(config.db)
