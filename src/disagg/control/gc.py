@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,19 +51,26 @@ def collect(store: Store, engine: Engine, retention_s: float, now: float | None 
         batch = store.ended_before(before, min(BATCH, most - out.jobs))
         if not batch:
             break
-        for slices in batch.values():
-            for slice_id, handle in slices:
-                try:
-                    engine.forget(handle or slice_id)
-                except (OSError, ValueError) as exc:
-                    log.warning("gc: cannot remove the files of slice %s: %s", slice_id, exc)
-                out.slices += 1
-        deleted = store.delete_jobs(list(batch))
+        deleted, slices = remove(store, engine, batch)
+        out.slices += slices
         out.jobs += deleted
         if deleted == 0:
             break
     out.tokens = store.purge_expired_tokens(before)
     return out
+
+
+def remove(store: Store, engine: Engine, jobs: Mapping[str, list[tuple[str, str | None]]]) -> tuple[int, int]:
+    """Remove ended jobs (job → its slices and their handles): the engine forgets each slice's files first,
+    then the store deletes the rows of those whose slices are all done (`disagg.store.gc`); (jobs deleted,
+    slices forgotten). Retention and a tenant's DELETE both come here."""
+    for slices in jobs.values():
+        for slice_id, handle in slices:
+            try:
+                engine.forget(handle or slice_id)
+            except (OSError, ValueError) as exc:
+                log.warning("gc: cannot remove the files of slice %s: %s", slice_id, exc)
+    return store.delete_jobs(list(jobs)), sum(len(slices) for slices in jobs.values())
 
 
 def collect_now(config: Config) -> Collected:
@@ -89,4 +97,4 @@ def collect_now(config: Config) -> Collected:
         store.close()
 
 
-__all__ = ["GC_EVERY_S", "Collected", "collect", "collect_now"]
+__all__ = ["GC_EVERY_S", "Collected", "collect", "collect_now", "remove"]

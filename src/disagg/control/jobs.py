@@ -21,6 +21,7 @@ import anyio.to_thread
 
 from disagg.control.config import Config
 from disagg.control.disk import DiskWatch
+from disagg.control.gc import remove
 from disagg.control.health import HealthMonitor
 from disagg.control.metrics import ControllerMetrics
 from disagg.control.preemption import CANCEL_MARK
@@ -269,9 +270,7 @@ class JobService:
         if live is not None:
             raise JobLive(job_id, f"{state} but its slice {live} is still tearing down (it gives its devices back "
                                   "first); remove it once the slice is done")
-        for slice_id, handle in slices:
-            self.engine.forget(handle or slice_id)
-        self.store.delete_jobs([job_id])
+        remove(self.store, self.engine, {job_id: slices})
         return True
 
     def cancel(self, job_id: str, grace_s: float = 0.0, sig: str = "TERM", tenant: str = "") -> None:
