@@ -151,13 +151,12 @@ def _refuse_upgrade_under_replicas(conn: Connection, script: ScriptDirectory, re
     changes the schema under code that does not know it, which reads and writes on. Refused, naming them,
     until each has stopped: a clean stop says so in its row, a killed one is past REPLICA_RECENT_S."""
     from alembic.migration import MigrationContext
-    from sqlalchemy import inspect
 
     from disagg.store.lease import running_replicas
 
     current = MigrationContext.configure(conn).get_current_revision()
     target = script.get_current_head() if revision == "head" else revision
-    if current is None or current == target or not inspect(conn).has_table("replicas"):
+    if current is None or current == target:
         return
     running = running_replicas(conn, "postgresql")
     if running:

@@ -96,7 +96,12 @@ REPLICA_RECENT_S = 6.0
 
 def running_replicas(conn: Connection, dialect: str) -> list[str]:
     """The replicas that may still run on the store: seen within REPLICA_RECENT_S and not stopped cleanly;
-    each as "name (role, seen N s ago)". What an upgrade or a restore must not change the store under."""
+    each as "name (role, seen N s ago)". What an upgrade or a restore must not change the store under.
+    None in a store without the replicas table yet (an old or an empty one)."""
+    from sqlalchemy import inspect
+
+    if not inspect(conn).has_table("replicas"):
+        return []
     now = db_now(dialect)
     rows = conn.execute(text(
         f"SELECT name, role, {now} - last_seen FROM replicas WHERE role <> :stopped "
@@ -211,15 +216,12 @@ class LeaseOps:
                              {"a": address, "r": str(role), "e": epoch, "n": name})
 
     def live_replicas(self) -> list[str]:
-        """`running_replicas` of this store: none when it has no replicas table yet (an old or empty store) or
-        cannot be read (then what comes next says why, in its own words)."""
-        from sqlalchemy import inspect
+        """`running_replicas` of this store; none when it cannot be read (then what comes next says why, in
+        its own words)."""
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
             with self.read_core() as conn:  # type: ignore[attr-defined]
-                if not inspect(conn).has_table("replicas"):
-                    return []
                 return running_replicas(conn, self.dialect)
         except SQLAlchemyError:
             return []
